@@ -1,0 +1,377 @@
+/*
+ * s3flash — move machine-learning state between hosts and S3-compatible storage.
+ *
+ * Public C API. Conventions (see docs/ARCHITECTURE.md):
+ *   - Every call returns an `enum s3f_status`; S3F_OK is 0.
+ *   - Calls that talk to S3 take an optional `struct s3f_error *` (may be NULL) which is
+ *     filled on failure with the HTTP status, S3 error code, message and request id.
+ *   - Option structs: zero-initialised means "default"; every default is documented.
+ *   - Who allocates frees: every function that hands out memory says which _free to call.
+ *   - A `struct s3f_client` is thread-safe: any number of threads may issue calls on one
+ *     client at the same time. Result structs are owned by the caller and not shared.
+ *   - Credentials never appear in logs, errors or debug output.
+ */
+#ifndef S3FLASH_S3FLASH_H
+#define S3FLASH_S3FLASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define S3FLASH_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes. Append-only: values never change meaning.
+ * ------------------------------------------------------------------------------------- */
+enum s3f_status {
+    S3F_OK = 0,
+    S3F_ERR_INVALID_ARGUMENT = 1, /* a parameter is wrong; error.message says which */
+    S3F_ERR_INVALID_URI = 2,      /* malformed s3:// URI or endpoint URL */
+    S3F_ERR_NO_MEMORY = 3,
+    S3F_ERR_NO_CREDENTIALS = 4,   /* no provider in the chain had credentials */
+    S3F_ERR_CREDENTIALS = 5,      /* a credentials provider failed (STS error, bad file...) */
+    S3F_ERR_CONFIG = 6,           /* bad config file, unknown profile, bad option value */
+    S3F_ERR_CONNECT = 7,          /* could not resolve or connect to the endpoint */
+    S3F_ERR_TIMEOUT = 8,          /* connect timeout or stall timeout */
+    S3F_ERR_NETWORK = 9,          /* connection broke during the request */
+    S3F_ERR_TLS = 10,             /* TLS handshake or certificate verification failed */
+    S3F_ERR_S3 = 11,              /* S3 answered with an error not covered below; see code */
+    S3F_ERR_NOT_FOUND = 12,       /* NoSuchKey, NoSuchUpload, or a 404 without a body */
+    S3F_ERR_NO_SUCH_BUCKET = 13,
+    S3F_ERR_ACCESS_DENIED = 14,   /* AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId */
+    S3F_ERR_EXPIRED_CREDENTIALS = 15, /* ExpiredToken, RequestExpired, TokenRefreshRequired */
+    S3F_ERR_PRECONDITION_FAILED = 16, /* 412: If-Match failed (object changed) */
+    S3F_ERR_THROTTLED = 17,       /* SlowDown / 503 persisted through every attempt */
+    S3F_ERR_SERVER = 18,          /* 5xx persisted through every attempt */
+    S3F_ERR_BAD_RESPONSE = 19,    /* malformed XML, truncated body, missing header */
+    S3F_ERR_IO = 20,              /* local file error; message has the errno text */
+    S3F_ERR_CHECKSUM = 21,        /* data does not match its checksum */
+    S3F_ERR_ABORTED = 22,         /* a caller callback asked to stop */
+    S3F_ERR_UNSUPPORTED = 23,     /* a feature (ARN bucket, FIPS...) s3flash does not support */
+    S3F_ERR_INVALID_RANGE = 24,   /* 416 */
+    S3F_ERR_INTERNAL = 25,        /* a bug in s3flash */
+};
+
+/* Static English description of a status. Never NULL. */
+const char *s3f_strerror(enum s3f_status status);
+/* Static symbolic name ("S3F_ERR_NOT_FOUND"). Never NULL. */
+const char *s3f_status_name(enum s3f_status status);
+
+/* Everything known about a failure. Fixed-size so it can live on the stack. */
+struct s3f_error {
+    enum s3f_status status;
+    int http_status;         /* 0 when no HTTP response was received */
+    int attempts;            /* how many times the request was sent */
+    char operation[40];      /* "GetObject", "ListObjectsV2", "credentials", ... */
+    char resource[512];      /* "s3://bucket/key", a path, or an URL (never a secret) */
+    char code[64];           /* S3 error code ("NoSuchKey"), empty if none */
+    char message[512];       /* S3's message or s3flash's explanation */
+    char request_id[128];    /* x-amz-request-id / RequestId, empty if none */
+    char host_id[256];       /* x-amz-id-2 / HostId, empty if none */
+};
+
+/* Clear an error struct (status S3F_OK, empty strings). NULL is accepted. */
+void s3f_error_clear(struct s3f_error *err);
+
+/* Format an error as one line, e.g.
+ *   "GetObject s3://b/k: NoSuchKey (HTTP 404): The specified key does not exist. [request id: tx00..]"
+ * Writes at most `len` bytes including the NUL; returns the length it wanted (snprintf). */
+size_t s3f_error_format(const struct s3f_error *err, char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------
+ * Logging
+ * ------------------------------------------------------------------------------------- */
+enum s3f_log_level {
+    S3F_LOG_OFF = 0,
+    S3F_LOG_ERROR = 1,
+    S3F_LOG_WARN = 2,
+    S3F_LOG_INFO = 3,
+    S3F_LOG_DEBUG = 4, /* one line per request and response, with timings */
+    S3F_LOG_TRACE = 5, /* headers (Authorization and security tokens redacted) */
+};
+/* Called from any thread, possibly concurrently; `msg` has no trailing newline. */
+typedef void (*s3f_log_fn)(void *user_data, enum s3f_log_level level, const char *msg);
+
+/* ---------------------------------------------------------------------------------------
+ * Client
+ * ------------------------------------------------------------------------------------- */
+struct s3f_client;
+
+struct s3f_client_options {
+    /* Region for signing and AWS endpoints. NULL: AWS_REGION, AWS_DEFAULT_REGION, the
+     * profile's `region`, else "us-east-1". */
+    const char *region;
+    /* Custom endpoint ("http://127.0.0.1:7480", "https://minio.local:9000").
+     * NULL: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's `endpoint_url` (in the
+     * `services` section or top level), else AWS S3 for the region. */
+    const char *endpoint_url;
+    /* Profile of the shared config/credentials files. NULL: AWS_PROFILE, else "default". */
+    const char *profile;
+    /* 1: always path-style (http://host/bucket/key). 0: virtual-hosted style where the
+     * bucket name is DNS-safe and the endpoint is not an IP address, else path style. */
+    int force_path_style;
+    /* 1: send unsigned requests and never look for credentials. */
+    int anonymous;
+    /* Explicit static credentials; when access_key_id is NULL the default chain is used:
+     * environment, shared files (profile), credential_process, web identity, container,
+     * EC2 instance metadata (IMDSv2). */
+    const char *access_key_id;
+    const char *secret_access_key;
+    const char *session_token;
+    /* Attempts per request including the first (AWS standard retry mode).
+     * 0: AWS_MAX_ATTEMPTS, the profile's `max_attempts`, else 3. Capped at 100. */
+    int max_attempts;
+    /* 0: 10000 ms. Time allowed to establish a connection (DNS, TCP and TLS). */
+    uint32_t connect_timeout_ms;
+    /* 0: 30000 ms. A request that moves no byte for this long is aborted and retried. */
+    uint32_t stall_timeout_ms;
+    /* 0: 2. Threads that drive the HTTP connections. */
+    uint32_t io_threads;
+    /* 0: 64. Upper bound of open connections across all I/O threads. */
+    uint32_t max_connections;
+    /* CA bundle file for TLS. NULL: AWS_CA_BUNDLE, the profile's `ca_bundle`, else the
+     * system default. */
+    const char *ca_bundle;
+    /* 1: do not verify TLS certificates (for test servers only; logged as a warning). */
+    int tls_insecure;
+    /* Log sink. NULL: messages at or above `log_level` go to stderr. */
+    s3f_log_fn log_fn;
+    void *log_user_data;
+    /* 0 (S3F_LOG_OFF) unless S3FLASH_LOG=error|warn|info|debug|trace is set. */
+    enum s3f_log_level log_level;
+};
+
+/* Create a client. Resolves region, endpoint and the credentials provider (credentials
+ * themselves are fetched lazily on the first signed request and refreshed before expiry).
+ * On success *out is set; free it with s3f_client_free. Thread-safe once created. */
+enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
+                               struct s3f_error *err);
+/* Stop the I/O threads and free the client. Calls in flight must have returned. NULL ok. */
+void s3f_client_free(struct s3f_client *client);
+
+/* The region and endpoint the client resolved (static for the client's lifetime). */
+const char *s3f_client_region(const struct s3f_client *client);
+const char *s3f_client_endpoint(const struct s3f_client *client); /* "" when AWS default */
+
+/* Where the credentials came from ("environment", "profile:dev", "process", "web-identity",
+ * "container", "imds", "static", "anonymous"); fetches them if needed. The secret is never
+ * returned. `buf` receives the name; `access_key_id` (optional) the key id. */
+enum s3f_status s3f_client_credentials_source(struct s3f_client *client, char *buf, size_t len,
+                                              char *access_key_id, size_t akid_len,
+                                              struct s3f_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * s3:// URIs
+ * ------------------------------------------------------------------------------------- */
+/* Parse "s3://bucket/key". `bucket` and `key` receive NUL-terminated copies (key may be
+ * empty: "s3://bucket" and "s3://bucket/" give ""). Errors: S3F_ERR_INVALID_URI with the
+ * reason in err->message (no scheme, empty bucket, invalid bucket name, too long key). */
+enum s3f_status s3f_uri_parse(const char *uri, char *bucket, size_t bucket_len, char *key,
+                              size_t key_len, struct s3f_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Checksums
+ * ------------------------------------------------------------------------------------- */
+enum s3f_checksum_algorithm {
+    S3F_CHECKSUM_DEFAULT = 0, /* CRC32C */
+    S3F_CHECKSUM_NONE = 1,    /* send no checksum header */
+    S3F_CHECKSUM_CRC32C = 2,
+    S3F_CHECKSUM_CRC32 = 3,
+    S3F_CHECKSUM_CRC64NVME = 4,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Objects
+ * ------------------------------------------------------------------------------------- */
+struct s3f_object_info {
+    uint64_t size;              /* Content-Length of the object (the whole object for ranges) */
+    int64_t last_modified;      /* seconds since the epoch, UTC; 0 if unknown */
+    char etag[128];             /* with its quotes, as S3 returns it */
+    char content_type[128];
+    char version_id[128];
+    char storage_class[32];
+    char checksum_crc32c[16];   /* base64, empty if the server returned none */
+    char checksum_crc32[16];
+    char checksum_crc64nvme[24];
+    char checksum_sha256[48];
+};
+
+/* Receives downloaded bytes. `offset` is the position of `data` within the object.
+ * Return 0 to continue, non-zero to stop (the call then returns S3F_ERR_ABORTED).
+ * Called from the calling thread or an I/O thread, never concurrently for one call. */
+typedef int (*s3f_write_fn)(void *user_data, const void *data, size_t len, uint64_t offset);
+
+struct s3f_get_options {
+    /* Byte range [range_start, range_end] inclusive. has_range = 0: the whole object. */
+    int has_range;
+    uint64_t range_start;
+    uint64_t range_end;       /* UINT64_MAX: to the end */
+    /* If set, sent as If-Match; a changed object fails with S3F_ERR_PRECONDITION_FAILED.
+     * When NULL, s3flash still pins the ETag of the first response when it has to resume a
+     * broken download, so bytes of two versions are never mixed. */
+    const char *if_match;
+    const char *version_id;
+    /* 1: verify the full-object checksum the server returns (x-amz-checksum-*) when the
+     * whole object was read. Mismatch: S3F_ERR_CHECKSUM. */
+    int verify_checksum;
+};
+
+struct s3f_put_options {
+    const char *content_type;            /* NULL: "application/octet-stream" */
+    enum s3f_checksum_algorithm checksum; /* DEFAULT: CRC32C, sent as x-amz-checksum-* */
+    /* 1: compute and send Content-MD5 too (every S3-compatible server verifies it). */
+    int content_md5;
+    /* 1: sign the payload's SHA-256 instead of UNSIGNED-PAYLOAD. */
+    int sign_payload;
+    const char *if_none_match;           /* "*": fail if the key exists (412) */
+};
+
+enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *version_id, struct s3f_object_info *info,
+                                struct s3f_error *err);
+
+/* Stream an object (or a range) into `sink`. A connection broken mid-body is resumed from
+ * the byte it reached (with If-Match on the first ETag), so `sink` sees every offset once,
+ * in order. `info` (optional) receives the object's metadata. */
+enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const char *key,
+                               const struct s3f_get_options *opts, s3f_write_fn sink,
+                               void *sink_user_data, struct s3f_object_info *info,
+                               struct s3f_error *err);
+
+/* Upload `len` bytes from memory as one PutObject (at most 5 GiB). The buffer is only read
+ * and must stay valid during the call. `info` (optional) receives etag/checksum. */
+enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const char *key,
+                               const void *data, size_t len, const struct s3f_put_options *opts,
+                               struct s3f_object_info *info, struct s3f_error *err);
+
+enum s3f_status s3f_delete_object(struct s3f_client *c, const char *bucket, const char *key,
+                                  struct s3f_error *err);
+
+/* Server-side copy (CopyObject, at most 5 GiB). 200-with-error is detected. */
+enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bucket,
+                                const char *src_key, const char *dst_bucket,
+                                const char *dst_key, struct s3f_object_info *info,
+                                struct s3f_error *err);
+
+/* Delete many keys. Batches of at most 1000 per DeleteObjects request, with Content-MD5.
+ * `failed` (optional) receives how many keys S3 reported as not deleted; the first such
+ * key's error lands in `err` and the call returns its status. */
+enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
+                                   const char *const *keys, size_t n_keys, size_t *failed,
+                                   struct s3f_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Listing
+ * ------------------------------------------------------------------------------------- */
+struct s3f_list_options {
+    const char *prefix;
+    const char *delimiter;
+    const char *continuation_token;
+    const char *start_after;
+    int max_keys;                /* 0: server default (1000) */
+};
+
+struct s3f_list_entry {
+    char *key;
+    uint64_t size;
+    int64_t last_modified;
+    char *etag;
+    char *storage_class;
+};
+
+struct s3f_list_page {
+    struct s3f_list_entry *objects;
+    size_t n_objects;
+    char **common_prefixes;
+    size_t n_common_prefixes;
+    int is_truncated;
+    char *next_continuation_token; /* NULL when not truncated */
+};
+
+/* One ListObjectsV2 request. On success *out is the page; free with s3f_list_page_free. */
+enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bucket,
+                                    const struct s3f_list_options *opts,
+                                    struct s3f_list_page **out, struct s3f_error *err);
+void s3f_list_page_free(struct s3f_list_page *page);
+
+/* ---------------------------------------------------------------------------------------
+ * Multipart uploads (low level; the transfer engine drives these for you)
+ * ------------------------------------------------------------------------------------- */
+struct s3f_part_info {
+    int part_number;
+    uint64_t size;
+    char etag[128];
+    char checksum[24];  /* base64 of the part's checksum, empty if none */
+    int64_t last_modified;
+};
+
+/* Start an upload. *upload_id receives a malloc'ed id; free() it. */
+enum s3f_status s3f_create_multipart_upload(struct s3f_client *c, const char *bucket,
+                                            const char *key,
+                                            const struct s3f_put_options *opts,
+                                            char **upload_id, struct s3f_error *err);
+/* Upload part `part_number` (1..10000). `checksum` selects the part checksum (DEFAULT:
+ * CRC32C; must match what CreateMultipartUpload announced). `out` receives ETag/checksum. */
+enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *upload_id, int part_number, const void *data,
+                                size_t len, enum s3f_checksum_algorithm checksum,
+                                struct s3f_part_info *out, struct s3f_error *err);
+/* Complete with `n_parts` parts in ascending part_number order. A 200 response carrying an
+ * error document fails with that error. `info` receives the final ETag (and checksum). */
+enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *bucket,
+                                              const char *key, const char *upload_id,
+                                              const struct s3f_part_info *parts,
+                                              size_t n_parts, struct s3f_object_info *info,
+                                              struct s3f_error *err);
+enum s3f_status s3f_abort_multipart_upload(struct s3f_client *c, const char *bucket,
+                                           const char *key, const char *upload_id,
+                                           struct s3f_error *err);
+
+struct s3f_parts_page {
+    struct s3f_part_info *parts;
+    size_t n_parts;
+    int is_truncated;
+    int next_part_number_marker;
+};
+/* One ListParts request starting after `part_number_marker`. Free with s3f_parts_page_free. */
+enum s3f_status s3f_list_parts(struct s3f_client *c, const char *bucket, const char *key,
+                               const char *upload_id, int part_number_marker,
+                               struct s3f_parts_page **out, struct s3f_error *err);
+void s3f_parts_page_free(struct s3f_parts_page *page);
+
+struct s3f_upload_entry {
+    char *key;
+    char *upload_id;
+    int64_t initiated;
+};
+struct s3f_uploads_page {
+    struct s3f_upload_entry *uploads;
+    size_t n_uploads;
+    int is_truncated;
+    char *next_key_marker;
+    char *next_upload_id_marker;
+};
+/* One ListMultipartUploads request. Free with s3f_uploads_page_free. */
+enum s3f_status s3f_list_multipart_uploads(struct s3f_client *c, const char *bucket,
+                                           const char *prefix, const char *key_marker,
+                                           const char *upload_id_marker,
+                                           struct s3f_uploads_page **out,
+                                           struct s3f_error *err);
+void s3f_uploads_page_free(struct s3f_uploads_page *page);
+
+/* ---------------------------------------------------------------------------------------
+ * Presigned URLs
+ * ------------------------------------------------------------------------------------- */
+/* A presigned URL for `method` ("GET", "PUT", "DELETE", "HEAD") valid `expires_s` seconds
+ * (1..604800). *url receives a malloc'ed string; free() it. */
+enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char *bucket,
+                            const char *key, uint32_t expires_s, char **url,
+                            struct s3f_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* S3FLASH_S3FLASH_H */
