@@ -517,6 +517,7 @@ static void test_truncated(void) {
             free(cut);
             cuts++;
         }
+        free(body);
     }
     printf("  %zu truncated documents checked\n", cuts);
 }
