@@ -273,6 +273,46 @@ static void set_fixed(struct xdoc *d, char *dst, size_t cap, const char *name, c
     dst[len] = '\0';
 }
 
+/* ETags keep their quotes as S3 sends them; an unquoted one (Ceph RGW's CopyObject) is quoted
+ * so that every ETag s3flash hands out has one form. An empty ETag stays empty. */
+static bool etag_needs_quotes(const char *text, size_t len) {
+    return len > 0 && text[0] != '"' && !(len > 2 && text[0] == 'W' && text[1] == '/');
+}
+
+static void set_etag_fixed(struct xdoc *d, char *dst, size_t cap, const char *text,
+                           size_t len) {
+    if (!etag_needs_quotes(text, len)) {
+        set_fixed(d, dst, cap, "ETag", text, len);
+        return;
+    }
+    if (len + 2 >= cap) {
+        set_fixed(d, dst, cap, "ETag", text, len + 2); /* reports the length */
+        return;
+    }
+    dst[0] = '"';
+    memcpy(dst + 1, text, len);
+    dst[len + 1] = '"';
+    dst[len + 2] = '\0';
+}
+
+static void set_etag_str(struct xdoc *d, char **dst, const char *text, size_t len) {
+    if (!etag_needs_quotes(text, len)) {
+        set_str(d, dst, text, len);
+        return;
+    }
+    char *p = malloc(len + 3);
+    if (!p) {
+        xfail(d, S3F_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    p[0] = '"';
+    memcpy(p + 1, text, len);
+    p[len + 1] = '"';
+    p[len + 2] = '\0';
+    free(*dst);
+    *dst = p;
+}
+
 /* EncodingType=url: form-encoded ('+' is a space). Replaces *s; false if invalid. */
 static bool url_decode_in_place(char **s) {
     if (!*s)
@@ -380,7 +420,7 @@ static void list_end(struct xdoc *d, const char *name, const char *text, size_t 
         } else if (strcmp(name, "LastModified") == 0)
             e->last_modified = parse_time(text, len);
         else if (strcmp(name, "ETag") == 0)
-            set_str(d, &e->etag, text, len);
+            set_etag_str(d, &e->etag, text, len);
         else if (strcmp(name, "StorageClass") == 0)
             set_str(d, &e->storage_class, text, len);
     } else if (d->depth == 3 && strcmp(parent(d), "CommonPrefixes") == 0 &&
@@ -512,7 +552,7 @@ static void info_end(struct xdoc *d, const char *name, const char *text, size_t 
     if (d->depth != 2)
         return;
     if (strcmp(name, "ETag") == 0) {
-        set_fixed(d, in->etag, sizeof(in->etag), name, text, len);
+        set_etag_fixed(d, in->etag, sizeof(in->etag), text, len);
         c->etag_seen = true;
     } else if (strcmp(name, "LastModified") == 0) {
         in->last_modified = parse_time(text, len);
@@ -608,7 +648,7 @@ static void parts_end(struct xdoc *d, const char *name, const char *text, size_t
             if (!parse_u64(text, len, &p->size))
                 bad_value(d, name, text, len);
         } else if (strcmp(name, "ETag") == 0) {
-            set_fixed(d, p->etag, sizeof(p->etag), name, text, len);
+            set_etag_fixed(d, p->etag, sizeof(p->etag), text, len);
         } else if (strcmp(name, "LastModified") == 0) {
             p->last_modified = parse_time(text, len);
         } else if (strncmp(name, "Checksum", 8) == 0 && name[8] && !p->checksum[0] &&

@@ -10,7 +10,11 @@
  *   the mapped status      when the body is an <Error> document (err->code, message,
  *                          request_id, host_id filled; the mapping uses err->http_status as
  *                          the caller set it, else the code alone)
- * Nothing is written to the outputs unless the call succeeds. `err` may be NULL. */
+ * Nothing is written to the outputs unless the call succeeds. `err` may be NULL.
+ * ETags are handed out with their quotes, as S3 sends them; an unquoted ETag (Ceph RGW's
+ * CopyObject answer) is quoted; an empty one stays empty. Continuation tokens and markers are
+ * returned as sent (RGW sends raw keys there): the caller URI-encodes them for the next
+ * request. */
 #ifndef S3F_S3_XML_H
 #define S3F_S3_XML_H
 
