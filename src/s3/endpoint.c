@@ -338,11 +338,12 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
 
     const char *bucket = p->bucket && *p->bucket ? p->bucket : NULL;
     const char *region = p->region;
-    char resource[300];
-    if (bucket)
-        snprintf(resource, sizeof(resource), "s3://%s", bucket);
-    else
-        snprintf(resource, sizeof(resource), "region %s", region ? region : "(none)");
+    char resource_buf[300];
+    const char *resource = NULL; /* err->resource: the bucket, when there is one */
+    if (bucket) {
+        snprintf(resource_buf, sizeof(resource_buf), "s3://%s", bucket);
+        resource = resource_buf;
+    }
 
     /* Features s3flash does not implement: fail before any URL can be produced. */
     if (bucket && strncmp(bucket, "arn:", 4) == 0)
