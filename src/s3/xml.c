@@ -313,18 +313,36 @@ static void set_etag_str(struct xdoc *d, char **dst, const char *text, size_t le
     *dst = p;
 }
 
-/* EncodingType=url: form-encoded ('+' is a space). Replaces *s; false if invalid. */
-static bool url_decode_in_place(char **s) {
-    if (!*s)
+static int hex_val(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* EncodingType=url: form-encoded ('+' is a space), decoded in place (it only shrinks).
+ * False for a bad %XX or a %00 (a key cannot hold NUL). */
+static bool url_decode_in_place(char *s) {
+    if (!s)
         return true;
-    for (char *p = *s; *p; p++)
-        if (*p == '+')
-            *p = ' ';
-    char *dec = s3f__uri_decode(*s, strlen(*s));
-    if (!dec)
-        return false;
-    free(*s);
-    *s = dec;
+    char *o = s;
+    for (const char *p = s; *p; p++) {
+        if (*p == '+') {
+            *o++ = ' ';
+        } else if (*p == '%') {
+            int hi = hex_val(p[1]), lo = hi < 0 ? -1 : hex_val(p[2]);
+            if (lo < 0 || (hi == 0 && lo == 0))
+                return false;
+            *o++ = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
     return true;
 }
 
@@ -484,12 +502,12 @@ enum s3f_status s3f__xml_parse_list_objects_v2(const char *body, size_t len,
     }
     if (c.url) {
         for (size_t i = 0; i < pg->n_objects; i++)
-            if (!url_decode_in_place(&pg->objects[i].key)) {
+            if (!url_decode_in_place(pg->objects[i].key)) {
                 st = bad_doc(err, d.what, "invalid URL encoding in a <Key>");
                 goto fail;
             }
         for (size_t i = 0; i < pg->n_common_prefixes; i++)
-            if (!url_decode_in_place(&pg->common_prefixes[i])) {
+            if (!url_decode_in_place(pg->common_prefixes[i])) {
                 st = bad_doc(err, d.what, "invalid URL encoding in a <Prefix>");
                 goto fail;
             }
@@ -784,9 +802,9 @@ enum s3f_status s3f__xml_parse_list_multipart_uploads(const char *body, size_t l
         goto fail;
     }
     if (c.url) {
-        bool ok = url_decode_in_place(&pg->next_key_marker);
+        bool ok = url_decode_in_place(pg->next_key_marker);
         for (size_t i = 0; ok && i < pg->n_uploads; i++)
-            ok = url_decode_in_place(&pg->uploads[i].key);
+            ok = url_decode_in_place(pg->uploads[i].key);
         if (!ok) {
             st = bad_doc(err, d.what, "invalid URL encoding in a <Key>");
             goto fail;

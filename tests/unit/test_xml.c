@@ -637,6 +637,12 @@ static void test_hostile(void) {
         {"<ListBucketResult><EncodingType>url</EncodingType><Contents><Key>a%zz</Key>"
          "</Contents></ListBucketResult>",
          "URL encoding"},
+        {"<ListBucketResult><EncodingType>url</EncodingType><Contents><Key>a%00b</Key>"
+         "</Contents></ListBucketResult>",
+         "URL encoding"},
+        {"<ListBucketResult><EncodingType>url</EncodingType><Contents><Key>a%4</Key>"
+         "</Contents></ListBucketResult>",
+         "URL encoding"},
         {"<ListBucketResult><Name>a\x01</Name></ListBucketResult>", "line 1"},
         {"<ListBucketResult><Name>\xff\xfe</Name></ListBucketResult>", "line 1"},
         {"<ListBucketResult><Name>a&#0;</Name></ListBucketResult>", "line 1"},
