@@ -55,6 +55,11 @@ struct s3f__s3_attempt {
     bool has_content_length;
     uint64_t total_size;           /* from Content-Range */
     bool has_total_size;
+    uint64_t range_first;          /* first byte of a 206 response, from Content-Range */
+    bool has_range_first;
+    bool body_started;
+    uint64_t resp_pos;             /* object offset of the next response byte */
+    bool range_gap;                /* the server answered from past the offset we need */
 };
 
 struct s3f__s3_request;
