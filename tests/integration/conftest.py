@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RGW_SH = ROOT / "tests" / "servers" / "rgw.sh"
 
 
+def build_dir():
+    """The meson build directory under test: $S3FLASH_BUILD_DIR, else build/."""
+    return os.environ.get("S3FLASH_BUILD_DIR", str(ROOT / "build"))
+
+
 def _rgw_from_env(env):
     return Rgw(
         endpoint=env["S3FLASH_TEST_ENDPOINT"],
@@ -68,11 +73,25 @@ def rgw():
 
 
 @pytest.fixture(scope="session")
+def s3env(rgw):
+    """The process environment plus the S3FLASH_TEST_* variables of the server in use."""
+    env = dict(os.environ)
+    env.update({
+        "S3FLASH_TEST_ENDPOINT": rgw.endpoint,
+        "S3FLASH_TEST_ACCESS_KEY": rgw.access_key,
+        "S3FLASH_TEST_SECRET_KEY": rgw.secret_key,
+        "S3FLASH_TEST_OTHER_ACCESS_KEY": rgw.other_access_key,
+        "S3FLASH_TEST_OTHER_SECRET_KEY": rgw.other_secret_key,
+        "S3FLASH_TEST_REGION": rgw.region,
+    })
+    return env
+
+
+@pytest.fixture(scope="session")
 def cli_path():
     p = os.environ.get("S3FLASH_CLI")
     if not p:
-        build = os.environ.get("S3FLASH_BUILD_DIR", str(ROOT / "build"))
-        p = os.path.join(build, "src", "cli", "s3flash")
+        p = os.path.join(build_dir(), "src", "cli", "s3flash")
     if not os.access(p, os.X_OK):
         pytest.fail(f"s3flash binary not found at {p} (build it, or set S3FLASH_CLI)")
     return p
