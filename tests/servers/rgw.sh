@@ -165,6 +165,7 @@ ceph_cli() {
 cmd_start() {
     local t0 dir
     t0=$(now)
+    [[ $1 != *[[:space:]]* ]] || die "DIR must not contain whitespace (ceph.conf paths)"
     mkdir -p "$1"
     DIR=$(cd "$1" && pwd -P)
     dir=$DIR
@@ -237,6 +238,10 @@ pid_file = $dir/run/\$name.pid
 admin_socket = $dir/run/\$cluster-\$name.asok
 mon_data_avail_warn = 2
 mon_data_avail_crit = 1
+# each mon commit (pool create, osd boot, ...) otherwise waits ~1 s; rgw
+# start needs ~15 of them
+paxos_propose_interval = 0.05
+paxos_min_wait = 0.01
 
 [osd]
 osd_data = $dir/osd/\$cluster-\$id
