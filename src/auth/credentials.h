@@ -1,0 +1,115 @@
+/* AWS credentials: static credentials and the standard default chain, with caching and
+ * refresh of temporary credentials.
+ *
+ * The default chain, in order (the first provider that is configured answers; a provider
+ * that is configured but fails is an error, not a skip, as in the AWS SDKs):
+ *   1. environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
+ *   2. the profile's static keys: aws_access_key_id, aws_secret_access_key,
+ *      aws_session_token (credentials file or config file)
+ *   3. the profile's credential_process (run with /bin/sh -c; JSON on stdout)
+ *   4. web identity: AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN (+ AWS_ROLE_SESSION_NAME),
+ *      else the profile's web_identity_token_file / role_arn / role_session_name; STS
+ *      AssumeRoleWithWebIdentity at AWS_ENDPOINT_URL_STS, the profile's services `sts`
+ *      endpoint_url, else https://sts.<region>.amazonaws.com (region: AWS_REGION,
+ *      AWS_DEFAULT_REGION, the profile's region; none: https://sts.amazonaws.com)
+ *   5. container (ECS, EKS Pod Identity): AWS_CONTAINER_CREDENTIALS_RELATIVE_URI on
+ *      http://169.254.170.2 (S3FLASH_CONTAINER_CREDENTIALS_HOST overrides the host for tests),
+ *      or AWS_CONTAINER_CREDENTIALS_FULL_URI (http only for loopback and the ECS/EKS
+ *      addresses); Authorization from AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (read at each
+ *      fetch) or AWS_CONTAINER_AUTHORIZATION_TOKEN
+ *   6. EC2 instance metadata, IMDSv2 only (no IMDSv1 fallback) at
+ *      AWS_EC2_METADATA_SERVICE_ENDPOINT or the profile's ec2_metadata_service_endpoint,
+ *      else http://169.254.169.254; AWS_EC2_METADATA_DISABLED=true skips it;
+ *      AWS_METADATA_SERVICE_TIMEOUT (s, default 1) and AWS_METADATA_SERVICE_NUM_ATTEMPTS
+ *      (default 1) as in botocore.
+ * A profile whose only credentials setting is unsupported here (role_arn with
+ * source_profile or credential_source, SSO) fails with S3F_ERR_UNSUPPORTED.
+ * The environment and the profile are read when the provider is created. The provider that
+ * answered first is remembered, and refreshes go to it alone (as botocore does).
+ * Secrets and tokens are never logged nor put into error messages. */
+#ifndef S3F_AUTH_CREDENTIALS_H
+#define S3F_AUTH_CREDENTIALS_H
+
+#include <stdint.h>
+
+#include "auth/profile.h"
+#include "core/core.h"
+
+struct s3f__credentials {
+    char *access_key_id;
+    char *secret_access_key;
+    char *session_token;     /* NULL when none */
+    int64_t expiration;      /* seconds since the epoch; 0 = never expires */
+    char source[48];         /* "environment", "profile:NAME", "process", "web-identity",
+                                "container", "imds", "static" */
+};
+
+/* Free the strings, wiping the secret and the token first (explicit_bzero); the struct is
+ * zeroed and can be reused. NULL is accepted. */
+void s3f__credentials_cleanup(struct s3f__credentials *c);
+
+/* Deep copy of src into dst (dst is overwritten, not cleaned first). S3F_ERR_NO_MEMORY
+ * leaves dst zeroed. */
+enum s3f_status s3f__credentials_copy(struct s3f__credentials *dst,
+                                      const struct s3f__credentials *src);
+
+struct s3f__credentials_options {
+    /* Profile name; NULL: AWS_PROFILE, else "default". Ignored when `config` is set. */
+    const char *profile;
+    /* An already loaded profile (read at creation; need not outlive the provider). NULL:
+     * the provider loads it with s3f__aws_config_load(profile). */
+    const struct s3f__aws_config *config;
+    /* 0: 2000 ms (STS, container). IMDS uses its own 1 s default. */
+    uint32_t connect_timeout_ms;
+    /* 0: 5000 ms for a whole request (STS, container). */
+    uint32_t timeout_ms;
+    /* 0: 60000 ms for credential_process to finish. */
+    uint32_t process_timeout_ms;
+    /* CA bundle for the https providers. NULL: AWS_CA_BUNDLE, the profile's ca_bundle,
+     * else the system default. */
+    const char *ca_bundle;
+    /* 0: 300 s. Temporary credentials are refreshed when fewer seconds than this remain. */
+    uint32_t refresh_window_s;
+    /* Optional; the provider keeps the pointer, which must outlive it. */
+    const struct s3f__logger *logger;
+};
+
+/* Thread-safe: any number of threads may call s3f__credentials_get at once. Cached
+ * credentials are returned while more than refresh_window_s remain; otherwise one caller
+ * fetches (under the provider's lock) while the others wait for its result, or keep using
+ * the cached credentials if they are still valid for more than a minute. */
+struct s3f__credentials_provider;
+
+/* A provider that always returns these credentials (source "static"); the strings are
+ * copied. S3F_ERR_INVALID_ARGUMENT when akid or secret is NULL or empty; token may be NULL.
+ * Free with s3f__credentials_provider_free. */
+enum s3f_status s3f__credentials_provider_new_static(const char *akid, const char *secret,
+                                                     const char *token,
+                                                     struct s3f__credentials_provider **out,
+                                                     struct s3f_error *err);
+
+/* The default chain (see above). Reads the environment and the profile now; fetches
+ * nothing until the first s3f__credentials_get. Errors: those of s3f__aws_config_load
+ * (S3F_ERR_CONFIG for a bad file or a missing named profile), S3F_ERR_NO_MEMORY.
+ * `o` may be NULL (all defaults). Free with s3f__credentials_provider_free. */
+enum s3f_status s3f__credentials_provider_new_default(const struct s3f__credentials_options *o,
+                                                      struct s3f__credentials_provider **out,
+                                                      struct s3f_error *err);
+
+/* Current credentials, fetching or refreshing them when needed. *out receives a copy the
+ * caller frees with s3f__credentials_cleanup (on failure *out is zeroed). Errors:
+ * S3F_ERR_NO_CREDENTIALS (no provider configured; the message lists what was tried),
+ * S3F_ERR_CREDENTIALS (a configured provider failed: bad process output, STS error with
+ * its code/message/request id in err, unreachable container endpoint...),
+ * S3F_ERR_EXPIRED_CREDENTIALS (the provider returned expired credentials),
+ * S3F_ERR_UNSUPPORTED, S3F_ERR_CONFIG, S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__credentials_get(struct s3f__credentials_provider *p,
+                                     struct s3f__credentials *out, struct s3f_error *err);
+
+/* Number of fetches the provider has made (successful or not); for tests and logs. */
+uint64_t s3f__credentials_provider_fetch_count(struct s3f__credentials_provider *p);
+
+/* Free the provider and wipe its cached credentials. No call may be in flight. NULL ok. */
+void s3f__credentials_provider_free(struct s3f__credentials_provider *p);
+
+#endif

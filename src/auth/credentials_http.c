@@ -1,0 +1,750 @@
+/* The network providers of the default chain: web identity (STS
+ * AssumeRoleWithWebIdentity), the ECS/EKS container endpoint, and EC2 IMDSv2. Each request
+ * is one blocking libcurl easy transfer with its own timeouts and a 64 KiB response cap. */
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <expat.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/credentials_internal.h"
+
+#define OP "credentials"
+#define HTTP_BODY_MAX ((size_t)64 << 10)
+#define TOKEN_FILE_MAX ((size_t)64 << 10)
+#define XML_FIELD_MAX ((size_t)16 << 10)
+
+/* ---- one HTTP request ------------------------------------------------------------------- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_OK;
+
+static void curl_init(void) {
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+struct http_request {
+    const char *method;        /* "GET", "PUT" (empty body), "POST" */
+    const char *url;
+    const char *headers[4];    /* "Name: value", NULL-terminated; may hold secrets */
+    const char *body;          /* POST only */
+    size_t body_len;
+    uint32_t connect_timeout_ms;
+    uint32_t timeout_ms;
+    bool no_proxy;             /* link-local metadata endpoints never go through a proxy */
+};
+
+struct http_response {
+    long status;
+    struct s3f__buf body;      /* capped at HTTP_BODY_MAX */
+};
+
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
+    struct s3f__buf *b = ud;
+    size_t n = size * nmemb;
+    return s3f__buf_append(b, ptr, n) == S3F_OK ? n : 0;
+}
+
+static void wipe_slist(struct curl_slist *l) {
+    for (struct curl_slist *i = l; i; i = i->next)
+        explicit_bzero(i->data, strlen(i->data));
+    curl_slist_free_all(l);
+}
+
+static void response_init(struct http_response *rs) {
+    rs->status = 0;
+    s3f__buf_init(&rs->body, HTTP_BODY_MAX);
+}
+
+static void response_cleanup(struct http_response *rs) {
+    if (rs->body.data)
+        explicit_bzero(rs->body.data, rs->body.cap);
+    s3f__buf_cleanup(&rs->body);
+}
+
+/* Perform the request. S3F_OK when a response arrived (any HTTP status, in rs->status);
+ * else S3F_ERR_CONNECT, S3F_ERR_TIMEOUT, S3F_ERR_TLS, S3F_ERR_NETWORK, S3F_ERR_BAD_RESPONSE
+ * (body too large), S3F_ERR_INVALID_URI or S3F_ERR_NO_MEMORY, with a short reason in `why`
+ * (never a header or body). rs->body is reset first. */
+static enum s3f_status http_perform(const struct s3f__chain_settings *s,
+                                    const struct http_request *rq, struct http_response *rs,
+                                    char *why, size_t why_len) {
+    pthread_once(&curl_once, curl_init);
+    why[0] = '\0';
+    s3f__buf_reset(&rs->body);
+    rs->status = 0;
+    if (curl_init_rc != CURLE_OK) {
+        snprintf(why, why_len, "libcurl initialisation failed");
+        return S3F_ERR_INTERNAL;
+    }
+    CURL *h = curl_easy_init();
+    if (!h) {
+        snprintf(why, why_len, "out of memory");
+        return S3F_ERR_NO_MEMORY;
+    }
+    enum s3f_status st = S3F_OK;
+    struct curl_slist *hdrs = NULL;
+    char ebuf[CURL_ERROR_SIZE] = "";
+    for (size_t i = 0; i < S3F_ARRAY_LEN(rq->headers) && rq->headers[i]; i++) {
+        struct curl_slist *n = curl_slist_append(hdrs, rq->headers[i]);
+        if (!n)
+            goto nomem;
+        hdrs = n;
+    }
+    const char *extra[] = {"Expect:", strcmp(rq->method, "PUT") == 0 ? "Content-Type:" : NULL};
+    for (size_t i = 0; i < S3F_ARRAY_LEN(extra) && extra[i]; i++) {
+        struct curl_slist *n = curl_slist_append(hdrs, extra[i]);
+        if (!n)
+            goto nomem;
+        hdrs = n;
+    }
+    curl_easy_setopt(h, CURLOPT_URL, rq->url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85.0 */
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)rq->connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)rq->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "s3flash/" S3FLASH_VERSION);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &rs->body);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    if (s->ca_bundle)
+        curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_bundle);
+    if (rq->no_proxy)
+        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    if (strcmp(rq->method, "POST") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
+    } else if (strcmp(rq->method, "PUT") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+    }
+    uint64_t t0 = s3f__now_ms();
+    CURLcode rc = curl_easy_perform(h);
+    switch (rc) {
+    case CURLE_OK:
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &rs->status);
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+        st = S3F_ERR_CONNECT;
+        snprintf(why, why_len, "connect failed: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+        st = S3F_ERR_TIMEOUT;
+        snprintf(why, why_len, "timed out: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+        st = S3F_ERR_TLS;
+        snprintf(why, why_len, "TLS: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        break;
+    case CURLE_WRITE_ERROR:
+        st = S3F_ERR_BAD_RESPONSE;
+        snprintf(why, why_len, "response larger than %zu bytes", HTTP_BODY_MAX);
+        break;
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+        st = S3F_ERR_INVALID_URI;
+        snprintf(why, why_len, "invalid URL: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        break;
+    default:
+        st = S3F_ERR_NETWORK;
+        snprintf(why, why_len, "%s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        break;
+    }
+    s3f__log(s->logger, S3F_LOG_DEBUG, "credentials: %s %s -> %ld%s%s (%llu ms)", rq->method,
+             rq->url, rs->status, why[0] ? " " : "", why,
+             (unsigned long long)(s3f__now_ms() - t0));
+    goto out;
+nomem:
+    st = S3F_ERR_NO_MEMORY;
+    snprintf(why, why_len, "out of memory");
+out:
+    curl_easy_cleanup(h);
+    wipe_slist(hdrs);
+    return st;
+}
+
+/* Whether a failed attempt is worth repeating. */
+static bool retryable(enum s3f_status st, long http_status) {
+    if (st == S3F_OK)
+        return http_status >= 500 || http_status == 429;
+    return st == S3F_ERR_CONNECT || st == S3F_ERR_TIMEOUT || st == S3F_ERR_NETWORK;
+}
+
+static void backoff(int attempt) {
+    s3f__sleep_ms((uint64_t)((50u << attempt) * (0.5 + s3f__random_unit())));
+}
+
+/* ---- web identity (STS AssumeRoleWithWebIdentity) ------------------------------------------ */
+
+enum sts_field { F_AKID, F_SECRET, F_TOKEN, F_EXPIRATION, F_CODE, F_MESSAGE, F_REQUEST_ID, F_N };
+
+static const char *const sts_suffixes[F_N] = {
+    [F_AKID] = "/AssumeRoleWithWebIdentityResult/Credentials/AccessKeyId",
+    [F_SECRET] = "/AssumeRoleWithWebIdentityResult/Credentials/SecretAccessKey",
+    [F_TOKEN] = "/AssumeRoleWithWebIdentityResult/Credentials/SessionToken",
+    [F_EXPIRATION] = "/AssumeRoleWithWebIdentityResult/Credentials/Expiration",
+    [F_CODE] = "/Error/Code",
+    [F_MESSAGE] = "/Error/Message",
+    [F_REQUEST_ID] = "/RequestId",
+};
+
+struct sts_doc {
+    char path[512];
+    size_t path_len;
+    int overflow_depth;      /* elements entered past the path's room */
+    struct s3f__buf text;
+    char *fields[F_N];
+    bool oom;
+    XML_Parser parser;
+};
+
+static const char *local_name(const char *name) {
+    const char *c = strrchr(name, ':');
+    return c ? c + 1 : name;
+}
+
+static void XMLCALL sts_start(void *ud, const XML_Char *name, const XML_Char **attrs) {
+    (void)attrs;
+    struct sts_doc *d = ud;
+    const char *ln = local_name(name);
+    size_t n = strlen(ln);
+    if (d->overflow_depth || d->path_len + 1 + n >= sizeof(d->path)) {
+        d->overflow_depth++;
+    } else {
+        d->path[d->path_len++] = '/';
+        memcpy(d->path + d->path_len, ln, n + 1);
+        d->path_len += n;
+    }
+    s3f__buf_reset(&d->text);
+}
+
+static bool ends_with(const char *s, size_t len, const char *suffix) {
+    size_t n = strlen(suffix);
+    return len >= n && memcmp(s + len - n, suffix, n) == 0;
+}
+
+static void XMLCALL sts_end(void *ud, const XML_Char *name) {
+    (void)name;
+    struct sts_doc *d = ud;
+    if (d->overflow_depth) {
+        d->overflow_depth--;
+        return;
+    }
+    for (int f = 0; f < F_N; f++) {
+        if (!d->fields[f] && ends_with(d->path, d->path_len, sts_suffixes[f])) {
+            d->fields[f] = s3f__strdup(d->text.data ? d->text.data : "");
+            if (!d->fields[f])
+                d->oom = true;
+        }
+    }
+    while (d->path_len && d->path[d->path_len - 1] != '/')
+        d->path_len--;
+    if (d->path_len)
+        d->path_len--;
+    d->path[d->path_len] = '\0';
+    s3f__buf_reset(&d->text);
+}
+
+static void XMLCALL sts_chars(void *ud, const XML_Char *s, int len) {
+    struct sts_doc *d = ud;
+    (void)s3f__buf_append(&d->text, s, (size_t)len); /* past the cap: field truncated */
+}
+
+static void XMLCALL sts_doctype(void *ud, const XML_Char *name, const XML_Char *sysid,
+                                const XML_Char *pubid, int has_internal_subset) {
+    (void)name;
+    (void)sysid;
+    (void)pubid;
+    (void)has_internal_subset;
+    struct sts_doc *d = ud;
+    XML_StopParser(d->parser, XML_FALSE); /* no DTDs, no entity tricks */
+}
+
+static void sts_doc_cleanup(struct sts_doc *d) {
+    for (int f = 0; f < F_N; f++)
+        s3f__wipe_free(d->fields[f]);
+    if (d->text.data)
+        explicit_bzero(d->text.data, d->text.cap);
+    s3f__buf_cleanup(&d->text);
+}
+
+/* Parse an STS response or error document; 0 if it is well-formed XML. */
+static int sts_parse(struct sts_doc *d, const char *body, size_t len) {
+    memset(d, 0, sizeof(*d));
+    s3f__buf_init(&d->text, XML_FIELD_MAX);
+    XML_Parser p = XML_ParserCreate("UTF-8");
+    if (!p) {
+        d->oom = true;
+        return -1;
+    }
+    d->parser = p;
+    XML_SetUserData(p, d);
+    XML_SetElementHandler(p, sts_start, sts_end);
+    XML_SetCharacterDataHandler(p, sts_chars);
+    XML_SetStartDoctypeDeclHandler(p, sts_doctype);
+    int ok = len <= INT32_MAX && XML_Parse(p, body ? body : "", (int)len, XML_TRUE) == XML_STATUS_OK;
+    XML_ParserFree(p);
+    return ok && !d->oom ? 0 : -1;
+}
+
+/* Append `name=<encoded value>&` to b. */
+static enum s3f_status form_param(struct s3f__buf *b, const char *name, const char *value) {
+    enum s3f_status st;
+    if ((st = s3f__buf_appendf(b, "%s%s=", b->len ? "&" : "", name)))
+        return st;
+    return s3f__uri_encode(b, value, strlen(value), false);
+}
+
+enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *s,
+                                              struct s3f__credentials *out, char *note,
+                                              size_t note_len, struct s3f_error *err) {
+    if (!s->wi_token_file) {
+        snprintf(note, note_len, "web identity (AWS_WEB_IDENTITY_TOKEN_FILE unset)");
+        return S3F_ERR_NO_CREDENTIALS;
+    }
+    if (!s->wi_role_arn)
+        return s3f__error_set(err, S3F_ERR_CONFIG, OP, s->wi_token_file,
+                              "web identity: %s is set but no role: set AWS_ROLE_ARN or the "
+                              "profile's role_arn",
+                              s->wi_token_file_from);
+    char *token = NULL;
+    enum s3f_status st = s3f__read_token_file(s->wi_token_file, TOKEN_FILE_MAX,
+                                              "web identity token file", &token, err);
+    if (st)
+        return st;
+    char session[64];
+    if (s->wi_session_name)
+        s3f__strlcpy(session, s->wi_session_name, sizeof(session));
+    else
+        snprintf(session, sizeof(session), "s3flash-%lld", (long long)s3f__wall_time_s());
+
+    struct s3f__buf body;
+    s3f__buf_init(&body, TOKEN_FILE_MAX * 4);
+    struct http_response rs;
+    response_init(&rs);
+    struct sts_doc doc;
+    memset(&doc, 0, sizeof(doc));
+    char url[1024];
+    const char *ep = s->sts_endpoint;
+    const char *authority = strstr(ep, "://");
+    bool has_path = authority && strchr(authority + 3, '/');
+    snprintf(url, sizeof(url), "%s%s", ep, has_path ? "" : "/");
+
+    if (form_param(&body, "Action", "AssumeRoleWithWebIdentity") ||
+        form_param(&body, "Version", "2011-06-15") ||
+        form_param(&body, "RoleArn", s->wi_role_arn) ||
+        form_param(&body, "RoleSessionName", session) ||
+        form_param(&body, "WebIdentityToken", token)) {
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+        goto out;
+    }
+    struct http_request rq = {
+        .method = "POST",
+        .url = url,
+        .headers = {"Content-Type: application/x-www-form-urlencoded; charset=utf-8",
+                    "Accept: text/xml"},
+        .body = body.data,
+        .body_len = body.len,
+        .connect_timeout_ms = s->connect_timeout_ms,
+        .timeout_ms = s->timeout_ms,
+    };
+    char why[CURL_ERROR_SIZE + 64];
+    const int attempts = 3;
+    for (int a = 0; a < attempts; a++) {
+        if (a)
+            backoff(a);
+        sts_doc_cleanup(&doc);
+        memset(&doc, 0, sizeof(doc));
+        st = http_perform(s, &rq, &rs, why, sizeof(why));
+        if (st == S3F_OK && rs.status != 200)
+            (void)sts_parse(&doc, rs.body.data, rs.body.len);
+        bool idp_flaky = doc.fields[F_CODE] &&
+                         (strcmp(doc.fields[F_CODE], "IDPCommunicationError") == 0 ||
+                          strcmp(doc.fields[F_CODE], "Throttling") == 0);
+        if (!(retryable(st, rs.status) || (st == S3F_OK && idp_flaky)))
+            break;
+    }
+    if (st) {
+        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
+                            "AssumeRoleWithWebIdentity", url, "STS: %s", why);
+        goto out;
+    }
+    if (rs.status != 200) {
+        const char *code = doc.fields[F_CODE];
+        const char *msg = doc.fields[F_MESSAGE];
+        st = s3f__error_set(err,
+                            code && strcmp(code, "ExpiredTokenException") == 0
+                                ? S3F_ERR_EXPIRED_CREDENTIALS
+                                : S3F_ERR_CREDENTIALS,
+                            "AssumeRoleWithWebIdentity", url, "%s (role %s)",
+                            msg && *msg ? msg : "STS returned an error", s->wi_role_arn);
+        if (err) {
+            err->http_status = (int)rs.status;
+            s3f__strlcpy(err->code, code ? code : "", sizeof(err->code));
+            s3f__strlcpy(err->request_id, doc.fields[F_REQUEST_ID] ? doc.fields[F_REQUEST_ID] : "",
+                         sizeof(err->request_id));
+        }
+        goto out;
+    }
+    if (sts_parse(&doc, rs.body.data, rs.body.len) != 0 || !doc.fields[F_AKID] ||
+        !doc.fields[F_SECRET] || !doc.fields[F_TOKEN] || !doc.fields[F_EXPIRATION]) {
+        st = s3f__error_set(err, doc.oom ? S3F_ERR_NO_MEMORY : S3F_ERR_CREDENTIALS,
+                            "AssumeRoleWithWebIdentity", url,
+                            "STS response has no complete Credentials element");
+        if (err) {
+            err->http_status = (int)rs.status;
+            s3f__strlcpy(err->request_id, doc.fields[F_REQUEST_ID] ? doc.fields[F_REQUEST_ID] : "",
+                         sizeof(err->request_id));
+        }
+        goto out;
+    }
+    int64_t exp;
+    if (s3f__time_parse(s3f__trim(doc.fields[F_EXPIRATION]), &exp) != 0) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, "AssumeRoleWithWebIdentity", url,
+                            "STS response: Expiration is not an ISO-8601 time");
+        goto out;
+    }
+    if (s3f__credentials_set(out, s3f__trim(doc.fields[F_AKID]), s3f__trim(doc.fields[F_SECRET]),
+                             s3f__trim(doc.fields[F_TOKEN]), exp, "web-identity"))
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+out:
+    sts_doc_cleanup(&doc);
+    response_cleanup(&rs);
+    if (body.data)
+        explicit_bzero(body.data, body.cap);
+    s3f__buf_cleanup(&body);
+    s3f__wipe_free(token);
+    return st;
+}
+
+/* ---- container (ECS, EKS Pod Identity) ------------------------------------------------------ */
+
+/* Hosts a plain-http full URI may name: loopback and the ECS / EKS link-local addresses. */
+static bool container_host_allowed(const char *host) {
+    static const char *const allowed[] = {"localhost", "[::1]", "169.254.170.2", "169.254.170.23",
+                                          "[fd00:ec2::23]"};
+    for (size_t i = 0; i < S3F_ARRAY_LEN(allowed); i++)
+        if (s3f__strieq(host, allowed[i]))
+            return true;
+    struct in_addr a;
+    if (inet_pton(AF_INET, host, &a) == 1)
+        return (ntohl(a.s_addr) >> 24) == 127;
+    return false;
+}
+
+/* S3F_OK if a full URI is acceptable (https anywhere, http for the hosts above). */
+static enum s3f_status check_full_uri(const char *uri, struct s3f_error *err) {
+    pthread_once(&curl_once, curl_init);
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL;
+    enum s3f_status st = S3F_OK;
+    if (!u)
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+    if (curl_url_set(u, CURLUPART_URL, uri, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
+        st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                            "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
+        goto out;
+    }
+    if (s3f__strieq(scheme, "https"))
+        goto out;
+    if (!s3f__strieq(scheme, "http")) {
+        st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                            "AWS_CONTAINER_CREDENTIALS_FULL_URI must be an http or https URL");
+        goto out;
+    }
+    if (!container_host_allowed(host))
+        st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                            "AWS_CONTAINER_CREDENTIALS_FULL_URI: plain http is allowed only for "
+                            "loopback hosts and the ECS/EKS addresses, not '%s'",
+                            host);
+out:
+    curl_free(scheme);
+    curl_free(host);
+    curl_url_cleanup(u);
+    return st;
+}
+
+enum s3f_status s3f__chain_fetch_container(const struct s3f__chain_settings *s,
+                                           struct s3f__credentials *out, char *note,
+                                           size_t note_len, struct s3f_error *err) {
+    if (!s->container_relative && !s->container_full) {
+        snprintf(note, note_len,
+                 "container (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI unset)");
+        return S3F_ERR_NO_CREDENTIALS;
+    }
+    enum s3f_status st = S3F_OK;
+    char *token = NULL, *auth = NULL, *url = NULL;
+    struct http_response rs;
+    response_init(&rs);
+    struct s3f__json_object o = {0};
+    if (s->container_relative) {
+        const char *host = s->container_host ? s->container_host : "http://169.254.170.2";
+        size_t n = strlen(host) + strlen(s->container_relative) + 2;
+        url = malloc(n);
+        if (!url)
+            goto nomem;
+        snprintf(url, n, "%s%s%s", host, s->container_relative[0] == '/' ? "" : "/",
+                 s->container_relative);
+    } else {
+        if ((st = check_full_uri(s->container_full, err)))
+            goto out;
+        url = s3f__strdup(s->container_full);
+        if (!url)
+            goto nomem;
+    }
+    if (s->container_token_file) {
+        if ((st = s3f__read_token_file(s->container_token_file, TOKEN_FILE_MAX,
+                                       "container authorization token file", &token, err)))
+            goto out;
+    } else if (s->container_token) {
+        token = s3f__strdup(s->container_token);
+        if (!token)
+            goto nomem;
+    }
+    if (token) {
+        if (strpbrk(token, "\r\n")) {
+            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
+                                "the container authorization token contains a line break");
+            goto out;
+        }
+        size_t n = strlen(token) + sizeof("Authorization: ");
+        auth = malloc(n);
+        if (!auth)
+            goto nomem;
+        snprintf(auth, n, "Authorization: %s", token);
+    }
+    struct http_request rq = {
+        .method = "GET",
+        .url = url,
+        .headers = {"Accept: application/json", auth},
+        .connect_timeout_ms = s->connect_timeout_ms,
+        .timeout_ms = s->timeout_ms,
+        .no_proxy = true,
+    };
+    char why[CURL_ERROR_SIZE + 64];
+    for (int a = 0; a < 3; a++) {
+        if (a)
+            backoff(a);
+        st = http_perform(s, &rq, &rs, why, sizeof(why));
+        if (!retryable(st, rs.status))
+            break;
+    }
+    if (st) {
+        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS, OP, url,
+                            "container credentials endpoint: %s", why);
+        goto out;
+    }
+    char jerr[96];
+    enum s3f_status jst = s3f__json_parse_object(rs.body.data, rs.body.len, &o, jerr, sizeof(jerr));
+    if (jst == S3F_ERR_NO_MEMORY)
+        goto nomem;
+    if (rs.status != 200) {
+        const char *msg = jst ? NULL : s3f__json_get_string(&o, "message");
+        const char *code = jst ? NULL : s3f__json_get_string(&o, "code");
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
+                            "container credentials endpoint returned HTTP %ld%s%s", rs.status,
+                            msg ? ": " : "", msg ? msg : "");
+        if (err) {
+            err->http_status = (int)rs.status;
+            s3f__strlcpy(err->code, code ? code : "", sizeof(err->code));
+        }
+        goto out;
+    }
+    if (jst) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
+                            "container credentials response is not a JSON object (%s)", jerr);
+        goto out;
+    }
+    st = s3f__credentials_from_json(&o, "Token", "container", "container credentials response",
+                                    out, err);
+    goto out;
+nomem:
+    st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+out:
+    s3f__json_cleanup(&o);
+    response_cleanup(&rs);
+    s3f__wipe_free(token);
+    s3f__wipe_free(auth);
+    free(url);
+    return st;
+}
+
+/* ---- EC2 instance metadata (IMDSv2 only) ---------------------------------------------------- */
+
+enum s3f_status s3f__chain_fetch_imds(const struct s3f__chain_settings *s,
+                                      struct s3f__credentials *out, char *note, size_t note_len,
+                                      struct s3f_error *err) {
+    if (s->imds_disabled) {
+        snprintf(note, note_len, "imds (disabled by AWS_EC2_METADATA_DISABLED)");
+        return S3F_ERR_NO_CREDENTIALS;
+    }
+    enum s3f_status st = S3F_OK;
+    struct http_response rs;
+    response_init(&rs);
+    struct s3f__json_object o = {0};
+    struct s3f__buf path;
+    s3f__buf_init(&path, 4096);
+    char *token = NULL, *token_hdr = NULL, *role = NULL;
+    char url[2048];
+    char why[CURL_ERROR_SIZE + 64];
+    struct http_request rq = {
+        .connect_timeout_ms = s->imds_timeout_ms,
+        .timeout_ms = s->imds_timeout_ms + 1000,
+        .no_proxy = true,
+    };
+
+    /* 1. session token */
+    snprintf(url, sizeof(url), "%s/latest/api/token", s->imds_endpoint);
+    rq.method = "PUT";
+    rq.url = url;
+    rq.headers[0] = "X-aws-ec2-metadata-token-ttl-seconds: 21600";
+    for (int a = 0; a < s->imds_attempts; a++) {
+        if (a)
+            backoff(a);
+        st = http_perform(s, &rq, &rs, why, sizeof(why));
+        if (!retryable(st, rs.status))
+            break;
+    }
+    if (st == S3F_ERR_NO_MEMORY)
+        goto nomem;
+    if (st) {
+        snprintf(note, note_len, "imds (%s)",
+                 st == S3F_ERR_CONNECT ? "connect failed"
+                 : st == S3F_ERR_TIMEOUT ? "timed out"
+                                         : "token request failed");
+        st = S3F_ERR_NO_CREDENTIALS;
+        goto out;
+    }
+    if (rs.status != 200 || !rs.body.data || !*s3f__trim(rs.body.data)) {
+        snprintf(note, note_len, "imds (token request: HTTP %ld%s)", rs.status,
+                 rs.status == 200 ? ", empty token" : "");
+        st = S3F_ERR_NO_CREDENTIALS;
+        goto out;
+    }
+    token = s3f__strdup(s3f__trim(rs.body.data));
+    size_t hn = (token ? strlen(token) : 0) + sizeof("X-aws-ec2-metadata-token: ");
+    token_hdr = token ? malloc(hn) : NULL;
+    if (!token_hdr)
+        goto nomem;
+    if (strpbrk(token, "\r\n")) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url, "IMDS returned a malformed token");
+        goto out;
+    }
+    snprintf(token_hdr, hn, "X-aws-ec2-metadata-token: %s", token);
+
+    /* 2. the instance's role */
+    snprintf(url, sizeof(url), "%s/latest/meta-data/iam/security-credentials/", s->imds_endpoint);
+    rq.method = "GET";
+    rq.headers[0] = token_hdr;
+    for (int a = 0; a < s->imds_attempts; a++) {
+        if (a)
+            backoff(a);
+        st = http_perform(s, &rq, &rs, why, sizeof(why));
+        if (!retryable(st, rs.status))
+            break;
+    }
+    if (st) {
+        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS, OP, url,
+                            "IMDS: %s", why);
+        goto out;
+    }
+    if (rs.status == 404) {
+        snprintf(note, note_len, "imds (no IAM role attached to the instance)");
+        st = S3F_ERR_NO_CREDENTIALS;
+        goto out;
+    }
+    if (rs.status != 200) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url, "IMDS returned HTTP %ld",
+                            rs.status);
+        if (err)
+            err->http_status = (int)rs.status;
+        goto out;
+    }
+    char *r = rs.body.data ? s3f__trim(rs.body.data) : NULL;
+    if (!r || !*r) {
+        snprintf(note, note_len, "imds (no IAM role attached to the instance)");
+        st = S3F_ERR_NO_CREDENTIALS;
+        goto out;
+    }
+    role = s3f__strndup(r, strcspn(r, "\r\n"));
+    if (!role)
+        goto nomem;
+    /* IAM role names are [A-Za-z0-9+=,.@_-]{1,64}: safe in a URL path as they are */
+    if (strlen(role) > 64 ||
+        strspn(role, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+=,.@_-") !=
+            strlen(role)) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
+                            "IMDS returned an invalid IAM role name");
+        goto out;
+    }
+
+    /* 3. the role's credentials */
+    if (s3f__buf_appendf(&path, "%s/latest/meta-data/iam/security-credentials/%s",
+                         s->imds_endpoint, role))
+        goto nomem;
+    rq.url = path.data;
+    for (int a = 0; a < s->imds_attempts; a++) {
+        if (a)
+            backoff(a);
+        st = http_perform(s, &rq, &rs, why, sizeof(why));
+        if (!retryable(st, rs.status))
+            break;
+    }
+    if (st) {
+        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS, OP,
+                            path.data, "IMDS: %s", why);
+        goto out;
+    }
+    if (rs.status != 200) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path.data,
+                            "IMDS returned HTTP %ld for role '%s'", rs.status, role);
+        if (err)
+            err->http_status = (int)rs.status;
+        goto out;
+    }
+    char jerr[96];
+    st = s3f__json_parse_object(rs.body.data, rs.body.len, &o, jerr, sizeof(jerr));
+    if (st == S3F_ERR_NO_MEMORY)
+        goto nomem;
+    if (st) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path.data,
+                            "IMDS credentials response is not a JSON object (%s)", jerr);
+        goto out;
+    }
+    const char *code = s3f__json_get_string(&o, "Code");
+    if (code && strcmp(code, "Success") != 0) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path.data,
+                            "IMDS credentials for role '%s': Code %s", role, code);
+        if (err)
+            s3f__strlcpy(err->code, code, sizeof(err->code));
+        goto out;
+    }
+    st = s3f__credentials_from_json(&o, "Token", "imds", "IMDS credentials response", out, err);
+    goto out;
+nomem:
+    st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+out:
+    s3f__json_cleanup(&o);
+    response_cleanup(&rs);
+    s3f__buf_cleanup(&path);
+    s3f__wipe_free(token);
+    s3f__wipe_free(token_hdr);
+    free(role);
+    return st;
+}

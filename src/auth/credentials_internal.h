@@ -1,0 +1,93 @@
+/* Shared between credentials.c (cache, chain, environment, profile, process) and
+ * credentials_http.c (web identity/STS, container, IMDS). Not for other layers. */
+#ifndef S3F_AUTH_CREDENTIALS_INTERNAL_H
+#define S3F_AUTH_CREDENTIALS_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "auth/credentials.h"
+#include "auth/json.h"
+
+/* Everything the default chain needs, copied from the environment and the profile when the
+ * provider is created; immutable afterwards (read by the fetching thread only). Strings are
+ * NULL when unset or empty. */
+struct s3f__chain_settings {
+    char *profile;
+    bool profile_found;
+    char *config_path;        /* display forms for messages */
+    char *credentials_path;
+
+    char *env_akid, *env_secret, *env_token;
+    char *prof_akid, *prof_secret, *prof_token;
+    char *credential_process;
+    char *unsupported;        /* why the profile asks for an unsupported provider */
+
+    /* web identity, each from the environment, else the profile */
+    char *wi_token_file;
+    const char *wi_token_file_from; /* "AWS_WEB_IDENTITY_TOKEN_FILE" or "web_identity_token_file" */
+    char *wi_role_arn;
+    char *wi_session_name;
+    char *sts_endpoint;       /* resolved, never NULL */
+
+    /* container */
+    char *container_relative;
+    char *container_full;
+    char *container_host;     /* S3FLASH_CONTAINER_CREDENTIALS_HOST, else NULL */
+    char *container_token_file;
+    char *container_token;
+
+    /* IMDS */
+    bool imds_disabled;
+    char *imds_endpoint;      /* resolved, never NULL, without a trailing '/' */
+    uint32_t imds_timeout_ms;
+    int imds_attempts;
+
+    char *ca_bundle;
+    uint32_t connect_timeout_ms;
+    uint32_t timeout_ms;
+    uint32_t process_timeout_ms;
+    const struct s3f__logger *logger;
+};
+
+/* A provider of the chain. Returns S3F_OK with *out filled, S3F_ERR_NO_CREDENTIALS when it
+ * is not configured or not available (with why in `note`, e.g. "AWS_ROLE_ARN unset"), or an
+ * error status with err filled (a configured provider that failed). */
+typedef enum s3f_status (*s3f__chain_fetch_fn)(const struct s3f__chain_settings *s,
+                                               struct s3f__credentials *out, char *note,
+                                               size_t note_len, struct s3f_error *err);
+
+enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *s,
+                                              struct s3f__credentials *out, char *note,
+                                              size_t note_len, struct s3f_error *err);
+enum s3f_status s3f__chain_fetch_container(const struct s3f__chain_settings *s,
+                                           struct s3f__credentials *out, char *note,
+                                           size_t note_len, struct s3f_error *err);
+enum s3f_status s3f__chain_fetch_imds(const struct s3f__chain_settings *s,
+                                      struct s3f__credentials *out, char *note, size_t note_len,
+                                      struct s3f_error *err);
+
+/* Fill *out from a JSON credentials document: AccessKeyId, SecretAccessKey, the token under
+ * `token_key` ("Token" or "SessionToken"; optional) and Expiration (optional ISO-8601).
+ * `what` names the document in messages. S3F_ERR_CREDENTIALS when a required field is
+ * missing or Expiration is invalid; S3F_ERR_NO_MEMORY. On failure *out is zeroed. */
+enum s3f_status s3f__credentials_from_json(const struct s3f__json_object *o,
+                                           const char *token_key, const char *source,
+                                           const char *what, struct s3f__credentials *out,
+                                           struct s3f_error *err);
+
+/* Set all four strings; copies them. S3F_ERR_NO_MEMORY leaves *out zeroed. */
+enum s3f_status s3f__credentials_set(struct s3f__credentials *out, const char *akid,
+                                     const char *secret, const char *token, int64_t expiration,
+                                     const char *source);
+
+/* Read a small file whose content is a token (trimmed); at most `max` bytes. On success
+ * *out is a malloc'ed string (caller frees it with s3f__wipe_free). Errors:
+ * S3F_ERR_CREDENTIALS naming `what`, the path and the errno text (never the content) for a
+ * missing, unreadable, empty or too large file; S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__read_token_file(const char *path, size_t max, const char *what, char **out,
+                                     struct s3f_error *err);
+
+/* Free with wiping (for secrets). NULL ok. */
+void s3f__wipe_free(char *s);
+
+#endif

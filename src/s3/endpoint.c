@@ -1,0 +1,610 @@
+/* S3 endpoint resolution (see endpoint.h). The decision tree mirrors the S3 endpoint rule set of
+ * the AWS SDKs; the comments name the rule each branch implements. */
+#include "s3/endpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OP "endpoint"
+
+/* ---- partitions (botocore data/partitions.json) --------------------------------------- */
+struct partition {
+    const char *id;
+    const char *dns_suffix;
+    const char *dual_stack_dns_suffix; /* not used by S3, whose dual-stack hosts are
+                                          s3.dualstack.REGION.DNS_SUFFIX */
+    bool supports_fips;
+    bool supports_dual_stack;
+    const char *const *prefixes; /* region regex ^(PREFIX)-\w+-\d+$ */
+    const char *const *regions;  /* explicitly listed regions (matched first) */
+};
+
+static const char *const aws_prefixes[] = {"us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx",
+                                           NULL};
+static const char *const aws_regions[] = {
+    "af-south-1",     "ap-east-1",      "ap-northeast-1", "ap-northeast-2", "ap-northeast-3",
+    "ap-south-1",     "ap-south-2",     "ap-southeast-1", "ap-southeast-2", "ap-southeast-3",
+    "ap-southeast-4", "ap-southeast-5", "aws-global",     "ca-central-1",   "ca-west-1",
+    "eu-central-1",   "eu-central-2",   "eu-north-1",     "eu-south-1",     "eu-south-2",
+    "eu-west-1",      "eu-west-2",      "eu-west-3",      "il-central-1",   "me-central-1",
+    "me-south-1",     "sa-east-1",      "us-east-1",      "us-east-2",      "us-west-1",
+    "us-west-2",      NULL};
+static const char *const cn_prefixes[] = {"cn", NULL};
+static const char *const cn_regions[] = {"aws-cn-global", "cn-north-1", "cn-northwest-1", NULL};
+static const char *const gov_prefixes[] = {"us-gov", NULL};
+static const char *const gov_regions[] = {"aws-us-gov-global", "us-gov-east-1", "us-gov-west-1",
+                                          NULL};
+static const char *const iso_prefixes[] = {"us-iso", NULL};
+static const char *const iso_regions[] = {"aws-iso-global", "us-iso-east-1", "us-iso-west-1",
+                                          NULL};
+static const char *const isob_prefixes[] = {"us-isob", NULL};
+static const char *const isob_regions[] = {"aws-iso-b-global", "us-isob-east-1", NULL};
+static const char *const isoe_prefixes[] = {"eu-isoe", NULL};
+static const char *const isoe_regions[] = {"eu-isoe-west-1", NULL};
+static const char *const isof_prefixes[] = {"us-isof", NULL};
+static const char *const eusc_prefixes[] = {"eusc-de", NULL};
+static const char *const no_regions[] = {NULL};
+
+static const struct partition partitions[] = {
+    {"aws", "amazonaws.com", "api.aws", true, true, aws_prefixes, aws_regions},
+    {"aws-cn", "amazonaws.com.cn", "api.amazonwebservices.com.cn", true, true, cn_prefixes,
+     cn_regions},
+    {"aws-us-gov", "amazonaws.com", "api.aws", true, true, gov_prefixes, gov_regions},
+    {"aws-iso", "c2s.ic.gov", "c2s.ic.gov", true, false, iso_prefixes, iso_regions},
+    {"aws-iso-b", "sc2s.sgov.gov", "sc2s.sgov.gov", true, false, isob_prefixes, isob_regions},
+    {"aws-iso-e", "cloud.adc-e.uk", "cloud.adc-e.uk", true, false, isoe_prefixes, isoe_regions},
+    {"aws-iso-f", "csp.hci.ic.gov", "csp.hci.ic.gov", true, false, isof_prefixes, no_regions},
+    {"aws-eusc", "amazonaws.eu", "amazonaws.eu", true, false, eusc_prefixes, no_regions},
+};
+
+static bool is_word_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_';
+}
+
+/* ^PREFIX-\w+-\d+$ */
+static bool region_matches(const char *region, const char *prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(region, prefix, n) != 0 || region[n] != '-')
+        return false;
+    const char *s = region + n + 1;
+    const char *w = s;
+    while (is_word_char(*s))
+        s++;
+    if (s == w || *s != '-')
+        return false;
+    s++;
+    const char *d = s;
+    while (*s >= '0' && *s <= '9')
+        s++;
+    return s != d && *s == '\0';
+}
+
+/* aws.partition(region): exact region first, then the regexes, else the aws partition. */
+static const struct partition *partition_of(const char *region) {
+    for (size_t i = 0; i < S3F_ARRAY_LEN(partitions); i++)
+        for (const char *const *r = partitions[i].regions; *r; r++)
+            if (strcmp(*r, region) == 0)
+                return &partitions[i];
+    for (size_t i = 0; i < S3F_ARRAY_LEN(partitions); i++)
+        for (const char *const *pr = partitions[i].prefixes; *pr; pr++)
+            if (region_matches(region, *pr))
+                return &partitions[i];
+    return &partitions[0];
+}
+
+/* ---- host labels and bucket names ----------------------------------------------------- */
+static bool is_alnum(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* One label: 1-63 of [A-Za-z0-9-], not starting or ending with '-'. */
+static bool valid_label(const char *s, size_t n) {
+    if (n < 1 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!is_alnum(s[i]) && s[i] != '-')
+            return false;
+    return true;
+}
+
+/* isValidHostLabel(value, allowSubDomains) */
+static bool valid_host_label(const char *s, bool allow_subdomains) {
+    if (!allow_subdomains)
+        return valid_label(s, strlen(s));
+    for (;;) {
+        const char *dot = strchr(s, '.');
+        size_t n = dot ? (size_t)(dot - s) : strlen(s);
+        if (!valid_label(s, n))
+            return false;
+        if (!dot)
+            return true;
+        s = dot + 1;
+    }
+}
+
+/* Dotted-quad IPv4 as the SDKs test it (each part 0-255, at most 3 digits). */
+static bool is_ipv4(const char *s, size_t n) {
+    int parts = 0;
+    size_t i = 0;
+    while (parts < 4) {
+        size_t start = i;
+        unsigned v = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9' && i - start < 3)
+            v = v * 10 + (unsigned)(s[i++] - '0');
+        if (i == start || v > 255 || (i < n && s[i] >= '0' && s[i] <= '9'))
+            return false;
+        parts++;
+        if (parts < 4) {
+            if (i >= n || s[i] != '.')
+                return false;
+            i++;
+        }
+    }
+    return i == n;
+}
+
+bool s3f__bucket_dns_compatible(const char *name, bool allow_dots) {
+    if (!name)
+        return false;
+    size_t n = strlen(name);
+    if (n < 3 || is_ipv4(name, n))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] >= 'A' && name[i] <= 'Z')
+            return false;
+    return valid_host_label(name, allow_dots);
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+bool s3f__bucket_name_valid(const char *name, bool strict) {
+    if (!name)
+        return false;
+    size_t n = strlen(name);
+    if (!strict) {
+        if (n < 3 || n > 255)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!is_alnum(name[i]) && name[i] != '.' && name[i] != '-' && name[i] != '_')
+                return false;
+        return true;
+    }
+    if (n < 3 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-'))
+            return false;
+        if (c == '.' && i + 1 < n && name[i + 1] == '.')
+            return false;
+    }
+    if (!is_alnum(name[0]) || !is_alnum(name[n - 1]) || is_ipv4(name, n))
+        return false;
+    static const char *const bad_prefix[] = {"xn--", "sthree-", "amzn-s3-demo-"};
+    static const char *const bad_suffix[] = {"-s3alias", "--ol-s3", ".mrap", "--x-s3",
+                                             "--table-s3"};
+    for (size_t i = 0; i < S3F_ARRAY_LEN(bad_prefix); i++)
+        if (strncmp(name, bad_prefix[i], strlen(bad_prefix[i])) == 0)
+            return false;
+    for (size_t i = 0; i < S3F_ARRAY_LEN(bad_suffix); i++)
+        if (has_suffix(name, bad_suffix[i]))
+            return false;
+    return true;
+}
+
+/* ---- custom endpoint URL (the rules' parseURL) ---------------------------------------- */
+struct url {
+    bool https;
+    char authority[300]; /* host[:port] as written */
+    char host_header[300];
+    char path[1024]; /* as written, "" when none */
+    bool is_ip;
+};
+
+static bool path_char_ok(unsigned char c) {
+    /* RFC 3986 pchar plus '/', with '%' for already-encoded octets. */
+    return is_alnum((char)c) || strchr("-._~!$&'()*+,;=:@/%", c) != NULL;
+}
+
+/* 0: parsed. -1: invalid. -2: carries user information (never echoed). */
+static int parse_url(const char *s, struct url *u) {
+    memset(u, 0, sizeof(*u));
+    const char *rest;
+    if (strncasecmp(s, "https://", 8) == 0) {
+        u->https = true;
+        rest = s + 8;
+    } else if (strncasecmp(s, "http://", 7) == 0) {
+        rest = s + 7;
+    } else {
+        return -1;
+    }
+    size_t alen = strcspn(rest, "/?#");
+    const char *path = rest + alen;
+    if (*path == '?' || *path == '#' || strpbrk(path, "?#"))
+        return -1; /* the rules refuse query strings and fragments */
+    if (memchr(rest, '@', alen))
+        return -2;
+    if (alen == 0 || alen >= sizeof(u->authority) || strlen(path) >= sizeof(u->path))
+        return -1;
+    memcpy(u->authority, rest, alen);
+    u->authority[alen] = '\0';
+    for (const char *q = path; *q; q++)
+        if (!path_char_ok((unsigned char)*q))
+            return -1;
+    strcpy(u->path, path);
+
+    /* host and port */
+    const char *a = u->authority, *port = NULL;
+    size_t hlen;
+    if (a[0] == '[') {
+        const char *close = strchr(a, ']');
+        if (!close || close == a + 1)
+            return -1;
+        for (const char *q = a + 1; q < close; q++)
+            if (!(is_alnum(*q) || *q == ':' || *q == '.' || *q == '%'))
+                return -1;
+        if (!memchr(a + 1, ':', (size_t)(close - a - 1)))
+            return -1;
+        hlen = (size_t)(close - a) + 1;
+        if (close[1] == ':')
+            port = close + 2;
+        else if (close[1] != '\0')
+            return -1;
+        u->is_ip = true;
+    } else {
+        const char *colon = strchr(a, ':');
+        hlen = colon ? (size_t)(colon - a) : strlen(a);
+        if (colon)
+            port = colon + 1;
+        if (hlen == 0)
+            return -1;
+        for (size_t i = 0; i < hlen; i++)
+            if (!(is_alnum(a[i]) || a[i] == '-' || a[i] == '.' || a[i] == '_'))
+                return -1;
+        u->is_ip = is_ipv4(a, hlen);
+    }
+    bool default_port = true;
+    if (port) {
+        size_t plen = strlen(port);
+        if (plen == 0 || plen > 5 || strspn(port, "0123456789") != plen)
+            return -1;
+        long v = strtol(port, NULL, 10);
+        if (v < 1 || v > 65535)
+            return -1;
+        default_port = v == (u->https ? 443 : 80);
+    }
+    if (default_port) {
+        memcpy(u->host_header, a, hlen);
+        u->host_header[hlen] = '\0';
+    } else {
+        strcpy(u->host_header, a);
+    }
+    return 0;
+}
+
+/* ---- result assembly -------------------------------------------------------------------- */
+static enum s3f_status set_result(struct s3f__endpoint *out, bool https, const char *authority,
+                                  const char *host_header, const char *path, bool path_style,
+                                  const char *signing_region) {
+    struct s3f__buf b;
+    s3f__buf_init(&b, 4096);
+    enum s3f_status st = s3f__buf_appendf(&b, "%s://%s", https ? "https" : "http", authority);
+    if (st)
+        goto out;
+    out->origin = s3f__strdup(b.data);
+    /* never a trailing slash */
+    size_t plen = strlen(path);
+    while (plen && path[plen - 1] == '/')
+        plen--;
+    out->base_path = s3f__strndup(path, plen);
+    if ((st = s3f__buf_append(&b, path, plen)))
+        goto out;
+    out->url = s3f__buf_take(&b);
+    out->host = s3f__strdup(host_header);
+    out->signing_region = s3f__strdup(signing_region);
+    out->signing_name = s3f__strdup("s3");
+    out->path_style = path_style;
+    out->tls = https;
+    if (!out->origin || !out->base_path || !out->url || !out->host || !out->signing_region ||
+        !out->signing_name)
+        st = S3F_ERR_NO_MEMORY;
+out:
+    s3f__buf_cleanup(&b);
+    return st;
+}
+
+/* An AWS host: `host` is the whole host name, https, default port. */
+static enum s3f_status set_aws(struct s3f__endpoint *out, const char *host, const char *path,
+                               bool path_style, const char *signing_region) {
+    return set_result(out, true, host, host, path, path_style, signing_region);
+}
+
+static enum s3f_status oom(struct s3f_error *err, const char *resource) {
+    return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, resource, "out of memory");
+}
+
+enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
+                                      struct s3f__endpoint *out, struct s3f_error *err) {
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no output endpoint");
+    memset(out, 0, sizeof(*out));
+    if (!p)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no endpoint parameters");
+
+    const char *bucket = p->bucket && *p->bucket ? p->bucket : NULL;
+    const char *region = p->region;
+    char resource_buf[300];
+    const char *resource = NULL; /* err->resource: the bucket, when there is one */
+    if (bucket) {
+        snprintf(resource_buf, sizeof(resource_buf), "s3://%s", bucket);
+        resource = resource_buf;
+    }
+
+    /* Features s3flash does not implement: fail before any URL can be produced. */
+    if (bucket && strncmp(bucket, "arn:", 4) == 0)
+        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
+                              "ARN buckets are not supported: %s (access points, Outposts, "
+                              "Object Lambda and Multi-Region Access Points need ARN support)",
+                              bucket);
+    if (bucket && (has_suffix(bucket, "--x-s3") || has_suffix(bucket, "--xa-s3")))
+        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
+                              "S3 Express One Zone directory buckets are not supported: %s",
+                              bucket);
+    if (bucket && strlen(bucket) >= 50 && has_suffix(bucket, "--op-s3"))
+        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
+                              "S3 on Outposts bucket aliases are not supported: %s", bucket);
+    if (p->use_s3express_control_endpoint)
+        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
+                              "the S3 Express One Zone control endpoint is not supported");
+    if (p->use_object_lambda_endpoint)
+        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
+                              "S3 Object Lambda endpoints are not supported");
+
+    if (!region || !*region)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "A region must be set when sending requests to S3.");
+    if (bucket && strlen(bucket) > 255)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "bucket name longer than 255 bytes");
+
+    struct url u;
+    bool custom = p->endpoint_url != NULL;
+    if (custom) {
+        int r = parse_url(p->endpoint_url, &u);
+        if (r == -2)
+            return s3f__error_set(err, S3F_ERR_INVALID_URI, OP, resource,
+                                  "Custom endpoint must not contain user information "
+                                  "(user:password@); pass credentials separately");
+        if (r != 0)
+            return s3f__error_set(err, S3F_ERR_INVALID_URI, OP, resource,
+                                  "Custom endpoint `%.300s` was not a valid URI (expected "
+                                  "http[s]://host[:port][/path], without query or fragment)",
+                                  p->endpoint_url);
+    }
+
+    /* Option conflicts (the rule set checks these before anything else). */
+    if (p->accelerate && p->use_fips)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "Accelerate cannot be used with FIPS");
+    if (p->use_dual_stack && custom)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "Cannot set dual-stack in combination with a custom endpoint.");
+    if (custom && p->use_fips)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "A custom endpoint cannot be combined with FIPS");
+    if (custom && p->accelerate)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "A custom endpoint cannot be combined with S3 Accelerate");
+    const struct partition *part = partition_of(region);
+    if (p->use_fips && (strcmp(part->id, "aws-cn") == 0 || !part->supports_fips))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "Partition does not support FIPS");
+
+    if (strlen(region) > 128)
+        goto bad_region;
+    bool global = strcmp(region, "aws-global") == 0;
+    const char *r1 = global ? "us-east-1" : region; /* region in FIPS/dual-stack hosts */
+    /* The legacy global endpoint s3.amazonaws.com: aws-global, or us-east-1 when asked. */
+    bool legacy_global = global || (p->use_global_endpoint && strcmp(region, "us-east-1") == 0);
+    const char *sd = part->dns_suffix;
+    char host[512];
+    enum s3f_status st;
+
+    if (!bucket) {
+        if (!valid_host_label(region, true))
+            goto bad_region;
+        if (custom)
+            st = set_result(out, u.https, u.authority, u.host_header, u.path, false, r1);
+        else {
+            if (p->use_fips && p->use_dual_stack)
+                snprintf(host, sizeof(host), "s3-fips.dualstack.%s.%s", r1, sd);
+            else if (p->use_fips)
+                snprintf(host, sizeof(host), "s3-fips.%s.%s", r1, sd);
+            else if (p->use_dual_stack)
+                snprintf(host, sizeof(host), "s3.dualstack.%s.%s", r1, sd);
+            else if (legacy_global)
+                snprintf(host, sizeof(host), "s3.%s", sd);
+            else
+                snprintf(host, sizeof(host), "s3.%s.%s", region, sd);
+            st = set_aws(out, host, "", false, r1);
+        }
+        goto done;
+    }
+
+    /* Virtual-hosted style: a DNS-compatible bucket without dots. */
+    if (!p->force_path_style && s3f__bucket_dns_compatible(bucket, false)) {
+        if (!valid_host_label(region, false))
+            goto bad_region;
+        if (p->accelerate && strcmp(part->id, "aws-cn") == 0)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                                  "S3 Accelerate cannot be used in this region");
+        if (custom) {
+            if (u.is_ip) { /* an IP address cannot take the bucket as a subdomain */
+                /* normalizedPath (the path ending in '/') + bucket */
+                char path[1400];
+                size_t pl = strlen(u.path);
+                snprintf(path, sizeof(path), "%s%s%s", u.path,
+                         pl && u.path[pl - 1] == '/' ? "" : "/", bucket);
+                st = set_result(out, u.https, u.authority, u.host_header, path, true, r1);
+            } else {
+                char auth[600], hh[600];
+                snprintf(auth, sizeof(auth), "%s.%s", bucket, u.authority);
+                snprintf(hh, sizeof(hh), "%s.%s", bucket, u.host_header);
+                st = set_result(out, u.https, auth, hh, u.path, false, r1);
+            }
+            goto done;
+        }
+        if (p->use_fips && p->use_dual_stack)
+            snprintf(host, sizeof(host), "%s.s3-fips.dualstack.%s.%s", bucket, r1, sd);
+        else if (p->use_fips)
+            snprintf(host, sizeof(host), "%s.s3-fips.%s.%s", bucket, r1, sd);
+        else if (p->accelerate && p->use_dual_stack)
+            snprintf(host, sizeof(host), global ? "%s.s3-accelerate.dualstack.us-east-1.%s"
+                                                : "%s.s3-accelerate.dualstack.%s",
+                     bucket, sd);
+        else if (p->use_dual_stack)
+            snprintf(host, sizeof(host), "%s.s3.dualstack.%s.%s", bucket, r1, sd);
+        else if (p->accelerate)
+            snprintf(host, sizeof(host), "%s.s3-accelerate.%s", bucket, sd);
+        else if (legacy_global)
+            snprintf(host, sizeof(host), "%s.s3.%s", bucket, sd);
+        else
+            snprintf(host, sizeof(host), "%s.s3.%s.%s", bucket, region, sd);
+        st = set_aws(out, host, "", false, r1);
+        goto done;
+    }
+
+    /* Virtual-hosted style on a plain-http custom endpoint also takes buckets with dots
+     * (no TLS certificate to match). s3flash keeps IP endpoints path-style here too. */
+    if (custom && !u.https && !u.is_ip && !p->force_path_style &&
+        s3f__bucket_dns_compatible(bucket, true)) {
+        if (!valid_host_label(region, false))
+            goto bad_region;
+        char auth[600], hh[600];
+        snprintf(auth, sizeof(auth), "%s.%s", bucket, u.authority);
+        snprintf(hh, sizeof(hh), "%s.%s", bucket, u.host_header);
+        st = set_result(out, u.https, auth, hh, u.path, false, r1);
+        goto done;
+    }
+
+    /* Path style: the URI-encoded bucket is the first path segment. */
+    if (p->accelerate)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                              "Path-style addressing cannot be used with S3 Accelerate");
+    if (!valid_host_label(region, false))
+        goto bad_region;
+    {
+        struct s3f__buf path;
+        s3f__buf_init(&path, 4096);
+        if (custom) {
+            size_t pl = strlen(u.path);
+            st = s3f__buf_append(&path, u.path, pl);
+            if (!st && (pl == 0 || u.path[pl - 1] != '/'))
+                st = s3f__buf_append(&path, "/", 1);
+        } else {
+            st = s3f__buf_append(&path, "/", 1);
+        }
+        if (!st)
+            st = s3f__uri_encode(&path, bucket, strlen(bucket), false);
+        if (st) {
+            s3f__buf_cleanup(&path);
+            goto done;
+        }
+        if (custom) {
+            st = set_result(out, u.https, u.authority, u.host_header, path.data, true, r1);
+        } else {
+            if (p->use_fips && p->use_dual_stack)
+                snprintf(host, sizeof(host), "s3-fips.dualstack.%s.%s", r1, sd);
+            else if (p->use_fips)
+                snprintf(host, sizeof(host), "s3-fips.%s.%s", r1, sd);
+            else if (p->use_dual_stack)
+                snprintf(host, sizeof(host), "s3.dualstack.%s.%s", r1, sd);
+            else if (legacy_global)
+                snprintf(host, sizeof(host), "s3.%s", sd);
+            else
+                snprintf(host, sizeof(host), "s3.%s.%s", region, sd);
+            st = set_aws(out, host, path.data, true, r1);
+        }
+        s3f__buf_cleanup(&path);
+    }
+
+done:
+    if (st) {
+        s3f__endpoint_cleanup(out);
+        if (st == S3F_ERR_NO_MEMORY)
+            return oom(err, resource);
+        return s3f__error_set(err, st, OP, resource, "cannot build the endpoint URL");
+    }
+    return S3F_OK;
+
+bad_region:
+    return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                          "Invalid region: region was not a valid DNS name. (region: \"%.100s\")",
+                          region);
+}
+
+void s3f__endpoint_cleanup(struct s3f__endpoint *e) {
+    if (!e)
+        return;
+    free(e->url);
+    free(e->origin);
+    free(e->base_path);
+    free(e->host);
+    free(e->signing_region);
+    free(e->signing_name);
+    memset(e, 0, sizeof(*e));
+}
+
+/* Object URLs: keys up to 1024 bytes encode to 3 KiB; queries (presigned) are a few KiB. */
+#define OBJECT_URL_MAX ((size_t)64 << 10)
+
+static enum s3f_status append_object_path(struct s3f__buf *b, const struct s3f__endpoint *e,
+                                          const char *key) {
+    const char *bp = e->base_path ? e->base_path : "";
+    if (!key || !*key)
+        return s3f__buf_appends(b, *bp ? bp : "/");
+    enum s3f_status st = s3f__buf_appends(b, bp);
+    if (!st)
+        st = s3f__buf_append(b, "/", 1);
+    if (!st)
+        st = s3f__uri_encode(b, key, strlen(key), true);
+    return st;
+}
+
+char *s3f__endpoint_object_path(const struct s3f__endpoint *e, const char *key) {
+    if (!e || !e->origin)
+        return NULL;
+    struct s3f__buf b;
+    s3f__buf_init(&b, OBJECT_URL_MAX);
+    if (append_object_path(&b, e, key)) {
+        s3f__buf_cleanup(&b);
+        return NULL;
+    }
+    return s3f__buf_take(&b);
+}
+
+char *s3f__endpoint_object_url(const struct s3f__endpoint *e, const char *key,
+                               const char *query) {
+    if (!e || !e->origin)
+        return NULL;
+    struct s3f__buf b;
+    s3f__buf_init(&b, OBJECT_URL_MAX);
+    enum s3f_status st = s3f__buf_appends(&b, e->origin);
+    if (!st)
+        st = append_object_path(&b, e, key);
+    if (!st && query && *query) {
+        st = s3f__buf_append(&b, "?", 1);
+        if (!st)
+            st = s3f__buf_appends(&b, query);
+    }
+    if (st) {
+        s3f__buf_cleanup(&b);
+        return NULL;
+    }
+    return s3f__buf_take(&b);
+}

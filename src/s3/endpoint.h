@@ -1,0 +1,81 @@
+/* S3 endpoint resolution: region + bucket + options -> base URL, Host header, signing scope.
+ *
+ * Follows the S3 endpoint rule set of the AWS SDKs (checked case by case against botocore's
+ * endpoint-rules test suite in tests/vectors/s3/endpoint-tests.json) for what s3flash
+ * supports: AWS partitions, regional and us-east-1 global endpoints, FIPS, dual-stack,
+ * Transfer Acceleration, virtual-hosted and path-style addressing, custom endpoints.
+ * ARN buckets (access points, Outposts, Object Lambda, Multi-Region Access Points), Outposts
+ * bucket aliases and S3 Express One Zone are refused with S3F_ERR_UNSUPPORTED. */
+#ifndef S3F_S3_ENDPOINT_H
+#define S3F_S3_ENDPOINT_H
+
+#include <stdbool.h>
+
+#include "core/core.h"
+
+struct s3f__endpoint_params {
+    const char *region;       /* required ("us-east-1", "aws-global", any DNS label) */
+    const char *bucket;       /* NULL or "": no bucket (ListBuckets-like requests) */
+    const char *endpoint_url; /* custom endpoint "http(s)://host[:port][/base]", or NULL */
+    bool force_path_style;
+    bool use_fips;
+    bool use_dual_stack;
+    bool accelerate;
+    bool use_global_endpoint; /* us-east-1 -> s3.amazonaws.com (legacy global endpoint) */
+    /* Not supported, present so that a request for them fails loudly (S3F_ERR_UNSUPPORTED)
+     * instead of resolving to a plain S3 URL. */
+    bool use_object_lambda_endpoint;
+    bool use_s3express_control_endpoint;
+};
+
+struct s3f__endpoint {
+    /* Base URL including the bucket as S3 wants it, never with a trailing slash:
+     * "https://bucket.s3.us-west-2.amazonaws.com", "http://127.0.0.1:7480/bucket". */
+    char *url;
+    char *origin;         /* "scheme://authority" part of url */
+    char *base_path;      /* path part of url: "", "/bucket", "/base/bucket" */
+    char *host;           /* Host header value, with ":port" only when not the default */
+    bool path_style;      /* the bucket is in the path (false when there is no bucket) */
+    bool tls;             /* https */
+    char *signing_region; /* SigV4 scope region ("us-east-1" for aws-global) */
+    char *signing_name;   /* SigV4 service name: "s3" */
+};
+
+/* Resolve `p` into `out` (which is overwritten; free its strings with
+ * s3f__endpoint_cleanup, also after a failure). Errors, with err->message holding the text of
+ * the SDK rule set ("Invalid region: region was not a valid DNS name.", ...):
+ *   S3F_ERR_INVALID_ARGUMENT  no/invalid region, conflicting options (FIPS + custom endpoint,
+ *                             Accelerate + path style, dual-stack + custom endpoint, ...)
+ *   S3F_ERR_INVALID_URI       the custom endpoint is not an http(s) URL (never echoed when it
+ *                             carries user:password@)
+ *   S3F_ERR_UNSUPPORTED       ARN buckets, Outposts aliases, S3 Express, Object Lambda
+ *   S3F_ERR_NO_MEMORY */
+enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
+                                      struct s3f__endpoint *out, struct s3f_error *err);
+/* Free the strings of `e` and zero it. NULL and zeroed structs are accepted. */
+void s3f__endpoint_cleanup(struct s3f__endpoint *e);
+
+/* URL for an object: base + "/" + URI-encoded key ('/' kept), plus "?query" when query is
+ * non-NULL and non-empty (appended verbatim: the caller encodes it). key NULL or "": the
+ * bucket itself (base URL, or "origin/" when the base has no path). Caller frees the result
+ * with free(); NULL on allocation failure. */
+char *s3f__endpoint_object_url(const struct s3f__endpoint *e, const char *key,
+                               const char *query);
+/* Path as sent on the wire and signed (SigV4 canonical URI for S3: encoded once):
+ * "/bucket/key" (path style), "/key" (virtual-hosted), "/base/..." with a custom endpoint
+ * path; "/" or "/bucket" when key is NULL or "". Caller frees; NULL on allocation failure. */
+char *s3f__endpoint_object_path(const struct s3f__endpoint *e, const char *key);
+
+/* Bucket name checks.
+ * s3f__bucket_name_valid: strict = the current AWS rules for general purpose buckets (3-63
+ * bytes of a-z 0-9 . -, starting and ending with a letter or digit, no "..", not an IPv4
+ * address, no reserved prefix xn-- sthree- amzn-s3-demo-, no reserved suffix -s3alias --ol-s3
+ * .mrap --x-s3 --table-s3). strict = false: what S3-compatible servers accept (legacy US
+ * Standard names and Ceph RGW relaxed names): 3-255 bytes of A-Z a-z 0-9 . _ -.
+ * s3f__bucket_dns_compatible: usable as a virtual host (the SDKs' isVirtualHostableS3Bucket):
+ * 3+ bytes, lowercase, not an IPv4 address, and a valid DNS label (allow_dots: a dot-separated
+ * series of labels) of a-z 0-9 - not starting or ending with '-'. NULL gives false. */
+bool s3f__bucket_name_valid(const char *name, bool strict);
+bool s3f__bucket_dns_compatible(const char *name, bool allow_dots);
+
+#endif /* S3F_S3_ENDPOINT_H */
