@@ -56,13 +56,15 @@ int cli_parse_s3(const char *arg, char *bucket, char *key) {
         return CLI_EXIT_OK;
     if (err.status == S3F_OK)
         err.status = st;
-    /* Always name the URI the user typed, whatever the parser put in resource. */
-    char line[2048];
+    /* Always name the URI the user typed (at most 160 bytes of it), whatever the parser
+     * put in the message. */
+    char line[2048], shown[161];
     s3f_error_format(&err, line, sizeof(line));
-    if (strstr(line, arg))
+    snprintf(shown, sizeof(shown), "%s", arg);
+    if (strstr(line, shown))
         fprintf(stderr, "s3flash: %s\n", line);
     else
-        fprintf(stderr, "s3flash: '%s': %s\n", arg, line);
+        fprintf(stderr, "s3flash: %s%s: %s\n", shown, strlen(arg) > 160 ? "..." : "", line);
     return CLI_EXIT_USAGE;
 }
 
