@@ -23,6 +23,13 @@ extern "C" {
 
 #define S3FLASH_VERSION "0.1.0"
 
+/* Symbols of the shared library are hidden unless marked public. */
+#if defined(__GNUC__) && defined(S3F_BUILDING_LIBRARY)
+#define S3F_API __attribute__((visibility("default")))
+#else
+#define S3F_API
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Status codes. Append-only: values never change meaning.
  * ------------------------------------------------------------------------------------- */
@@ -56,9 +63,9 @@ enum s3f_status {
 };
 
 /* Static English description of a status. Never NULL. */
-const char *s3f_strerror(enum s3f_status status);
+S3F_API const char *s3f_strerror(enum s3f_status status);
 /* Static symbolic name ("S3F_ERR_NOT_FOUND"). Never NULL. */
-const char *s3f_status_name(enum s3f_status status);
+S3F_API const char *s3f_status_name(enum s3f_status status);
 
 /* Everything known about a failure. Fixed-size so it can live on the stack. */
 struct s3f_error {
@@ -74,12 +81,12 @@ struct s3f_error {
 };
 
 /* Clear an error struct (status S3F_OK, empty strings). NULL is accepted. */
-void s3f_error_clear(struct s3f_error *err);
+S3F_API void s3f_error_clear(struct s3f_error *err);
 
 /* Format an error as one line, e.g.
  *   "GetObject s3://b/k: NoSuchKey (HTTP 404): The specified key does not exist. [request id: tx00..]"
  * Writes at most `len` bytes including the NUL; returns the length it wanted (snprintf). */
-size_t s3f_error_format(const struct s3f_error *err, char *buf, size_t len);
+S3F_API size_t s3f_error_format(const struct s3f_error *err, char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------
  * Logging
@@ -147,19 +154,19 @@ struct s3f_client_options {
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials
  * themselves are fetched lazily on the first signed request and refreshed before expiry).
  * On success *out is set; free it with s3f_client_free. Thread-safe once created. */
-enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
+S3F_API enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
                                struct s3f_error *err);
 /* Stop the I/O threads and free the client. Calls in flight must have returned. NULL ok. */
-void s3f_client_free(struct s3f_client *client);
+S3F_API void s3f_client_free(struct s3f_client *client);
 
 /* The region and endpoint the client resolved (static for the client's lifetime). */
-const char *s3f_client_region(const struct s3f_client *client);
-const char *s3f_client_endpoint(const struct s3f_client *client); /* "" when AWS default */
+S3F_API const char *s3f_client_region(const struct s3f_client *client);
+S3F_API const char *s3f_client_endpoint(const struct s3f_client *client); /* "" when AWS default */
 
 /* Where the credentials came from ("environment", "profile:dev", "process", "web-identity",
  * "container", "imds", "static", "anonymous"); fetches them if needed. The secret is never
  * returned. `buf` receives the name; `access_key_id` (optional) the key id. */
-enum s3f_status s3f_client_credentials_source(struct s3f_client *client, char *buf, size_t len,
+S3F_API enum s3f_status s3f_client_credentials_source(struct s3f_client *client, char *buf, size_t len,
                                               char *access_key_id, size_t akid_len,
                                               struct s3f_error *err);
 
@@ -169,7 +176,7 @@ enum s3f_status s3f_client_credentials_source(struct s3f_client *client, char *b
 /* Parse "s3://bucket/key". `bucket` and `key` receive NUL-terminated copies (key may be
  * empty: "s3://bucket" and "s3://bucket/" give ""). Errors: S3F_ERR_INVALID_URI with the
  * reason in err->message (no scheme, empty bucket, invalid bucket name, too long key). */
-enum s3f_status s3f_uri_parse(const char *uri, char *bucket, size_t bucket_len, char *key,
+S3F_API enum s3f_status s3f_uri_parse(const char *uri, char *bucket, size_t bucket_len, char *key,
                               size_t key_len, struct s3f_error *err);
 
 /* ---------------------------------------------------------------------------------------
@@ -229,29 +236,29 @@ struct s3f_put_options {
     const char *if_none_match;           /* "*": fail if the key exists (412) */
 };
 
-enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
+S3F_API enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
                                 const char *version_id, struct s3f_object_info *info,
                                 struct s3f_error *err);
 
 /* Stream an object (or a range) into `sink`. A connection broken mid-body is resumed from
  * the byte it reached (with If-Match on the first ETag), so `sink` sees every offset once,
  * in order. `info` (optional) receives the object's metadata. */
-enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const char *key,
+S3F_API enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const char *key,
                                const struct s3f_get_options *opts, s3f_write_fn sink,
                                void *sink_user_data, struct s3f_object_info *info,
                                struct s3f_error *err);
 
 /* Upload `len` bytes from memory as one PutObject (at most 5 GiB). The buffer is only read
  * and must stay valid during the call. `info` (optional) receives etag/checksum. */
-enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const char *key,
+S3F_API enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const char *key,
                                const void *data, size_t len, const struct s3f_put_options *opts,
                                struct s3f_object_info *info, struct s3f_error *err);
 
-enum s3f_status s3f_delete_object(struct s3f_client *c, const char *bucket, const char *key,
+S3F_API enum s3f_status s3f_delete_object(struct s3f_client *c, const char *bucket, const char *key,
                                   struct s3f_error *err);
 
 /* Server-side copy (CopyObject, at most 5 GiB). 200-with-error is detected. */
-enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bucket,
+S3F_API enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bucket,
                                 const char *src_key, const char *dst_bucket,
                                 const char *dst_key, struct s3f_object_info *info,
                                 struct s3f_error *err);
@@ -259,9 +266,20 @@ enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bucket,
 /* Delete many keys. Batches of at most 1000 per DeleteObjects request, with Content-MD5.
  * `failed` (optional) receives how many keys S3 reported as not deleted; the first such
  * key's error lands in `err` and the call returns its status. */
-enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
+S3F_API enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
                                    const char *const *keys, size_t n_keys, size_t *failed,
                                    struct s3f_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * Buckets
+ * ------------------------------------------------------------------------------------- */
+/* CreateBucket in the client's region (a LocationConstraint is sent outside us-east-1).
+ * An existing bucket owned by the caller is S3F_OK (BucketAlreadyOwnedByYou). */
+S3F_API enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *bucket,
+                                  struct s3f_error *err);
+/* DeleteBucket; the bucket must be empty (else S3F_ERR_S3 with code BucketNotEmpty). */
+S3F_API enum s3f_status s3f_delete_bucket(struct s3f_client *c, const char *bucket,
+                                  struct s3f_error *err);
 
 /* ---------------------------------------------------------------------------------------
  * Listing
@@ -292,10 +310,10 @@ struct s3f_list_page {
 };
 
 /* One ListObjectsV2 request. On success *out is the page; free with s3f_list_page_free. */
-enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bucket,
+S3F_API enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bucket,
                                     const struct s3f_list_options *opts,
                                     struct s3f_list_page **out, struct s3f_error *err);
-void s3f_list_page_free(struct s3f_list_page *page);
+S3F_API void s3f_list_page_free(struct s3f_list_page *page);
 
 /* ---------------------------------------------------------------------------------------
  * Multipart uploads (low level; the transfer engine drives these for you)
@@ -309,24 +327,24 @@ struct s3f_part_info {
 };
 
 /* Start an upload. *upload_id receives a malloc'ed id; free() it. */
-enum s3f_status s3f_create_multipart_upload(struct s3f_client *c, const char *bucket,
+S3F_API enum s3f_status s3f_create_multipart_upload(struct s3f_client *c, const char *bucket,
                                             const char *key,
                                             const struct s3f_put_options *opts,
                                             char **upload_id, struct s3f_error *err);
 /* Upload part `part_number` (1..10000). `checksum` selects the part checksum (DEFAULT:
  * CRC32C; must match what CreateMultipartUpload announced). `out` receives ETag/checksum. */
-enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const char *key,
+S3F_API enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const char *key,
                                 const char *upload_id, int part_number, const void *data,
                                 size_t len, enum s3f_checksum_algorithm checksum,
                                 struct s3f_part_info *out, struct s3f_error *err);
 /* Complete with `n_parts` parts in ascending part_number order. A 200 response carrying an
  * error document fails with that error. `info` receives the final ETag (and checksum). */
-enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *bucket,
+S3F_API enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *bucket,
                                               const char *key, const char *upload_id,
                                               const struct s3f_part_info *parts,
                                               size_t n_parts, struct s3f_object_info *info,
                                               struct s3f_error *err);
-enum s3f_status s3f_abort_multipart_upload(struct s3f_client *c, const char *bucket,
+S3F_API enum s3f_status s3f_abort_multipart_upload(struct s3f_client *c, const char *bucket,
                                            const char *key, const char *upload_id,
                                            struct s3f_error *err);
 
@@ -337,10 +355,10 @@ struct s3f_parts_page {
     int next_part_number_marker;
 };
 /* One ListParts request starting after `part_number_marker`. Free with s3f_parts_page_free. */
-enum s3f_status s3f_list_parts(struct s3f_client *c, const char *bucket, const char *key,
+S3F_API enum s3f_status s3f_list_parts(struct s3f_client *c, const char *bucket, const char *key,
                                const char *upload_id, int part_number_marker,
                                struct s3f_parts_page **out, struct s3f_error *err);
-void s3f_parts_page_free(struct s3f_parts_page *page);
+S3F_API void s3f_parts_page_free(struct s3f_parts_page *page);
 
 struct s3f_upload_entry {
     char *key;
@@ -355,19 +373,19 @@ struct s3f_uploads_page {
     char *next_upload_id_marker;
 };
 /* One ListMultipartUploads request. Free with s3f_uploads_page_free. */
-enum s3f_status s3f_list_multipart_uploads(struct s3f_client *c, const char *bucket,
+S3F_API enum s3f_status s3f_list_multipart_uploads(struct s3f_client *c, const char *bucket,
                                            const char *prefix, const char *key_marker,
                                            const char *upload_id_marker,
                                            struct s3f_uploads_page **out,
                                            struct s3f_error *err);
-void s3f_uploads_page_free(struct s3f_uploads_page *page);
+S3F_API void s3f_uploads_page_free(struct s3f_uploads_page *page);
 
 /* ---------------------------------------------------------------------------------------
  * Presigned URLs
  * ------------------------------------------------------------------------------------- */
 /* A presigned URL for `method` ("GET", "PUT", "DELETE", "HEAD") valid `expires_s` seconds
  * (1..604800). *url receives a malloc'ed string; free() it. */
-enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char *bucket,
+S3F_API enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char *bucket,
                             const char *key, uint32_t expires_s, char **url,
                             struct s3f_error *err);
 

@@ -1,0 +1,455 @@
+/* libcurl multi transport driven by a small pool of I/O threads.
+ *
+ * Each I/O thread owns one CURLM (and so one connection cache) and a queue of submitted
+ * requests. Submitters push onto the least-loaded thread's queue and wake it with
+ * curl_multi_wakeup(). DNS entries and TLS sessions are shared between the threads through
+ * a CURLSH. Easy handles are recycled per thread. */
+#include "http/http.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct io_thread {
+    struct s3f__http_pool *pool;
+    pthread_t thread;
+    CURLM *multi;
+    /* synced: guarded by lock */
+    pthread_mutex_t lock;
+    struct s3f__http_request *queue_head, *queue_tail;
+    bool stop;
+    /* owned by the I/O thread */
+    CURL *free_easy[64];
+    int n_free_easy;
+    atomic_int load; /* queued + running, read by submitters to pick a thread */
+};
+
+struct s3f__http_pool {
+    struct s3f__http_pool_options opts;
+    char *ca_bundle;
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+    struct io_thread *threads;
+    uint32_t n_threads;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result;
+static void curl_init_once(void) {
+    curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud) {
+    (void)h;
+    (void)access;
+    struct s3f__http_pool *p = ud;
+    pthread_mutex_lock(&p->share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *ud) {
+    (void)h;
+    struct s3f__http_pool *p = ud;
+    pthread_mutex_unlock(&p->share_locks[data]);
+}
+
+/* ---- per-request callbacks (I/O thread) -------------------------------------------- */
+
+static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
+    struct s3f__http_request *req = ud;
+    size_t len = size * n;
+    if (len >= 5 && memcmp(buf, "HTTP/", 5) == 0)
+        return len; /* status line; curl tracks the code */
+    const char *colon = memchr(buf, ':', len);
+    if (!colon || !req->on_header)
+        return len;
+    const char *name = buf, *v = colon + 1, *end = buf + len;
+    size_t name_len = (size_t)(colon - buf);
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    req->on_header(req->cb_ud, name, name_len, v, (size_t)(end - v));
+    return len;
+}
+
+static size_t on_write(char *buf, size_t size, size_t n, void *ud) {
+    struct s3f__http_request *req = ud;
+    size_t len = size * n;
+    req->bytes_received += len;
+    if (req->on_body && req->on_body(req->cb_ud, buf, len) != 0)
+        return 0; /* aborts with CURLE_WRITE_ERROR */
+    return len;
+}
+
+static size_t on_read(char *buf, size_t size, size_t n, void *ud) {
+    struct s3f__http_request *req = ud;
+    size_t want = size * n;
+    uint64_t left = req->body_len - req->body_pos;
+    if (want > left)
+        want = (size_t)left;
+    if (want == 0)
+        return 0;
+    if (req->body) {
+        memcpy(buf, (const char *)req->body + req->body_pos, want);
+    } else {
+        long got = req->read_body(req->read_ud, buf, want, req->body_pos);
+        if (got < 0)
+            return CURL_READFUNC_ABORT;
+        want = (size_t)got;
+    }
+    req->body_pos += want;
+    req->bytes_sent += want;
+    return want;
+}
+
+static int on_seek(void *ud, curl_off_t offset, int origin) {
+    struct s3f__http_request *req = ud;
+    if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > req->body_len)
+        return CURL_SEEKFUNC_CANTSEEK;
+    req->body_pos = (uint64_t)offset;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* ---- request setup and completion (I/O thread) -------------------------------------- */
+
+static CURL *easy_acquire(struct io_thread *t) {
+    if (t->n_free_easy > 0) {
+        CURL *e = t->free_easy[--t->n_free_easy];
+        curl_easy_reset(e);
+        return e;
+    }
+    return curl_easy_init();
+}
+
+static void easy_release(struct io_thread *t, CURL *e) {
+    if (t->n_free_easy < (int)S3F_ARRAY_LEN(t->free_easy))
+        t->free_easy[t->n_free_easy++] = e;
+    else
+        curl_easy_cleanup(e);
+}
+
+static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
+    const struct s3f__http_pool_options *o = &t->pool->opts;
+    CURL *e = easy_acquire(t);
+    if (!e)
+        return false;
+    req->easy = e;
+    curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+    curl_easy_setopt(e, CURLOPT_URL, req->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->headers);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->error);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L); /* keys like a/../b are sent as they are */
+    curl_easy_setopt(e, CURLOPT_SHARE, t->pool->share);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
+    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 1024L * 1024);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+    long stall_s = (long)((o->stall_timeout_ms + 999) / 1000);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall_s > 0 ? stall_s : 1L);
+    if (req->timeout_ms)
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)req->timeout_ms);
+    if (t->pool->ca_bundle)
+        curl_easy_setopt(e, CURLOPT_CAINFO, t->pool->ca_bundle);
+    if (o->tls_insecure) {
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    bool has_body = req->body || req->read_body || strcmp(req->method, "PUT") == 0 ||
+                    strcmp(req->method, "POST") == 0;
+    if (strcmp(req->method, "HEAD") == 0) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else if (has_body) {
+        req->body_pos = 0;
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_len);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, req);
+        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(e, CURLOPT_SEEKDATA, req);
+        if (strcmp(req->method, "PUT") != 0)
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+    } else if (strcmp(req->method, "GET") != 0) {
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+    }
+    return true;
+}
+
+static enum s3f_status map_curl(CURLcode c) {
+    switch (c) {
+    case CURLE_OK:
+        return S3F_OK;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+        return S3F_ERR_CONNECT;
+    case CURLE_OPERATION_TIMEDOUT:
+        return S3F_ERR_TIMEOUT;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+        return S3F_ERR_TLS;
+    case CURLE_WRITE_ERROR:
+    case CURLE_ABORTED_BY_CALLBACK:
+        return S3F_ERR_ABORTED;
+    case CURLE_READ_ERROR:
+        return S3F_ERR_IO;
+    case CURLE_OUT_OF_MEMORY:
+        return S3F_ERR_NO_MEMORY;
+    default:
+        return S3F_ERR_NETWORK;
+    }
+}
+
+static void complete(struct io_thread *t, struct s3f__http_request *req, CURLcode code) {
+    req->end_ns = s3f__now_ns();
+    req->curl_code = (int)code;
+    req->status = map_curl(code);
+    if (req->easy) {
+        long http = 0;
+        curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &http);
+        req->http_status = (int)http;
+        curl_multi_remove_handle(t->multi, req->easy);
+        curl_easy_setopt(req->easy, CURLOPT_SHARE, NULL);
+        curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, NULL);
+        easy_release(t, req->easy);
+        req->easy = NULL;
+    }
+    if (code != CURLE_OK && !req->error[0])
+        s3f__strlcpy(req->error, curl_easy_strerror(code), sizeof(req->error));
+    atomic_fetch_sub(&t->load, 1);
+    s3f__http_done_fn done = req->done;
+    void *ud = req->done_ud;
+    done(req, ud); /* req may be freed from here on */
+}
+
+static void *io_main(void *arg) {
+    struct io_thread *t = arg;
+    int running = 0;
+    for (;;) {
+        pthread_mutex_lock(&t->lock);
+        struct s3f__http_request *q = t->queue_head;
+        t->queue_head = t->queue_tail = NULL;
+        bool stop = t->stop;
+        pthread_mutex_unlock(&t->lock);
+
+        while (q) {
+            struct s3f__http_request *next = q->next;
+            q->next = NULL;
+            if (stop) {
+                s3f__strlcpy(q->error, "client is shutting down", sizeof(q->error));
+                complete(t, q, CURLE_ABORTED_BY_CALLBACK);
+            } else if (!setup_easy(t, q)) {
+                complete(t, q, CURLE_OUT_OF_MEMORY);
+            } else {
+                q->start_ns = s3f__now_ns();
+                CURLMcode mc = curl_multi_add_handle(t->multi, q->easy);
+                if (mc != CURLM_OK) {
+                    s3f__strlcpy(q->error, curl_multi_strerror(mc), sizeof(q->error));
+                    curl_easy_setopt(q->easy, CURLOPT_SHARE, NULL);
+                    easy_release(t, q->easy);
+                    q->easy = NULL;
+                    complete(t, q, CURLE_FAILED_INIT);
+                } else {
+                    running++;
+                }
+            }
+            q = next;
+        }
+        if (stop && running == 0)
+            break;
+
+        curl_multi_perform(t->multi, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(t->multi, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            struct s3f__http_request *req = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&req);
+            CURLcode rc = msg->data.result;
+            complete(t, req, rc);
+        }
+        if (running > 0 || !stop)
+            curl_multi_poll(t->multi, NULL, 0, running > 0 ? 100 : 1000, NULL);
+    }
+    return NULL;
+}
+
+/* ---- public (internal) API --------------------------------------------------------- */
+
+void s3f__http_submit(struct s3f__http_pool *pool, struct s3f__http_request *req,
+                      s3f__http_done_fn done, void *ud) {
+    req->done = done;
+    req->done_ud = ud;
+    req->next = NULL;
+    req->status = S3F_OK;
+    req->http_status = 0;
+    req->curl_code = 0;
+    req->error[0] = '\0';
+    req->bytes_sent = req->bytes_received = 0;
+    req->easy = NULL;
+    struct io_thread *best = &pool->threads[0];
+    for (uint32_t i = 1; i < pool->n_threads; i++)
+        if (atomic_load(&pool->threads[i].load) < atomic_load(&best->load))
+            best = &pool->threads[i];
+    atomic_fetch_add(&best->load, 1);
+    pthread_mutex_lock(&best->lock);
+    if (best->queue_tail)
+        best->queue_tail->next = req;
+    else
+        best->queue_head = req;
+    best->queue_tail = req;
+    pthread_mutex_unlock(&best->lock);
+    curl_multi_wakeup(best->multi);
+}
+
+static void perform_done(struct s3f__http_request *req, void *ud) {
+    (void)ud;
+    pthread_mutex_lock(&req->wait_lock);
+    req->finished = true;
+    pthread_cond_signal(&req->wait_cond);
+    pthread_mutex_unlock(&req->wait_lock);
+}
+
+enum s3f_status s3f__http_perform(struct s3f__http_pool *pool, struct s3f__http_request *req) {
+    pthread_mutex_init(&req->wait_lock, NULL);
+    pthread_cond_init(&req->wait_cond, NULL);
+    req->finished = false;
+    s3f__http_submit(pool, req, perform_done, NULL);
+    pthread_mutex_lock(&req->wait_lock);
+    while (!req->finished)
+        pthread_cond_wait(&req->wait_cond, &req->wait_lock);
+    pthread_mutex_unlock(&req->wait_lock);
+    pthread_cond_destroy(&req->wait_cond);
+    pthread_mutex_destroy(&req->wait_lock);
+    return req->status;
+}
+
+bool s3f__http_error_retryable(const struct s3f__http_request *req) {
+    switch (req->status) {
+    case S3F_ERR_CONNECT:
+    case S3F_ERR_TIMEOUT:
+    case S3F_ERR_NETWORK:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool s3f__http_error_is_timeout(const struct s3f__http_request *req) {
+    return req->status == S3F_ERR_TIMEOUT;
+}
+
+static void pool_destroy(struct s3f__http_pool *pool, uint32_t started) {
+    for (uint32_t i = 0; i < started; i++) {
+        struct io_thread *t = &pool->threads[i];
+        pthread_mutex_lock(&t->lock);
+        t->stop = true;
+        pthread_mutex_unlock(&t->lock);
+        curl_multi_wakeup(t->multi);
+        pthread_join(t->thread, NULL);
+    }
+    for (uint32_t i = 0; i < pool->n_threads; i++) {
+        struct io_thread *t = &pool->threads[i];
+        for (int j = 0; j < t->n_free_easy; j++)
+            curl_easy_cleanup(t->free_easy[j]);
+        if (t->multi)
+            curl_multi_cleanup(t->multi);
+        pthread_mutex_destroy(&t->lock);
+    }
+    if (pool->share)
+        curl_share_cleanup(pool->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&pool->share_locks[i]);
+    free(pool->threads);
+    free(pool->ca_bundle);
+    free(pool);
+}
+
+enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
+                                   struct s3f__http_pool **out, struct s3f_error *err) {
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_result != CURLE_OK)
+        return s3f__error_set(err, S3F_ERR_INTERNAL, "http", NULL, "curl_global_init: %s",
+                              curl_easy_strerror(curl_init_result));
+    struct s3f__http_pool *pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "http", NULL, "out of memory");
+    pool->opts = *opts;
+    if (!pool->opts.io_threads)
+        pool->opts.io_threads = 2;
+    if (pool->opts.io_threads > 64)
+        pool->opts.io_threads = 64;
+    if (!pool->opts.max_connections)
+        pool->opts.max_connections = 64;
+    if (!pool->opts.connect_timeout_ms)
+        pool->opts.connect_timeout_ms = 10000;
+    if (!pool->opts.stall_timeout_ms)
+        pool->opts.stall_timeout_ms = 30000;
+    pool->opts.ca_bundle = NULL;
+    if (opts->ca_bundle && !(pool->ca_bundle = strdup(opts->ca_bundle)))
+        goto oom;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&pool->share_locks[i], NULL);
+    pool->share = curl_share_init();
+    if (!pool->share)
+        goto oom;
+    curl_share_setopt(pool->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(pool->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(pool->share, CURLSHOPT_USERDATA, pool);
+    curl_share_setopt(pool->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(pool->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+
+    pool->n_threads = pool->opts.io_threads;
+    pool->threads = calloc(pool->n_threads, sizeof(*pool->threads));
+    if (!pool->threads)
+        goto oom;
+    long per_thread = (long)((pool->opts.max_connections + pool->n_threads - 1) / pool->n_threads);
+    for (uint32_t i = 0; i < pool->n_threads; i++) {
+        struct io_thread *t = &pool->threads[i];
+        t->pool = pool;
+        pthread_mutex_init(&t->lock, NULL);
+        t->multi = curl_multi_init();
+        if (!t->multi)
+            goto oom_threads;
+        curl_multi_setopt(t->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, per_thread);
+        curl_multi_setopt(t->multi, CURLMOPT_MAXCONNECTS, per_thread);
+    }
+    uint32_t started = 0;
+    for (; started < pool->n_threads; started++) {
+        if (pthread_create(&pool->threads[started].thread, NULL, io_main,
+                           &pool->threads[started]) != 0) {
+            pool_destroy(pool, started);
+            return s3f__error_set(err, S3F_ERR_INTERNAL, "http", NULL,
+                                  "could not start an I/O thread");
+        }
+    }
+    *out = pool;
+    return S3F_OK;
+
+oom_threads:
+    pool_destroy(pool, 0);
+    return s3f__error_set(err, S3F_ERR_NO_MEMORY, "http", NULL, "out of memory");
+oom:
+    if (pool->share)
+        curl_share_cleanup(pool->share);
+    free(pool->threads);
+    free(pool->ca_bundle);
+    free(pool);
+    return s3f__error_set(err, S3F_ERR_NO_MEMORY, "http", NULL, "out of memory");
+}
+
+void s3f__http_pool_free(struct s3f__http_pool *pool) {
+    if (pool)
+        pool_destroy(pool, pool->n_threads);
+}

@@ -1,0 +1,92 @@
+/* The HTTP transport: libcurl multi handles driven by a small pool of I/O threads.
+ *
+ * A request is a `struct s3f__http_request` owned by the caller. It is submitted to the pool
+ * and completes on an I/O thread; `s3f__http_perform` waits for it. Connections are kept
+ * per I/O thread and reused; DNS and TLS sessions are shared across threads.
+ *
+ * Thread-safety: the pool may be used from any number of threads. A request must not be
+ * touched by the caller between submit and completion, except through its callbacks, which
+ * run on the I/O thread that drives it. */
+#ifndef S3F_HTTP_H
+#define S3F_HTTP_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+
+#include "core/core.h"
+
+struct s3f__http_pool;
+
+struct s3f__http_pool_options {
+    uint32_t io_threads;         /* 0: 2 */
+    uint32_t max_connections;    /* 0: 64, across all threads */
+    uint32_t connect_timeout_ms; /* 0: 10000 */
+    uint32_t stall_timeout_ms;   /* 0: 30000 (granularity: seconds) */
+    const char *ca_bundle;       /* NULL: system default */
+    bool tls_insecure;
+    const struct s3f__logger *logger; /* must outlive the pool */
+};
+
+enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
+                                   struct s3f__http_pool **out, struct s3f_error *err);
+/* Stops the threads (requests still queued complete with S3F_ERR_ABORTED) and frees. */
+void s3f__http_pool_free(struct s3f__http_pool *pool);
+
+struct s3f__http_request;
+/* Header callback: one call per response header (name and value trimmed, not NUL-terminated). */
+typedef void (*s3f__http_header_fn)(void *ud, const char *name, size_t name_len,
+                                    const char *value, size_t value_len);
+/* Body callback: return 0 to continue, non-zero to abort the transfer (S3F_ERR_ABORTED). */
+typedef int (*s3f__http_body_fn)(void *ud, const char *data, size_t len);
+/* Request body source for bodies not in memory: fill up to `len` bytes at `offset` of the
+ * body; return the count, or -1 on error. Called on the I/O thread. */
+typedef long (*s3f__http_read_fn)(void *ud, char *buf, size_t len, uint64_t offset);
+typedef void (*s3f__http_done_fn)(struct s3f__http_request *req, void *ud);
+
+struct s3f__http_request {
+    /* ---- input, set by the caller ---- */
+    const char *method;           /* "GET", "PUT", "POST", "HEAD", "DELETE" */
+    const char *url;
+    struct curl_slist *headers;   /* owned by the caller */
+    const void *body;             /* request body in memory, or NULL */
+    uint64_t body_len;            /* length of body (or of what read_body provides) */
+    s3f__http_read_fn read_body;  /* alternative to `body` */
+    void *read_ud;
+    s3f__http_header_fn on_header;
+    s3f__http_body_fn on_body;
+    void *cb_ud;
+    uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies) */
+
+    /* ---- output, valid after completion ---- */
+    enum s3f_status status;       /* S3F_OK when an HTTP response was fully received */
+    int http_status;              /* 0 if none */
+    int curl_code;                /* CURLcode */
+    char error[CURL_ERROR_SIZE];  /* transport error text, empty on success */
+    uint64_t bytes_sent;
+    uint64_t bytes_received;      /* body bytes */
+    uint64_t start_ns, end_ns;
+
+    /* ---- private to the transport ---- */
+    CURL *easy;
+    uint64_t body_pos;
+    s3f__http_done_fn done;
+    void *done_ud;
+    struct s3f__http_request *next;
+    pthread_mutex_t wait_lock;
+    pthread_cond_t wait_cond;
+    bool finished;
+};
+
+/* Queue the request; `done` runs on an I/O thread when it completes (always, also on
+ * failure). Never calls `done` synchronously. */
+void s3f__http_submit(struct s3f__http_pool *pool, struct s3f__http_request *req,
+                      s3f__http_done_fn done, void *ud);
+/* Submit and wait. Returns req->status. */
+enum s3f_status s3f__http_perform(struct s3f__http_pool *pool, struct s3f__http_request *req);
+
+/* Whether a transport failure may succeed when retried (reset, timeout, refused...). */
+bool s3f__http_error_retryable(const struct s3f__http_request *req);
+/* Whether a transport failure was a timeout (costs more retry tokens). */
+bool s3f__http_error_is_timeout(const struct s3f__http_request *req);
+
+#endif

@@ -1,0 +1,206 @@
+/* Client creation: region, endpoint, credentials chain and transport resolved once. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/client.h"
+
+static const char *env(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static bool truthy(const char *v) {
+    return v && (s3f__strieq(v, "true") || strcmp(v, "1") == 0 || s3f__strieq(v, "yes"));
+}
+
+static const char *cfg_get(const struct s3f_client *c, const char *key) {
+    return c->config ? s3f__aws_config_get(c->config, key) : NULL;
+}
+
+static enum s3f_status parse_attempts(const char *v, const char *where, int *out,
+                                      struct s3f_error *err) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 100)
+        return s3f__error_set(err, S3F_ERR_CONFIG, "configuration", where,
+                              "max_attempts must be an integer from 1 to 100, got '%s'", v);
+    *out = (int)n;
+    return S3F_OK;
+}
+
+enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
+                               struct s3f_error *err) {
+    static const struct s3f_client_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "out must not be NULL");
+    *out = NULL;
+    s3f_error_clear(err);
+    enum s3f_status st;
+    struct s3f_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
+    pthread_mutex_init(&c->retry.lock, NULL);
+    c->retry.capacity = c->retry.tokens = 500;
+    c->logger.fn = opts->log_fn;
+    c->logger.user_data = opts->log_user_data;
+    c->logger.level = opts->log_level ? opts->log_level : s3f__log_level_from_env();
+
+    if ((st = s3f__aws_config_load(opts->profile, &c->config, err)))
+        goto fail;
+
+    /* region */
+    const char *region = opts->region;
+    if (!region)
+        region = env("AWS_REGION");
+    if (!region)
+        region = env("AWS_DEFAULT_REGION");
+    if (!region)
+        region = cfg_get(c, "region");
+    if (!region)
+        region = "us-east-1";
+    if (!(c->region = strdup(region)))
+        goto oom;
+
+    /* endpoint */
+    const char *endpoint = opts->endpoint_url;
+    if (!endpoint && !truthy(env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")) &&
+        !truthy(cfg_get(c, "ignore_configured_endpoint_urls"))) {
+        endpoint = env("AWS_ENDPOINT_URL_S3");
+        if (!endpoint)
+            endpoint = env("AWS_ENDPOINT_URL");
+        if (!endpoint && c->config)
+            endpoint = s3f__aws_config_service_get(c->config, "s3", "endpoint_url");
+        if (!endpoint)
+            endpoint = cfg_get(c, "endpoint_url");
+    }
+    if (endpoint) {
+        if (strncmp(endpoint, "http://", 7) != 0 && strncmp(endpoint, "https://", 8) != 0) {
+            st = s3f__error_set(err, S3F_ERR_INVALID_URI, "configuration", endpoint,
+                                "endpoint URL must start with http:// or https://");
+            goto fail;
+        }
+        if (!(c->endpoint_url = strdup(endpoint)))
+            goto oom;
+        size_t n = strlen(c->endpoint_url);
+        while (n > 0 && c->endpoint_url[n - 1] == '/')
+            c->endpoint_url[--n] = '\0';
+    }
+    const char *addressing = c->config ? s3f__aws_config_get(c->config, "s3.addressing_style") : NULL;
+    c->force_path_style = opts->force_path_style || truthy(env("S3FLASH_FORCE_PATH_STYLE")) ||
+                          (addressing && strcmp(addressing, "path") == 0);
+
+    /* retries */
+    c->max_attempts = 3;
+    if (opts->max_attempts > 0) {
+        c->max_attempts = opts->max_attempts > 100 ? 100 : opts->max_attempts;
+    } else if (env("AWS_MAX_ATTEMPTS")) {
+        if ((st = parse_attempts(env("AWS_MAX_ATTEMPTS"), "AWS_MAX_ATTEMPTS", &c->max_attempts,
+                                 err)))
+            goto fail;
+    } else if (cfg_get(c, "max_attempts")) {
+        if ((st = parse_attempts(cfg_get(c, "max_attempts"), "profile max_attempts",
+                                 &c->max_attempts, err)))
+            goto fail;
+    }
+
+    /* TLS */
+    const char *ca = opts->ca_bundle;
+    if (!ca)
+        ca = env("AWS_CA_BUNDLE");
+    if (!ca)
+        ca = cfg_get(c, "ca_bundle");
+    if (ca && !(c->ca_bundle = strdup(ca)))
+        goto oom;
+    if (opts->tls_insecure)
+        s3f__log(&c->logger, S3F_LOG_WARN, "TLS certificate verification is disabled");
+
+    /* credentials */
+    c->anonymous = opts->anonymous != 0;
+    if (!c->anonymous) {
+        if (opts->access_key_id) {
+            st = s3f__credentials_provider_new_static(opts->access_key_id,
+                                                      opts->secret_access_key,
+                                                      opts->session_token, &c->creds, err);
+        } else {
+            struct s3f__credentials_options co = {
+                .profile = opts->profile,
+                .config = c->config,
+                .connect_timeout_ms = opts->connect_timeout_ms,
+                .ca_bundle = c->ca_bundle,
+                .logger = &c->logger,
+            };
+            st = s3f__credentials_provider_new_default(&co, &c->creds, err);
+        }
+        if (st)
+            goto fail;
+    }
+
+    struct s3f__http_pool_options ho = {
+        .io_threads = opts->io_threads,
+        .max_connections = opts->max_connections,
+        .connect_timeout_ms = opts->connect_timeout_ms,
+        .stall_timeout_ms = opts->stall_timeout_ms,
+        .ca_bundle = c->ca_bundle,
+        .tls_insecure = opts->tls_insecure != 0,
+        .logger = &c->logger,
+    };
+    if ((st = s3f__http_pool_new(&ho, &c->http, err)))
+        goto fail;
+    s3f__log(&c->logger, S3F_LOG_DEBUG, "client: region %s, endpoint %s, %s style, %d attempts",
+             c->region, c->endpoint_url ? c->endpoint_url : "(AWS)",
+             c->force_path_style ? "path" : "virtual-hosted", c->max_attempts);
+    *out = c;
+    return S3F_OK;
+
+oom:
+    st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
+fail:
+    s3f_client_free(c);
+    return st;
+}
+
+void s3f_client_free(struct s3f_client *c) {
+    if (!c)
+        return;
+    s3f__http_pool_free(c->http);
+    s3f__credentials_provider_free(c->creds);
+    s3f__aws_config_free(c->config);
+    free(c->region);
+    free(c->endpoint_url);
+    free(c->ca_bundle);
+    pthread_mutex_destroy(&c->retry.lock);
+    free(c);
+}
+
+const char *s3f_client_region(const struct s3f_client *c) {
+    return c->region;
+}
+
+const char *s3f_client_endpoint(const struct s3f_client *c) {
+    return c->endpoint_url ? c->endpoint_url : "";
+}
+
+enum s3f_status s3f_client_credentials_source(struct s3f_client *c, char *buf, size_t len,
+                                              char *access_key_id, size_t akid_len,
+                                              struct s3f_error *err) {
+    if (c->anonymous) {
+        s3f__strlcpy(buf, "anonymous", len);
+        if (access_key_id)
+            s3f__strlcpy(access_key_id, "", akid_len);
+        return S3F_OK;
+    }
+    struct s3f__credentials creds;
+    memset(&creds, 0, sizeof(creds));
+    enum s3f_status st = s3f__credentials_get(c->creds, &creds, err);
+    if (st == S3F_OK) {
+        s3f__strlcpy(buf, creds.source, len);
+        if (access_key_id)
+            s3f__strlcpy(access_key_id, creds.access_key_id, akid_len);
+    }
+    s3f__credentials_cleanup(&creds);
+    return st;
+}

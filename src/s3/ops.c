@@ -1,0 +1,774 @@
+/* The S3 operations of the public API, each a request description for the executor. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/client.h"
+#include "s3/endpoint.h"
+#include "s3/xml.h"
+
+#define XML_BODY_MAX (16u << 20)
+#define DELETE_BATCH 1000
+
+static enum s3f_status check_args(const char *op, const char *bucket, const char *key,
+                                  bool key_required, struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (!bucket || !*bucket)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, NULL, "bucket is empty");
+    if (!s3f__bucket_name_valid(bucket, false))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, bucket,
+                              "invalid bucket name '%s'", bucket);
+    if (key_required && (!key || !*key))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, bucket, "key is empty");
+    if (key && strlen(key) > 1024)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, bucket,
+                              "key is longer than 1024 bytes");
+    return S3F_OK;
+}
+
+static void request_init(struct s3f__s3_request *r, const char *op, const char *method,
+                         const char *bucket, const char *key) {
+    memset(r, 0, sizeof(*r));
+    r->operation = op;
+    r->method = method;
+    r->bucket = bucket;
+    r->key = key;
+}
+
+/* Append "&name=value" (value percent-encoded) to a query string under construction. */
+static enum s3f_status query_add(struct s3f__buf *q, const char *name, const char *value) {
+    enum s3f_status st;
+    if (q->len && (st = s3f__buf_append(q, "&", 1)))
+        return st;
+    if ((st = s3f__buf_appends(q, name)))
+        return st;
+    if (!value)
+        return S3F_OK;
+    if ((st = s3f__buf_append(q, "=", 1)))
+        return st;
+    return s3f__uri_encode(q, value, strlen(value), false);
+}
+
+static enum s3f_status oom(struct s3f_error *err, const char *op) {
+    return s3f__error_set(err, S3F_ERR_NO_MEMORY, op, NULL, "out of memory");
+}
+
+/* ---- checksums for uploads ----------------------------------------------------------- */
+
+struct checksum_header {
+    const char *name;   /* "x-amz-checksum-crc32c" or NULL */
+    char value[24];
+};
+
+static enum s3f_status checksum_compute(enum s3f_checksum_algorithm alg, const void *data,
+                                        size_t len, struct checksum_header *out,
+                                        struct s3f_error *err, const char *op) {
+    out->name = NULL;
+    out->value[0] = '\0';
+    switch (alg) {
+    case S3F_CHECKSUM_DEFAULT:
+    case S3F_CHECKSUM_CRC32C:
+        out->name = "x-amz-checksum-crc32c";
+        s3f__crc32_b64(s3f__crc32c(0, data, len), out->value);
+        return S3F_OK;
+    case S3F_CHECKSUM_CRC32:
+        out->name = "x-amz-checksum-crc32";
+        s3f__crc32_b64(s3f__crc32(0, data, len), out->value);
+        return S3F_OK;
+    case S3F_CHECKSUM_NONE:
+        return S3F_OK;
+    case S3F_CHECKSUM_CRC64NVME:
+    default:
+        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, op, NULL,
+                              "checksum algorithm %d is not supported yet", (int)alg);
+    }
+}
+
+static const char *checksum_algorithm_name(enum s3f_checksum_algorithm alg) {
+    switch (alg) {
+    case S3F_CHECKSUM_DEFAULT:
+    case S3F_CHECKSUM_CRC32C:
+        return "CRC32C";
+    case S3F_CHECKSUM_CRC32:
+        return "CRC32";
+    case S3F_CHECKSUM_CRC64NVME:
+        return "CRC64NVME";
+    default:
+        return NULL;
+    }
+}
+
+/* ---- HeadObject / GetObject ---------------------------------------------------------- */
+
+enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *version_id, struct s3f_object_info *info,
+                                struct s3f_error *err) {
+    enum s3f_status st = check_args("HeadObject", bucket, key, true, err);
+    if (st)
+        return st;
+    struct s3f__s3_request r;
+    request_init(&r, "HeadObject", "HEAD", bucket, key);
+    struct s3f__buf q;
+    s3f__buf_init(&q, 4096);
+    if (version_id && query_add(&q, "versionId", version_id))
+        return oom(err, "HeadObject");
+    r.query = q.data;
+    s3f__s3_request_header(&r, "x-amz-checksum-mode", "ENABLED");
+    struct s3f_object_info tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    r.info = info ? info : &tmp;
+    memset(r.info, 0, sizeof(*r.info));
+    st = s3f__s3_execute(c, &r, err);
+    s3f__buf_cleanup(&q);
+    return st;
+}
+
+struct verify_sink {
+    s3f_write_fn sink;
+    void *ud;
+    uint32_t crc32c, crc32;
+    uint64_t bytes;
+};
+
+static int verify_write(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct verify_sink *v = ud;
+    v->crc32c = s3f__crc32c(v->crc32c, data, len);
+    v->crc32 = s3f__crc32(v->crc32, data, len);
+    v->bytes += len;
+    return v->sink ? v->sink(v->ud, data, len, offset) : 0;
+}
+
+enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const char *key,
+                               const struct s3f_get_options *opts, s3f_write_fn sink,
+                               void *sink_user_data, struct s3f_object_info *info,
+                               struct s3f_error *err) {
+    static const struct s3f_get_options defaults;
+    if (!opts)
+        opts = &defaults;
+    enum s3f_status st = check_args("GetObject", bucket, key, true, err);
+    if (st)
+        return st;
+    if (opts->has_range && opts->range_end < opts->range_start)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "GetObject", NULL,
+                              "range end %" PRIu64 " is before its start %" PRIu64,
+                              opts->range_end, opts->range_start);
+    struct s3f__s3_request r;
+    request_init(&r, "GetObject", "GET", bucket, key);
+    struct s3f__buf q;
+    s3f__buf_init(&q, 4096);
+    if (opts->version_id && query_add(&q, "versionId", opts->version_id))
+        return oom(err, "GetObject");
+    r.query = q.data;
+    if (opts->if_match)
+        s3f__s3_request_header(&r, "if-match", opts->if_match);
+    if (opts->verify_checksum)
+        s3f__s3_request_header(&r, "x-amz-checksum-mode", "ENABLED");
+    struct verify_sink v = {sink, sink_user_data, 0, 0, 0};
+    r.sink = verify_write;
+    r.sink_ud = &v;
+    r.has_range = opts->has_range != 0;
+    r.range_start = opts->range_start;
+    r.range_end = opts->range_end;
+    struct s3f_object_info tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    r.info = info ? info : &tmp;
+    memset(r.info, 0, sizeof(*r.info));
+    st = s3f__s3_execute(c, &r, err);
+    s3f__buf_cleanup(&q);
+    if (st == S3F_ERR_ABORTED && err)
+        s3f__strlcpy(err->message, "the data callback stopped the download",
+                     sizeof(err->message));
+    if (st == S3F_ERR_PRECONDITION_FAILED && err && !opts->if_match)
+        s3f__strlcpy(err->message, "the object changed during the download (ETag differs)",
+                     sizeof(err->message));
+    if (st)
+        return st;
+    /* full-object checksum check: only when the whole object was read */
+    bool whole = !opts->has_range || (opts->range_start == 0 && v.bytes == r.info->size);
+    if (opts->verify_checksum && whole) {
+        char got[9];
+        if (r.info->checksum_crc32c[0]) {
+            s3f__crc32_b64(v.crc32c, got);
+            if (strcmp(got, r.info->checksum_crc32c) != 0)
+                return s3f__error_set(err, S3F_ERR_CHECKSUM, "GetObject", NULL,
+                                      "CRC32C of the data is %s, the server says %s", got,
+                                      r.info->checksum_crc32c);
+        } else if (r.info->checksum_crc32[0]) {
+            s3f__crc32_b64(v.crc32, got);
+            if (strcmp(got, r.info->checksum_crc32) != 0)
+                return s3f__error_set(err, S3F_ERR_CHECKSUM, "GetObject", NULL,
+                                      "CRC32 of the data is %s, the server says %s", got,
+                                      r.info->checksum_crc32);
+        }
+    }
+    return S3F_OK;
+}
+
+/* ---- PutObject / DeleteObject / CopyObject -------------------------------------------- */
+
+enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const char *key,
+                               const void *data, size_t len, const struct s3f_put_options *opts,
+                               struct s3f_object_info *info, struct s3f_error *err) {
+    static const struct s3f_put_options defaults;
+    if (!opts)
+        opts = &defaults;
+    enum s3f_status st = check_args("PutObject", bucket, key, true, err);
+    if (st)
+        return st;
+    if (len > ((uint64_t)5 << 30))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "PutObject", NULL,
+                              "%zu bytes is over the 5 GiB limit of one PutObject", len);
+    if (len && !data)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "PutObject", NULL, "data is NULL");
+    struct checksum_header ck;
+    if ((st = checksum_compute(opts->checksum, data, len, &ck, err, "PutObject")))
+        return st;
+    struct s3f__s3_request r;
+    request_init(&r, "PutObject", "PUT", bucket, key);
+    r.body = data ? data : "";
+    r.body_len = len;
+    r.sign_payload = opts->sign_payload != 0;
+    s3f__s3_request_header(&r, "content-type",
+                           opts->content_type ? opts->content_type : "application/octet-stream");
+    if (ck.name)
+        s3f__s3_request_header(&r, ck.name, ck.value);
+    char md5_b64[25];
+    if (opts->content_md5) {
+        uint8_t md5[16];
+        s3f__md5(data ? data : "", len, md5);
+        s3f__base64(md5, 16, md5_b64);
+        s3f__s3_request_header(&r, "content-md5", md5_b64);
+    }
+    if (opts->if_none_match)
+        s3f__s3_request_header(&r, "if-none-match", opts->if_none_match);
+    struct s3f_object_info tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    r.info = info ? info : &tmp;
+    memset(r.info, 0, sizeof(*r.info));
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK) {
+        r.info->size = len;
+        /* servers that ignore checksums (Ceph RGW) echo nothing: report what was sent */
+        if (ck.name && strcmp(ck.name, "x-amz-checksum-crc32c") == 0 &&
+            !r.info->checksum_crc32c[0])
+            s3f__strlcpy(r.info->checksum_crc32c, ck.value, sizeof(r.info->checksum_crc32c));
+        if (ck.name && strcmp(ck.name, "x-amz-checksum-crc32") == 0 && !r.info->checksum_crc32[0])
+            s3f__strlcpy(r.info->checksum_crc32, ck.value, sizeof(r.info->checksum_crc32));
+    }
+    return st;
+}
+
+enum s3f_status s3f_delete_object(struct s3f_client *c, const char *bucket, const char *key,
+                                  struct s3f_error *err) {
+    enum s3f_status st = check_args("DeleteObject", bucket, key, true, err);
+    if (st)
+        return st;
+    struct s3f__s3_request r;
+    request_init(&r, "DeleteObject", "DELETE", bucket, key);
+    return s3f__s3_execute(c, &r, err);
+}
+
+enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bucket,
+                                const char *src_key, const char *dst_bucket,
+                                const char *dst_key, struct s3f_object_info *info,
+                                struct s3f_error *err) {
+    enum s3f_status st = check_args("CopyObject", src_bucket, src_key, true, err);
+    if (st || (st = check_args("CopyObject", dst_bucket, dst_key, true, err)))
+        return st;
+    struct s3f__buf src, body;
+    s3f__buf_init(&src, 8192);
+    s3f__buf_init(&body, XML_BODY_MAX);
+    if (s3f__buf_appendf(&src, "/%s/", src_bucket) ||
+        s3f__uri_encode(&src, src_key, strlen(src_key), true)) {
+        s3f__buf_cleanup(&src);
+        return oom(err, "CopyObject");
+    }
+    struct s3f__s3_request r;
+    request_init(&r, "CopyObject", "PUT", dst_bucket, dst_key);
+    s3f__s3_request_header(&r, "x-amz-copy-source", src.data);
+    r.body = "";
+    r.body_len = 0;
+    r.body_out = &body;
+    r.check_200_error = true;
+    struct s3f_object_info tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    r.info = info ? info : &tmp;
+    memset(r.info, 0, sizeof(*r.info));
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_copy_object(body.data, body.len, r.info, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "CopyObject", sizeof(err->operation));
+    s3f__buf_cleanup(&src);
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+/* ---- DeleteObjects ---------------------------------------------------------------------- */
+
+enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
+                                   const char *const *keys, size_t n_keys, size_t *failed,
+                                   struct s3f_error *err) {
+    if (failed)
+        *failed = 0;
+    enum s3f_status st = check_args("DeleteObjects", bucket, NULL, false, err);
+    if (st)
+        return st;
+    if (n_keys && !keys)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "DeleteObjects", NULL,
+                              "keys is NULL");
+    struct s3f__buf body, resp;
+    s3f__buf_init(&body, XML_BODY_MAX);
+    s3f__buf_init(&resp, XML_BODY_MAX);
+    size_t n_failed = 0;
+    struct s3f_error first_failure;
+    s3f_error_clear(&first_failure);
+    for (size_t off = 0; off < n_keys && st == S3F_OK; off += DELETE_BATCH) {
+        size_t n = n_keys - off < DELETE_BATCH ? n_keys - off : DELETE_BATCH;
+        s3f__buf_reset(&body);
+        if ((st = s3f__xml_build_delete(keys + off, n, true, &body, err)))
+            break;
+        uint8_t md5[16];
+        char md5_b64[25];
+        s3f__md5(body.data, body.len, md5);
+        s3f__base64(md5, 16, md5_b64);
+        struct s3f__s3_request r;
+        request_init(&r, "DeleteObjects", "POST", bucket, NULL);
+        r.query = "delete=";
+        r.body = body.data;
+        r.body_len = body.len;
+        r.body_out = &resp;
+        r.check_200_error = true;
+        s3f__s3_request_header(&r, "content-md5", md5_b64);
+        s3f__s3_request_header(&r, "content-type", "application/xml");
+        if ((st = s3f__s3_execute(c, &r, err)))
+            break;
+        size_t n_deleted = 0, n_errors = 0;
+        struct s3f_error fe;
+        s3f_error_clear(&fe);
+        if ((st = s3f__xml_parse_delete_result(resp.data, resp.len, &n_deleted, &n_errors, &fe,
+                                               err)))
+            break;
+        if (n_errors && !n_failed)
+            first_failure = fe;
+        n_failed += n_errors;
+    }
+    s3f__buf_cleanup(&body);
+    s3f__buf_cleanup(&resp);
+    if (failed)
+        *failed = n_failed;
+    if (st == S3F_OK && n_failed) {
+        if (err) {
+            *err = first_failure;
+            s3f__strlcpy(err->operation, "DeleteObjects", sizeof(err->operation));
+            if (!err->status)
+                err->status = S3F_ERR_S3;
+            st = err->status;
+        } else {
+            st = first_failure.status ? first_failure.status : S3F_ERR_S3;
+        }
+    }
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "DeleteObjects", sizeof(err->operation));
+    return st;
+}
+
+/* ---- ListObjectsV2 -------------------------------------------------------------------- */
+
+enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bucket,
+                                    const struct s3f_list_options *opts,
+                                    struct s3f_list_page **out, struct s3f_error *err) {
+    static const struct s3f_list_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListObjectsV2", NULL,
+                              "out is NULL");
+    *out = NULL;
+    enum s3f_status st = check_args("ListObjectsV2", bucket, NULL, false, err);
+    if (st)
+        return st;
+    if (opts->max_keys < 0 || opts->max_keys > 1000)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListObjectsV2", bucket,
+                              "max_keys must be 0..1000, got %d", opts->max_keys);
+    struct s3f__buf q, body;
+    s3f__buf_init(&q, 8192);
+    s3f__buf_init(&body, XML_BODY_MAX);
+    char max_keys[16];
+    snprintf(max_keys, sizeof(max_keys), "%d", opts->max_keys);
+    if (query_add(&q, "list-type", "2") || query_add(&q, "encoding-type", "url") ||
+        (opts->prefix && *opts->prefix && query_add(&q, "prefix", opts->prefix)) ||
+        (opts->delimiter && *opts->delimiter && query_add(&q, "delimiter", opts->delimiter)) ||
+        (opts->continuation_token && *opts->continuation_token &&
+         query_add(&q, "continuation-token", opts->continuation_token)) ||
+        (opts->start_after && *opts->start_after &&
+         query_add(&q, "start-after", opts->start_after)) ||
+        (opts->max_keys && query_add(&q, "max-keys", max_keys))) {
+        s3f__buf_cleanup(&q);
+        return oom(err, "ListObjectsV2");
+    }
+    struct s3f__s3_request r;
+    request_init(&r, "ListObjectsV2", "GET", bucket, NULL);
+    r.query = q.data;
+    r.body_out = &body;
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_list_objects_v2(body.data, body.len, out, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "ListObjectsV2", sizeof(err->operation));
+    s3f__buf_cleanup(&q);
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+/* ---- multipart ------------------------------------------------------------------------ */
+
+static enum s3f_status check_upload_id(const char *op, const char *upload_id,
+                                       struct s3f_error *err) {
+    if (!upload_id || !*upload_id)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, NULL, "upload id is empty");
+    return S3F_OK;
+}
+
+enum s3f_status s3f_create_multipart_upload(struct s3f_client *c, const char *bucket,
+                                            const char *key,
+                                            const struct s3f_put_options *opts,
+                                            char **upload_id, struct s3f_error *err) {
+    static const struct s3f_put_options defaults;
+    if (!opts)
+        opts = &defaults;
+    enum s3f_status st = check_args("CreateMultipartUpload", bucket, key, true, err);
+    if (st)
+        return st;
+    *upload_id = NULL;
+    struct s3f__buf body;
+    s3f__buf_init(&body, XML_BODY_MAX);
+    struct s3f__s3_request r;
+    request_init(&r, "CreateMultipartUpload", "POST", bucket, key);
+    r.query = "uploads=";
+    r.body = "";
+    r.body_out = &body;
+    s3f__s3_request_header(&r, "content-type",
+                           opts->content_type ? opts->content_type : "application/octet-stream");
+    const char *alg = checksum_algorithm_name(opts->checksum);
+    if (alg && opts->checksum != S3F_CHECKSUM_NONE)
+        s3f__s3_request_header(&r, "x-amz-checksum-algorithm", alg);
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_initiate_multipart(body.data, body.len, upload_id, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "CreateMultipartUpload", sizeof(err->operation));
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+static enum s3f_status upload_query(struct s3f__buf *q, const char *upload_id, int part_number) {
+    char pn[16];
+    snprintf(pn, sizeof(pn), "%d", part_number);
+    if (part_number > 0 && query_add(q, "partNumber", pn))
+        return S3F_ERR_NO_MEMORY;
+    return query_add(q, "uploadId", upload_id);
+}
+
+enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *upload_id, int part_number, const void *data,
+                                size_t len, enum s3f_checksum_algorithm checksum,
+                                struct s3f_part_info *out, struct s3f_error *err) {
+    enum s3f_status st = check_args("UploadPart", bucket, key, true, err);
+    if (st || (st = check_upload_id("UploadPart", upload_id, err)))
+        return st;
+    if (part_number < 1 || part_number > 10000)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "UploadPart", NULL,
+                              "part number %d is outside 1..10000", part_number);
+    if (len > ((uint64_t)5 << 30))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "UploadPart", NULL,
+                              "part of %zu bytes is over the 5 GiB limit", len);
+    struct checksum_header ck;
+    if ((st = checksum_compute(checksum, data, len, &ck, err, "UploadPart")))
+        return st;
+    struct s3f__buf q;
+    s3f__buf_init(&q, 4096);
+    if (upload_query(&q, upload_id, part_number))
+        return oom(err, "UploadPart");
+    struct s3f__s3_request r;
+    request_init(&r, "UploadPart", "PUT", bucket, key);
+    r.query = q.data;
+    r.body = data ? data : "";
+    r.body_len = len;
+    if (ck.name)
+        s3f__s3_request_header(&r, ck.name, ck.value);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    r.info = &info;
+    st = s3f__s3_execute(c, &r, err);
+    s3f__buf_cleanup(&q);
+    if (st == S3F_OK && out) {
+        memset(out, 0, sizeof(*out));
+        out->part_number = part_number;
+        out->size = len;
+        s3f__strlcpy(out->etag, info.etag, sizeof(out->etag));
+        s3f__strlcpy(out->checksum, ck.value, sizeof(out->checksum));
+    }
+    return st;
+}
+
+enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *bucket,
+                                              const char *key, const char *upload_id,
+                                              const struct s3f_part_info *parts,
+                                              size_t n_parts, struct s3f_object_info *info,
+                                              struct s3f_error *err) {
+    enum s3f_status st = check_args("CompleteMultipartUpload", bucket, key, true, err);
+    if (st || (st = check_upload_id("CompleteMultipartUpload", upload_id, err)))
+        return st;
+    if (n_parts == 0 || n_parts > 10000 || !parts)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "CompleteMultipartUpload", NULL,
+                              "%zu parts: an upload needs 1..10000", n_parts);
+    struct s3f__buf q, body, resp;
+    s3f__buf_init(&q, 4096);
+    s3f__buf_init(&body, XML_BODY_MAX);
+    s3f__buf_init(&resp, XML_BODY_MAX);
+    st = upload_query(&q, upload_id, 0);
+    if (!st)
+        st = s3f__buf_appends(&body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    for (size_t i = 0; i < n_parts && !st; i++) {
+        if (i && parts[i].part_number <= parts[i - 1].part_number) {
+            st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "CompleteMultipartUpload", NULL,
+                                "part numbers must ascend (%d after %d)", parts[i].part_number,
+                                parts[i - 1].part_number);
+            goto out;
+        }
+        /* ETags are quoted hex: no XML escaping needed beyond quotes */
+        st = s3f__buf_appendf(&body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag>",
+                              parts[i].part_number, parts[i].etag);
+        if (!st && parts[i].checksum[0])
+            st = s3f__buf_appendf(&body, "<ChecksumCRC32C>%s</ChecksumCRC32C>", parts[i].checksum);
+        if (!st)
+            st = s3f__buf_appends(&body, "</Part>");
+    }
+    if (!st)
+        st = s3f__buf_appends(&body, "</CompleteMultipartUpload>");
+    if (st) {
+        st = oom(err, "CompleteMultipartUpload");
+        goto out;
+    }
+    struct s3f__s3_request r;
+    request_init(&r, "CompleteMultipartUpload", "POST", bucket, key);
+    r.query = q.data;
+    r.body = body.data;
+    r.body_len = body.len;
+    r.body_out = &resp;
+    r.check_200_error = true;
+    s3f__s3_request_header(&r, "content-type", "application/xml");
+    struct s3f_object_info tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    r.info = info ? info : &tmp;
+    memset(r.info, 0, sizeof(*r.info));
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_complete_multipart(resp.data, resp.len, r.info, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "CompleteMultipartUpload", sizeof(err->operation));
+out:
+    s3f__buf_cleanup(&q);
+    s3f__buf_cleanup(&body);
+    s3f__buf_cleanup(&resp);
+    return st;
+}
+
+enum s3f_status s3f_abort_multipart_upload(struct s3f_client *c, const char *bucket,
+                                           const char *key, const char *upload_id,
+                                           struct s3f_error *err) {
+    enum s3f_status st = check_args("AbortMultipartUpload", bucket, key, true, err);
+    if (st || (st = check_upload_id("AbortMultipartUpload", upload_id, err)))
+        return st;
+    struct s3f__buf q;
+    s3f__buf_init(&q, 4096);
+    if (upload_query(&q, upload_id, 0))
+        return oom(err, "AbortMultipartUpload");
+    struct s3f__s3_request r;
+    request_init(&r, "AbortMultipartUpload", "DELETE", bucket, key);
+    r.query = q.data;
+    st = s3f__s3_execute(c, &r, err);
+    s3f__buf_cleanup(&q);
+    return st;
+}
+
+enum s3f_status s3f_list_parts(struct s3f_client *c, const char *bucket, const char *key,
+                               const char *upload_id, int part_number_marker,
+                               struct s3f_parts_page **out, struct s3f_error *err) {
+    *out = NULL;
+    enum s3f_status st = check_args("ListParts", bucket, key, true, err);
+    if (st || (st = check_upload_id("ListParts", upload_id, err)))
+        return st;
+    struct s3f__buf q, body;
+    s3f__buf_init(&q, 4096);
+    s3f__buf_init(&body, XML_BODY_MAX);
+    char marker[16];
+    snprintf(marker, sizeof(marker), "%d", part_number_marker);
+    if ((part_number_marker > 0 && query_add(&q, "part-number-marker", marker)) ||
+        upload_query(&q, upload_id, 0)) {
+        s3f__buf_cleanup(&q);
+        return oom(err, "ListParts");
+    }
+    struct s3f__s3_request r;
+    request_init(&r, "ListParts", "GET", bucket, key);
+    r.query = q.data;
+    r.body_out = &body;
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_list_parts(body.data, body.len, out, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "ListParts", sizeof(err->operation));
+    s3f__buf_cleanup(&q);
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+enum s3f_status s3f_list_multipart_uploads(struct s3f_client *c, const char *bucket,
+                                           const char *prefix, const char *key_marker,
+                                           const char *upload_id_marker,
+                                           struct s3f_uploads_page **out,
+                                           struct s3f_error *err) {
+    *out = NULL;
+    enum s3f_status st = check_args("ListMultipartUploads", bucket, NULL, false, err);
+    if (st)
+        return st;
+    struct s3f__buf q, body;
+    s3f__buf_init(&q, 8192);
+    s3f__buf_init(&body, XML_BODY_MAX);
+    if (query_add(&q, "uploads", "") ||
+        (prefix && *prefix && query_add(&q, "prefix", prefix)) ||
+        (key_marker && *key_marker && query_add(&q, "key-marker", key_marker)) ||
+        (upload_id_marker && *upload_id_marker &&
+         query_add(&q, "upload-id-marker", upload_id_marker))) {
+        s3f__buf_cleanup(&q);
+        return oom(err, "ListMultipartUploads");
+    }
+    struct s3f__s3_request r;
+    request_init(&r, "ListMultipartUploads", "GET", bucket, NULL);
+    r.query = q.data;
+    r.body_out = &body;
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_list_multipart_uploads(body.data, body.len, out, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "ListMultipartUploads", sizeof(err->operation));
+    s3f__buf_cleanup(&q);
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+/* ---- presigned URLs ------------------------------------------------------------------- */
+
+enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char *bucket,
+                            const char *key, uint32_t expires_s, char **url,
+                            struct s3f_error *err) {
+    *url = NULL;
+    enum s3f_status st = check_args("presign", bucket, key, true, err);
+    if (st)
+        return st;
+    if (!method || (strcmp(method, "GET") && strcmp(method, "PUT") && strcmp(method, "DELETE") &&
+                    strcmp(method, "HEAD")))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "presign", NULL,
+                              "method must be GET, PUT, DELETE or HEAD");
+    if (expires_s < 1 || expires_s > 604800)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "presign", NULL,
+                              "expiry must be 1..604800 seconds (7 days), got %u", expires_s);
+    if (c->anonymous)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "presign", NULL,
+                              "presigning needs credentials, the client is anonymous");
+    char resource[600];
+    s3f__s3_resource(resource, sizeof(resource), bucket, key);
+    struct s3f__endpoint ep;
+    memset(&ep, 0, sizeof(ep));
+    struct s3f__endpoint_params p = {.region = c->region, .bucket = bucket,
+                                     .endpoint_url = c->endpoint_url,
+                                     .force_path_style = c->force_path_style};
+    struct s3f__credentials creds;
+    memset(&creds, 0, sizeof(creds));
+    char *base = NULL, *query = NULL;
+    if ((st = s3f__endpoint_resolve(&p, &ep, err)))
+        goto out;
+    if ((st = s3f__credentials_get(c->creds, &creds, err)))
+        goto out;
+    base = s3f__endpoint_object_url(&ep, key, NULL);
+    if (!base) {
+        st = oom(err, "presign");
+        goto out;
+    }
+    const char *path = strstr(base, "://");
+    path = path ? strchr(path + 3, '/') : NULL;
+    struct s3f__header hdrs[1] = {{"host", ep.host}};
+    struct s3f__sigv4_request sreq = {.method = method, .path = path ? path : "/",
+                                      .query = NULL, .headers = hdrs, .n_headers = 1,
+                                      .payload_hash = "UNSIGNED-PAYLOAD"};
+    struct s3f__sigv4_credentials sc = {creds.access_key_id, creds.secret_access_key,
+                                        creds.session_token};
+    struct s3f__sigv4_config cfg = {.region = ep.signing_region ? ep.signing_region : c->region,
+                                    .service = ep.signing_name ? ep.signing_name : "s3",
+                                    .time = s3f__wall_time_s(), .expires_s = expires_s};
+    if ((st = s3f__sigv4_presign(&sreq, &sc, &cfg, &query, NULL, NULL, err)))
+        goto out;
+    struct s3f__buf u;
+    s3f__buf_init(&u, 1 << 16);
+    if (s3f__buf_appendf(&u, "%s?%s", base, query)) {
+        s3f__buf_cleanup(&u);
+        st = oom(err, "presign");
+        goto out;
+    }
+    *url = s3f__buf_take(&u);
+out:
+    if (st && err) {
+        s3f__strlcpy(err->operation, "presign", sizeof(err->operation));
+        s3f__strlcpy(err->resource, resource, sizeof(err->resource));
+    }
+    free(base);
+    free(query);
+    s3f__credentials_cleanup(&creds);
+    s3f__endpoint_cleanup(&ep);
+    return st;
+}
+
+/* ---- buckets ------------------------------------------------------------------------ */
+
+enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *bucket,
+                                  struct s3f_error *err) {
+    enum s3f_status st = check_args("CreateBucket", bucket, NULL, false, err);
+    if (st)
+        return st;
+    struct s3f__buf body;
+    s3f__buf_init(&body, 4096);
+    struct s3f__s3_request r;
+    request_init(&r, "CreateBucket", "PUT", bucket, NULL);
+    /* us-east-1 takes no LocationConstraint; a custom endpoint may know no AWS region */
+    if (strcmp(c->region, "us-east-1") != 0 && !c->endpoint_url) {
+        if (s3f__buf_appendf(&body,
+                             "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/"
+                             "2006-03-01/\"><LocationConstraint>%s</LocationConstraint>"
+                             "</CreateBucketConfiguration>",
+                             c->region)) {
+            s3f__buf_cleanup(&body);
+            return oom(err, "CreateBucket");
+        }
+    }
+    r.body = body.data ? body.data : "";
+    r.body_len = body.len;
+    st = s3f__s3_execute(c, &r, err);
+    s3f__buf_cleanup(&body);
+    if (st && err && strcmp(err->code, "BucketAlreadyOwnedByYou") == 0) {
+        s3f_error_clear(err);
+        return S3F_OK;
+    }
+    return st;
+}
+
+enum s3f_status s3f_delete_bucket(struct s3f_client *c, const char *bucket,
+                                  struct s3f_error *err) {
+    enum s3f_status st = check_args("DeleteBucket", bucket, NULL, false, err);
+    if (st)
+        return st;
+    struct s3f__s3_request r;
+    request_init(&r, "DeleteBucket", "DELETE", bucket, NULL);
+    return s3f__s3_execute(c, &r, err);
+}

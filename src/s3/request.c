@@ -1,0 +1,589 @@
+/* The request executor: endpoint, signing, sending, error documents, retries. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/client.h"
+#include "s3/endpoint.h"
+#include "s3/xml.h"
+
+#define ERROR_BODY_MAX (64u << 10)
+#define RETRY_COST 5
+#define RETRY_TIMEOUT_COST 10
+#define MAX_BACKOFF_MS 20000u
+
+void s3f__s3_request_header(struct s3f__s3_request *r, const char *name, const char *value) {
+    if (r->n_headers < S3F_MAX_EXTRA_HEADERS) {
+        r->headers[r->n_headers].name = name;
+        r->headers[r->n_headers].value = value;
+        r->n_headers++;
+    }
+}
+
+void s3f__s3_resource(char *buf, size_t len, const char *bucket, const char *key) {
+    snprintf(buf, len, "s3://%s%s%s", bucket ? bucket : "", key && *key ? "/" : "",
+             key ? key : "");
+}
+
+/* ---- one attempt's response state ---------------------------------------------------- */
+
+struct attempt {
+    struct s3f__s3_request *r;
+    struct s3f__http_request http;
+    struct s3f__buf err_body;      /* body of a non-2xx response */
+    uint64_t sink_pos;             /* next object offset the sink expects */
+    bool sink_failed;
+    bool body_overflow;            /* the response did not fit body_out's cap */
+    /* response headers */
+    char etag[128];
+    char request_id[128];
+    char host_id[256];
+    char content_type[128];
+    char version_id[128];
+    char storage_class[32];
+    char checksum_crc32c[16], checksum_crc32[16], checksum_crc64nvme[24], checksum_sha256[48];
+    int64_t last_modified;
+    uint64_t content_length;
+    bool has_content_length;
+    uint64_t total_size;           /* from Content-Range */
+    bool has_total_size;
+};
+
+static void copy_hdr(char *dst, size_t dst_len, const char *v, size_t vlen) {
+    s3f__strlcpyn(dst, v, vlen, dst_len);
+}
+
+static bool name_is(const char *name, size_t n, const char *want) {
+    return strlen(want) == n && strncasecmp(name, want, n) == 0;
+}
+
+static void on_header(void *ud, const char *name, size_t n, const char *v, size_t vlen) {
+    struct attempt *a = ud;
+    char tmp[128];
+    if (name_is(name, n, "etag")) {
+        copy_hdr(a->etag, sizeof(a->etag), v, vlen);
+    } else if (name_is(name, n, "x-amz-request-id")) {
+        copy_hdr(a->request_id, sizeof(a->request_id), v, vlen);
+    } else if (name_is(name, n, "x-amz-id-2")) {
+        copy_hdr(a->host_id, sizeof(a->host_id), v, vlen);
+    } else if (name_is(name, n, "content-type")) {
+        copy_hdr(a->content_type, sizeof(a->content_type), v, vlen);
+    } else if (name_is(name, n, "x-amz-version-id")) {
+        copy_hdr(a->version_id, sizeof(a->version_id), v, vlen);
+    } else if (name_is(name, n, "x-amz-storage-class")) {
+        copy_hdr(a->storage_class, sizeof(a->storage_class), v, vlen);
+    } else if (name_is(name, n, "x-amz-checksum-crc32c")) {
+        copy_hdr(a->checksum_crc32c, sizeof(a->checksum_crc32c), v, vlen);
+    } else if (name_is(name, n, "x-amz-checksum-crc32")) {
+        copy_hdr(a->checksum_crc32, sizeof(a->checksum_crc32), v, vlen);
+    } else if (name_is(name, n, "x-amz-checksum-crc64nvme")) {
+        copy_hdr(a->checksum_crc64nvme, sizeof(a->checksum_crc64nvme), v, vlen);
+    } else if (name_is(name, n, "x-amz-checksum-sha256")) {
+        copy_hdr(a->checksum_sha256, sizeof(a->checksum_sha256), v, vlen);
+    } else if (name_is(name, n, "last-modified")) {
+        copy_hdr(tmp, sizeof(tmp), v, vlen);
+        int64_t t;
+        if (s3f__time_parse(tmp, &t) == 0)
+            a->last_modified = t;
+    } else if (name_is(name, n, "content-length")) {
+        copy_hdr(tmp, sizeof(tmp), v, vlen);
+        char *end;
+        unsigned long long x = strtoull(tmp, &end, 10);
+        if (end != tmp && *end == '\0') {
+            a->content_length = x;
+            a->has_content_length = true;
+        }
+    } else if (name_is(name, n, "content-range")) {
+        /* "bytes 0-9/1234" */
+        copy_hdr(tmp, sizeof(tmp), v, vlen);
+        const char *slash = strrchr(tmp, '/');
+        if (slash && slash[1] != '*') {
+            char *end;
+            unsigned long long x = strtoull(slash + 1, &end, 10);
+            if (end != slash + 1 && *end == '\0') {
+                a->total_size = x;
+                a->has_total_size = true;
+            }
+        }
+    }
+}
+
+static int current_http_status(struct attempt *a) {
+    long code = 0;
+    if (a->http.easy)
+        curl_easy_getinfo(a->http.easy, CURLINFO_RESPONSE_CODE, &code);
+    return (int)code;
+}
+
+static int on_body(void *ud, const char *data, size_t len) {
+    struct attempt *a = ud;
+    int code = current_http_status(a);
+    if (code >= 200 && code < 300) {
+        if (a->r->sink) {
+            if (a->r->sink(a->r->sink_ud, data, len, a->sink_pos) != 0) {
+                a->sink_failed = true;
+                return 1;
+            }
+            a->sink_pos += len;
+            return 0;
+        }
+        if (a->r->body_out) {
+            if (s3f__buf_append(a->r->body_out, data, len) != S3F_OK) {
+                a->body_overflow = true;
+                return 1;
+            }
+            return 0;
+        }
+        return 0;
+    }
+    /* error documents are small; keep the first 64 KiB */
+    if (a->err_body.len < ERROR_BODY_MAX) {
+        size_t room = ERROR_BODY_MAX - a->err_body.len;
+        s3f__buf_append(&a->err_body, data, len < room ? len : room);
+    }
+    return 0;
+}
+
+/* ---- retries ------------------------------------------------------------------------ */
+
+static bool retry_acquire(struct s3f_client *c, int cost) {
+    bool ok;
+    pthread_mutex_lock(&c->retry.lock);
+    ok = c->retry.tokens >= cost;
+    if (ok)
+        c->retry.tokens -= cost;
+    pthread_mutex_unlock(&c->retry.lock);
+    return ok;
+}
+
+static void retry_refund(struct s3f_client *c, int amount) {
+    pthread_mutex_lock(&c->retry.lock);
+    c->retry.tokens += amount;
+    if (c->retry.tokens > c->retry.capacity)
+        c->retry.tokens = c->retry.capacity;
+    pthread_mutex_unlock(&c->retry.lock);
+}
+
+/* Full-jitter exponential backoff: random(0,1) * min(2^(attempt-1), 20) seconds. The
+ * base can be scaled down for tests with S3FLASH_RETRY_BASE_MS (default 1000). */
+static uint64_t backoff_ms(int attempt) {
+    static uint64_t base = 0;
+    if (!base) {
+        const char *b = getenv("S3FLASH_RETRY_BASE_MS");
+        uint64_t v = b && *b ? strtoull(b, NULL, 10) : 1000;
+        base = v ? v : 1;
+    }
+    uint64_t cap = base << (attempt - 1 < 16 ? attempt - 1 : 16);
+    if (cap > MAX_BACKOFF_MS)
+        cap = MAX_BACKOFF_MS;
+    return (uint64_t)(s3f__random_unit() * (double)cap);
+}
+
+/* ---- building the request ------------------------------------------------------------ */
+
+/* Split a URL into host[:port] and path+query pointers. */
+static const char *url_path(const char *url) {
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    const char *slash = strchr(p, '/');
+    return slash ? slash : "/";
+}
+
+static void log_request(struct s3f_client *c, const struct s3f__s3_request *r, const char *url,
+                        int attempt, const struct curl_slist *headers) {
+    if (!s3f__log_enabled(&c->logger, S3F_LOG_DEBUG))
+        return;
+    s3f__log(&c->logger, S3F_LOG_DEBUG, "-> %s %s %s (%s, attempt %d, %zu body bytes)",
+             r->operation, r->method, url, r->bucket ? r->bucket : "", attempt, r->body_len);
+    if (!s3f__log_enabled(&c->logger, S3F_LOG_TRACE))
+        return;
+    for (const struct curl_slist *h = headers; h; h = h->next) {
+        if (strncasecmp(h->data, "authorization:", 14) == 0)
+            s3f__log(&c->logger, S3F_LOG_TRACE, "   authorization: <redacted>");
+        else if (strncasecmp(h->data, "x-amz-security-token:", 21) == 0)
+            s3f__log(&c->logger, S3F_LOG_TRACE, "   x-amz-security-token: <redacted>");
+        else
+            s3f__log(&c->logger, S3F_LOG_TRACE, "   %s", h->data);
+    }
+}
+
+static enum s3f_status add_header(struct curl_slist **list, const char *name, const char *value) {
+    char line[4096];
+    int n = snprintf(line, sizeof(line), "%s: %s", name, value);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return S3F_ERR_INVALID_ARGUMENT;
+    struct curl_slist *l = curl_slist_append(*list, line);
+    if (!l)
+        return S3F_ERR_NO_MEMORY;
+    *list = l;
+    return S3F_OK;
+}
+
+/* Build URL, headers and signature for one attempt. */
+static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
+                               struct attempt *a, const char *range, const char *if_match,
+                               char **url_out, struct curl_slist **headers_out,
+                               struct s3f_error *err) {
+    enum s3f_status st;
+    char resource[600];
+    s3f__s3_resource(resource, sizeof(resource), r->bucket, r->key);
+    struct s3f__endpoint ep;
+    memset(&ep, 0, sizeof(ep));
+    struct s3f__endpoint_params ep_params = {
+        .region = c->region,
+        .bucket = r->bucket,
+        .endpoint_url = c->endpoint_url,
+        .force_path_style = c->force_path_style,
+    };
+    st = s3f__endpoint_resolve(&ep_params, &ep, err);
+    if (st) {
+        if (err) {
+            s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
+            s3f__strlcpy(err->resource, resource, sizeof(err->resource));
+        }
+        return st;
+    }
+    char *url = s3f__endpoint_object_url(&ep, r->key ? r->key : "", r->query);
+    struct curl_slist *hl = NULL;
+    struct s3f__sigv4_signed sig;
+    memset(&sig, 0, sizeof(sig));
+    struct s3f__credentials creds;
+    memset(&creds, 0, sizeof(creds));
+    if (!url) {
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, r->operation, resource, "out of memory");
+        goto out;
+    }
+
+    /* the headers the request carries, signed in full */
+    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 4];
+    size_t nh = 0;
+    hdrs[nh++] = (struct s3f__header){"host", ep.host};
+    for (size_t i = 0; i < r->n_headers; i++)
+        hdrs[nh++] = r->headers[i];
+    if (range)
+        hdrs[nh++] = (struct s3f__header){"range", range};
+    if (if_match)
+        hdrs[nh++] = (struct s3f__header){"if-match", if_match};
+    char content_len[32];
+    if (r->body || strcmp(r->method, "PUT") == 0 || strcmp(r->method, "POST") == 0) {
+        snprintf(content_len, sizeof(content_len), "%zu", r->body_len);
+        hdrs[nh++] = (struct s3f__header){"content-length", content_len};
+    }
+
+    char payload_hash[65] = "UNSIGNED-PAYLOAD";
+    if (r->sign_payload)
+        s3f__sha256_hex(r->body ? r->body : "", r->body ? r->body_len : 0, payload_hash);
+
+    for (size_t i = 1; i < nh; i++) { /* host is set by curl from the URL */
+        if ((st = add_header(&hl, hdrs[i].name, hdrs[i].value)))
+            goto oom;
+    }
+    if (!c->anonymous) {
+        st = s3f__credentials_get(c->creds, &creds, err);
+        if (st) {
+            if (err) {
+                s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
+                if (!err->resource[0])
+                    s3f__strlcpy(err->resource, resource, sizeof(err->resource));
+            }
+            goto out;
+        }
+        struct s3f__sigv4_request sreq = {
+            .method = r->method,
+            .path = url_path(url),
+            .query = NULL,
+            .headers = hdrs,
+            .n_headers = nh,
+            .payload_hash = payload_hash,
+        };
+        /* path and query as on the wire */
+        char *qmark = strchr(sreq.path, '?');
+        char *path_copy = NULL;
+        if (qmark) {
+            path_copy = s3f__strndup(sreq.path, (size_t)(qmark - sreq.path));
+            if (!path_copy) {
+                st = S3F_ERR_NO_MEMORY;
+                goto oom;
+            }
+            sreq.path = path_copy;
+            sreq.query = qmark + 1;
+        }
+        struct s3f__sigv4_credentials sc = {creds.access_key_id, creds.secret_access_key,
+                                            creds.session_token};
+        struct s3f__sigv4_config cfg = {
+            .region = ep.signing_region ? ep.signing_region : c->region,
+            .service = ep.signing_name ? ep.signing_name : "s3",
+            .time = s3f__wall_time_s(),
+            .normalize_path = false,
+            .add_content_sha256_header = true,
+        };
+        st = s3f__sigv4_sign_headers(&sreq, &sc, &cfg, &sig, err);
+        free(path_copy);
+        if (st)
+            goto out;
+        if ((st = add_header(&hl, "x-amz-date", sig.amz_date)) ||
+            (st = add_header(&hl, "x-amz-content-sha256", payload_hash)) ||
+            (sig.security_token &&
+             (st = add_header(&hl, "x-amz-security-token", sig.security_token))) ||
+            (st = add_header(&hl, "authorization", sig.authorization)))
+            goto oom;
+    } else {
+        if ((st = add_header(&hl, "x-amz-content-sha256", payload_hash)))
+            goto oom;
+    }
+    /* no 100-continue round trip; an empty Accept keeps curl from adding its own */
+    struct curl_slist *l = curl_slist_append(hl, "Expect:");
+    if (!l) {
+        st = S3F_ERR_NO_MEMORY;
+        goto oom;
+    }
+    hl = l;
+    (void)a;
+    *url_out = url;
+    *headers_out = hl;
+    url = NULL;
+    hl = NULL;
+    st = S3F_OK;
+    goto out;
+
+oom:
+    if (st == S3F_ERR_NO_MEMORY)
+        s3f__error_set(err, st, r->operation, resource, "out of memory");
+    else
+        s3f__error_set(err, st, r->operation, resource, "header too long");
+out:
+    s3f__sigv4_signed_cleanup(&sig);
+    s3f__credentials_cleanup(&creds);
+    curl_slist_free_all(hl);
+    free(url);
+    s3f__endpoint_cleanup(&ep);
+    return st;
+}
+
+static void fill_info(struct s3f_object_info *info, const struct attempt *a, bool ranged) {
+    if (!info)
+        return;
+    if (a->has_total_size)
+        info->size = a->total_size;
+    else if (a->has_content_length && !ranged)
+        info->size = a->content_length;
+    info->last_modified = a->last_modified;
+    s3f__strlcpy(info->etag, a->etag, sizeof(info->etag));
+    s3f__strlcpy(info->content_type, a->content_type, sizeof(info->content_type));
+    s3f__strlcpy(info->version_id, a->version_id, sizeof(info->version_id));
+    s3f__strlcpy(info->storage_class, a->storage_class, sizeof(info->storage_class));
+    s3f__strlcpy(info->checksum_crc32c, a->checksum_crc32c, sizeof(info->checksum_crc32c));
+    s3f__strlcpy(info->checksum_crc32, a->checksum_crc32, sizeof(info->checksum_crc32));
+    s3f__strlcpy(info->checksum_crc64nvme, a->checksum_crc64nvme,
+                 sizeof(info->checksum_crc64nvme));
+    s3f__strlcpy(info->checksum_sha256, a->checksum_sha256, sizeof(info->checksum_sha256));
+}
+
+/* Error from an HTTP error response (or a 200 carrying an error document). */
+static void error_from_response(struct s3f__s3_request *r, struct attempt *a, const char *body,
+                                size_t body_len, int http_status, struct s3f_error *e) {
+    s3f_error_clear(e);
+    e->http_status = http_status;
+    if (!(body_len && s3f__xml_parse_error(body, body_len, e))) {
+        /* HEAD and some proxies give no body: derive the code from the status */
+        const char *code = "";
+        switch (http_status) {
+        case 301: code = "PermanentRedirect"; break;
+        case 304: code = "NotModified"; break;
+        case 400: code = "BadRequest"; break;
+        case 403: code = "Forbidden"; break;
+        case 404: code = r->key && *r->key ? "NotFound" : "NoSuchBucket"; break;
+        case 412: code = "PreconditionFailed"; break;
+        case 416: code = "InvalidRange"; break;
+        case 500: code = "InternalError"; break;
+        case 503: code = "ServiceUnavailable"; break;
+        default: break;
+        }
+        s3f__strlcpy(e->code, code, sizeof(e->code));
+        if (body_len && !e->message[0]) {
+            /* not XML: show the start of what came back */
+            size_t n = body_len < 200 ? body_len : 200;
+            char snippet[201];
+            size_t j = 0;
+            for (size_t i = 0; i < n; i++)
+                snippet[j++] = (body[i] >= 0x20 && body[i] < 0x7f) ? body[i] : ' ';
+            snippet[j] = '\0';
+            snprintf(e->message, sizeof(e->message), "unexpected response body: %s", snippet);
+        }
+    }
+    if (!e->request_id[0])
+        s3f__strlcpy(e->request_id, a->request_id, sizeof(e->request_id));
+    if (!e->host_id[0])
+        s3f__strlcpy(e->host_id, a->host_id, sizeof(e->host_id));
+    e->status = s3f__s3_error_status(http_status, e->code);
+}
+
+enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
+                                struct s3f_error *err) {
+    char resource[600];
+    s3f__s3_resource(resource, sizeof(resource), r->bucket, r->key);
+    int max_attempts = c->max_attempts > 0 ? c->max_attempts : 3;
+    uint64_t range_start = r->has_range ? r->range_start : 0;
+    uint64_t range_end = r->has_range ? r->range_end : UINT64_MAX;
+    uint64_t delivered = 0;       /* bytes already handed to the sink */
+    char pinned_etag[128] = "";   /* ETag of the first response, for resumed GETs */
+    const char *user_if_match = NULL;
+    for (size_t i = 0; i < r->n_headers; i++)
+        if (s3f__strieq(r->headers[i].name, "if-match"))
+            user_if_match = r->headers[i].value;
+    bool used_retry_token = false;
+    int last_cost = 0;
+    struct s3f_error last;
+    s3f_error_clear(&last);
+    enum s3f_status st = S3F_OK;
+
+    for (int attempt = 1;; attempt++) {
+        struct attempt a;
+        memset(&a, 0, sizeof(a));
+        a.r = r;
+        a.sink_pos = range_start + delivered;
+        s3f__buf_init(&a.err_body, ERROR_BODY_MAX + 1);
+        if (r->body_out)
+            s3f__buf_reset(r->body_out);
+
+        char range[80];
+        const char *range_hdr = NULL;
+        const char *if_match = NULL;
+        if (r->sink && (r->has_range || delivered > 0)) {
+            if (range_end == UINT64_MAX)
+                snprintf(range, sizeof(range), "bytes=%" PRIu64 "-", range_start + delivered);
+            else
+                snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64,
+                         range_start + delivered, range_end);
+            range_hdr = range;
+        }
+        if (delivered > 0 && pinned_etag[0] && !user_if_match)
+            if_match = pinned_etag;
+
+        char *url = NULL;
+        struct curl_slist *headers = NULL;
+        st = prepare(c, r, &a, range_hdr, if_match, &url, &headers, err);
+        if (st) {
+            s3f__buf_cleanup(&a.err_body);
+            if (err)
+                err->attempts = attempt;
+            return st;
+        }
+        a.http.method = r->method;
+        a.http.url = url;
+        a.http.headers = headers;
+        a.http.body = r->body;
+        a.http.body_len = r->body_len;
+        a.http.on_header = on_header;
+        a.http.on_body = on_body;
+        a.http.cb_ud = &a;
+        log_request(c, r, url, attempt, headers);
+
+        enum s3f_status tst = s3f__http_perform(c->http, &a.http);
+        int http_status = a.http.http_status;
+        r->http_status = http_status;
+        double ms = (double)(a.http.end_ns - a.http.start_ns) / 1e6;
+        s3f__log(&c->logger, S3F_LOG_DEBUG,
+                 "<- %s %d %s in %.1f ms (%" PRIu64 " bytes received, request id %s)%s%s",
+                 r->operation, http_status, tst ? s3f_status_name(tst) : "OK", ms,
+                 a.http.bytes_received, a.request_id[0] ? a.request_id : "-",
+                 a.http.error[0] ? ": " : "", a.http.error);
+        curl_slist_free_all(headers);
+        free(url);
+
+        bool retryable = false;
+        int cost = RETRY_COST;
+        bool resumed = delivered > 0; /* this attempt asked for the rest of a broken body */
+        s3f_error_clear(&last);
+        if (r->sink && a.sink_pos > range_start + delivered) {
+            delivered = a.sink_pos - range_start;
+            if (!pinned_etag[0])
+                s3f__strlcpy(pinned_etag, a.etag, sizeof(pinned_etag));
+        }
+
+        if (tst != S3F_OK && !(tst == S3F_ERR_ABORTED && !a.sink_failed && http_status >= 300)) {
+            /* transport failure (or our sink stopped it) */
+            last.status = tst;
+            last.http_status = http_status;
+            s3f__strlcpy(last.request_id, a.request_id, sizeof(last.request_id));
+            if (tst == S3F_ERR_ABORTED && a.body_overflow) {
+                last.status = S3F_ERR_BAD_RESPONSE;
+                snprintf(last.message, sizeof(last.message),
+                         "response body larger than the %zu bytes allowed", r->body_out->max);
+            } else if (tst == S3F_ERR_ABORTED) {
+                snprintf(last.message, sizeof(last.message), "stopped by the data callback");
+            } else if (a.http.curl_code == CURLE_PARTIAL_FILE) {
+                last.status = S3F_ERR_NETWORK;
+                snprintf(last.message, sizeof(last.message),
+                         "response body cut short: received %" PRIu64 " of %" PRIu64 " bytes",
+                         a.http.bytes_received, a.content_length);
+            } else {
+                snprintf(last.message, sizeof(last.message), "%s", a.http.error);
+            }
+            retryable = s3f__http_error_retryable(&a.http);
+            if (s3f__http_error_is_timeout(&a.http))
+                cost = RETRY_TIMEOUT_COST;
+        } else if (http_status >= 300 || http_status < 200) {
+            error_from_response(r, &a, a.err_body.data, a.err_body.len, http_status, &last);
+            retryable = s3f__s3_error_retryable(http_status, last.code);
+        } else if (r->check_200_error && r->body_out && r->body_out->len &&
+                   s3f__xml_parse_error(r->body_out->data, r->body_out->len, &last)) {
+            last.http_status = http_status;
+            if (!last.request_id[0])
+                s3f__strlcpy(last.request_id, a.request_id, sizeof(last.request_id));
+            last.status = s3f__s3_error_status(500, last.code);
+            retryable = s3f__s3_error_retryable(500, last.code);
+            if (!last.message[0])
+                snprintf(last.message, sizeof(last.message), "error document in a 200 response");
+        } else if (r->sink && a.has_content_length &&
+                   a.sink_pos != range_start + delivered) {
+            /* should not happen: curl checks Content-Length */
+            last.status = S3F_ERR_NETWORK;
+            snprintf(last.message, sizeof(last.message), "response body length mismatch");
+            retryable = true;
+        } else {
+            /* success */
+            fill_info(r->info, &a, r->has_range || resumed);
+            if (r->info && resumed && pinned_etag[0])
+                s3f__strlcpy(r->info->etag, pinned_etag, sizeof(r->info->etag));
+            s3f__buf_cleanup(&a.err_body);
+            retry_refund(c, used_retry_token ? last_cost : 1);
+            return S3F_OK;
+        }
+        s3f__buf_cleanup(&a.err_body);
+
+        if (!retryable || attempt >= max_attempts) {
+            st = last.status ? last.status : S3F_ERR_INTERNAL;
+            if (err) {
+                *err = last;
+                err->status = st;
+                err->attempts = attempt;
+                s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
+                s3f__strlcpy(err->resource, resource, sizeof(err->resource));
+                if (retryable && st == S3F_ERR_SERVER && last.code[0] &&
+                    strcmp(last.code, "SlowDown") == 0)
+                    err->status = S3F_ERR_THROTTLED;
+            }
+            return err ? err->status : st;
+        }
+        if (!retry_acquire(c, cost)) {
+            s3f__log(&c->logger, S3F_LOG_WARN, "%s %s: retry quota exhausted, not retrying",
+                     r->operation, resource);
+            if (err) {
+                *err = last;
+                err->attempts = attempt;
+                s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
+                s3f__strlcpy(err->resource, resource, sizeof(err->resource));
+            }
+            return last.status;
+        }
+        used_retry_token = true;
+        last_cost = cost;
+        uint64_t wait = backoff_ms(attempt);
+        s3f__log(&c->logger, S3F_LOG_INFO, "%s %s: attempt %d failed (%s%s%s), retrying in %" PRIu64 " ms",
+                 r->operation, resource, attempt, last.code[0] ? last.code : s3f_status_name(last.status),
+                 last.message[0] ? ": " : "", last.message, wait);
+        s3f__sleep_ms(wait);
+    }
+}

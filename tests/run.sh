@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, builds (warnings as errors), runs the unit
+# tests, starts a real Ceph RGW on loopback, runs the integration tests against it, then does
+# it all again under ASan+UBSan (LeakSanitizer on), and stops the servers.
+#   tests/run.sh            everything
+#   S3FLASH_SKIP_ASAN=1     skip the sanitizer pass
+#   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if [ "${S3FLASH_SKIP_INSTALL:-0}" != 1 ]; then
+    bash tests/servers/install-deps.sh
+fi
+
+build() { # build DIR [meson args...]
+    local dir=$1
+    shift
+    if [ ! -f "$dir/build.ninja" ]; then
+        meson setup "$dir" -Dwerror=true "$@"
+    fi
+    ninja -C "$dir" -j2
+}
+
+# RGW needs a real disk for bluestore (direct I/O), not tmpfs.
+rgw_dir=$(mktemp -d /var/tmp/s3flash-rgw.XXXXXX)
+rmdir "$rgw_dir"
+cleanup() {
+    bash tests/servers/rgw.sh stop "$rgw_dir" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+build build
+meson test -C build --suite unit --print-errorlogs
+
+eval "$(bash tests/servers/rgw.sh start "$rgw_dir")"
+export S3FLASH_TEST_ENDPOINT S3FLASH_TEST_ACCESS_KEY S3FLASH_TEST_SECRET_KEY \
+    S3FLASH_TEST_OTHER_ACCESS_KEY S3FLASH_TEST_OTHER_SECRET_KEY S3FLASH_TEST_REGION
+
+export S3FLASH_BUILD_DIR="$root/build"
+python3 -m pytest -q -p no:cacheprovider tests/integration
+
+if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
+    build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+    export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    meson test -C build-asan --suite unit --print-errorlogs
+    S3FLASH_BUILD_DIR="$root/build-asan" python3 -m pytest -q -p no:cacheprovider tests/integration
+fi
+echo "all tests passed"
