@@ -47,7 +47,7 @@ int cli_cmd_ls(struct cli_ctx *ctx) {
             break;
         for (size_t i = 0; i < page->n_common_prefixes; i++) {
             const char *p = page->common_prefixes[i];
-            printf("%27s %s\n", "PRE", strlen(p) >= strip ? p + strip : p);
+            printf("%27sPRE %s\n", "", strlen(p) >= strip ? p + strip : p);
         }
         for (size_t i = 0; i < page->n_objects; i++) {
             const struct s3f_list_entry *e = &page->objects[i];

@@ -6,9 +6,13 @@ The first path segment (the "bucket", path-style addressing) picks the fault:
                        matches what is sent: the HTTP body is whole, the XML is not)
   /malformed-xml/...   200, XML with mismatched tags
   /not-xml/...         200, a body that is not XML at all
-  /short-body/...      200, Content-Length larger than the body, then the connection closes
+  /short-body/...      GET of OBJECT (or of the Range asked for, as a 206) whose
+                       Content-Length is larger than what is sent: 1000 bytes, then the
+                       connection closes; a listing is cut the same way
+  /range-ignored/...   like short-body, but a Range header is ignored: always 200 with the
+                       object from its first byte (as some proxies and servers do)
   /always-500/...      500 with an S3 error document (InternalError, a RequestId)
-  /ok/...              200, a well-formed empty listing, or GET of an object: 'hello'
+  /okay/...            200, a well-formed listing of one key, or GET of an object: 'hello'
 
 Every request is counted per fault in `server.hits` so tests can check retries are bounded.
 
@@ -20,12 +24,14 @@ import http.server
 import threading
 from collections import Counter
 
-SHORT_BODY_LEN = 100_000   # what Content-Length claims
+SHORT_BODY_LEN = 100_000   # size of OBJECT, what Content-Length claims
 SHORT_BODY_SENT = 1_000    # what is actually sent before closing
+OBJECT = bytes((i * 7 + i // 251) % 256 for i in range(SHORT_BODY_LEN))  # no two 1000-byte
+                                                                         # windows alike
 
 LIST_OK = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
            b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-           b'<Name>ok</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
+           b'<Name>okay</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
            b'<IsTruncated>false</IsTruncated>'
            b'<Contents><Key>hello.txt</Key><LastModified>2026-12-02T12:00:00.000Z</LastModified>'
            b'<ETag>&quot;5d41402abc4b2a76b9719d911017c592&quot;</ETag><Size>5</Size>'
@@ -80,20 +86,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, MALFORMED)
         elif fault == "not-xml":
             self._send(200, NOT_XML, ctype="text/plain")
-        elif fault == "short-body":
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(SHORT_BODY_LEN))
-            self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
-            self.send_header("x-amz-request-id", "tx-fault-short-body")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(b"s" * SHORT_BODY_SENT)
-                self.wfile.flush()
-            self.close_connection = True
+        elif fault in ("short-body", "range-ignored"):
+            self._cut_short(honour_range=(fault == "short-body"))
         elif fault == "always-500":
             self._send(500, ERROR_500)
-        elif fault == "ok":
+        elif fault == "okay":
             if self._is_list():
                 self._send(200, LIST_OK)
             else:
@@ -101,6 +98,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send(404, b'<?xml version="1.0"?><Error><Code>NoSuchBucket</Code>'
                             b'<Message>no such fault</Message></Error>')
+
+    def _cut_short(self, honour_range):
+        start = 0
+        rng = self.headers.get("Range", "")
+        if honour_range and rng.startswith("bytes=") and rng.endswith("-"):
+            start = int(rng[len("bytes="):-1])
+        with self.server.lock:
+            self.server.ranges.append(rng)
+        if start:
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{SHORT_BODY_LEN - 1}/"
+                                              f"{SHORT_BODY_LEN}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(SHORT_BODY_LEN - start))
+        self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+        self.send_header("x-amz-request-id", "tx-fault-" + self._fault())
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(OBJECT[start:start + SHORT_BODY_SENT])
+            self.wfile.flush()
+        self.close_connection = True
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
@@ -110,6 +130,7 @@ class FaultServer:
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.hits = Counter()
+        self.httpd.ranges = []  # Range header of every cut-short request ("" when none)
         self.httpd.lock = threading.Lock()
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -120,6 +141,10 @@ class FaultServer:
     @property
     def hits(self):
         return self.httpd.hits
+
+    @property
+    def ranges(self):
+        return self.httpd.ranges
 
     def __enter__(self):
         self.thread.start()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from http_faults import SHORT_BODY_SENT, FaultServer
+from http_faults import OBJECT, FaultServer
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +38,10 @@ CUT_SHORT_RE = re.compile(r"network|truncat|short|partial|malformed response|con
 
 def test_fault_server_ok_baseline(cli_nosrv, faults):
     # the harness itself works: a well-formed answer is listed and read
-    r = run(cli_nosrv, faults, "ls", "s3://ok/")
+    r = run(cli_nosrv, faults, "ls", "s3://okay/")
     assert r.rc == 0, r
     assert re.fullmatch(r"2026-12-02 12:00:00 +5 hello\.txt\n", r.text), r.text
-    r = run(cli_nosrv, faults, "cat", "s3://ok/hello.txt")
+    r = run(cli_nosrv, faults, "cat", "s3://okay/hello.txt")
     assert r.rc == 0 and r.out == b"hello", r
 
 
@@ -69,10 +69,24 @@ def test_cat_body_cut_short(cli_nosrv, faults):
     line = one_error_line(r)
     assert CUT_SHORT_RE.search(line), line
     assert "short-body" in line
-    # at most what the server sent, never invented bytes
-    assert len(r.out) <= SHORT_BODY_SENT and set(r.out) <= {ord("s")}
-    assert 1 <= faults.hits["short-body"] - before <= 5
+    n = faults.hits["short-body"] - before
+    assert 1 <= n <= 5  # bounded retries
+    # broken bodies were resumed where they stopped, so what came out is the object's
+    # beginning, each byte once
+    assert len(r.out) > 0 and r.out == OBJECT[:len(r.out)]
+    assert faults.ranges[-n:][1:] == [f"bytes={i * 1000}-" for i in range(1, n)]
     assert r.elapsed < 15
+
+
+@pytest.mark.xfail(strict=True, reason="library bug: a 200 answer to a resumed (Range) GET "
+                   "is written at the resume offset, so the bytes of the start of the "
+                   "object are repeated (src/s3/request.c on_body does not check 206 / "
+                   "Content-Range)")
+def test_cat_range_ignored_never_mixes_bytes(cli_nosrv, faults):
+    r = run(cli_nosrv, faults, "cat", "s3://range-ignored/obj")
+    assert r.rc == 1, r
+    # whatever was written must be the object's own bytes in order
+    assert r.out == OBJECT[:len(r.out)]
 
 
 def test_cp_body_cut_short_leaves_no_file(cli_nosrv, faults, tmp_path):
