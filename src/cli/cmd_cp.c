@@ -421,8 +421,15 @@ static int upload_tree(struct cli_ctx *ctx, const char *dir, const char *bucket,
             rc = CLI_EXIT_FAIL;
             goto out;
         }
+        errno = 0;
     }
-    qsort(names.items, names.n, sizeof(*names.items), by_name);
+    if (errno != 0) {
+        cli_errorf("readdir %s: %s", dir, strerror(errno));
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    if (names.n > 1)
+        qsort(names.items, names.n, sizeof(*names.items), by_name);
     for (size_t i = 0; i < names.n && rc == CLI_EXIT_OK; i++) {
         char *path = cli_path_join(dir, names.items[i]);
         char *key = cli_strcat2(key_prefix, names.items[i]);
