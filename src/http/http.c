@@ -19,6 +19,7 @@ struct io_thread {
     struct s3f__http_request *queue_head, *queue_tail;
     bool stop;
     /* owned by the I/O thread */
+    struct s3f__http_request *delayed; /* waiting for not_before_ns, sorted by it */
     CURL *free_easy[64];
     int n_free_easy;
     atomic_int load; /* queued + running, read by submitters to pick a thread */
@@ -205,6 +206,8 @@ static enum s3f_status map_curl(CURLcode c) {
         return S3F_ERR_IO;
     case CURLE_OUT_OF_MEMORY:
         return S3F_ERR_NO_MEMORY;
+    case CURLE_URL_MALFORMAT:
+        return S3F_ERR_INVALID_ARGUMENT;
     default:
         return S3F_ERR_NETWORK;
     }
@@ -242,10 +245,40 @@ static void *io_main(void *arg) {
         bool stop = t->stop;
         pthread_mutex_unlock(&t->lock);
 
+        /* requests whose backoff has not elapsed wait in `delayed` */
+        uint64_t now = s3f__now_ns();
+        struct s3f__http_request *ready = NULL, **ready_tail = &ready;
         while (q) {
             struct s3f__http_request *next = q->next;
             q->next = NULL;
-            if (stop) {
+            if (!stop && q->not_before_ns > now) {
+                struct s3f__http_request **pp = &t->delayed;
+                while (*pp && (*pp)->not_before_ns <= q->not_before_ns)
+                    pp = &(*pp)->next;
+                q->next = *pp;
+                *pp = q;
+            } else {
+                *ready_tail = q;
+                ready_tail = &q->next;
+            }
+            q = next;
+        }
+        while (t->delayed && (stop || t->delayed->not_before_ns <= now)) {
+            struct s3f__http_request *d = t->delayed;
+            t->delayed = d->next;
+            d->next = NULL;
+            *ready_tail = d;
+            ready_tail = &d->next;
+        }
+        q = ready;
+        while (q) {
+            struct s3f__http_request *next = q->next;
+            q->next = NULL;
+            if (!q->url) {
+                if (!q->error[0])
+                    s3f__strlcpy(q->error, "request could not be built", sizeof(q->error));
+                complete(t, q, CURLE_URL_MALFORMAT);
+            } else if (stop) {
                 s3f__strlcpy(q->error, "client is shutting down", sizeof(q->error));
                 complete(t, q, CURLE_ABORTED_BY_CALLBACK);
             } else if (!setup_easy(t, q)) {
@@ -265,7 +298,7 @@ static void *io_main(void *arg) {
             }
             q = next;
         }
-        if (stop && running == 0)
+        if (stop && running == 0 && !t->delayed)
             break;
 
         curl_multi_perform(t->multi, &running);
@@ -279,8 +312,17 @@ static void *io_main(void *arg) {
             CURLcode rc = msg->data.result;
             complete(t, req, rc);
         }
-        if (running > 0 || !stop)
-            curl_multi_poll(t->multi, NULL, 0, running > 0 ? 100 : 1000, NULL);
+        if (running > 0 || !stop) {
+            int wait_ms = running > 0 ? 100 : 1000;
+            if (t->delayed) {
+                uint64_t now2 = s3f__now_ns();
+                uint64_t due = t->delayed->not_before_ns;
+                int until = due > now2 ? (int)((due - now2) / 1000000ull) + 1 : 0;
+                if (until < wait_ms)
+                    wait_ms = until;
+            }
+            curl_multi_poll(t->multi, NULL, 0, wait_ms, NULL);
+        }
     }
     return NULL;
 }

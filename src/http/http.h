@@ -56,6 +56,8 @@ struct s3f__http_request {
     s3f__http_body_fn on_body;
     void *cb_ud;
     uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies) */
+    uint64_t not_before_ns;       /* s3f__now_ns() time before which it is not sent (backoff);
+                                     0: at once */
 
     /* ---- output, valid after completion ---- */
     enum s3f_status status;       /* S3F_OK when an HTTP response was fully received */
@@ -78,7 +80,9 @@ struct s3f__http_request {
 };
 
 /* Queue the request; `done` runs on an I/O thread when it completes (always, also on
- * failure). Never calls `done` synchronously. */
+ * failure). Never calls `done` synchronously. A request whose url is NULL completes at once
+ * (on the I/O thread) with S3F_ERR_INVALID_ARGUMENT: callers use that to report a failure
+ * asynchronously. */
 void s3f__http_submit(struct s3f__http_pool *pool, struct s3f__http_request *req,
                       s3f__http_done_fn done, void *ud);
 /* Submit and wait. Returns req->status. */

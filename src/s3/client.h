@@ -34,6 +34,63 @@ struct s3f_client {
 
 #define S3F_MAX_EXTRA_HEADERS 16
 
+/* One attempt's response state (private to the executor). */
+struct s3f__s3_attempt {
+    struct s3f__s3_request *r;
+    struct s3f__http_request http;
+    struct s3f__buf err_body;      /* body of a non-2xx response */
+    uint64_t sink_pos;             /* next object offset the sink expects */
+    bool sink_failed;
+    bool body_overflow;            /* the response did not fit body_out's cap */
+    /* response headers */
+    char etag[128];
+    char request_id[128];
+    char host_id[256];
+    char content_type[128];
+    char version_id[128];
+    char storage_class[32];
+    char checksum_crc32c[16], checksum_crc32[16], checksum_crc64nvme[24], checksum_sha256[48];
+    int64_t last_modified;
+    uint64_t content_length;
+    bool has_content_length;
+    uint64_t total_size;           /* from Content-Range */
+    bool has_total_size;
+    uint64_t range_first;          /* first byte of a 206 response, from Content-Range */
+    bool has_range_first;
+    bool body_started;
+    uint64_t resp_pos;             /* object offset of the next response byte */
+    bool range_gap;                /* the server answered from past the offset we need */
+};
+
+struct s3f__s3_request;
+/* Completion of an asynchronous request: runs on an I/O thread exactly once, never inside
+ * s3f__s3_submit; `st` is the final status after retries (the err passed to submit is filled
+ * on failure). It must not block; it may submit further requests. */
+typedef void (*s3f__s3_done_fn)(struct s3f__s3_request *r, enum s3f_status st, void *ud);
+
+/* The executor's state for one request across its attempts (private to request.c). */
+struct s3f__s3_call {
+    struct s3f_client *c;
+    struct s3f_error *err;          /* the caller's, or local_err */
+    struct s3f_error local_err;
+    s3f__s3_done_fn done;
+    void *done_ud;
+    int attempt;
+    int max_attempts;
+    uint64_t range_start, range_end;
+    uint64_t delivered;             /* bytes already handed to the sink */
+    char pinned_etag[128];          /* ETag of the first response, for resumed GETs */
+    const char *user_if_match;
+    bool used_retry_token;
+    int last_cost;
+    bool prep_failed;               /* this attempt could not be built; err says why */
+    char resource[600];
+    char range[80];
+    char *url;
+    struct curl_slist *headers;
+    struct s3f__s3_attempt a;
+};
+
 /* One S3 request as the operations describe it; the executor adds host, date, content
  * sha256, security token and authorization, sends it and retries it. */
 struct s3f__s3_request {
@@ -59,12 +116,23 @@ struct s3f__s3_request {
     /* Output: response metadata (optional). */
     struct s3f_object_info *info;
     int http_status;              /* set by the executor */
+    /* Request body streamed by a callback instead of `body` (fill up to len bytes at
+     * `offset` of the body; return the count or -1). Called on an I/O thread. */
+    s3f__http_read_fn read_body;
+    void *read_ud;
+    /* private: the executor's state */
+    struct s3f__s3_call call;
 };
 
 /* Add an extra header (name and value must outlive the request). */
 void s3f__s3_request_header(struct s3f__s3_request *r, const char *name, const char *value);
 
-/* Send with retries. On failure fills err (operation, s3://bucket/key, HTTP status, S3 code,
+/* Start `r` asynchronously with retries (backoff timers live on the I/O threads; no thread
+ * sleeps). `r` and `err` (may be NULL) must stay valid until `done` ran. */
+void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_error *err,
+                    s3f__s3_done_fn done, void *ud);
+
+/* Send with retries and wait. On failure fills err (operation, s3://bucket/key, HTTP status, S3 code,
  * message, request id, attempts) and returns its status. */
 enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
                                 struct s3f_error *err);

@@ -28,27 +28,6 @@ void s3f__s3_resource(char *buf, size_t len, const char *bucket, const char *key
 
 /* ---- one attempt's response state ---------------------------------------------------- */
 
-struct attempt {
-    struct s3f__s3_request *r;
-    struct s3f__http_request http;
-    struct s3f__buf err_body;      /* body of a non-2xx response */
-    uint64_t sink_pos;             /* next object offset the sink expects */
-    bool sink_failed;
-    bool body_overflow;            /* the response did not fit body_out's cap */
-    /* response headers */
-    char etag[128];
-    char request_id[128];
-    char host_id[256];
-    char content_type[128];
-    char version_id[128];
-    char storage_class[32];
-    char checksum_crc32c[16], checksum_crc32[16], checksum_crc64nvme[24], checksum_sha256[48];
-    int64_t last_modified;
-    uint64_t content_length;
-    bool has_content_length;
-    uint64_t total_size;           /* from Content-Range */
-    bool has_total_size;
-};
 
 static void copy_hdr(char *dst, size_t dst_len, const char *v, size_t vlen) {
     s3f__strlcpyn(dst, v, vlen, dst_len);
@@ -59,7 +38,7 @@ static bool name_is(const char *name, size_t n, const char *want) {
 }
 
 static void on_header(void *ud, const char *name, size_t n, const char *v, size_t vlen) {
-    struct attempt *a = ud;
+    struct s3f__s3_attempt *a = ud;
     char tmp[128];
     if (name_is(name, n, "etag")) {
         copy_hdr(a->etag, sizeof(a->etag), v, vlen);
@@ -97,6 +76,11 @@ static void on_header(void *ud, const char *name, size_t n, const char *v, size_
     } else if (name_is(name, n, "content-range")) {
         /* "bytes 0-9/1234" */
         copy_hdr(tmp, sizeof(tmp), v, vlen);
+        unsigned long long first;
+        if (sscanf(tmp, "bytes %llu-", &first) == 1) {
+            a->range_first = first;
+            a->has_range_first = true;
+        }
         const char *slash = strrchr(tmp, '/');
         if (slash && slash[1] != '*') {
             char *end;
@@ -109,7 +93,7 @@ static void on_header(void *ud, const char *name, size_t n, const char *v, size_
     }
 }
 
-static int current_http_status(struct attempt *a) {
+static int current_http_status(struct s3f__s3_attempt *a) {
     long code = 0;
     if (a->http.easy)
         curl_easy_getinfo(a->http.easy, CURLINFO_RESPONSE_CODE, &code);
@@ -117,15 +101,35 @@ static int current_http_status(struct attempt *a) {
 }
 
 static int on_body(void *ud, const char *data, size_t len) {
-    struct attempt *a = ud;
+    struct s3f__s3_attempt *a = ud;
     int code = current_http_status(a);
     if (code >= 200 && code < 300) {
         if (a->r->sink) {
-            if (a->r->sink(a->r->sink_ud, data, len, a->sink_pos) != 0) {
+            /* Place the bytes by their object offset: a server that ignores Range answers
+             * 200 with the whole object, whose head we then skip. */
+            if (!a->body_started) {
+                a->body_started = true;
+                a->resp_pos = (code == 206 && a->has_range_first) ? a->range_first : 0;
+            }
+            uint64_t pos = a->resp_pos, end = pos + len;
+            a->resp_pos = end;
+            if (pos > a->sink_pos) {
+                a->range_gap = true;
+                return 1;
+            }
+            uint64_t stop = a->r->call.range_end == UINT64_MAX ? UINT64_MAX
+                                                               : a->r->call.range_end + 1;
+            if (end > stop)
+                end = stop;
+            if (end <= a->sink_pos)
+                return 0;
+            size_t skip = (size_t)(a->sink_pos - pos);
+            size_t n = (size_t)(end - a->sink_pos);
+            if (a->r->sink(a->r->sink_ud, data + skip, n, a->sink_pos) != 0) {
                 a->sink_failed = true;
                 return 1;
             }
-            a->sink_pos += len;
+            a->sink_pos += n;
             return 0;
         }
         if (a->r->body_out) {
@@ -222,7 +226,7 @@ static enum s3f_status add_header(struct curl_slist **list, const char *name, co
 
 /* Build URL, headers and signature for one attempt. */
 static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
-                               struct attempt *a, const char *range, const char *if_match,
+                               struct s3f__s3_attempt *a, const char *range, const char *if_match,
                                char **url_out, struct curl_slist **headers_out,
                                struct s3f_error *err) {
     enum s3f_status st;
@@ -361,7 +365,7 @@ out:
     return st;
 }
 
-static void fill_info(struct s3f_object_info *info, const struct attempt *a, bool ranged) {
+static void fill_info(struct s3f_object_info *info, const struct s3f__s3_attempt *a, bool ranged) {
     if (!info)
         return;
     if (a->has_total_size)
@@ -381,7 +385,7 @@ static void fill_info(struct s3f_object_info *info, const struct attempt *a, boo
 }
 
 /* Error from an HTTP error response (or a 200 carrying an error document). */
-static void error_from_response(struct s3f__s3_request *r, struct attempt *a, const char *body,
+static void error_from_response(struct s3f__s3_request *r, struct s3f__s3_attempt *a, const char *body,
                                 size_t body_len, int http_status, struct s3f_error *e) {
     s3f_error_clear(e);
     e->http_status = http_status;
@@ -419,171 +423,235 @@ static void error_from_response(struct s3f__s3_request *r, struct attempt *a, co
     e->status = s3f__s3_error_status(http_status, e->code);
 }
 
-enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
-                                struct s3f_error *err) {
-    char resource[600];
-    s3f__s3_resource(resource, sizeof(resource), r->bucket, r->key);
-    int max_attempts = c->max_attempts > 0 ? c->max_attempts : 3;
-    uint64_t range_start = r->has_range ? r->range_start : 0;
-    uint64_t range_end = r->has_range ? r->range_end : UINT64_MAX;
-    uint64_t delivered = 0;       /* bytes already handed to the sink */
-    char pinned_etag[128] = "";   /* ETag of the first response, for resumed GETs */
-    const char *user_if_match = NULL;
-    for (size_t i = 0; i < r->n_headers; i++)
-        if (s3f__strieq(r->headers[i].name, "if-match"))
-            user_if_match = r->headers[i].value;
-    bool used_retry_token = false;
-    int last_cost = 0;
+/* ---- the asynchronous state machine ---------------------------------------------------
+ * submit -> start_attempt (build, sign) -> transport -> attempt_done (classify)
+ *        -> finish | start_attempt again after a backoff (a transport timer, no sleep). */
+
+static void attempt_done(struct s3f__http_request *req, void *ud);
+
+static void attempt_release(struct s3f__s3_call *k) {
+    s3f__buf_cleanup(&k->a.err_body);
+    curl_slist_free_all(k->headers);
+    k->headers = NULL;
+    free(k->url);
+    k->url = NULL;
+}
+
+static void finish(struct s3f__s3_request *r, enum s3f_status st) {
+    struct s3f__s3_call *k = &r->call;
+    attempt_release(k);
+    if (st == S3F_OK)
+        retry_refund(k->c, k->used_retry_token ? k->last_cost : 1);
+    s3f__s3_done_fn done = k->done;
+    void *ud = k->done_ud;
+    done(r, st, ud); /* r may be gone from here on */
+}
+
+/* Build and send attempt k->attempt, to start not before `not_before_ns`. */
+static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
+    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_attempt *a = &k->a;
+    memset(a, 0, sizeof(*a));
+    a->r = r;
+    a->sink_pos = k->range_start + k->delivered;
+    s3f__buf_init(&a->err_body, ERROR_BODY_MAX + 1);
+    if (r->body_out)
+        s3f__buf_reset(r->body_out);
+    const char *range_hdr = NULL, *if_match = NULL;
+    if (r->sink && (r->has_range || k->delivered > 0)) {
+        if (k->range_end == UINT64_MAX)
+            snprintf(k->range, sizeof(k->range), "bytes=%" PRIu64 "-",
+                     k->range_start + k->delivered);
+        else
+            snprintf(k->range, sizeof(k->range), "bytes=%" PRIu64 "-%" PRIu64,
+                     k->range_start + k->delivered, k->range_end);
+        range_hdr = k->range;
+    }
+    if (k->delivered > 0 && k->pinned_etag[0] && !k->user_if_match)
+        if_match = k->pinned_etag;
+    k->prep_failed = false;
+    enum s3f_status st = prepare(k->c, r, a, range_hdr, if_match, &k->url, &k->headers, k->err);
+    if (st) {
+        /* complete through the transport, so that `done` is never called synchronously */
+        k->prep_failed = true;
+        k->err->status = st;
+        k->err->attempts = k->attempt;
+        a->http.url = NULL;
+    } else {
+        a->http.method = r->method;
+        a->http.url = k->url;
+        a->http.headers = k->headers;
+        a->http.body = r->body;
+        a->http.body_len = r->body_len;
+        a->http.read_body = r->read_body;
+        a->http.read_ud = r->read_ud;
+        a->http.on_header = on_header;
+        a->http.on_body = on_body;
+        a->http.cb_ud = a;
+        log_request(k->c, r, k->url, k->attempt, k->headers);
+    }
+    a->http.not_before_ns = not_before_ns;
+    s3f__http_submit(k->c->http, &a->http, attempt_done, r);
+}
+
+static void attempt_done(struct s3f__http_request *req, void *ud) {
+    struct s3f__s3_request *r = ud;
+    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_attempt *a = &k->a;
+    struct s3f_client *c = k->c;
+    (void)req;
+    if (k->prep_failed) {
+        finish(r, k->err->status);
+        return;
+    }
+    enum s3f_status tst = a->http.status;
+    int http_status = a->http.http_status;
+    r->http_status = http_status;
+    double ms = (double)(a->http.end_ns - a->http.start_ns) / 1e6;
+    s3f__log(&c->logger, S3F_LOG_DEBUG,
+             "<- %s %d %s in %.1f ms (%" PRIu64 " bytes received, request id %s)%s%s",
+             r->operation, http_status, tst ? s3f_status_name(tst) : "OK", ms,
+             a->http.bytes_received, a->request_id[0] ? a->request_id : "-",
+             a->http.error[0] ? ": " : "", a->http.error);
+
+    bool retryable = false;
+    int cost = RETRY_COST;
+    bool resumed = k->delivered > 0; /* this attempt asked for the rest of a broken body */
     struct s3f_error last;
     s3f_error_clear(&last);
-    enum s3f_status st = S3F_OK;
-
-    for (int attempt = 1;; attempt++) {
-        struct attempt a;
-        memset(&a, 0, sizeof(a));
-        a.r = r;
-        a.sink_pos = range_start + delivered;
-        s3f__buf_init(&a.err_body, ERROR_BODY_MAX + 1);
-        if (r->body_out)
-            s3f__buf_reset(r->body_out);
-
-        char range[80];
-        const char *range_hdr = NULL;
-        const char *if_match = NULL;
-        if (r->sink && (r->has_range || delivered > 0)) {
-            if (range_end == UINT64_MAX)
-                snprintf(range, sizeof(range), "bytes=%" PRIu64 "-", range_start + delivered);
-            else
-                snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64,
-                         range_start + delivered, range_end);
-            range_hdr = range;
-        }
-        if (delivered > 0 && pinned_etag[0] && !user_if_match)
-            if_match = pinned_etag;
-
-        char *url = NULL;
-        struct curl_slist *headers = NULL;
-        st = prepare(c, r, &a, range_hdr, if_match, &url, &headers, err);
-        if (st) {
-            s3f__buf_cleanup(&a.err_body);
-            if (err)
-                err->attempts = attempt;
-            return st;
-        }
-        a.http.method = r->method;
-        a.http.url = url;
-        a.http.headers = headers;
-        a.http.body = r->body;
-        a.http.body_len = r->body_len;
-        a.http.on_header = on_header;
-        a.http.on_body = on_body;
-        a.http.cb_ud = &a;
-        log_request(c, r, url, attempt, headers);
-
-        enum s3f_status tst = s3f__http_perform(c->http, &a.http);
-        int http_status = a.http.http_status;
-        r->http_status = http_status;
-        double ms = (double)(a.http.end_ns - a.http.start_ns) / 1e6;
-        s3f__log(&c->logger, S3F_LOG_DEBUG,
-                 "<- %s %d %s in %.1f ms (%" PRIu64 " bytes received, request id %s)%s%s",
-                 r->operation, http_status, tst ? s3f_status_name(tst) : "OK", ms,
-                 a.http.bytes_received, a.request_id[0] ? a.request_id : "-",
-                 a.http.error[0] ? ": " : "", a.http.error);
-        curl_slist_free_all(headers);
-        free(url);
-
-        bool retryable = false;
-        int cost = RETRY_COST;
-        bool resumed = delivered > 0; /* this attempt asked for the rest of a broken body */
-        s3f_error_clear(&last);
-        if (r->sink && a.sink_pos > range_start + delivered) {
-            delivered = a.sink_pos - range_start;
-            if (!pinned_etag[0])
-                s3f__strlcpy(pinned_etag, a.etag, sizeof(pinned_etag));
-        }
-
-        if (tst != S3F_OK && !(tst == S3F_ERR_ABORTED && !a.sink_failed && http_status >= 300)) {
-            /* transport failure (or our sink stopped it) */
-            last.status = tst;
-            last.http_status = http_status;
-            s3f__strlcpy(last.request_id, a.request_id, sizeof(last.request_id));
-            if (tst == S3F_ERR_ABORTED && a.body_overflow) {
-                last.status = S3F_ERR_BAD_RESPONSE;
-                snprintf(last.message, sizeof(last.message),
-                         "response body larger than the %zu bytes allowed", r->body_out->max);
-            } else if (tst == S3F_ERR_ABORTED) {
-                snprintf(last.message, sizeof(last.message), "stopped by the data callback");
-            } else if (a.http.curl_code == CURLE_PARTIAL_FILE) {
-                last.status = S3F_ERR_NETWORK;
-                snprintf(last.message, sizeof(last.message),
-                         "response body cut short: received %" PRIu64 " of %" PRIu64 " bytes",
-                         a.http.bytes_received, a.content_length);
-            } else {
-                snprintf(last.message, sizeof(last.message), "%s", a.http.error);
-            }
-            retryable = s3f__http_error_retryable(&a.http);
-            if (s3f__http_error_is_timeout(&a.http))
-                cost = RETRY_TIMEOUT_COST;
-        } else if (http_status >= 300 || http_status < 200) {
-            error_from_response(r, &a, a.err_body.data, a.err_body.len, http_status, &last);
-            retryable = s3f__s3_error_retryable(http_status, last.code);
-        } else if (r->check_200_error && r->body_out && r->body_out->len &&
-                   s3f__xml_parse_error(r->body_out->data, r->body_out->len, &last)) {
-            last.http_status = http_status;
-            if (!last.request_id[0])
-                s3f__strlcpy(last.request_id, a.request_id, sizeof(last.request_id));
-            last.status = s3f__s3_error_status(500, last.code);
-            retryable = s3f__s3_error_retryable(500, last.code);
-            if (!last.message[0])
-                snprintf(last.message, sizeof(last.message), "error document in a 200 response");
-        } else if (r->sink && a.has_content_length &&
-                   a.sink_pos != range_start + delivered) {
-            /* should not happen: curl checks Content-Length */
-            last.status = S3F_ERR_NETWORK;
-            snprintf(last.message, sizeof(last.message), "response body length mismatch");
-            retryable = true;
-        } else {
-            /* success */
-            fill_info(r->info, &a, r->has_range || resumed);
-            if (r->info && resumed && pinned_etag[0])
-                s3f__strlcpy(r->info->etag, pinned_etag, sizeof(r->info->etag));
-            s3f__buf_cleanup(&a.err_body);
-            retry_refund(c, used_retry_token ? last_cost : 1);
-            return S3F_OK;
-        }
-        s3f__buf_cleanup(&a.err_body);
-
-        if (!retryable || attempt >= max_attempts) {
-            st = last.status ? last.status : S3F_ERR_INTERNAL;
-            if (err) {
-                *err = last;
-                err->status = st;
-                err->attempts = attempt;
-                s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
-                s3f__strlcpy(err->resource, resource, sizeof(err->resource));
-                if (retryable && st == S3F_ERR_SERVER && last.code[0] &&
-                    strcmp(last.code, "SlowDown") == 0)
-                    err->status = S3F_ERR_THROTTLED;
-            }
-            return err ? err->status : st;
-        }
-        if (!retry_acquire(c, cost)) {
-            s3f__log(&c->logger, S3F_LOG_WARN, "%s %s: retry quota exhausted, not retrying",
-                     r->operation, resource);
-            if (err) {
-                *err = last;
-                err->attempts = attempt;
-                s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
-                s3f__strlcpy(err->resource, resource, sizeof(err->resource));
-            }
-            return last.status;
-        }
-        used_retry_token = true;
-        last_cost = cost;
-        uint64_t wait = backoff_ms(attempt);
-        s3f__log(&c->logger, S3F_LOG_INFO, "%s %s: attempt %d failed (%s%s%s), retrying in %" PRIu64 " ms",
-                 r->operation, resource, attempt, last.code[0] ? last.code : s3f_status_name(last.status),
-                 last.message[0] ? ": " : "", last.message, wait);
-        s3f__sleep_ms(wait);
+    if (r->sink && a->sink_pos > k->range_start + k->delivered) {
+        k->delivered = a->sink_pos - k->range_start;
+        if (!k->pinned_etag[0])
+            s3f__strlcpy(k->pinned_etag, a->etag, sizeof(k->pinned_etag));
     }
+
+    if (tst != S3F_OK) {
+        /* transport failure (or our callback stopped it) */
+        last.status = tst;
+        last.http_status = http_status;
+        s3f__strlcpy(last.request_id, a->request_id, sizeof(last.request_id));
+        if (tst == S3F_ERR_ABORTED && a->range_gap) {
+            last.status = S3F_ERR_BAD_RESPONSE;
+            snprintf(last.message, sizeof(last.message),
+                     "the server answered a range from offset %" PRIu64 ", past %" PRIu64,
+                     a->range_first, a->sink_pos);
+        } else if (tst == S3F_ERR_ABORTED && a->body_overflow) {
+            last.status = S3F_ERR_BAD_RESPONSE;
+            snprintf(last.message, sizeof(last.message),
+                     "response body larger than the %zu bytes allowed", r->body_out->max);
+        } else if (tst == S3F_ERR_ABORTED) {
+            snprintf(last.message, sizeof(last.message), "stopped by the data callback");
+        } else if (a->http.curl_code == CURLE_PARTIAL_FILE) {
+            last.status = S3F_ERR_NETWORK;
+            snprintf(last.message, sizeof(last.message),
+                     "response body cut short: received %" PRIu64 " of %" PRIu64 " bytes",
+                     a->http.bytes_received, a->content_length);
+        } else {
+            snprintf(last.message, sizeof(last.message), "%s", a->http.error);
+        }
+        retryable = s3f__http_error_retryable(&a->http);
+        if (s3f__http_error_is_timeout(&a->http))
+            cost = RETRY_TIMEOUT_COST;
+    } else if (http_status >= 300 || http_status < 200) {
+        error_from_response(r, a, a->err_body.data, a->err_body.len, http_status, &last);
+        retryable = s3f__s3_error_retryable(http_status, last.code);
+    } else if (r->check_200_error && r->body_out && r->body_out->len &&
+               s3f__xml_parse_error(r->body_out->data, r->body_out->len, &last)) {
+        last.http_status = http_status;
+        if (!last.request_id[0])
+            s3f__strlcpy(last.request_id, a->request_id, sizeof(last.request_id));
+        last.status = s3f__s3_error_status(500, last.code);
+        retryable = s3f__s3_error_retryable(500, last.code);
+        if (!last.message[0])
+            snprintf(last.message, sizeof(last.message), "error document in a 200 response");
+    } else {
+        /* success */
+        fill_info(r->info, a, (r->has_range || resumed) && http_status == 206);
+        if (r->info && resumed && k->pinned_etag[0])
+            s3f__strlcpy(r->info->etag, k->pinned_etag, sizeof(r->info->etag));
+        finish(r, S3F_OK);
+        return;
+    }
+    attempt_release(k);
+
+    bool give_up = !retryable || k->attempt >= k->max_attempts;
+    if (!give_up && !retry_acquire(c, cost)) {
+        s3f__log(&c->logger, S3F_LOG_WARN, "%s %s: retry quota exhausted, not retrying",
+                 r->operation, k->resource);
+        give_up = true;
+    }
+    if (give_up) {
+        struct s3f_error *err = k->err;
+        *err = last;
+        if (!err->status)
+            err->status = S3F_ERR_INTERNAL;
+        err->attempts = k->attempt;
+        s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
+        s3f__strlcpy(err->resource, k->resource, sizeof(err->resource));
+        if (retryable && err->code[0] && strcmp(err->code, "SlowDown") == 0)
+            err->status = S3F_ERR_THROTTLED;
+        finish(r, err->status);
+        return;
+    }
+    k->used_retry_token = true;
+    k->last_cost = cost;
+    uint64_t wait = backoff_ms(k->attempt);
+    s3f__log(&c->logger, S3F_LOG_INFO,
+             "%s %s: attempt %d failed (%s%s%s), retrying in %" PRIu64 " ms", r->operation,
+             k->resource, k->attempt, last.code[0] ? last.code : s3f_status_name(last.status),
+             last.message[0] ? ": " : "", last.message, wait);
+    k->attempt++;
+    start_attempt(r, s3f__now_ns() + wait * 1000000ull);
+}
+
+void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_error *err,
+                    s3f__s3_done_fn done, void *ud) {
+    struct s3f__s3_call *k = &r->call;
+    memset(k, 0, sizeof(*k));
+    k->c = c;
+    k->err = err ? err : &k->local_err;
+    s3f_error_clear(k->err);
+    k->done = done;
+    k->done_ud = ud;
+    k->attempt = 1;
+    k->max_attempts = c->max_attempts > 0 ? c->max_attempts : 3;
+    k->range_start = r->has_range ? r->range_start : 0;
+    k->range_end = r->has_range ? r->range_end : UINT64_MAX;
+    s3f__s3_resource(k->resource, sizeof(k->resource), r->bucket, r->key);
+    for (size_t i = 0; i < r->n_headers; i++)
+        if (s3f__strieq(r->headers[i].name, "if-match"))
+            k->user_if_match = r->headers[i].value;
+    start_attempt(r, 0);
+}
+
+struct sync_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    enum s3f_status st;
+};
+
+static void sync_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
+    (void)r;
+    struct sync_wait *w = ud;
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    w->st = st;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
+                                struct s3f_error *err) {
+    struct sync_wait w = {.done = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    s3f__s3_submit(c, r, err, sync_done, &w);
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    pthread_mutex_destroy(&w.lock);
+    return w.st;
 }
