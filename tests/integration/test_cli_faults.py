@@ -78,15 +78,13 @@ def test_cat_body_cut_short(cli_nosrv, faults):
     assert r.elapsed < 15
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: a 200 answer to a resumed (Range) GET "
-                   "is written at the resume offset, so the bytes of the start of the "
-                   "object are repeated (src/s3/request.c on_body does not check 206 / "
-                   "Content-Range)")
 def test_cat_range_ignored_never_mixes_bytes(cli_nosrv, faults):
+    # a server that answers a resumed (Range) GET with the whole object from byte 0 must not
+    # make s3flash repeat the object's first bytes
     r = run(cli_nosrv, faults, "cat", "s3://range-ignored/obj")
-    assert r.rc == 1, r
-    # whatever was written must be the object's own bytes in order
-    assert r.out == OBJECT[:len(r.out)]
+    line = one_error_line(r)
+    assert CUT_SHORT_RE.search(line), line
+    assert len(r.out) >= 1000 and r.out == OBJECT[:len(r.out)]
 
 
 def test_cp_body_cut_short_leaves_no_file(cli_nosrv, faults, tmp_path):
