@@ -124,6 +124,8 @@ int cli_cmd_ls(struct cli_ctx *ctx);
 int cli_cmd_cp(struct cli_ctx *ctx);
 int cli_cmd_rm(struct cli_ctx *ctx);
 int cli_cmd_cat(struct cli_ctx *ctx);
+int cli_cmd_mb(struct cli_ctx *ctx);
+int cli_cmd_rb(struct cli_ctx *ctx);
 int cli_cmd_stat(struct cli_ctx *ctx);
 int cli_cmd_presign(struct cli_ctx *ctx);
 

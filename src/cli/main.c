@@ -62,6 +62,10 @@ static const struct cli_command commands[] = {
     {"presign", "s3://bucket/key [--expires-in SECONDS] [--method GET|PUT]",
      "Print a presigned URL (as the last line of output).", NULL, presign_opts, 1, 1,
      cli_cmd_presign},
+    {"mb", "s3://bucket", "Create a bucket in the client's region.",
+     "An existing bucket you own is not an error.", no_opts, 1, 1, cli_cmd_mb},
+    {"rb", "s3://bucket", "Remove an empty bucket.",
+     "Empty it first with 'rm --recursive s3://bucket/'.", no_opts, 1, 1, cli_cmd_rb},
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
 

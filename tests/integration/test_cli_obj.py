@@ -105,3 +105,20 @@ def test_presign_expires(cli, s3, bucket):
     p = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url],
                        capture_output=True, timeout=30)
     assert p.stdout == b"403"
+
+
+def test_mb_rb(cli):
+    import uuid
+    name = "mbrb-" + uuid.uuid4().hex[:12]
+    r = cli.ok("mb", f"s3://{name}")
+    assert f"make_bucket: s3://{name}" in r.text
+    cli.ok("mb", f"s3://{name}")  # already yours: fine
+    cli.ok("cp", "-", f"s3://{name}/k", input=b"x")
+    r = cli.run("rb", f"s3://{name}")
+    assert r.rc == 1 and "BucketNotEmpty" in r.err, r
+    cli.ok("rm", f"s3://{name}/k")
+    cli.ok("rb", f"s3://{name}")
+    r = cli.run("ls", f"s3://{name}/")
+    assert r.rc == 1 and "NoSuchBucket" in r.err, r
+    r = cli.run("mb", f"s3://{name}/key")
+    assert r.rc == 2, r
