@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checksum.h"
 #include "s3/client.h"
 #include "s3/endpoint.h"
 #include "s3/xml.h"
@@ -54,47 +55,46 @@ static enum s3f_status oom(struct s3f_error *err, const char *op) {
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, op, NULL, "out of memory");
 }
 
-/* ---- checksums for uploads ----------------------------------------------------------- */
+/* ---- checksums ---------------------------------------------------------------------- */
 
 struct checksum_header {
-    const char *name;   /* "x-amz-checksum-crc32c" or NULL */
-    char value[24];
+    const char *name;   /* "x-amz-checksum-crc32c" ..., or NULL for none */
+    char value[S3F__CHECKSUM_B64_MAX];
 };
 
+/* The checksum header for an upload body. Errors: S3F_ERR_INVALID_ARGUMENT for an unknown
+ * algorithm. */
 static enum s3f_status checksum_compute(enum s3f_checksum_algorithm alg, const void *data,
                                         size_t len, struct checksum_header *out,
                                         struct s3f_error *err, const char *op) {
+    struct s3f__checksum c;
     out->name = NULL;
     out->value[0] = '\0';
-    switch (alg) {
-    case S3F_CHECKSUM_DEFAULT:
-    case S3F_CHECKSUM_CRC32C:
-        out->name = "x-amz-checksum-crc32c";
-        s3f__crc32_b64(s3f__crc32c(0, data, len), out->value);
-        return S3F_OK;
-    case S3F_CHECKSUM_CRC32:
-        out->name = "x-amz-checksum-crc32";
-        s3f__crc32_b64(s3f__crc32(0, data, len), out->value);
-        return S3F_OK;
-    case S3F_CHECKSUM_NONE:
-        return S3F_OK;
-    case S3F_CHECKSUM_CRC64NVME:
-    default:
-        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, op, NULL,
-                              "checksum algorithm %d is not supported yet", (int)alg);
-    }
+    if (s3f__checksum_init(&c, alg) != S3F_OK)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, NULL,
+                              "unknown checksum algorithm %d", (int)alg);
+    s3f__checksum_update(&c, data, len);
+    out->name = s3f__checksum_header_name(c.alg);
+    s3f__checksum_b64(&c, out->value);
+    return S3F_OK;
 }
 
-static const char *checksum_algorithm_name(enum s3f_checksum_algorithm alg) {
+/* The field of `info` that holds the value of `alg` (and its size), NULL for NONE. */
+static char *info_checksum(struct s3f_object_info *info, enum s3f_checksum_algorithm alg,
+                           size_t *size) {
     switch (alg) {
     case S3F_CHECKSUM_DEFAULT:
     case S3F_CHECKSUM_CRC32C:
-        return "CRC32C";
+        *size = sizeof(info->checksum_crc32c);
+        return info->checksum_crc32c;
     case S3F_CHECKSUM_CRC32:
-        return "CRC32";
+        *size = sizeof(info->checksum_crc32);
+        return info->checksum_crc32;
     case S3F_CHECKSUM_CRC64NVME:
-        return "CRC64NVME";
+        *size = sizeof(info->checksum_crc64nvme);
+        return info->checksum_crc64nvme;
     default:
+        *size = 0;
         return NULL;
     }
 }
@@ -124,19 +124,46 @@ enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const 
     return st;
 }
 
+/* Which algorithm the server used is known only once the response is in, so a verifying
+ * download runs all three CRCs (each at several GB/s) on the bytes as they pass. */
+static const enum s3f_checksum_algorithm verify_algs[] = {
+    S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32};
+
 struct verify_sink {
     s3f_write_fn sink;
     void *ud;
-    uint32_t crc32c, crc32;
+    bool verify;
+    struct s3f__checksum ck[S3F_ARRAY_LEN(verify_algs)];
     uint64_t bytes;
 };
 
 static int verify_write(void *ud, const void *data, size_t len, uint64_t offset) {
     struct verify_sink *v = ud;
-    v->crc32c = s3f__crc32c(v->crc32c, data, len);
-    v->crc32 = s3f__crc32(v->crc32, data, len);
+    if (v->verify)
+        for (size_t i = 0; i < S3F_ARRAY_LEN(v->ck); i++)
+            s3f__checksum_update(&v->ck[i], data, len);
     v->bytes += len;
     return v->sink ? v->sink(v->ud, data, len, offset) : 0;
+}
+
+/* Compare the full-object checksums the server returned with what went through the sink.
+ * A composite value of a multipart object ("...-N", a checksum of the part checksums) says
+ * nothing about the bytes and is skipped. */
+static enum s3f_status verify_check(struct verify_sink *v, struct s3f_object_info *info,
+                                    struct s3f_error *err) {
+    for (size_t i = 0; i < S3F_ARRAY_LEN(v->ck); i++) {
+        size_t size;
+        const char *want = info_checksum(info, v->ck[i].alg, &size);
+        if (!want || !want[0] || strchr(want, '-'))
+            continue;
+        char got[S3F__CHECKSUM_B64_MAX];
+        s3f__checksum_b64(&v->ck[i], got);
+        if (strcmp(got, want) != 0)
+            return s3f__error_set(err, S3F_ERR_CHECKSUM, "GetObject", NULL,
+                                  "%s of the data is %s, the server says %s",
+                                  s3f__checksum_algorithm_name(v->ck[i].alg), got, want);
+    }
+    return S3F_OK;
 }
 
 enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const char *key,
@@ -164,7 +191,13 @@ enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const c
         s3f__s3_request_header(&r, "if-match", opts->if_match);
     if (opts->verify_checksum)
         s3f__s3_request_header(&r, "x-amz-checksum-mode", "ENABLED");
-    struct verify_sink v = {sink, sink_user_data, 0, 0, 0};
+    struct verify_sink v;
+    memset(&v, 0, sizeof(v));
+    v.sink = sink;
+    v.ud = sink_user_data;
+    v.verify = opts->verify_checksum != 0;
+    for (size_t i = 0; i < S3F_ARRAY_LEN(verify_algs); i++)
+        s3f__checksum_init(&v.ck[i], verify_algs[i]);
     r.sink = verify_write;
     r.sink_ud = &v;
     r.has_range = opts->has_range != 0;
@@ -186,22 +219,8 @@ enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const c
         return st;
     /* full-object checksum check: only when the whole object was read */
     bool whole = !opts->has_range || (opts->range_start == 0 && v.bytes == r.info->size);
-    if (opts->verify_checksum && whole) {
-        char got[9];
-        if (r.info->checksum_crc32c[0]) {
-            s3f__crc32_b64(v.crc32c, got);
-            if (strcmp(got, r.info->checksum_crc32c) != 0)
-                return s3f__error_set(err, S3F_ERR_CHECKSUM, "GetObject", NULL,
-                                      "CRC32C of the data is %s, the server says %s", got,
-                                      r.info->checksum_crc32c);
-        } else if (r.info->checksum_crc32[0]) {
-            s3f__crc32_b64(v.crc32, got);
-            if (strcmp(got, r.info->checksum_crc32) != 0)
-                return s3f__error_set(err, S3F_ERR_CHECKSUM, "GetObject", NULL,
-                                      "CRC32 of the data is %s, the server says %s", got,
-                                      r.info->checksum_crc32);
-        }
-    }
+    if (opts->verify_checksum && whole)
+        return verify_check(&v, r.info, err);
     return S3F_OK;
 }
 
@@ -250,11 +269,10 @@ enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const c
     if (st == S3F_OK) {
         r.info->size = len;
         /* servers that ignore checksums (Ceph RGW) echo nothing: report what was sent */
-        if (ck.name && strcmp(ck.name, "x-amz-checksum-crc32c") == 0 &&
-            !r.info->checksum_crc32c[0])
-            s3f__strlcpy(r.info->checksum_crc32c, ck.value, sizeof(r.info->checksum_crc32c));
-        if (ck.name && strcmp(ck.name, "x-amz-checksum-crc32") == 0 && !r.info->checksum_crc32[0])
-            s3f__strlcpy(r.info->checksum_crc32, ck.value, sizeof(r.info->checksum_crc32));
+        size_t size;
+        char *field = ck.name ? info_checksum(r.info, opts->checksum, &size) : NULL;
+        if (field && !field[0])
+            s3f__strlcpy(field, ck.value, size);
     }
     return st;
 }
@@ -451,8 +469,8 @@ enum s3f_status s3f_create_multipart_upload(struct s3f_client *c, const char *bu
     r.body_out = &body;
     s3f__s3_request_header(&r, "content-type",
                            opts->content_type ? opts->content_type : "application/octet-stream");
-    const char *alg = checksum_algorithm_name(opts->checksum);
-    if (alg && opts->checksum != S3F_CHECKSUM_NONE)
+    const char *alg = s3f__checksum_algorithm_name(opts->checksum);
+    if (alg)
         s3f__s3_request_header(&r, "x-amz-checksum-algorithm", alg);
     st = s3f__s3_execute(c, &r, err);
     if (st == S3F_OK)
@@ -509,6 +527,7 @@ enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const 
         out->size = len;
         s3f__strlcpy(out->etag, info.etag, sizeof(out->etag));
         s3f__strlcpy(out->checksum, ck.value, sizeof(out->checksum));
+        out->checksum_algorithm = ck.name ? checksum : S3F_CHECKSUM_NONE;
     }
     return st;
 }
@@ -541,8 +560,11 @@ enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *
         /* ETags are quoted hex: no XML escaping needed beyond quotes */
         st = s3f__buf_appendf(&body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag>",
                               parts[i].part_number, parts[i].etag);
-        if (!st && parts[i].checksum[0])
-            st = s3f__buf_appendf(&body, "<ChecksumCRC32C>%s</ChecksumCRC32C>", parts[i].checksum);
+        /* base64 needs no XML escaping */
+        const char *alg = s3f__checksum_algorithm_name(parts[i].checksum_algorithm);
+        if (!st && parts[i].checksum[0] && alg)
+            st = s3f__buf_appendf(&body, "<Checksum%s>%s</Checksum%s>", alg, parts[i].checksum,
+                                  alg);
         if (!st)
             st = s3f__buf_appends(&body, "</Part>");
     }

@@ -672,6 +672,12 @@ static void parts_end(struct xdoc *d, const char *name, const char *text, size_t
         } else if (strncmp(name, "Checksum", 8) == 0 && name[8] && !p->checksum[0] &&
                    strcmp(name, "ChecksumType") != 0) {
             set_fixed(d, p->checksum, sizeof(p->checksum), name, text, len);
+            /* SHA-1 / SHA-256 parts are kept but not sent back on completion */
+            p->checksum_algorithm = strcmp(name, "ChecksumCRC32C") == 0 ? S3F_CHECKSUM_CRC32C
+                                    : strcmp(name, "ChecksumCRC32") == 0 ? S3F_CHECKSUM_CRC32
+                                    : strcmp(name, "ChecksumCRC64NVME") == 0
+                                        ? S3F_CHECKSUM_CRC64NVME
+                                        : S3F_CHECKSUM_NONE;
         }
     }
 }

@@ -243,6 +243,7 @@ static void test_list_parts(void) {
         CHECK_INT(pg->parts[0].size, 5242880);
         CHECK_STR(pg->parts[0].etag, "\"7778aef83f66abc1fa1e8477f296d394\"");
         CHECK_STR(pg->parts[0].checksum, "TH4EZg==");
+        CHECK_INT(pg->parts[0].checksum_algorithm, S3F_CHECKSUM_CRC32C);
         CHECK_INT(pg->parts[0].last_modified, 1289422114);
         CHECK_INT(pg->parts[1].part_number, 3);
         CHECK_STR(pg->parts[1].checksum, "Z7mBIQ==");
