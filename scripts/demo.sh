@@ -21,14 +21,10 @@ export AWS_REGION=$S3FLASH_TEST_REGION
 export AWS_ENDPOINT_URL=$S3FLASH_TEST_ENDPOINT
 export S3FLASH_FORCE_PATH_STYLE=1
 
-# The CLI has no bucket commands (by design: buckets are infrastructure); make one with a
-# signed request from curl.
-curl -sf -X PUT --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "$AWS_ENDPOINT_URL/demo" >/dev/null
-
 head -c 50000000 /dev/urandom >"$work/model.bin"
 echo "hello from s3flash" >"$work/hello.txt"
 set -x
+$cli mb s3://demo
 $cli cp "$work/model.bin" s3://demo/checkpoints/model.bin
 $cli cp "$work/hello.txt" s3://demo/hello.txt
 $cli ls s3://demo/
@@ -41,5 +37,6 @@ $cli cp s3://demo/checkpoints/model.bin "$work/model.back"
 cmp "$work/model.bin" "$work/model.back"
 $cli cp s3://demo/checkpoints/model.bin s3://demo/checkpoints/model-copy.bin
 $cli rm --recursive s3://demo/
+$cli rb s3://demo
 set +x
 echo "round trip OK: 50 MB up and down, identical bytes"

@@ -182,9 +182,9 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
     };
     if ((st = s3f__http_pool_new(&ho, &c->http, err)))
         goto fail;
-    s3f__log(&c->logger, S3F_LOG_DEBUG, "client: region %s, endpoint %s, %s style, %d attempts",
+    s3f__log(&c->logger, S3F_LOG_DEBUG, "client: region %s, endpoint %s, %s, %d attempts",
              c->region, c->endpoint_url ? c->endpoint_url : "(AWS)",
-             c->force_path_style ? "path" : "virtual-hosted", c->max_attempts);
+             c->force_path_style ? "path style forced" : "virtual-hosted style where possible", c->max_attempts);
     *out = c;
     return S3F_OK;
 

@@ -1,0 +1,221 @@
+/*
+ * The s3flash command-line tool: shared declarations of its parts.
+ *
+ * The CLI is a front end: it uses only the public header <s3flash/s3flash.h>, never the
+ * library's internals. Exit statuses: CLI_EXIT_OK (0), CLI_EXIT_FAIL (1: the operation
+ * failed), CLI_EXIT_USAGE (2: bad command line).
+ */
+#ifndef S3FLASH_CLI_H
+#define S3FLASH_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <s3flash/s3flash.h>
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAIL = 1,
+    CLI_EXIT_USAGE = 2,
+};
+
+/* Buffer sizes for parsed s3:// URIs (bucket names are at most 63 bytes, keys 1024). */
+#define CLI_BUCKET_MAX 256
+#define CLI_KEY_MAX 1100
+
+/* ------------------------------------------------------------------------------------
+ * Arguments (args.c)
+ * ---------------------------------------------------------------------------------- */
+
+/* Every option the tool knows; each command accepts the global ones plus its own. */
+enum cli_opt_id {
+    OPT_NONE = 0,
+    /* global */
+    OPT_ENDPOINT_URL,
+    OPT_REGION,
+    OPT_PROFILE,
+    OPT_NO_SIGN_REQUEST,
+    OPT_FORCE_PATH_STYLE,
+    OPT_DEBUG,
+    OPT_QUIET,
+    OPT_HELP,
+    OPT_VERSION,
+    /* per command */
+    OPT_RECURSIVE,
+    OPT_CONTENT_TYPE,
+    OPT_EXPIRES_IN,
+    OPT_METHOD,
+    OPT_PAGE_SIZE,
+    OPT_COUNT_,
+};
+
+struct cli_opt_spec {
+    const char *long_name; /* without the leading "--" */
+    char short_name;       /* 0: none */
+    int takes_value;       /* 1: "--name VALUE" or "--name=VALUE" */
+    enum cli_opt_id id;
+    const char *value_name; /* for the help text, e.g. "URL" */
+    const char *help;
+};
+
+#define CLI_MAX_POSITIONALS 16
+
+/* The parsed command line. Strings point into argv (nothing is allocated). */
+struct cli_args {
+    const char *command;                     /* NULL: none given */
+    int set[OPT_COUNT_];                     /* how many times each option was given */
+    const char *value[OPT_COUNT_];           /* last value of each value option */
+    const char *pos[CLI_MAX_POSITIONALS];    /* positional arguments after the command */
+    size_t n_pos;
+};
+
+struct cli_command;
+
+/* Parse argv[1..argc-1]. Global options are accepted before and after the command name,
+ * the command's own options only after it; "--" ends the options; a lone "-" is a
+ * positional. `commands` is a NULL-name-terminated table used to find the command (and
+ * so its options). On a usage error prints one line to stderr (with a hint to use --help)
+ * and returns CLI_EXIT_USAGE; otherwise returns CLI_EXIT_OK and sets *cmd (NULL when no
+ * or an unknown command was named: the caller decides what to print). */
+int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
+                   struct cli_args *out, const struct cli_command **cmd);
+
+/* Print a command's usage and options (or the tool's overview when cmd is NULL) to `fp`.
+ * `fp` is a FILE *, passed as void * to keep <stdio.h> out of this header. */
+void cli_print_help(void *fp, const struct cli_command *commands, const struct cli_command *cmd);
+
+/* Print "s3flash: <message>" then "Try 's3flash [CMD] --help'." to stderr; returns
+ * CLI_EXIT_USAGE. */
+int cli_usage_error(const struct cli_command *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+extern const struct cli_opt_spec cli_global_opts[];
+
+/* ------------------------------------------------------------------------------------
+ * Commands (cmd_*.c)
+ * ---------------------------------------------------------------------------------- */
+
+struct cli_ctx {
+    const struct cli_args *args;
+    const struct cli_command *cmd;
+    struct s3f_client *client; /* created on first use by cli_client() */
+    int client_failed;         /* cli_client() failed and printed why */
+    int quiet;
+    mode_t umask_bits;         /* the process umask, read at start-up */
+};
+
+struct cli_command {
+    const char *name;
+    const char *synopsis;                 /* e.g. "SRC DST [--recursive]" */
+    const char *summary;                  /* one line */
+    const char *description;              /* a few lines, may be NULL */
+    const struct cli_opt_spec *opts;      /* own options, terminated by long_name == NULL */
+    size_t min_pos, max_pos;
+    int (*run)(struct cli_ctx *ctx);
+};
+
+int cli_cmd_ls(struct cli_ctx *ctx);
+int cli_cmd_cp(struct cli_ctx *ctx);
+int cli_cmd_rm(struct cli_ctx *ctx);
+int cli_cmd_cat(struct cli_ctx *ctx);
+int cli_cmd_mb(struct cli_ctx *ctx);
+int cli_cmd_rb(struct cli_ctx *ctx);
+int cli_cmd_stat(struct cli_ctx *ctx);
+int cli_cmd_presign(struct cli_ctx *ctx);
+
+/* ------------------------------------------------------------------------------------
+ * Helpers (main.c, util.c)
+ * ---------------------------------------------------------------------------------- */
+
+/* The client for this run, created from the global options on first call. On failure
+ * prints the error and returns NULL (the command then returns CLI_EXIT_FAIL). The client
+ * is freed by main. */
+struct s3f_client *cli_client(struct cli_ctx *ctx);
+
+/* Print "s3flash: <s3f_error_format(err)>" to stderr. When err->resource is empty and
+ * `resource` is not NULL, `resource` is named instead. */
+void cli_report(const struct s3f_error *err, const char *resource);
+
+/* Print "s3flash: <message>" to stderr. */
+void cli_errorf(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+/* Fill `err` for a failure of the CLI itself (local file error, bad argument...). */
+void cli_error_set(struct s3f_error *err, enum s3f_status status, const char *operation,
+                   const char *resource, const char *fmt, ...) CLI_PRINTF(5, 6);
+
+/* Does `arg` name an S3 location ("s3:" prefix, any case)? Malformed ones ("s3:/b") count
+ * as S3 too, so that s3f_uri_parse reports what is wrong with them. */
+int cli_is_s3(const char *arg);
+
+/* Parse an s3:// argument with s3f_uri_parse into bucket[CLI_BUCKET_MAX] and
+ * key[CLI_KEY_MAX]. On failure prints the error (naming the URI) and returns
+ * CLI_EXIT_USAGE; else CLI_EXIT_OK. */
+int cli_parse_s3(const char *arg, char *bucket, char *key);
+
+/* cli_parse_s3 for commands that need one object: an empty key or one ending in '/' is
+ * a usage error too. */
+int cli_parse_s3_object(const struct cli_ctx *ctx, const char *arg, char *bucket, char *key);
+
+/* Exit status for a failed library call: CLI_EXIT_USAGE for a bad argument or URI,
+ * else CLI_EXIT_FAIL. */
+int cli_exit_for(enum s3f_status status);
+
+/* The last component of a '/'-separated path or key ("a/b/c" -> "c", "a/b/" -> ""). */
+const char *cli_basename(const char *path);
+
+/* Join `a` and `b` with exactly one '/' between them (none when `a` is empty).
+ * Returns a malloc'ed string (caller frees) or NULL when out of memory. */
+char *cli_path_join(const char *a, const char *b);
+
+/* Concatenate two strings into a malloc'ed one (caller frees); NULL when out of memory. */
+char *cli_strcat2(const char *a, const char *b);
+
+/* Create directory `path` and its parents (mode 0777 & ~umask). 0 or -1 with errno. */
+int cli_mkdirs(const char *path);
+
+/* Create the parent directories of file `path`. 0 or -1 with errno. */
+int cli_mkdirs_parent(const char *path);
+
+/* Format `t` (seconds since the epoch) in UTC into buf[len]: "2026-12-02 12:00:00", or
+ * with iso8601 "2026-12-02T12:00:00Z". */
+void cli_format_time(int64_t t, int iso8601, char *buf, size_t len);
+
+/* Does `key`, used as a relative local path, stay inside its directory (no "..", not
+ * absolute, no empty component other than a trailing '/')? */
+int cli_safe_relative_path(const char *rel);
+
+/* A growable list of malloc'ed strings. */
+struct cli_strlist {
+    char **items;
+    size_t n, cap;
+};
+/* Append a copy of `s`; 0 or -1 when out of memory. */
+int cli_strlist_push(struct cli_strlist *l, const char *s);
+void cli_strlist_free(struct cli_strlist *l);
+
+/* List every key under `prefix` (no delimiter, all pages) into `keys` (and their sizes
+ * into `sizes` when not NULL, same order). `page_size` 0: server default. On failure
+ * fills err and returns its status. */
+enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const char *prefix,
+                             int page_size, struct cli_strlist *keys, struct s3f_error *err);
+
+/* Value of --page-size (0 when not given); -1 after printing a usage error. */
+int cli_page_size(const struct cli_ctx *ctx);
+
+/* ------------------------------------------------------------------------------------
+ * Downloads to local files (cmd_cp.c, shared with cat)
+ * ---------------------------------------------------------------------------------- */
+
+/* Download s3://bucket/key into `path` through a temporary file in the same directory
+ * ("PATH.s3flash-tmp-XXXXXX") renamed over `path` on success; on any failure the temporary
+ * file is removed and `path` is untouched. `path` "-" writes to stdout. */
+enum s3f_status cli_download(struct cli_ctx *ctx, const char *bucket, const char *key,
+                             const char *path, struct s3f_error *err);
+
+#endif /* S3FLASH_CLI_H */

@@ -1,0 +1,84 @@
+/* s3flash ls: list a bucket or prefix, like `aws s3 ls`. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_cmd_ls(struct cli_ctx *ctx) {
+    const char *uri = ctx->args->pos[0];
+    char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX];
+    int rc = cli_parse_s3(uri, bucket, prefix);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    int page_size = cli_page_size(ctx);
+    if (page_size < 0)
+        return CLI_EXIT_USAGE;
+    int recursive = ctx->args->set[OPT_RECURSIVE] != 0;
+    struct s3f_client *c = cli_client(ctx);
+    if (!c)
+        return CLI_EXIT_FAIL;
+
+    /* Without --recursive, names are shown relative to the "directory" of the prefix
+     * (everything up to its last '/'), as aws s3 ls does. */
+    size_t strip = 0;
+    if (!recursive) {
+        const char *slash = strrchr(prefix, '/');
+        strip = slash ? (size_t)(slash - prefix) + 1 : 0;
+    }
+
+    char *token = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = S3F_OK;
+    for (;;) {
+        struct s3f_list_options lo;
+        memset(&lo, 0, sizeof(lo));
+        lo.prefix = prefix[0] ? prefix : NULL;
+        lo.delimiter = recursive ? NULL : "/";
+        lo.continuation_token = token;
+        lo.max_keys = page_size;
+        struct s3f_list_page *page = NULL;
+        st = s3f_list_objects_v2(c, bucket, &lo, &page, &err);
+        free(token);
+        token = NULL;
+        if (st != S3F_OK)
+            break;
+        for (size_t i = 0; i < page->n_common_prefixes; i++) {
+            const char *p = page->common_prefixes[i];
+            printf("%27sPRE %s\n", "", strlen(p) >= strip ? p + strip : p);
+        }
+        for (size_t i = 0; i < page->n_objects; i++) {
+            const struct s3f_list_entry *e = &page->objects[i];
+            char when[32];
+            cli_format_time(e->last_modified, 0, when, sizeof(when));
+            printf("%s %10" PRIu64 " %s\n", when, e->size,
+                   strlen(e->key) >= strip ? e->key + strip : e->key);
+        }
+        if (page->is_truncated) {
+            if (page->next_continuation_token && page->next_continuation_token[0]) {
+                token = strdup(page->next_continuation_token);
+                if (!token) {
+                    st = S3F_ERR_NO_MEMORY;
+                    cli_error_set(&err, st, "ListObjectsV2", uri, "out of memory");
+                }
+            } else {
+                st = S3F_ERR_BAD_RESPONSE;
+                cli_error_set(&err, st, "ListObjectsV2", uri,
+                              "truncated listing without a continuation token");
+            }
+        }
+        s3f_list_page_free(page);
+        if (st != S3F_OK || !token)
+            break;
+    }
+    free(token);
+    if (st != S3F_OK) {
+        if (err.status == S3F_OK)
+            err.status = st;
+        cli_report(&err, uri);
+        return cli_exit_for(st);
+    }
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,150 @@
+/* s3flash: the command-line tool. Parses the command line, creates the client on demand
+ * and runs one command (cmd_*.c). Uses only the public header. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+static const struct cli_opt_spec ls_opts[] = {
+    {"recursive", 'r', 0, OPT_RECURSIVE, NULL, "list every key under the prefix (no PRE lines)"},
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per ListObjectsV2 request (1..1000)"},
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_opt_spec cp_opts[] = {
+    {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
+     "copy a local directory to a prefix, or a prefix to a local directory"},
+    {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
+     "Content-Type of uploaded objects (default application/octet-stream)"},
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_opt_spec rm_opts[] = {
+    {"recursive", 'r', 0, OPT_RECURSIVE, NULL, "delete every key under the prefix"},
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_opt_spec no_opts[] = {
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_opt_spec presign_opts[] = {
+    {"expires-in", 0, 1, OPT_EXPIRES_IN, "SECONDS", "validity of the URL, 1..604800 (default 3600)"},
+    {"method", 0, 1, OPT_METHOD, "METHOD", "GET, PUT, HEAD or DELETE (default GET)"},
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_command commands[] = {
+    {"ls", "s3://bucket[/prefix] [--recursive]", "List objects and prefixes.",
+     "Without --recursive, keys are grouped at '/' like directories and shown as\n"
+     "'PRE name/' lines. Object lines are 'YYYY-MM-DD HH:MM:SS SIZE KEY' (UTC).\n"
+     "Listing buckets is not supported: give a bucket.",
+     ls_opts, 1, 1, cli_cmd_ls},
+    {"cp", "SRC DST [--recursive] [--content-type TYPE]",
+     "Copy local -> S3, S3 -> local ('-' is stdout) or S3 -> S3.",
+     "A DST that ends in '/' or is an existing directory receives the source's base name.\n"
+     "Downloads go to a temporary file renamed into place on success: a failed download\n"
+     "never leaves a partial file. Uploads are one PutObject (at most 5 GiB).",
+     cp_opts, 2, 2, cli_cmd_cp},
+    {"rm", "s3://bucket/key | --recursive s3://bucket/prefix", "Delete objects.",
+     "With --recursive, every key under the prefix (as a directory: 'prefix/') is listed,\n"
+     "then deleted with DeleteObjects in batches of 1000.",
+     rm_opts, 1, 1, cli_cmd_rm},
+    {"cat", "s3://bucket/key", "Write an object to stdout.", NULL, no_opts, 1, 1, cli_cmd_cat},
+    {"stat", "s3://bucket/key", "Show an object's metadata (HeadObject).",
+     "Prints size, etag, last-modified, content-type and the checksums the server stores.",
+     no_opts, 1, 1, cli_cmd_stat},
+    {"presign", "s3://bucket/key [--expires-in SECONDS] [--method GET|PUT]",
+     "Print a presigned URL (as the last line of output).", NULL, presign_opts, 1, 1,
+     cli_cmd_presign},
+    {"mb", "s3://bucket", "Create a bucket in the client's region.",
+     "An existing bucket you own is not an error.", no_opts, 1, 1, cli_cmd_mb},
+    {"rb", "s3://bucket", "Remove an empty bucket.",
+     "Empty it first with 'rm --recursive s3://bucket/'.", no_opts, 1, 1, cli_cmd_rb},
+    {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
+};
+
+struct s3f_client *cli_client(struct cli_ctx *ctx) {
+    if (ctx->client)
+        return ctx->client;
+    const struct cli_args *a = ctx->args;
+    struct s3f_client_options opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.endpoint_url = a->value[OPT_ENDPOINT_URL];
+    opts.region = a->value[OPT_REGION];
+    opts.profile = a->value[OPT_PROFILE];
+    opts.anonymous = a->set[OPT_NO_SIGN_REQUEST] ? 1 : 0;
+    const char *fps = getenv("S3FLASH_FORCE_PATH_STYLE");
+    opts.force_path_style =
+        (a->set[OPT_FORCE_PATH_STYLE] || (fps && (strcmp(fps, "1") == 0 ||
+                                                 strcmp(fps, "true") == 0 ||
+                                                 strcmp(fps, "yes") == 0)))
+            ? 1
+            : 0;
+    if (a->set[OPT_DEBUG])
+        opts.log_level = S3F_LOG_DEBUG; /* log_fn NULL: the library writes to stderr */
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_client_new(&opts, &ctx->client, &err);
+    if (st != S3F_OK) {
+        if (err.status == S3F_OK)
+            err.status = st;
+        if (!err.operation[0])
+            snprintf(err.operation, sizeof(err.operation), "%s", "client");
+        cli_report(&err, opts.endpoint_url);
+        ctx->client = NULL;
+        ctx->client_failed = 1;
+        return NULL;
+    }
+    return ctx->client;
+}
+
+int main(int argc, char **argv) {
+    /* Writes to a closed pipe ("s3flash cat ... | head") fail with EPIPE instead of
+     * killing the process, so downloads can clean up their temporary files. */
+    signal(SIGPIPE, SIG_IGN);
+
+    struct cli_args args;
+    const struct cli_command *cmd = NULL;
+    int rc = cli_args_parse(argc, argv, commands, &args, &cmd);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (args.set[OPT_HELP]) {
+        cli_print_help(stdout, commands, cmd);
+        return CLI_EXIT_OK;
+    }
+    if (args.set[OPT_VERSION]) {
+        printf("s3flash %s\n", S3FLASH_VERSION);
+        return CLI_EXIT_OK;
+    }
+    if (!cmd) {
+        cli_print_help(stderr, commands, NULL);
+        return CLI_EXIT_USAGE;
+    }
+    if (args.n_pos < cmd->min_pos || args.n_pos > cmd->max_pos) {
+        if (strcmp(cmd->name, "ls") == 0)
+            return cli_usage_error(cmd, "ls needs s3://bucket[/prefix]");
+        if (args.n_pos < cmd->min_pos)
+            return cli_usage_error(cmd, "%s needs %s", cmd->name, cmd->synopsis);
+        return cli_usage_error(cmd, "too many arguments for %s", cmd->name);
+    }
+
+    struct cli_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.args = &args;
+    ctx.cmd = cmd;
+    ctx.quiet = args.set[OPT_QUIET] ? 1 : 0;
+    ctx.umask_bits = umask(0);
+    umask(ctx.umask_bits);
+
+    rc = cmd->run(&ctx);
+    if (fflush(stdout) != 0 && rc == CLI_EXIT_OK)
+        rc = CLI_EXIT_FAIL;
+    s3f_client_free(ctx.client);
+    return rc;
+}

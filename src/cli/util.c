@@ -1,0 +1,281 @@
+/* Helpers shared by the s3flash commands: error reporting, URIs, paths, listing. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli.h"
+
+void cli_report(const struct s3f_error *err, const char *resource) {
+    struct s3f_error copy = *err;
+    if (!copy.resource[0] && resource)
+        snprintf(copy.resource, sizeof(copy.resource), "%s", resource);
+    char line[2048];
+    s3f_error_format(&copy, line, sizeof(line));
+    fprintf(stderr, "s3flash: %s\n", line);
+}
+
+void cli_errorf(const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "s3flash: %s\n", msg);
+}
+
+void cli_error_set(struct s3f_error *err, enum s3f_status status, const char *operation,
+                   const char *resource, const char *fmt, ...) {
+    s3f_error_clear(err);
+    err->status = status;
+    if (operation)
+        snprintf(err->operation, sizeof(err->operation), "%s", operation);
+    if (resource)
+        snprintf(err->resource, sizeof(err->resource), "%s", resource);
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof(err->message), fmt, ap);
+        va_end(ap);
+    }
+}
+
+int cli_is_s3(const char *arg) {
+    return strncasecmp(arg, "s3:", 3) == 0;
+}
+
+int cli_parse_s3(const char *arg, char *bucket, char *key) {
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_uri_parse(arg, bucket, CLI_BUCKET_MAX, key, CLI_KEY_MAX, &err);
+    if (st == S3F_OK)
+        return CLI_EXIT_OK;
+    if (err.status == S3F_OK)
+        err.status = st;
+    /* Always name the URI the user typed (at most 160 bytes of it), whatever the parser
+     * put in the message. */
+    char line[2048], shown[161];
+    s3f_error_format(&err, line, sizeof(line));
+    snprintf(shown, sizeof(shown), "%s", arg);
+    if (strstr(line, shown))
+        fprintf(stderr, "s3flash: %s\n", line);
+    else
+        fprintf(stderr, "s3flash: %s%s: %s\n", shown, strlen(arg) > 160 ? "..." : "", line);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_exit_for(enum s3f_status status) {
+    return (status == S3F_ERR_INVALID_URI) ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+}
+
+const char *cli_basename(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+char *cli_strcat2(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb + 1);
+    return s;
+}
+
+char *cli_path_join(const char *a, const char *b) {
+    if (!a[0])
+        return cli_strcat2("", b);
+    size_t la = strlen(a);
+    while (*b == '/')
+        b++;
+    size_t lb = strlen(b);
+    int slash = a[la - 1] != '/';
+    char *s = malloc(la + (size_t)slash + lb + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, a, la);
+    if (slash)
+        s[la] = '/';
+    memcpy(s + la + (size_t)slash, b, lb + 1);
+    return s;
+}
+
+int cli_mkdirs(const char *path) {
+    if (!path[0])
+        return 0;
+    char *p = strdup(path);
+    if (!p) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+                rc = -1;
+                break;
+            }
+            *s = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    if (rc == 0) {
+        struct stat st;
+        if (stat(p, &st) != 0) {
+            rc = -1;
+        } else if (!S_ISDIR(st.st_mode)) {
+            errno = ENOTDIR;
+            rc = -1;
+        }
+    }
+    int saved = errno;
+    free(p);
+    errno = saved;
+    return rc;
+}
+
+int cli_mkdirs_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return 0;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = cli_mkdirs(dir);
+    int saved = errno;
+    free(dir);
+    errno = saved;
+    return rc;
+}
+
+void cli_format_time(int64_t t, int iso8601, char *buf, size_t len) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    size_t n = 0;
+    if (gmtime_r(&tt, &tm))
+        n = iso8601 ? strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm)
+                    : strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+    if (n == 0)
+        snprintf(buf, len, "?");
+}
+
+int cli_safe_relative_path(const char *rel) {
+    if (!rel[0] || rel[0] == '/')
+        return 0;
+    const char *p = rel;
+    while (*p) {
+        const char *end = strchr(p, '/');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 0)
+            return 0; /* "a//b" */
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        if (!end)
+            break;
+        p = end + 1; /* a trailing '/' ends the loop with *p == 0 */
+    }
+    return 1;
+}
+
+int cli_strlist_push(struct cli_strlist *l, const char *s) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **items = realloc(l->items, cap * sizeof(*items));
+        if (!items)
+            return -1;
+        l->items = items;
+        l->cap = cap;
+    }
+    char *copy = strdup(s);
+    if (!copy)
+        return -1;
+    l->items[l->n++] = copy;
+    return 0;
+}
+
+void cli_strlist_free(struct cli_strlist *l) {
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->n = l->cap = 0;
+}
+
+enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const char *prefix,
+                             int page_size, struct cli_strlist *keys, struct s3f_error *err) {
+    char *token = NULL;
+    enum s3f_status st = S3F_OK;
+    for (;;) {
+        struct s3f_list_options lo;
+        memset(&lo, 0, sizeof(lo));
+        lo.prefix = prefix[0] ? prefix : NULL;
+        lo.continuation_token = token;
+        lo.max_keys = page_size;
+        struct s3f_list_page *page = NULL;
+        st = s3f_list_objects_v2(c, bucket, &lo, &page, err);
+        if (st != S3F_OK)
+            break;
+        for (size_t i = 0; i < page->n_objects; i++) {
+            if (cli_strlist_push(keys, page->objects[i].key) != 0) {
+                st = S3F_ERR_NO_MEMORY;
+                cli_error_set(err, st, "ListObjectsV2", NULL, "out of memory");
+                break;
+            }
+        }
+        free(token);
+        token = NULL;
+        int more = page->is_truncated && page->next_continuation_token &&
+                   page->next_continuation_token[0];
+        if (st == S3F_OK && more) {
+            token = strdup(page->next_continuation_token);
+            if (!token) {
+                st = S3F_ERR_NO_MEMORY;
+                cli_error_set(err, st, "ListObjectsV2", NULL, "out of memory");
+            }
+        } else if (st == S3F_OK && page->is_truncated) {
+            st = S3F_ERR_BAD_RESPONSE;
+            cli_error_set(err, st, "ListObjectsV2", NULL,
+                          "truncated listing without a continuation token");
+        }
+        s3f_list_page_free(page);
+        if (st != S3F_OK || !token)
+            break;
+    }
+    free(token);
+    return st;
+}
+
+int cli_page_size(const struct cli_ctx *ctx) {
+    const char *v = ctx->args->value[OPT_PAGE_SIZE];
+    if (!v)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || !end || *end || n < 1 || n > 1000) {
+        cli_usage_error(ctx->cmd, "--page-size must be a number from 1 to 1000, not '%s'", v);
+        return -1;
+    }
+    return (int)n;
+}
+
+int cli_parse_s3_object(const struct cli_ctx *ctx, const char *arg, char *bucket, char *key) {
+    int rc = cli_parse_s3(arg, bucket, key);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    size_t n = strlen(key);
+    if (n == 0 || key[n - 1] == '/')
+        return cli_usage_error(ctx->cmd, "%s needs s3://bucket/key, and '%s' names no object",
+                               ctx->cmd->name, arg);
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,141 @@
+"""Fixtures for the s3flash integration tests.
+
+The tests run the real `s3flash` binary against a real Ceph RGW:
+
+- RGW: taken from the S3FLASH_TEST_* environment (as printed by `tests/servers/rgw.sh env`),
+  else started here with tests/servers/rgw.sh in a temporary directory for the session and
+  stopped at the end.
+- The CLI: $S3FLASH_CLI, else $S3FLASH_BUILD_DIR/src/cli/s3flash, else build/src/cli/s3flash.
+- boto3 is used only by the harness (creating buckets, seeding objects, and as an independent
+  reader to check what the CLI wrote), never as the code under test.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from helpers import Cli, Rgw, closed_port, empty_bucket
+
+ROOT = Path(__file__).resolve().parents[2]
+RGW_SH = ROOT / "tests" / "servers" / "rgw.sh"
+
+
+def build_dir():
+    """The meson build directory under test: $S3FLASH_BUILD_DIR, else build/."""
+    return os.environ.get("S3FLASH_BUILD_DIR", str(ROOT / "build"))
+
+
+def _rgw_from_env(env):
+    return Rgw(
+        endpoint=env["S3FLASH_TEST_ENDPOINT"],
+        access_key=env["S3FLASH_TEST_ACCESS_KEY"],
+        secret_key=env["S3FLASH_TEST_SECRET_KEY"],
+        other_access_key=env.get("S3FLASH_TEST_OTHER_ACCESS_KEY", ""),
+        other_secret_key=env.get("S3FLASH_TEST_OTHER_SECRET_KEY", ""),
+        region=env.get("S3FLASH_TEST_REGION", "us-east-1"),
+    )
+
+
+def _parse_exports(text):
+    env = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("export ") and "=" in line:
+            k, v = line[len("export "):].split("=", 1)
+            env[k] = v.strip("'\"")
+    return env
+
+
+@pytest.fixture(scope="session")
+def rgw():
+    if os.environ.get("S3FLASH_TEST_ENDPOINT"):
+        yield _rgw_from_env(os.environ)
+        return
+    if shutil.which("radosgw") is None:
+        pytest.skip("no S3FLASH_TEST_ENDPOINT and Ceph is not installed "
+                    "(run tests/servers/install-deps.sh)")
+    # bluestore wants a real disk (direct I/O), not tmpfs
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    d = tempfile.mkdtemp(prefix="s3flash-rgw-", dir=base)
+    try:
+        p = subprocess.run(["bash", str(RGW_SH), "start", d], capture_output=True, text=True,
+                           timeout=300)
+        if p.returncode != 0:
+            pytest.fail(f"rgw.sh start failed ({p.returncode}):\n{p.stderr[-4000:]}")
+        yield _rgw_from_env(_parse_exports(p.stdout))
+    finally:
+        subprocess.run(["bash", str(RGW_SH), "stop", d], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def s3env(rgw):
+    """The process environment plus the S3FLASH_TEST_* variables of the server in use."""
+    env = dict(os.environ)
+    env.update({
+        "S3FLASH_TEST_ENDPOINT": rgw.endpoint,
+        "S3FLASH_TEST_ACCESS_KEY": rgw.access_key,
+        "S3FLASH_TEST_SECRET_KEY": rgw.secret_key,
+        "S3FLASH_TEST_OTHER_ACCESS_KEY": rgw.other_access_key,
+        "S3FLASH_TEST_OTHER_SECRET_KEY": rgw.other_secret_key,
+        "S3FLASH_TEST_REGION": rgw.region,
+    })
+    return env
+
+
+@pytest.fixture(scope="session")
+def cli_path():
+    p = os.environ.get("S3FLASH_CLI")
+    if not p:
+        p = os.path.join(build_dir(), "src", "cli", "s3flash")
+    if not os.access(p, os.X_OK):
+        pytest.fail(f"s3flash binary not found at {p} (build it, or set S3FLASH_CLI)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def cli(cli_path, rgw, tmp_path_factory):
+    return Cli(cli_path, rgw, tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture(scope="session")
+def cli_nosrv(cli_path, tmp_path_factory):
+    """A Cli for tests that need no S3 server (help, usage errors, fault server)."""
+    fake = Rgw(endpoint=f"http://127.0.0.1:{closed_port()}", access_key="AKIDEXAMPLE",
+               secret_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+               other_access_key="", other_secret_key="", region="us-east-1")
+    return Cli(cli_path, fake, tmp_path_factory.mktemp("home-nosrv"))
+
+
+def _boto3_client(rgw, access_key, secret_key):
+    import boto3
+    from botocore.config import Config
+    return boto3.client(
+        "s3", endpoint_url=rgw.endpoint, aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key, region_name=rgw.region,
+        config=Config(s3={"addressing_style": "path"}, max_pool_connections=32,
+                      retries={"max_attempts": 3, "mode": "standard"}))
+
+
+@pytest.fixture(scope="session")
+def s3(rgw):
+    """boto3 client of the test user (harness only)."""
+    return _boto3_client(rgw, rgw.access_key, rgw.secret_key)
+
+
+@pytest.fixture(scope="module")
+def bucket(s3, request):
+    """A fresh bucket per test module, emptied and removed afterwards."""
+    mod = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")[:30]
+    name = f"s3f-{mod}-{uuid.uuid4().hex[:8]}".lower()
+    s3.create_bucket(Bucket=name)
+    yield name
+    try:
+        empty_bucket(s3, name)
+        s3.delete_bucket(Bucket=name)
+    except Exception as e:  # leave it; the server is thrown away anyway
+        print(f"cleanup of bucket {name} failed: {e}")

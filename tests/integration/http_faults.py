@@ -1,0 +1,161 @@
+"""A tiny S3-looking HTTP server that misbehaves on purpose (stdlib only).
+
+The first path segment (the "bucket", path-style addressing) picks the fault:
+
+  /truncated-xml/...   200, a ListObjectsV2 document cut off mid-element (Content-Length
+                       matches what is sent: the HTTP body is whole, the XML is not)
+  /malformed-xml/...   200, XML with mismatched tags
+  /not-xml/...         200, a body that is not XML at all
+  /short-body/...      GET of OBJECT (or of the Range asked for, as a 206) whose
+                       Content-Length is larger than what is sent: 1000 bytes, then the
+                       connection closes; a listing is cut the same way
+  /range-ignored/...   like short-body, but a Range header is ignored: always 200 with the
+                       object from its first byte (as some proxies and servers do)
+  /always-500/...      500 with an S3 error document (InternalError, a RequestId)
+  /okay/...            200, a well-formed listing of one key, or GET of an object: 'hello'
+
+Every request is counted per fault in `server.hits` so tests can check retries are bounded.
+
+    with FaultServer() as srv:
+        url = srv.url   # http://127.0.0.1:PORT
+"""
+
+import http.server
+import threading
+from collections import Counter
+
+SHORT_BODY_LEN = 100_000   # size of OBJECT, what Content-Length claims
+SHORT_BODY_SENT = 1_000    # what is actually sent before closing
+OBJECT = bytes((i * 7 + i // 251) % 256 for i in range(SHORT_BODY_LEN))  # no two 1000-byte
+                                                                         # windows alike
+
+LIST_OK = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
+           b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+           b'<Name>okay</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
+           b'<IsTruncated>false</IsTruncated>'
+           b'<Contents><Key>hello.txt</Key><LastModified>2026-12-02T12:00:00.000Z</LastModified>'
+           b'<ETag>&quot;5d41402abc4b2a76b9719d911017c592&quot;</ETag><Size>5</Size>'
+           b'<StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>')
+
+TRUNCATED = LIST_OK[: LIST_OK.index(b"<Size>") + 3]
+MALFORMED = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
+             b'<ListBucketResult><Name>malformed-xml</Nmae><IsTruncated>false'
+             b'</IsTruncated></ListBucketResult>')
+NOT_XML = b"this is not XML, just some text from a confused proxy\n"
+ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
+             b'<Error><Code>InternalError</Code><Message>We encountered an internal error.'
+             b'</Message><RequestId>tx-fault-500-req</RequestId><HostId>fault</HostId></Error>')
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "FaultServer/1"
+
+    def log_message(self, fmt, *args):  # keep pytest output clean
+        pass
+
+    def _fault(self):
+        path = self.path.split("?", 1)[0].lstrip("/")
+        return path.split("/", 1)[0]
+
+    def _is_list(self):
+        return "list-type=2" in self.path
+
+    def _send(self, status, body, ctype="application/xml", extra=None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-amz-request-id", "tx-fault-" + self._fault())
+        self.send_header("ETag", '"5d41402abc4b2a76b9719d911017c592"')
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self):
+        fault = self._fault()
+        with self.server.lock:
+            self.server.hits[fault] += 1
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if fault == "truncated-xml":
+            self._send(200, TRUNCATED)
+        elif fault == "malformed-xml":
+            self._send(200, MALFORMED)
+        elif fault == "not-xml":
+            self._send(200, NOT_XML, ctype="text/plain")
+        elif fault in ("short-body", "range-ignored"):
+            self._cut_short(honour_range=(fault == "short-body"))
+        elif fault == "always-500":
+            self._send(500, ERROR_500)
+        elif fault == "okay":
+            if self._is_list():
+                self._send(200, LIST_OK)
+            else:
+                self._send(200, b"hello", ctype="text/plain")
+        else:
+            self._send(404, b'<?xml version="1.0"?><Error><Code>NoSuchBucket</Code>'
+                            b'<Message>no such fault</Message></Error>')
+
+    def _cut_short(self, honour_range):
+        start = 0
+        rng = self.headers.get("Range", "")
+        if honour_range and rng.startswith("bytes=") and rng.endswith("-"):
+            start = int(rng[len("bytes="):-1])
+        with self.server.lock:
+            self.server.ranges.append(rng)
+        if start:
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{SHORT_BODY_LEN - 1}/"
+                                              f"{SHORT_BODY_LEN}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(SHORT_BODY_LEN - start))
+        self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+        self.send_header("x-amz-request-id", "tx-fault-" + self._fault())
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(OBJECT[start:start + SHORT_BODY_SENT])
+            self.wfile.flush()
+        self.close_connection = True
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+
+class FaultServer:
+    def __init__(self):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.hits = Counter()
+        self.httpd.ranges = []  # Range header of every cut-short request ("" when none)
+        self.httpd.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def hits(self):
+        return self.httpd.hits
+
+    @property
+    def ranges(self):
+        return self.httpd.ranges
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+if __name__ == "__main__":  # manual poking: python3 http_faults.py
+    with FaultServer() as s:
+        print(s.url, flush=True)
+        threading.Event().wait()
