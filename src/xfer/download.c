@@ -133,6 +133,7 @@ static void verify(struct download *d) {
     s3f__checksum_b64(&full, got);
     if (strcmp(got, d->expected) != 0) {
         struct s3f_error e;
+        s3f_error_clear(&e);
         s3f__error_set(&e, S3F_ERR_CHECKSUM, "download", d->resource,
                        "%s of the downloaded bytes is %s, the server's is %s",
                        s3f__checksum_algorithm_name(d->alg), got, d->expected);
@@ -243,6 +244,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     d->outstanding--;
     if (st == S3F_ERR_ABORTED && q->io_errno) {
         struct s3f_error e;
+        s3f_error_clear(&e);
         s3f__error_set(&e, S3F_ERR_IO, "download", d->resource, "cannot write the file: %s",
                        strerror(q->io_errno));
         fail(d, S3F_ERR_IO, &e);
@@ -263,6 +265,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
         uint64_t first = d->size < d->part_size ? d->size : d->part_size;
         if (d->dst == DST_MEMORY && d->size > d->capacity) {
             struct s3f_error e;
+            s3f_error_clear(&e);
             s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "download", d->resource,
                            "the object has %" PRIu64 " bytes, more than the %" PRIu64
                            " bytes of the buffer",
@@ -270,12 +273,14 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
             fail(d, S3F_ERR_INVALID_ARGUMENT, &e);
         } else if (q->bytes != first) {
             struct s3f_error e;
+            s3f_error_clear(&e);
             s3f__error_set(&e, S3F_ERR_BAD_RESPONSE, "download", d->resource,
                            "the first response had %" PRIu64 " bytes, %" PRIu64 " expected",
                            q->bytes, first);
             fail(d, S3F_ERR_BAD_RESPONSE, &e);
         } else if (d->dst == DST_FILE && ftruncate(d->fd, (off_t)d->size) != 0) {
             struct s3f_error e;
+            s3f_error_clear(&e);
             s3f__error_set(&e, S3F_ERR_IO, "download", d->resource,
                            "cannot size the file: %s", strerror(errno));
             fail(d, S3F_ERR_IO, &e);
@@ -306,6 +311,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
                             (d->verify > 0 || (d->verify == 0 && n > 1));
                 if (want && !d->head_running) {
                     struct s3f_error e;
+                    s3f_error_clear(&e);
                     if (s3f__op_get(&d->head, true, d->bucket, d->key, d->version_id,
                                     d->etag[0] ? d->etag : NULL, true, &e) == S3F_OK) {
                         d->head_running = true;
@@ -505,6 +511,7 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
                                  const struct s3f_iovec *iov, size_t n_iov,
                                  const struct s3f_download_options *opts,
                                  struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
     static const struct s3f_download_options defaults;
     if (!opts)
         opts = &defaults;
@@ -541,6 +548,7 @@ enum s3f_status s3f_download_buffer(struct s3f_client *c, const char *bucket, co
                                     void *buf, size_t buf_len,
                                     const struct s3f_download_options *opts,
                                     struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
     if (buf_len && !buf)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "buf is NULL");
     struct s3f_iovec one = {buf, buf_len};
@@ -577,6 +585,7 @@ static int create_temp(const char *path, char **tmp) {
 enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, const char *key,
                                   const char *path, const struct s3f_download_options *opts,
                                   struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
     static const struct s3f_download_options defaults;
     if (!opts)
         opts = &defaults;

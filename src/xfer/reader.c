@@ -487,6 +487,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
 enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const char *key,
                                 const struct s3f_reader_options *opts, struct s3f_reader **out,
                                 struct s3f_error *err) {
+    s3f_error_clear(err);
     static const struct s3f_reader_options defaults;
     if (!opts)
         opts = &defaults;
@@ -557,6 +558,7 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
 
 enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len, uint64_t offset,
                                  size_t *n_read, struct s3f_error *err) {
+    s3f_error_clear(err);
     size_t dummy;
     if (!n_read)
         n_read = &dummy;
@@ -570,6 +572,7 @@ enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len, ui
 
 enum s3f_status s3f_reader_read(struct s3f_reader *r, void *buf, size_t len, size_t *n_read,
                                 struct s3f_error *err) {
+    s3f_error_clear(err);
     size_t n = 0;
     enum s3f_status st = s3f_reader_pread(r, buf, len, r ? r->pos : 0, &n, err);
     if (r)
@@ -581,6 +584,7 @@ enum s3f_status s3f_reader_read(struct s3f_reader *r, void *buf, size_t len, siz
 
 enum s3f_status s3f_reader_seek(struct s3f_reader *r, int64_t offset, int whence,
                                 uint64_t *new_position, struct s3f_error *err) {
+    s3f_error_clear(err);
     if (!r)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "seek", NULL, "reader is NULL");
     int64_t base;

@@ -87,6 +87,8 @@ struct upload {
     bool multipart;                       /* CreateMultipartUpload sent or to be sent */
     bool input_done;                      /* every part is known */
     bool abort_sent;
+    bool complete_unparsed;               /* Complete said 200 with a body we could not read */
+    struct s3f_error complete_err;        /* ... and what was wrong with it */
     char *upload_id;
     struct upart *parts;
     size_t n_parts, cap_parts;
@@ -240,7 +242,7 @@ static enum s3f_status build_ctl(struct upload *u, enum ctl_kind kind) {
         break;
     }
     case CTL_HEAD:
-        st = s3f__op_get(&u->ctl, true, u->bucket, u->key, NULL, NULL, false, NULL);
+        st = s3f__op_get(&u->ctl, true, u->bucket, u->key, NULL, NULL, true, NULL);
         break;
     case CTL_ABORT:
         st = s3f__op_abort_multipart(&u->ctl, u->bucket, u->key, u->upload_id, NULL);
@@ -517,13 +519,23 @@ static void ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         struct s3f_object_info info = u->result;
         if (st == S3F_OK)
             st = s3f__op_complete_multipart_result(&u->ctl, &info, &u->ctl_err);
+        if (st == S3F_ERR_BAD_RESPONSE && u->ctl.r.http_status == 200) {
+            /* a 200 that is no error document but not the expected one either (moto
+             * answers <CompleteMultipartUploadResponse>): the upload most likely
+             * completed; HEAD decides */
+            s3f__log(&u->c->logger, S3F_LOG_WARN, "upload %s: %s; checking with HEAD",
+                     u->resource, u->ctl_err.message);
+            u->complete_unparsed = true;
+            u->complete_err = u->ctl_err;
+            st = S3F_OK;
+        }
         if (st) {
             fail(u, st, &u->ctl_err);
             set_state(u, UP_RUNNING);
             break;
         }
         u->result = info;
-        if (!u->result.etag[0] && build_ctl(u, CTL_HEAD) == S3F_OK) {
+        if ((!u->result.etag[0] || u->complete_unparsed) && build_ctl(u, CTL_HEAD) == S3F_OK) {
             /* Ceph RGW answers Complete without an ETag; HEAD shows it */
             set_state(u, UP_HEADING);
             start_ctl(u, CTL_HEAD, &act);
@@ -532,13 +544,22 @@ static void ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         }
         break;
     }
-    case CTL_HEAD:
+    case CTL_HEAD: {
+        const char *dash = strrchr(u->ctl.info.etag, '-');
+        if (u->complete_unparsed &&
+            (st || !dash || strtoul(dash + 1, NULL, 10) != u->n_parts)) {
+            /* not our object: report what Complete answered */
+            fail(u, S3F_ERR_BAD_RESPONSE, &u->complete_err);
+            set_state(u, UP_RUNNING);
+            break;
+        }
         if (st == S3F_OK) {
             s3f__strlcpy(u->result.etag, u->ctl.info.etag, sizeof(u->result.etag));
             u->result.last_modified = u->ctl.info.last_modified;
         }
         set_state(u, UP_DONE); /* the object exists either way */
         break;
+    }
     case CTL_ABORT:
         if (st)
             s3f__log(&u->c->logger, S3F_LOG_WARN,
@@ -776,6 +797,7 @@ enum s3f_status s3f_upload_iov(struct s3f_client *c, const char *bucket, const c
                                const struct s3f_iovec *iov, size_t n_iov,
                                const struct s3f_upload_options *opts,
                                struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
     if (n_iov && !iov)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL, "iov is NULL");
     for (size_t i = 0; i < n_iov; i++)
@@ -808,6 +830,7 @@ enum s3f_status s3f_upload_buffer(struct s3f_client *c, const char *bucket, cons
                                   const void *data, size_t len,
                                   const struct s3f_upload_options *opts,
                                   struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
     if (len && !data)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL, "data is NULL");
     struct s3f_iovec one = {(void *)(uintptr_t)data, len};
@@ -817,6 +840,7 @@ enum s3f_status s3f_upload_buffer(struct s3f_client *c, const char *bucket, cons
 enum s3f_status s3f_upload_file(struct s3f_client *c, const char *bucket, const char *key,
                                 const char *path, const struct s3f_upload_options *opts,
                                 struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
     if (!path || !*path)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL, "path is empty");
     struct upload *u;
@@ -853,6 +877,7 @@ static enum s3f_status add_part(struct upload *u, uint64_t offset) {
     uint64_t planned = s3f__plan_stream_part_size(u->part_size, u->part_cap, (uint32_t)i + 1);
     if (planned == 0) {
         struct s3f_error e;
+        s3f_error_clear(&e);
         s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "upload", u->resource,
                        "the stream is larger than 10000 parts hold (%" PRIu64 " bytes with "
                        "these part and memory limits)",
@@ -887,6 +912,7 @@ static enum s3f_status add_part(struct upload *u, uint64_t offset) {
 enum s3f_status s3f_writer_open(struct s3f_client *c, const char *bucket, const char *key,
                                 const struct s3f_upload_options *opts, struct s3f_writer **out,
                                 struct s3f_error *err) {
+    s3f_error_clear(err);
     if (!out)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_writer_open", NULL,
                               "out is NULL");
@@ -952,6 +978,7 @@ static enum s3f_status writer_error(struct upload *u, struct s3f_error *err) {
 
 enum s3f_status s3f_writer_write(struct s3f_writer *w, const void *data, size_t len,
                                  struct s3f_error *err) {
+    s3f_error_clear(err);
     if (!w)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_writer_write", NULL,
                               "writer is NULL");
@@ -1018,6 +1045,7 @@ static void writer_finish(struct s3f_writer *w) {
 
 enum s3f_status s3f_writer_close(struct s3f_writer *w, struct s3f_object_info *info,
                                  struct s3f_error *err) {
+    s3f_error_clear(err);
     if (!w)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_writer_close", NULL,
                               "writer is NULL");
@@ -1050,6 +1078,7 @@ void s3f_writer_abort(struct s3f_writer *w) {
     pthread_mutex_lock(&u->lock);
     if (u->state != UP_DONE) {
         struct s3f_error e;
+        s3f_error_clear(&e);
         s3f__error_set(&e, S3F_ERR_ABORTED, "upload", u->resource, "the upload was aborted");
         fail(u, S3F_ERR_ABORTED, &e);
     }
