@@ -103,6 +103,17 @@ enum s3f_log_level {
 typedef void (*s3f_log_fn)(void *user_data, enum s3f_log_level level, const char *msg);
 
 /* ---------------------------------------------------------------------------------------
+ * Checksums
+ * ------------------------------------------------------------------------------------- */
+enum s3f_checksum_algorithm {
+    S3F_CHECKSUM_DEFAULT = 0, /* CRC32C */
+    S3F_CHECKSUM_NONE = 1,    /* send no checksum header */
+    S3F_CHECKSUM_CRC32C = 2,
+    S3F_CHECKSUM_CRC32 = 3,
+    S3F_CHECKSUM_CRC64NVME = 4,
+};
+
+/* ---------------------------------------------------------------------------------------
  * Client
  * ------------------------------------------------------------------------------------- */
 struct s3f_client;
@@ -149,6 +160,27 @@ struct s3f_client_options {
     void *log_user_data;
     /* 0 (S3F_LOG_OFF) unless S3FLASH_LOG=error|warn|info|debug|trace is set. */
     enum s3f_log_level log_level;
+
+    /* ---- the transfer engine (s3f_upload_*, s3f_download_*, s3f_writer, s3f_reader) ---- */
+    /* 0: 10. Throughput, in Gbit/s, the engine sizes its concurrency for. */
+    double throughput_target_gbps;
+    /* 0: 8 MiB. Part size of multipart uploads and of the ranged GETs of downloads; 5 MiB
+     * to 5 GiB, else s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Grown per object
+     * when an object would need more than 10,000 parts. */
+    uint64_t part_size_bytes;
+    /* 0: 512 MiB. Bound of the buffer pool shared by all writers and readers of the client
+     * (the bytes they hold between the caller and the network). Uploads from memory or a
+     * file and downloads to memory or a file use no pool memory. At least 16 MiB. */
+    uint64_t memory_limit_bytes;
+    /* 0: ceil(throughput_target_gbps / 0.4), the AWS CRT's estimate of one connection to
+     * S3, at least 4 and at most max_connections (25 for 10 Gbit/s). Data requests the
+     * client keeps in flight across all its transfers; slots go round-robin between the
+     * transfers that have work, so a small transfer is not stuck behind a large one. On
+     * loopback a handful fill the link: measure. */
+    uint32_t max_inflight_requests;
+    /* DEFAULT: CRC32C. Checksum of uploads (per part, combined into a whole-object value)
+     * and of verified downloads. */
+    enum s3f_checksum_algorithm checksum;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials
@@ -170,6 +202,23 @@ S3F_API enum s3f_status s3f_client_credentials_source(struct s3f_client *client,
                                               char *access_key_id, size_t akid_len,
                                               struct s3f_error *err);
 
+/* Engine counters of a client, a snapshot. */
+struct s3f_client_stats {
+    uint64_t part_size_bytes;        /* the resolved default part size */
+    uint64_t pool_limit_bytes;       /* memory_limit_bytes, resolved (whole pool chunks) */
+    uint64_t pool_in_use_bytes;      /* held by writers and readers now */
+    uint64_t pool_high_water_bytes;  /* most ever held at once (see reset) */
+    uint64_t pool_allocated_bytes;   /* allocated so far; kept for reuse until client_free */
+    uint32_t max_inflight_requests;  /* resolved */
+    uint32_t inflight_requests;      /* data requests in flight now */
+    uint32_t inflight_high_water;    /* most ever in flight at once */
+    uint64_t requests_started;       /* data requests started, ever */
+};
+/* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
+ * values after reading them. */
+S3F_API void s3f_client_stats(struct s3f_client *client, struct s3f_client_stats *out,
+                              int reset_high_water);
+
 /* ---------------------------------------------------------------------------------------
  * s3:// URIs
  * ------------------------------------------------------------------------------------- */
@@ -178,17 +227,6 @@ S3F_API enum s3f_status s3f_client_credentials_source(struct s3f_client *client,
  * reason in err->message (no scheme, empty bucket, invalid bucket name, too long key). */
 S3F_API enum s3f_status s3f_uri_parse(const char *uri, char *bucket, size_t bucket_len, char *key,
                               size_t key_len, struct s3f_error *err);
-
-/* ---------------------------------------------------------------------------------------
- * Checksums
- * ------------------------------------------------------------------------------------- */
-enum s3f_checksum_algorithm {
-    S3F_CHECKSUM_DEFAULT = 0, /* CRC32C */
-    S3F_CHECKSUM_NONE = 1,    /* send no checksum header */
-    S3F_CHECKSUM_CRC32C = 2,
-    S3F_CHECKSUM_CRC32 = 3,
-    S3F_CHECKSUM_CRC64NVME = 4,
-};
 
 /* ---------------------------------------------------------------------------------------
  * Objects
@@ -269,6 +307,179 @@ S3F_API enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bu
 S3F_API enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
                                    const char *const *keys, size_t n_keys, size_t *failed,
                                    struct s3f_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * The transfer engine: parallel multipart uploads and ranged downloads.
+ *
+ * Every call below is blocking for the calling thread while requests run in parallel on
+ * the client's I/O threads; any number of threads may run transfers on one client at once
+ * (they share its buffer pool and request slots fairly). Failure leaves nothing behind:
+ * a failed upload aborts its multipart upload and no object appears under the key; a
+ * failed download to a file leaves no file. Errors name the request that failed (its S3
+ * error code and request id in `err`).
+ * ------------------------------------------------------------------------------------- */
+
+/* Progress of one transfer: `done` bytes of `total` (UINT64_MAX while unknown: writers,
+ * downloads before the first response). Called from I/O threads (and the caller's),
+ * never concurrently for one transfer, after each part; must be quick. */
+typedef void (*s3f_progress_fn)(void *user_data, uint64_t done, uint64_t total);
+
+/* One memory region (as POSIX's struct iovec); uploads only read it. */
+struct s3f_iovec {
+    void *base;
+    size_t len;
+};
+
+struct s3f_upload_options {
+    const char *content_type;             /* NULL: "application/octet-stream" */
+    /* DEFAULT: the client's. The checksum of each part, sent as x-amz-checksum-<alg>, and
+     * the whole-object value (FULL_OBJECT: combined from the parts) sent with Complete and
+     * reported in info. NONE: no checksum. */
+    enum s3f_checksum_algorithm checksum;
+    /* 0: the client's part_size_bytes. 5 MiB..5 GiB; grown when the object would need
+     * more than 10,000 parts. An object that fits in one part goes as one PutObject. */
+    uint64_t part_size_bytes;
+    s3f_progress_fn progress;
+    void *progress_user_data;
+};
+
+/* Upload `len` bytes from memory (read in place, no copy; must stay valid and unchanged
+ * during the call). Parts go in parallel. `info` (optional) receives size, ETag and the
+ * whole-object checksum. */
+S3F_API enum s3f_status s3f_upload_buffer(struct s3f_client *c, const char *bucket,
+                                          const char *key, const void *data, size_t len,
+                                          const struct s3f_upload_options *opts,
+                                          struct s3f_object_info *info,
+                                          struct s3f_error *err);
+/* Upload the concatenation of `n_iov` regions (the tensors of a state dict) without
+ * copying them: a part may span several regions. Empty regions are fine. */
+S3F_API enum s3f_status s3f_upload_iov(struct s3f_client *c, const char *bucket,
+                                       const char *key, const struct s3f_iovec *iov,
+                                       size_t n_iov, const struct s3f_upload_options *opts,
+                                       struct s3f_object_info *info, struct s3f_error *err);
+/* Upload a regular file. Parts are read with pread by the I/O threads as they are sent
+ * (no file buffering in memory); with a checksum, the calling thread reads each part once
+ * more beforehand to compute it. The file must not change during the call (S3 rejects a
+ * part whose checksum no longer matches). S3F_ERR_IO for a file that cannot be read. */
+S3F_API enum s3f_status s3f_upload_file(struct s3f_client *c, const char *bucket,
+                                        const char *key, const char *path,
+                                        const struct s3f_upload_options *opts,
+                                        struct s3f_object_info *info, struct s3f_error *err);
+
+/* A streaming upload of unknown length (what torch.save writes into). Bytes are copied
+ * once into pool buffers; each full part is uploaded while the caller keeps writing, and
+ * write blocks only when the client's pool is exhausted. The part size starts at the
+ * configured one and doubles every 1000 parts (never above half the memory limit), so
+ * a stream reaches terabytes within 10,000 parts. An object that fits in one part at close
+ * is one PutObject; CreateMultipartUpload is sent when the second part begins, while the
+ * first is still being filled. Not thread-safe: one thread uses a writer at a time.
+ * Each open writer holds up to one chunk-rounded part of pool memory until it is closed:
+ * keep open writers × part size under the memory limit. */
+struct s3f_writer;
+/* Open a writer (sends nothing yet). *out: finish it with s3f_writer_close or
+ * s3f_writer_abort, which free it. */
+S3F_API enum s3f_status s3f_writer_open(struct s3f_client *c, const char *bucket,
+                                        const char *key,
+                                        const struct s3f_upload_options *opts,
+                                        struct s3f_writer **out, struct s3f_error *err);
+/* Append `len` bytes (copied; the buffer may be reused on return). After any failure of
+ * the upload (or its part size limit) every write returns that error. */
+S3F_API enum s3f_status s3f_writer_write(struct s3f_writer *w, const void *data, size_t len,
+                                         struct s3f_error *err);
+/* Finish: upload what is left, complete, and free the writer. On success the object exists
+ * and `info` (optional) has its size, ETag and checksum. After an error (here or earlier)
+ * nothing is created: the multipart upload is aborted and the first error is returned. */
+S3F_API enum s3f_status s3f_writer_close(struct s3f_writer *w, struct s3f_object_info *info,
+                                         struct s3f_error *err);
+/* Cancel: stop the requests, abort the multipart upload, create nothing, free the writer.
+ * NULL is accepted. */
+S3F_API void s3f_writer_abort(struct s3f_writer *w);
+/* Bytes written so far. */
+S3F_API uint64_t s3f_writer_tell(const struct s3f_writer *w);
+
+struct s3f_download_options {
+    const char *version_id;
+    /* Sent as If-Match on every request. NULL: the ETag of the first response is pinned and
+     * sent on the others, so an object replaced during the download fails with
+     * S3F_ERR_PRECONDITION_FAILED instead of mixing two versions. */
+    const char *if_match;
+    /* 0: the client's part_size_bytes. Size of each ranged GET (at least 64 KiB). */
+    uint64_t part_size_bytes;
+    /* Verify the whole-object checksum S3 keeps (single PutObject or FULL_OBJECT multipart
+     * uploads; not a checksum of part checksums) with a HEAD that runs beside the parts:
+     * 0: when the download needs more than one request; 1: always; -1: never. Checks the
+     * client's checksum algorithm. Mismatch: S3F_ERR_CHECKSUM. */
+    int verify_checksum;
+    /* Files: 1 to fsync the file before it is renamed into place. */
+    int fsync;
+    s3f_progress_fn progress;
+    void *progress_user_data;
+};
+
+/* Download a whole object into `buf`. The size comes from the first ranged GET (no HEAD
+ * first); the other parts then go in parallel, each written straight to its place.
+ * info->size is the object's size (the bytes written). An object larger than `buf_len`
+ * fails with S3F_ERR_INVALID_ARGUMENT, info->size set to the size needed. On failure the
+ * content of `buf` is unspecified. */
+S3F_API enum s3f_status s3f_download_buffer(struct s3f_client *c, const char *bucket,
+                                            const char *key, void *buf, size_t buf_len,
+                                            const struct s3f_download_options *opts,
+                                            struct s3f_object_info *info,
+                                            struct s3f_error *err);
+/* Download into the concatenation of `n_iov` regions (the object may be shorter). */
+S3F_API enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket,
+                                         const char *key, const struct s3f_iovec *iov,
+                                         size_t n_iov, const struct s3f_download_options *opts,
+                                         struct s3f_object_info *info, struct s3f_error *err);
+/* Download into a file: parts are written with pwrite at their offsets into a temporary
+ * file in the same directory, which is renamed to `path` once everything arrived (atomic
+ * replace); on failure it is removed and `path` is untouched. */
+S3F_API enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket,
+                                          const char *key, const char *path,
+                                          const struct s3f_download_options *opts,
+                                          struct s3f_object_info *info,
+                                          struct s3f_error *err);
+
+/* A random-access reader (what torch.load and dataset loaders read from). Sequential reads
+ * start a read-ahead window at 1 MiB that doubles up to readahead_max_bytes, with the
+ * requests in parallel; a jump shrinks the window back. The last bytes of the object
+ * (tail_bytes) are fetched once, on the first read near the end, and kept (zip central
+ * directories). Large reads go straight into the caller's buffer; others are copied once
+ * from the window. Every request carries If-Match with the ETag from open. Not thread-safe:
+ * one thread uses a reader at a time. */
+struct s3f_reader;
+struct s3f_reader_options {
+    const char *version_id;
+    const char *if_match;          /* NULL: the ETag found at open */
+    /* 0: min(64 MiB, a quarter of the memory limit). Cap of the read-ahead window, which
+     * lives in the client's buffer pool (read-ahead is skipped when the pool is full). */
+    uint64_t readahead_max_bytes;
+    /* 0: 1 MiB. The cached tail; -1 cast to uint64_t (UINT64_MAX) disables it. */
+    uint64_t tail_bytes;
+};
+/* Open: one HEAD (size and ETag). *out: free with s3f_reader_close. */
+S3F_API enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket,
+                                        const char *key,
+                                        const struct s3f_reader_options *opts,
+                                        struct s3f_reader **out, struct s3f_error *err);
+/* Read up to `len` bytes at the current position into `buf` and advance. *n_read is `len`
+ * unless the end of the object comes first (0 at the end). */
+S3F_API enum s3f_status s3f_reader_read(struct s3f_reader *r, void *buf, size_t len,
+                                        size_t *n_read, struct s3f_error *err);
+/* Read at `offset` without moving the position (same window and cache). */
+S3F_API enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len,
+                                         uint64_t offset, size_t *n_read,
+                                         struct s3f_error *err);
+/* whence: 0 (SEEK_SET), 1 (SEEK_CUR), 2 (SEEK_END). Positions past the end are allowed
+ * (reads there return 0 bytes); before the start is S3F_ERR_INVALID_ARGUMENT. */
+S3F_API enum s3f_status s3f_reader_seek(struct s3f_reader *r, int64_t offset, int whence,
+                                        uint64_t *new_position, struct s3f_error *err);
+S3F_API uint64_t s3f_reader_tell(const struct s3f_reader *r);
+S3F_API uint64_t s3f_reader_size(const struct s3f_reader *r);
+/* Metadata from open (ETag, size, content type...). Valid until close. */
+S3F_API const struct s3f_object_info *s3f_reader_info(const struct s3f_reader *r);
+/* Stop the read-ahead and free the reader. NULL is accepted. */
+S3F_API void s3f_reader_close(struct s3f_reader *r);
 
 /* ---------------------------------------------------------------------------------------
  * Buckets

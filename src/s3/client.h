@@ -18,6 +18,21 @@ struct s3f__retry_bucket {
     int capacity;   /* 500 */
 };
 
+/* Transfer-engine settings as the caller gave them (src/xfer resolves the defaults), and
+ * the engine's per-client state: created on first use under `lock`, freed with the client
+ * through state_free. */
+struct s3f__client_xfer {
+    double throughput_target_gbps;
+    uint64_t part_size_bytes;
+    uint64_t memory_limit_bytes;
+    uint32_t max_inflight_requests;
+    enum s3f_checksum_algorithm checksum;
+    uint32_t max_connections;     /* of the transport, resolved */
+    pthread_mutex_t lock;
+    void *state;
+    void (*state_free)(void *state);
+};
+
 struct s3f_client {
     struct s3f__logger logger;
     char *region;
@@ -30,6 +45,7 @@ struct s3f_client {
     struct s3f__credentials_provider *creds;  /* NULL when anonymous */
     struct s3f__http_pool *http;
     struct s3f__retry_bucket retry;
+    struct s3f__client_xfer xfer;
 };
 
 #define S3F_MAX_EXTRA_HEADERS 16

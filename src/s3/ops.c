@@ -4,16 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checksum.h"
 #include "s3/client.h"
 #include "s3/endpoint.h"
+#include "s3/ops_internal.h"
 #include "s3/xml.h"
 
-#define XML_BODY_MAX (16u << 20)
+#define XML_BODY_MAX S3F__XML_BODY_MAX
 #define DELETE_BATCH 1000
 
-static enum s3f_status check_args(const char *op, const char *bucket, const char *key,
-                                  bool key_required, struct s3f_error *err) {
+enum s3f_status s3f__op_check_args(const char *op, const char *bucket, const char *key,
+                                   bool key_required, struct s3f_error *err) {
     s3f_error_clear(err);
     if (!bucket || !*bucket)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, NULL, "bucket is empty");
@@ -26,6 +26,11 @@ static enum s3f_status check_args(const char *op, const char *bucket, const char
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, bucket,
                               "key is longer than 1024 bytes");
     return S3F_OK;
+}
+
+static enum s3f_status check_args(const char *op, const char *bucket, const char *key,
+                                  bool key_required, struct s3f_error *err) {
+    return s3f__op_check_args(op, bucket, key, key_required, err);
 }
 
 static void request_init(struct s3f__s3_request *r, const char *op, const char *method,
@@ -55,51 +60,195 @@ static enum s3f_status oom(struct s3f_error *err, const char *op) {
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, op, NULL, "out of memory");
 }
 
-/* ---- checksums ---------------------------------------------------------------------- */
+/* ---- prepared requests (ops_internal.h) ---------------------------------------------- */
 
-struct checksum_header {
-    const char *name;   /* "x-amz-checksum-crc32c" ..., or NULL for none */
-    char value[S3F__CHECKSUM_B64_MAX];
-};
-
-/* The checksum header for an upload body. Errors: S3F_ERR_INVALID_ARGUMENT for an unknown
- * algorithm. */
-static enum s3f_status checksum_compute(enum s3f_checksum_algorithm alg, const void *data,
-                                        size_t len, struct checksum_header *out,
-                                        struct s3f_error *err, const char *op) {
-    struct s3f__checksum c;
-    out->name = NULL;
-    out->value[0] = '\0';
-    if (s3f__checksum_init(&c, alg) != S3F_OK)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, NULL,
-                              "unknown checksum algorithm %d", (int)alg);
-    s3f__checksum_update(&c, data, len);
-    out->name = s3f__checksum_header_name(c.alg);
-    s3f__checksum_b64(&c, out->value);
-    return S3F_OK;
+void s3f__op_cleanup(struct s3f__op *op) {
+    s3f__buf_cleanup(&op->query);
+    s3f__buf_cleanup(&op->body);
+    s3f__buf_cleanup(&op->resp);
 }
 
-/* The field of `info` that holds the value of `alg` (and its size), NULL for NONE. */
-static char *info_checksum(struct s3f_object_info *info, enum s3f_checksum_algorithm alg,
-                           size_t *size) {
-    switch (alg) {
-    case S3F_CHECKSUM_DEFAULT:
-    case S3F_CHECKSUM_CRC32C:
-        *size = sizeof(info->checksum_crc32c);
-        return info->checksum_crc32c;
-    case S3F_CHECKSUM_CRC32:
-        *size = sizeof(info->checksum_crc32);
-        return info->checksum_crc32;
-    case S3F_CHECKSUM_CRC64NVME:
-        *size = sizeof(info->checksum_crc64nvme);
-        return info->checksum_crc64nvme;
-    default:
-        *size = 0;
-        return NULL;
+/* Reset `op` for a new request (its buffers must have been released). */
+static void op_init(struct s3f__op *op, const char *operation, const char *method,
+                    const char *bucket, const char *key) {
+    memset(op, 0, sizeof(*op));
+    request_init(&op->r, operation, method, bucket, key);
+    s3f__buf_init(&op->query, 8192);
+    s3f__buf_init(&op->body, XML_BODY_MAX);
+    s3f__buf_init(&op->resp, XML_BODY_MAX);
+    op->r.info = &op->info;
+}
+
+/* The checksum header of `ck` (nothing for NULL or NONE). */
+static void op_checksum_header(struct s3f__op *op, const struct s3f__checksum *ck, bool sdk) {
+    const char *name = ck ? s3f__checksum_header_name(ck->alg) : NULL;
+    if (!name || ck->alg == S3F_CHECKSUM_NONE)
+        return;
+    s3f__checksum_b64(ck, op->checksum);
+    s3f__s3_request_header(&op->r, name, op->checksum);
+    if (sdk) /* what SDKs send with it; some servers (moto) only keep the value then */
+        s3f__s3_request_header(&op->r, "x-amz-sdk-checksum-algorithm",
+                               s3f__checksum_algorithm_name(ck->alg));
+}
+
+void s3f__op_put_object(struct s3f__op *op, const char *bucket, const char *key,
+                        const char *content_type, const struct s3f__checksum *ck) {
+    op_init(op, "PutObject", "PUT", bucket, key);
+    op->r.body = "";
+    s3f__s3_request_header(&op->r, "content-type",
+                           content_type ? content_type : "application/octet-stream");
+    op_checksum_header(op, ck, true);
+}
+
+void s3f__op_create_multipart(struct s3f__op *op, const char *bucket, const char *key,
+                              const char *content_type, enum s3f_checksum_algorithm alg,
+                              bool full_object) {
+    op_init(op, "CreateMultipartUpload", "POST", bucket, key);
+    op->r.query = "uploads=";
+    op->r.body = "";
+    op->r.body_out = &op->resp;
+    s3f__s3_request_header(&op->r, "content-type",
+                           content_type ? content_type : "application/octet-stream");
+    const char *name = s3f__checksum_algorithm_name(alg);
+    if (name && alg != S3F_CHECKSUM_NONE) {
+        s3f__s3_request_header(&op->r, "x-amz-checksum-algorithm", name);
+        if (full_object)
+            s3f__s3_request_header(&op->r, "x-amz-checksum-type", "FULL_OBJECT");
     }
 }
 
+enum s3f_status s3f__op_create_multipart_result(struct s3f__op *op, char **upload_id,
+                                                struct s3f_error *err) {
+    enum s3f_status st =
+        s3f__xml_parse_initiate_multipart(op->resp.data, op->resp.len, upload_id, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "CreateMultipartUpload", sizeof(err->operation));
+    return st;
+}
+
+static enum s3f_status upload_query(struct s3f__buf *q, const char *upload_id, int part_number) {
+    char pn[16];
+    snprintf(pn, sizeof(pn), "%d", part_number);
+    if (part_number > 0 && query_add(q, "partNumber", pn))
+        return S3F_ERR_NO_MEMORY;
+    return query_add(q, "uploadId", upload_id);
+}
+
+enum s3f_status s3f__op_upload_part(struct s3f__op *op, const char *bucket, const char *key,
+                                    const char *upload_id, int part_number,
+                                    const struct s3f__checksum *ck, struct s3f_error *err) {
+    op_init(op, "UploadPart", "PUT", bucket, key);
+    if (part_number < 1 || part_number > 10000)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "UploadPart", NULL,
+                              "part number %d is outside 1..10000", part_number);
+    if (upload_query(&op->query, upload_id, part_number))
+        return oom(err, "UploadPart");
+    op->r.query = op->query.data;
+    op->r.body = "";
+    op_checksum_header(op, ck, false);
+    return S3F_OK;
+}
+
+static const char *checksum_element(enum s3f_checksum_algorithm alg) {
+    switch (alg) {
+    case S3F_CHECKSUM_CRC32: return "ChecksumCRC32";
+    case S3F_CHECKSUM_CRC64NVME: return "ChecksumCRC64NVME";
+    default: return "ChecksumCRC32C";
+    }
+}
+
+enum s3f_status s3f__op_complete_multipart(struct s3f__op *op, const char *bucket,
+                                           const char *key, const char *upload_id,
+                                           const struct s3f_part_info *parts, size_t n,
+                                           enum s3f_checksum_algorithm alg,
+                                           const struct s3f__checksum *full,
+                                           struct s3f_error *err) {
+    static const char *op_name = "CompleteMultipartUpload";
+    op_init(op, op_name, "POST", bucket, key);
+    if (n == 0 || n > 10000 || !parts)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
+                              "%zu parts: an upload needs 1..10000", n);
+    const char *elem = checksum_element(alg);
+    enum s3f_status st = upload_query(&op->query, upload_id, 0);
+    if (!st)
+        st = s3f__buf_appends(&op->body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    for (size_t i = 0; i < n && !st; i++) {
+        if (i && parts[i].part_number <= parts[i - 1].part_number)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
+                                  "part numbers must ascend (%d after %d)",
+                                  parts[i].part_number, parts[i - 1].part_number);
+        /* ETags are quoted hex: no XML escaping needed beyond quotes */
+        st = s3f__buf_appendf(&op->body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag>",
+                              parts[i].part_number, parts[i].etag);
+        if (!st && parts[i].checksum[0])
+            st = s3f__buf_appendf(&op->body, "<%s>%s</%s>", elem, parts[i].checksum, elem);
+        if (!st)
+            st = s3f__buf_appends(&op->body, "</Part>");
+    }
+    if (!st)
+        st = s3f__buf_appends(&op->body, "</CompleteMultipartUpload>");
+    if (st)
+        return oom(err, op_name);
+    op->r.query = op->query.data;
+    op->r.body = op->body.data;
+    op->r.body_len = op->body.len;
+    op->r.body_out = &op->resp;
+    op->r.check_200_error = true;
+    s3f__s3_request_header(&op->r, "content-type", "application/xml");
+    const char *name = full ? s3f__checksum_header_name(full->alg) : NULL;
+    if (name && full->alg != S3F_CHECKSUM_NONE) {
+        s3f__checksum_b64(full, op->full_checksum);
+        s3f__s3_request_header(&op->r, name, op->full_checksum);
+        s3f__s3_request_header(&op->r, "x-amz-checksum-type", "FULL_OBJECT");
+    }
+    return S3F_OK;
+}
+
+enum s3f_status s3f__op_complete_multipart_result(struct s3f__op *op,
+                                                  struct s3f_object_info *info,
+                                                  struct s3f_error *err) {
+    enum s3f_status st =
+        s3f__xml_parse_complete_multipart(op->resp.data, op->resp.len, info, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "CompleteMultipartUpload", sizeof(err->operation));
+    return st;
+}
+
+enum s3f_status s3f__op_abort_multipart(struct s3f__op *op, const char *bucket,
+                                        const char *key, const char *upload_id,
+                                        struct s3f_error *err) {
+    op_init(op, "AbortMultipartUpload", "DELETE", bucket, key);
+    if (upload_query(&op->query, upload_id, 0))
+        return oom(err, "AbortMultipartUpload");
+    op->r.query = op->query.data;
+    return S3F_OK;
+}
+
+enum s3f_status s3f__op_get(struct s3f__op *op, bool head, const char *bucket, const char *key,
+                            const char *version_id, const char *if_match, bool checksum_mode,
+                            struct s3f_error *err) {
+    const char *name = head ? "HeadObject" : "GetObject";
+    op_init(op, name, head ? "HEAD" : "GET", bucket, key);
+    if (version_id && query_add(&op->query, "versionId", version_id))
+        return oom(err, name);
+    op->r.query = op->query.data;
+    if (if_match)
+        s3f__s3_request_header(&op->r, "if-match", if_match);
+    if (checksum_mode)
+        s3f__s3_request_header(&op->r, "x-amz-checksum-mode", "ENABLED");
+    return S3F_OK;
+}
+
 /* ---- HeadObject / GetObject ---------------------------------------------------------- */
+
+/* A known checksum algorithm for a public option, or S3F_ERR_INVALID_ARGUMENT. */
+static enum s3f_status checksum_start(enum s3f_checksum_algorithm alg, struct s3f__checksum *ck,
+                                      const char *op, struct s3f_error *err) {
+    if (s3f__checksum_init(ck, alg))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, NULL,
+                              "unknown checksum algorithm %d", (int)alg);
+    return S3F_OK;
+}
 
 enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
                                 const char *version_id, struct s3f_object_info *info,
@@ -107,62 +256,42 @@ enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const 
     enum s3f_status st = check_args("HeadObject", bucket, key, true, err);
     if (st)
         return st;
-    struct s3f__s3_request r;
-    request_init(&r, "HeadObject", "HEAD", bucket, key);
-    struct s3f__buf q;
-    s3f__buf_init(&q, 4096);
-    if (version_id && query_add(&q, "versionId", version_id))
-        return oom(err, "HeadObject");
-    r.query = q.data;
-    s3f__s3_request_header(&r, "x-amz-checksum-mode", "ENABLED");
-    struct s3f_object_info tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    r.info = info ? info : &tmp;
-    memset(r.info, 0, sizeof(*r.info));
-    st = s3f__s3_execute(c, &r, err);
-    s3f__buf_cleanup(&q);
+    struct s3f__op op;
+    if ((st = s3f__op_get(&op, true, bucket, key, version_id, NULL, true, err)) == S3F_OK)
+        st = s3f__s3_execute(c, &op.r, err);
+    if (st == S3F_OK && info)
+        *info = op.info;
+    s3f__op_cleanup(&op);
     return st;
 }
-
-/* Which algorithm the server used is known only once the response is in, so a verifying
- * download runs all three CRCs (each at several GB/s) on the bytes as they pass. */
-static const enum s3f_checksum_algorithm verify_algs[] = {
-    S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32};
 
 struct verify_sink {
     s3f_write_fn sink;
     void *ud;
-    bool verify;
-    struct s3f__checksum ck[S3F_ARRAY_LEN(verify_algs)];
+    struct s3f__checksum crc32c, crc32, crc64;
     uint64_t bytes;
 };
 
 static int verify_write(void *ud, const void *data, size_t len, uint64_t offset) {
     struct verify_sink *v = ud;
-    if (v->verify)
-        for (size_t i = 0; i < S3F_ARRAY_LEN(v->ck); i++)
-            s3f__checksum_update(&v->ck[i], data, len);
+    s3f__checksum_update(&v->crc32c, data, len);
+    s3f__checksum_update(&v->crc32, data, len);
+    s3f__checksum_update(&v->crc64, data, len);
     v->bytes += len;
     return v->sink ? v->sink(v->ud, data, len, offset) : 0;
 }
 
-/* Compare the full-object checksums the server returned with what went through the sink.
- * A composite value of a multipart object ("...-N", a checksum of the part checksums) says
- * nothing about the bytes and is skipped. */
-static enum s3f_status verify_check(struct verify_sink *v, struct s3f_object_info *info,
-                                    struct s3f_error *err) {
-    for (size_t i = 0; i < S3F_ARRAY_LEN(v->ck); i++) {
-        size_t size;
-        const char *want = info_checksum(info, v->ck[i].alg, &size);
-        if (!want || !want[0] || strchr(want, '-'))
-            continue;
-        char got[S3F__CHECKSUM_B64_MAX];
-        s3f__checksum_b64(&v->ck[i], got);
-        if (strcmp(got, want) != 0)
-            return s3f__error_set(err, S3F_ERR_CHECKSUM, "GetObject", NULL,
-                                  "%s of the data is %s, the server says %s",
-                                  s3f__checksum_algorithm_name(v->ck[i].alg), got, want);
-    }
+/* Compare a computed checksum with the server's value (`want`, may be ""). */
+static enum s3f_status verify_one(const struct s3f__checksum *got, const char *want,
+                                  const char *op, struct s3f_error *err) {
+    char b64[S3F__CHECKSUM_B64_MAX];
+    if (!want[0] || strchr(want, '-')) /* absent, or a checksum of part checksums */
+        return S3F_OK;
+    s3f__checksum_b64(got, b64);
+    if (strcmp(b64, want) != 0)
+        return s3f__error_set(err, S3F_ERR_CHECKSUM, op, NULL,
+                              "%s of the data is %s, the server says %s",
+                              s3f__checksum_algorithm_name(got->alg), b64, want);
     return S3F_OK;
 }
 
@@ -180,35 +309,21 @@ enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const c
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "GetObject", NULL,
                               "range end %" PRIu64 " is before its start %" PRIu64,
                               opts->range_end, opts->range_start);
-    struct s3f__s3_request r;
-    request_init(&r, "GetObject", "GET", bucket, key);
-    struct s3f__buf q;
-    s3f__buf_init(&q, 4096);
-    if (opts->version_id && query_add(&q, "versionId", opts->version_id))
-        return oom(err, "GetObject");
-    r.query = q.data;
-    if (opts->if_match)
-        s3f__s3_request_header(&r, "if-match", opts->if_match);
-    if (opts->verify_checksum)
-        s3f__s3_request_header(&r, "x-amz-checksum-mode", "ENABLED");
-    struct verify_sink v;
-    memset(&v, 0, sizeof(v));
-    v.sink = sink;
-    v.ud = sink_user_data;
-    v.verify = opts->verify_checksum != 0;
-    for (size_t i = 0; i < S3F_ARRAY_LEN(verify_algs); i++)
-        s3f__checksum_init(&v.ck[i], verify_algs[i]);
-    r.sink = verify_write;
-    r.sink_ud = &v;
-    r.has_range = opts->has_range != 0;
-    r.range_start = opts->range_start;
-    r.range_end = opts->range_end;
-    struct s3f_object_info tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    r.info = info ? info : &tmp;
-    memset(r.info, 0, sizeof(*r.info));
-    st = s3f__s3_execute(c, &r, err);
-    s3f__buf_cleanup(&q);
+    struct s3f__op op;
+    struct verify_sink v = {.sink = sink, .ud = sink_user_data};
+    bool verify = opts->verify_checksum != 0;
+    s3f__checksum_init(&v.crc32c, verify ? S3F_CHECKSUM_CRC32C : S3F_CHECKSUM_NONE);
+    s3f__checksum_init(&v.crc32, verify ? S3F_CHECKSUM_CRC32 : S3F_CHECKSUM_NONE);
+    s3f__checksum_init(&v.crc64, verify ? S3F_CHECKSUM_CRC64NVME : S3F_CHECKSUM_NONE);
+    st = s3f__op_get(&op, false, bucket, key, opts->version_id, opts->if_match, verify, err);
+    if (st)
+        goto out;
+    op.r.sink = verify_write;
+    op.r.sink_ud = &v;
+    op.r.has_range = opts->has_range != 0;
+    op.r.range_start = opts->range_start;
+    op.r.range_end = opts->range_end;
+    st = s3f__s3_execute(c, &op.r, err);
     if (st == S3F_ERR_ABORTED && err)
         s3f__strlcpy(err->message, "the data callback stopped the download",
                      sizeof(err->message));
@@ -216,15 +331,38 @@ enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const c
         s3f__strlcpy(err->message, "the object changed during the download (ETag differs)",
                      sizeof(err->message));
     if (st)
-        return st;
+        goto out;
+    if (info)
+        *info = op.info;
     /* full-object checksum check: only when the whole object was read */
-    bool whole = !opts->has_range || (opts->range_start == 0 && v.bytes == r.info->size);
-    if (opts->verify_checksum && whole)
-        return verify_check(&v, r.info, err);
-    return S3F_OK;
+    bool whole = !opts->has_range || (opts->range_start == 0 && v.bytes == op.info.size);
+    if (verify && whole &&
+        ((st = verify_one(&v.crc32c, op.info.checksum_crc32c, "GetObject", err)) ||
+         (st = verify_one(&v.crc32, op.info.checksum_crc32, "GetObject", err)) ||
+         (st = verify_one(&v.crc64, op.info.checksum_crc64nvme, "GetObject", err))))
+        goto out;
+out:
+    s3f__op_cleanup(&op);
+    return st;
 }
 
 /* ---- PutObject / DeleteObject / CopyObject -------------------------------------------- */
+
+/* Servers that ignore checksums (Ceph RGW) echo nothing: report what was sent. */
+static void report_sent_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck) {
+    char b64[S3F__CHECKSUM_B64_MAX];
+    s3f__checksum_b64(ck, b64);
+    char *field = NULL;
+    size_t n = 0;
+    switch (ck->alg) {
+    case S3F_CHECKSUM_CRC32C: field = info->checksum_crc32c; n = sizeof(info->checksum_crc32c); break;
+    case S3F_CHECKSUM_CRC32: field = info->checksum_crc32; n = sizeof(info->checksum_crc32); break;
+    case S3F_CHECKSUM_CRC64NVME: field = info->checksum_crc64nvme; n = sizeof(info->checksum_crc64nvme); break;
+    default: return;
+    }
+    if (!field[0])
+        s3f__strlcpy(field, b64, n);
+}
 
 enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const char *key,
                                const void *data, size_t len, const struct s3f_put_options *opts,
@@ -240,40 +378,31 @@ enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const c
                               "%zu bytes is over the 5 GiB limit of one PutObject", len);
     if (len && !data)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "PutObject", NULL, "data is NULL");
-    struct checksum_header ck;
-    if ((st = checksum_compute(opts->checksum, data, len, &ck, err, "PutObject")))
+    struct s3f__checksum ck;
+    if ((st = checksum_start(opts->checksum, &ck, "PutObject", err)))
         return st;
-    struct s3f__s3_request r;
-    request_init(&r, "PutObject", "PUT", bucket, key);
-    r.body = data ? data : "";
-    r.body_len = len;
-    r.sign_payload = opts->sign_payload != 0;
-    s3f__s3_request_header(&r, "content-type",
-                           opts->content_type ? opts->content_type : "application/octet-stream");
-    if (ck.name)
-        s3f__s3_request_header(&r, ck.name, ck.value);
-    char md5_b64[25];
+    s3f__checksum_update(&ck, data, len);
+    struct s3f__op op;
+    s3f__op_put_object(&op, bucket, key, opts->content_type, &ck);
+    op.r.body = data ? data : "";
+    op.r.body_len = len;
+    op.r.sign_payload = opts->sign_payload != 0;
     if (opts->content_md5) {
         uint8_t md5[16];
         s3f__md5(data ? data : "", len, md5);
-        s3f__base64(md5, 16, md5_b64);
-        s3f__s3_request_header(&r, "content-md5", md5_b64);
+        s3f__base64(md5, 16, op.md5);
+        s3f__s3_request_header(&op.r, "content-md5", op.md5);
     }
     if (opts->if_none_match)
-        s3f__s3_request_header(&r, "if-none-match", opts->if_none_match);
-    struct s3f_object_info tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    r.info = info ? info : &tmp;
-    memset(r.info, 0, sizeof(*r.info));
-    st = s3f__s3_execute(c, &r, err);
+        s3f__s3_request_header(&op.r, "if-none-match", opts->if_none_match);
+    st = s3f__s3_execute(c, &op.r, err);
     if (st == S3F_OK) {
-        r.info->size = len;
-        /* servers that ignore checksums (Ceph RGW) echo nothing: report what was sent */
-        size_t size;
-        char *field = ck.name ? info_checksum(r.info, opts->checksum, &size) : NULL;
-        if (field && !field[0])
-            s3f__strlcpy(field, ck.value, size);
+        op.info.size = len;
+        report_sent_checksum(&op.info, &ck);
+        if (info)
+            *info = op.info;
     }
+    s3f__op_cleanup(&op);
     return st;
 }
 
@@ -460,33 +589,16 @@ enum s3f_status s3f_create_multipart_upload(struct s3f_client *c, const char *bu
     if (st)
         return st;
     *upload_id = NULL;
-    struct s3f__buf body;
-    s3f__buf_init(&body, XML_BODY_MAX);
-    struct s3f__s3_request r;
-    request_init(&r, "CreateMultipartUpload", "POST", bucket, key);
-    r.query = "uploads=";
-    r.body = "";
-    r.body_out = &body;
-    s3f__s3_request_header(&r, "content-type",
-                           opts->content_type ? opts->content_type : "application/octet-stream");
-    const char *alg = s3f__checksum_algorithm_name(opts->checksum);
-    if (alg)
-        s3f__s3_request_header(&r, "x-amz-checksum-algorithm", alg);
-    st = s3f__s3_execute(c, &r, err);
+    struct s3f__checksum ck;
+    if ((st = checksum_start(opts->checksum, &ck, "CreateMultipartUpload", err)))
+        return st;
+    struct s3f__op op;
+    s3f__op_create_multipart(&op, bucket, key, opts->content_type, ck.alg, false);
+    st = s3f__s3_execute(c, &op.r, err);
     if (st == S3F_OK)
-        st = s3f__xml_parse_initiate_multipart(body.data, body.len, upload_id, err);
-    if (st && err && !err->operation[0])
-        s3f__strlcpy(err->operation, "CreateMultipartUpload", sizeof(err->operation));
-    s3f__buf_cleanup(&body);
+        st = s3f__op_create_multipart_result(&op, upload_id, err);
+    s3f__op_cleanup(&op);
     return st;
-}
-
-static enum s3f_status upload_query(struct s3f__buf *q, const char *upload_id, int part_number) {
-    char pn[16];
-    snprintf(pn, sizeof(pn), "%d", part_number);
-    if (part_number > 0 && query_add(q, "partNumber", pn))
-        return S3F_ERR_NO_MEMORY;
-    return query_add(q, "uploadId", upload_id);
 }
 
 enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const char *key,
@@ -496,39 +608,33 @@ enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const 
     enum s3f_status st = check_args("UploadPart", bucket, key, true, err);
     if (st || (st = check_upload_id("UploadPart", upload_id, err)))
         return st;
-    if (part_number < 1 || part_number > 10000)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "UploadPart", NULL,
-                              "part number %d is outside 1..10000", part_number);
     if (len > ((uint64_t)5 << 30))
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "UploadPart", NULL,
                               "part of %zu bytes is over the 5 GiB limit", len);
-    struct checksum_header ck;
-    if ((st = checksum_compute(checksum, data, len, &ck, err, "UploadPart")))
+    if (len && !data)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "UploadPart", NULL,
+                              "data is NULL");
+    struct s3f__checksum ck;
+    if ((st = checksum_start(checksum, &ck, "UploadPart", err)))
         return st;
-    struct s3f__buf q;
-    s3f__buf_init(&q, 4096);
-    if (upload_query(&q, upload_id, part_number))
-        return oom(err, "UploadPart");
-    struct s3f__s3_request r;
-    request_init(&r, "UploadPart", "PUT", bucket, key);
-    r.query = q.data;
-    r.body = data ? data : "";
-    r.body_len = len;
-    if (ck.name)
-        s3f__s3_request_header(&r, ck.name, ck.value);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    r.info = &info;
-    st = s3f__s3_execute(c, &r, err);
-    s3f__buf_cleanup(&q);
+    s3f__checksum_update(&ck, data, len);
+    struct s3f__op op;
+    st = s3f__op_upload_part(&op, bucket, key, upload_id, part_number, &ck, err);
+    if (st == S3F_OK) {
+        op.r.body = data ? data : "";
+        op.r.body_len = len;
+        st = s3f__s3_execute(c, &op.r, err);
+    }
     if (st == S3F_OK && out) {
         memset(out, 0, sizeof(*out));
         out->part_number = part_number;
         out->size = len;
-        s3f__strlcpy(out->etag, info.etag, sizeof(out->etag));
-        s3f__strlcpy(out->checksum, ck.value, sizeof(out->checksum));
-        out->checksum_algorithm = ck.name ? checksum : S3F_CHECKSUM_NONE;
+        s3f__strlcpy(out->etag, op.info.etag, sizeof(out->etag));
+        out->checksum_algorithm = ck.alg;
+        if (ck.alg != S3F_CHECKSUM_NONE)
+            s3f__checksum_b64(&ck, out->checksum);
     }
+    s3f__op_cleanup(&op);
     return st;
 }
 
@@ -540,61 +646,21 @@ enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *
     enum s3f_status st = check_args("CompleteMultipartUpload", bucket, key, true, err);
     if (st || (st = check_upload_id("CompleteMultipartUpload", upload_id, err)))
         return st;
-    if (n_parts == 0 || n_parts > 10000 || !parts)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "CompleteMultipartUpload", NULL,
-                              "%zu parts: an upload needs 1..10000", n_parts);
-    struct s3f__buf q, body, resp;
-    s3f__buf_init(&q, 4096);
-    s3f__buf_init(&body, XML_BODY_MAX);
-    s3f__buf_init(&resp, XML_BODY_MAX);
-    st = upload_query(&q, upload_id, 0);
-    if (!st)
-        st = s3f__buf_appends(&body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
-    for (size_t i = 0; i < n_parts && !st; i++) {
-        if (i && parts[i].part_number <= parts[i - 1].part_number) {
-            st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "CompleteMultipartUpload", NULL,
-                                "part numbers must ascend (%d after %d)", parts[i].part_number,
-                                parts[i - 1].part_number);
-            goto out;
-        }
-        /* ETags are quoted hex: no XML escaping needed beyond quotes */
-        st = s3f__buf_appendf(&body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag>",
-                              parts[i].part_number, parts[i].etag);
-        /* base64 needs no XML escaping */
-        const char *alg = s3f__checksum_algorithm_name(parts[i].checksum_algorithm);
-        if (!st && parts[i].checksum[0] && alg)
-            st = s3f__buf_appendf(&body, "<Checksum%s>%s</Checksum%s>", alg, parts[i].checksum,
-                                  alg);
-        if (!st)
-            st = s3f__buf_appends(&body, "</Part>");
-    }
-    if (!st)
-        st = s3f__buf_appends(&body, "</CompleteMultipartUpload>");
-    if (st) {
-        st = oom(err, "CompleteMultipartUpload");
-        goto out;
-    }
-    struct s3f__s3_request r;
-    request_init(&r, "CompleteMultipartUpload", "POST", bucket, key);
-    r.query = q.data;
-    r.body = body.data;
-    r.body_len = body.len;
-    r.body_out = &resp;
-    r.check_200_error = true;
-    s3f__s3_request_header(&r, "content-type", "application/xml");
-    struct s3f_object_info tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    r.info = info ? info : &tmp;
-    memset(r.info, 0, sizeof(*r.info));
-    st = s3f__s3_execute(c, &r, err);
+    struct s3f__op op;
+    /* the parts say which checksum they carry (DEFAULT: CRC32C, as UploadPart sends) */
+    enum s3f_checksum_algorithm alg = n_parts && parts ? parts[0].checksum_algorithm
+                                                       : S3F_CHECKSUM_DEFAULT;
+    st = s3f__op_complete_multipart(&op, bucket, key, upload_id, parts, n_parts,
+                                    alg == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : alg,
+                                    NULL, err);
     if (st == S3F_OK)
-        st = s3f__xml_parse_complete_multipart(resp.data, resp.len, r.info, err);
-    if (st && err && !err->operation[0])
-        s3f__strlcpy(err->operation, "CompleteMultipartUpload", sizeof(err->operation));
-out:
-    s3f__buf_cleanup(&q);
-    s3f__buf_cleanup(&body);
-    s3f__buf_cleanup(&resp);
+        st = s3f__s3_execute(c, &op.r, err);
+    if (st == S3F_OK) {
+        st = s3f__op_complete_multipart_result(&op, &op.info, err);
+        if (st == S3F_OK && info)
+            *info = op.info;
+    }
+    s3f__op_cleanup(&op);
     return st;
 }
 
@@ -604,15 +670,10 @@ enum s3f_status s3f_abort_multipart_upload(struct s3f_client *c, const char *buc
     enum s3f_status st = check_args("AbortMultipartUpload", bucket, key, true, err);
     if (st || (st = check_upload_id("AbortMultipartUpload", upload_id, err)))
         return st;
-    struct s3f__buf q;
-    s3f__buf_init(&q, 4096);
-    if (upload_query(&q, upload_id, 0))
-        return oom(err, "AbortMultipartUpload");
-    struct s3f__s3_request r;
-    request_init(&r, "AbortMultipartUpload", "DELETE", bucket, key);
-    r.query = q.data;
-    st = s3f__s3_execute(c, &r, err);
-    s3f__buf_cleanup(&q);
+    struct s3f__op op;
+    if ((st = s3f__op_abort_multipart(&op, bucket, key, upload_id, err)) == S3F_OK)
+        st = s3f__s3_execute(c, &op.r, err);
+    s3f__op_cleanup(&op);
     return st;
 }
 

@@ -1,0 +1,95 @@
+/* S3 operations prepared as requests, for callers that submit them asynchronously (the
+ * transfer engine) as well as for the blocking public functions in ops.c.
+ *
+ * A `struct s3f__op` is one request plus the small buffers it owns (query string, a request
+ * body the builder made, the XML answer, response metadata, computed header values). The
+ * pattern is:
+ *     s3f__op_upload_part(&op, ...);            build (strings passed in must outlive op)
+ *     op.r.body = ...; or op.r.read_body = ...; the payload, where the operation has one
+ *     s3f__s3_submit(c, &op.r, &err, done, ud); or s3f__s3_execute(c, &op.r, &err)
+ *     ... in done: s3f__op_..._result(&op, ...) parse what came back
+ *     s3f__op_cleanup(&op);
+ * An op must not move in memory while its request is in flight. Builders start by
+ * resetting the op (calling s3f__op_cleanup on an op that was built before is required
+ * to release its buffers; a zeroed or cleaned-up op may be built again).
+ * Thread-safety: an op is used by one request at a time; builders touch nothing shared. */
+#ifndef S3F_S3_OPS_INTERNAL_H
+#define S3F_S3_OPS_INTERNAL_H
+
+#include "core/checksum.h"
+#include "s3/client.h"
+
+#define S3F__XML_BODY_MAX (16u << 20)
+
+struct s3f__op {
+    struct s3f__s3_request r;      /* submit &op->r */
+    struct s3f__buf query;         /* r.query points into it */
+    struct s3f__buf body;          /* request body made by the builder (Complete XML) */
+    struct s3f__buf resp;          /* the XML answer (r.body_out) where one is expected */
+    struct s3f_object_info info;   /* response metadata (r.info) */
+    char checksum[S3F__CHECKSUM_B64_MAX];      /* value of the checksum header */
+    char full_checksum[S3F__CHECKSUM_B64_MAX]; /* whole-object value on Complete */
+    char md5[25];                  /* Content-MD5, base64 */
+};
+
+/* Free the op's buffers; the op may be built again. Zeroed ops are fine. */
+void s3f__op_cleanup(struct s3f__op *op);
+
+/* Validate bucket (non-empty, valid name) and key (required: non-empty; at most 1024
+ * bytes). Clears err first. S3F_ERR_INVALID_ARGUMENT naming the problem. */
+enum s3f_status s3f__op_check_args(const char *operation, const char *bucket, const char *key,
+                                   bool key_required, struct s3f_error *err);
+
+/* PutObject. `content_type` NULL: application/octet-stream. `ck` (may be NULL or NONE):
+ * its value goes as x-amz-checksum-<alg> (with x-amz-sdk-checksum-algorithm). The caller
+ * sets the payload (r.body/body_len or r.read_body/read_ud/body_len). */
+void s3f__op_put_object(struct s3f__op *op, const char *bucket, const char *key,
+                        const char *content_type, const struct s3f__checksum *ck);
+
+/* CreateMultipartUpload. `alg` other than NONE is announced as x-amz-checksum-algorithm;
+ * `full_object` adds x-amz-checksum-type: FULL_OBJECT (the parts' checksums combine into one
+ * checksum of the whole object, instead of S3's default checksum-of-checksums). */
+void s3f__op_create_multipart(struct s3f__op *op, const char *bucket, const char *key,
+                              const char *content_type, enum s3f_checksum_algorithm alg,
+                              bool full_object);
+/* After success: *upload_id receives a malloc'ed copy of the id (caller frees).
+ * S3F_ERR_BAD_RESPONSE for a document without one. */
+enum s3f_status s3f__op_create_multipart_result(struct s3f__op *op, char **upload_id,
+                                                struct s3f_error *err);
+
+/* UploadPart `part_number` (1..10000) of `upload_id`; `ck` as for PutObject (no sdk header).
+ * The caller sets the payload. S3F_ERR_NO_MEMORY, S3F_ERR_INVALID_ARGUMENT (part number). */
+enum s3f_status s3f__op_upload_part(struct s3f__op *op, const char *bucket, const char *key,
+                                    const char *upload_id, int part_number,
+                                    const struct s3f__checksum *ck, struct s3f_error *err);
+
+/* CompleteMultipartUpload of `n` parts (ascending part numbers, 1..10000 of them). Each
+ * part's non-empty `checksum` is listed as Checksum<ALG> of `alg` (DEFAULT: CRC32C).
+ * `full` (may be NULL): the whole-object checksum, sent as x-amz-checksum-<alg> with
+ * x-amz-checksum-type: FULL_OBJECT. S3F_ERR_INVALID_ARGUMENT, S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__op_complete_multipart(struct s3f__op *op, const char *bucket,
+                                           const char *key, const char *upload_id,
+                                           const struct s3f_part_info *parts, size_t n,
+                                           enum s3f_checksum_algorithm alg,
+                                           const struct s3f__checksum *full,
+                                           struct s3f_error *err);
+/* After success: parse the answer (a 200 with an <Error> was already caught by the
+ * executor's check_200_error) into *info (etag, checksums). */
+enum s3f_status s3f__op_complete_multipart_result(struct s3f__op *op,
+                                                  struct s3f_object_info *info,
+                                                  struct s3f_error *err);
+
+/* AbortMultipartUpload. S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__op_abort_multipart(struct s3f__op *op, const char *bucket,
+                                        const char *key, const char *upload_id,
+                                        struct s3f_error *err);
+
+/* GetObject (or HeadObject with `head`). version_id, if_match may be NULL; checksum_mode
+ * asks the server for the object's checksum (x-amz-checksum-mode: ENABLED). For GET the
+ * caller sets r.sink/sink_ud and r.has_range/range_start/range_end. Response metadata lands
+ * in op->info. S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__op_get(struct s3f__op *op, bool head, const char *bucket, const char *key,
+                            const char *version_id, const char *if_match, bool checksum_mode,
+                            struct s3f_error *err);
+
+#endif

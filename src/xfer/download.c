@@ -1,0 +1,626 @@
+/* Downloads to memory regions or to a file: a first ranged GET of one part learns the size
+ * and the ETag, then the other parts go in parallel with If-Match, each written straight
+ * to its place by the response callback (memcpy, or pwrite for files). With verification,
+ * a HEAD beside the parts fetches the whole-object checksum, compared at the end with the
+ * combination of the parts' checksums computed as the bytes arrived.
+ *
+ * Threads and locks as in upload.c: the caller's thread sets up and waits, I/O threads run
+ * the requests; fields under "guarded by lock" need d->lock; the scheduler and request
+ * submission are used with no lock held. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "s3/client.h"
+#include "s3/ops_internal.h"
+#include "xfer/xfer.h"
+
+#define MIN_RANGE ((uint64_t)64 << 10)
+
+enum dl_state {
+    DL_FIRST,   /* the first ranged GET: size and ETag unknown */
+    DL_PARTS,   /* the other parts (and the checksum HEAD) */
+    DL_DONE,
+    DL_FAILED,
+};
+static const char *const dl_state_names[] = {"FIRST", "PARTS", "DONE", "FAILED"};
+
+enum dpart_state { DP_WAITING, DP_SENDING, DP_DONE };
+
+struct dpart {
+    uint64_t offset, size;
+    struct s3f__checksum ck;
+    enum dpart_state state;
+};
+
+enum dst_kind { DST_MEMORY, DST_FILE };
+
+struct download {
+    struct s3f_client *c;
+    struct s3f__xfer_shared *x;
+    const char *bucket, *key, *version_id, *user_if_match; /* the caller's, valid during the call */
+    char resource[600];
+    enum dst_kind dst;
+    const struct s3f_iovec *iov;
+    size_t n_iov;
+    uint64_t *iov_end;
+    uint64_t capacity;
+    int fd;
+    uint64_t part_size;
+    int verify;                 /* 1 always, 0 when several requests, -1 never */
+    enum s3f_checksum_algorithm alg;
+    s3f_progress_fn progress;
+    void *progress_ud;
+    pthread_mutex_t progress_lock;
+    uint64_t start_ns;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    /* ---- guarded by lock ---- */
+    enum dl_state state;
+    bool first_sent;
+    bool no_range;              /* the ranged first GET got 416 (empty object): plain GET */
+    uint64_t size;
+    char etag[128];             /* pinned: sent as If-Match */
+    struct s3f_object_info info;
+    struct dpart *parts;
+    size_t n_parts, next_part, parts_done;
+    uint64_t bytes_done;
+    uint32_t outstanding, callbacks;
+    enum s3f_status status;
+    struct s3f_error err;
+    bool head_wanted, head_running, head_done;
+    struct s3f__op head;
+    struct s3f_error head_err;
+    char expected[S3F__CHECKSUM_B64_MAX + 8];
+    struct s3f__sched_entry entry;
+};
+
+struct dreq {
+    struct s3f__op op;
+    struct download *d;
+    size_t part;                /* SIZE_MAX: the first request */
+    struct s3f__checksum ck;
+    uint64_t bytes;
+    bool too_small;
+    int io_errno;
+    struct s3f_error err;
+};
+
+#define set_state(d, s) set_state_at(d, s, __LINE__)
+static void set_state_at(struct download *d, enum dl_state s, int line) {
+    if (d->state != s)
+        s3f__log(&d->c->logger, S3F_LOG_TRACE, "download %s: %s -> %s (download.c:%d)",
+                 d->resource, dl_state_names[d->state], dl_state_names[s], line);
+    d->state = s;
+}
+
+/* First failure (lock held). */
+static void fail(struct download *d, enum s3f_status st, const struct s3f_error *e) {
+    if (d->status)
+        return;
+    d->status = st ? st : S3F_ERR_INTERNAL;
+    if (e)
+        d->err = *e;
+    else
+        s3f_error_clear(&d->err);
+    d->err.status = d->status;
+    if (!d->err.operation[0])
+        s3f__strlcpy(d->err.operation, "download", sizeof(d->err.operation));
+    if (!d->err.resource[0])
+        s3f__strlcpy(d->err.resource, d->resource, sizeof(d->err.resource));
+    if (d->status == S3F_ERR_PRECONDITION_FAILED && !d->user_if_match)
+        s3f__strlcpy(d->err.message, "the object changed during the download (ETag differs)",
+                     sizeof(d->err.message));
+    s3f__log(&d->c->logger, S3F_LOG_DEBUG, "download %s failed: %s %s", d->resource,
+             s3f_status_name(d->status), d->err.message);
+    s3f__sched_cancel(&d->x->sched, &d->entry);
+}
+
+/* Compare the combined checksum with the server's (lock held, all parts done). */
+static void verify(struct download *d) {
+    if (!d->expected[0] || strchr(d->expected, '-'))
+        return; /* no whole-object checksum of our algorithm to compare with */
+    struct s3f__checksum full = d->parts[0].ck;
+    for (size_t i = 1; i < d->n_parts; i++)
+        s3f__checksum_combine(&full, &d->parts[i].ck, d->parts[i].size);
+    char got[S3F__CHECKSUM_B64_MAX];
+    s3f__checksum_b64(&full, got);
+    if (strcmp(got, d->expected) != 0) {
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        s3f__error_set(&e, S3F_ERR_CHECKSUM, "download", d->resource,
+                       "%s of the downloaded bytes is %s, the server's is %s",
+                       s3f__checksum_algorithm_name(d->alg), got, d->expected);
+        fail(d, S3F_ERR_CHECKSUM, &e);
+        return;
+    }
+    s3f__xfer_report_checksum(&d->info, &full);
+    s3f__log(&d->c->logger, S3F_LOG_DEBUG, "download %s: %s %s verified", d->resource,
+             s3f__checksum_algorithm_name(d->alg), got);
+}
+
+/* Settle the state once nothing is in flight (lock held). */
+static void advance(struct download *d) {
+    if (d->state == DL_DONE || d->state == DL_FAILED)
+        return;
+    if (d->status) {
+        if (d->outstanding == 0)
+            set_state(d, DL_FAILED);
+        return;
+    }
+    if (d->state == DL_PARTS && d->parts_done == d->n_parts && !d->head_running) {
+        verify(d);
+        set_state(d, d->status ? DL_FAILED : DL_DONE);
+    }
+}
+
+static void report_progress(struct download *d) {
+    if (!d->progress)
+        return;
+    pthread_mutex_lock(&d->progress_lock);
+    pthread_mutex_lock(&d->lock);
+    uint64_t done = d->bytes_done, total = d->state == DL_FIRST ? UINT64_MAX : d->size;
+    pthread_mutex_unlock(&d->lock);
+    d->progress(d->progress_ud, done, total);
+    pthread_mutex_unlock(&d->progress_lock);
+}
+
+static void callback_exit(struct download *d) {
+    pthread_mutex_lock(&d->lock);
+    d->callbacks--;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* ---- response bodies (I/O threads) -------------------------------------------------- */
+
+static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct dreq *q = ud;
+    struct download *d = q->d;
+    s3f__checksum_update(&q->ck, data, len);
+    q->bytes += len;
+    if (d->dst == DST_FILE) {
+        const char *p = data;
+        while (len) {
+            ssize_t n = pwrite(d->fd, p, len, (off_t)offset);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                q->io_errno = n < 0 ? errno : ENOSPC;
+                return 1;
+            }
+            p += n;
+            len -= (size_t)n;
+            offset += (uint64_t)n;
+        }
+        return 0;
+    }
+    if (offset + len > d->capacity) {
+        q->too_small = true;
+        if (offset >= d->capacity)
+            return 0;
+        len = (size_t)(d->capacity - offset);
+    }
+    size_t lo = 0, hi = d->n_iov;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->iov_end[mid] <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const char *p = data;
+    for (size_t i = lo; i < d->n_iov && len; i++) {
+        if (!d->iov[i].len)
+            continue;
+        uint64_t in = offset - (d->iov_end[i] - d->iov[i].len);
+        size_t n = (size_t)(d->iov[i].len - in) < len ? (size_t)(d->iov[i].len - in) : len;
+        memcpy((char *)d->iov[i].base + in, p, n);
+        p += n;
+        offset += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud);
+
+static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
+    struct dreq *q = ud;
+    struct download *d = q->d;
+    (void)r;
+    uint32_t queue = 0;
+    bool send_head = false;
+    pthread_mutex_lock(&d->lock);
+    d->callbacks++;
+    d->outstanding--;
+    if (st == S3F_ERR_ABORTED && q->io_errno) {
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        s3f__error_set(&e, S3F_ERR_IO, "download", d->resource, "cannot write the file: %s",
+                       strerror(q->io_errno));
+        fail(d, S3F_ERR_IO, &e);
+    } else if (q->part == SIZE_MAX && st == S3F_ERR_INVALID_RANGE && !d->no_range &&
+               !d->status) {
+        /* S3 answers 416 to a range of an empty object: ask again without one */
+        d->no_range = true;
+        d->first_sent = false;
+        queue = 1;
+    } else if (st) {
+        fail(d, st, &q->err);
+    } else if (q->part == SIZE_MAX) {
+        /* the first response: size, ETag, then the plan */
+        d->info = q->op.info;
+        d->size = q->op.info.size;
+        s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : q->op.info.etag,
+                     sizeof(d->etag));
+        uint64_t first = d->size < d->part_size ? d->size : d->part_size;
+        if (d->dst == DST_MEMORY && d->size > d->capacity) {
+            struct s3f_error e;
+            s3f_error_clear(&e);
+            s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "download", d->resource,
+                           "the object has %" PRIu64 " bytes, more than the %" PRIu64
+                           " bytes of the buffer",
+                           d->size, d->capacity);
+            fail(d, S3F_ERR_INVALID_ARGUMENT, &e);
+        } else if (q->bytes != first) {
+            struct s3f_error e;
+            s3f_error_clear(&e);
+            s3f__error_set(&e, S3F_ERR_BAD_RESPONSE, "download", d->resource,
+                           "the first response had %" PRIu64 " bytes, %" PRIu64 " expected",
+                           q->bytes, first);
+            fail(d, S3F_ERR_BAD_RESPONSE, &e);
+        } else if (d->dst == DST_FILE && ftruncate(d->fd, (off_t)d->size) != 0) {
+            struct s3f_error e;
+            s3f_error_clear(&e);
+            s3f__error_set(&e, S3F_ERR_IO, "download", d->resource,
+                           "cannot size the file: %s", strerror(errno));
+            fail(d, S3F_ERR_IO, &e);
+        } else {
+            uint32_t n = s3f__plan_part_count(d->size, d->part_size);
+            d->parts = calloc(n, sizeof(*d->parts));
+            if (!d->parts) {
+                fail(d, S3F_ERR_NO_MEMORY, NULL);
+            } else {
+                d->n_parts = n;
+                for (uint32_t i = 0; i < n; i++) {
+                    d->parts[i].offset = (uint64_t)i * d->part_size;
+                    d->parts[i].size = i + 1 < n ? d->part_size
+                                                 : d->size - (uint64_t)i * d->part_size;
+                    s3f__checksum_init(&d->parts[i].ck, d->alg);
+                }
+                d->parts[0].ck = q->ck;
+                d->parts[0].state = DP_DONE;
+                d->parts_done = 1;
+                d->next_part = 1;
+                d->bytes_done = q->bytes;
+                queue = n - 1;
+                set_state(d, DL_PARTS);
+                s3f__log(&d->c->logger, S3F_LOG_DEBUG,
+                         "download %s: %" PRIu64 " bytes, %u part%s of %" PRIu64 ", ETag %s",
+                         d->resource, d->size, n, n == 1 ? "" : "s", d->part_size, d->etag);
+                bool want = d->alg != S3F_CHECKSUM_NONE &&
+                            (d->verify > 0 || (d->verify == 0 && n > 1));
+                if (want && !d->head_running) {
+                    struct s3f_error e;
+                    s3f_error_clear(&e);
+                    if (s3f__op_get(&d->head, true, d->bucket, d->key, d->version_id,
+                                    d->etag[0] ? d->etag : NULL, true, &e) == S3F_OK) {
+                        d->head_running = true;
+                        d->outstanding++;
+                        send_head = true;
+                    }
+                }
+            }
+        }
+    } else {
+        struct dpart *p = &d->parts[q->part];
+        p->ck = q->ck;
+        p->state = DP_DONE;
+        d->parts_done++;
+        d->bytes_done += q->bytes;
+    }
+    advance(d);
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+    s3f__op_cleanup(&q->op);
+    free(q);
+    if (send_head)
+        s3f__s3_submit(d->c, &d->head.r, &d->head_err, head_done, d);
+    if (queue)
+        s3f__sched_add(&d->x->sched, &d->entry, queue);
+    s3f__sched_done(&d->x->sched);
+    if (st == S3F_OK)
+        report_progress(d);
+    callback_exit(d);
+}
+
+static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
+    struct download *d = ud;
+    (void)r;
+    pthread_mutex_lock(&d->lock);
+    d->callbacks++;
+    d->outstanding--;
+    d->head_running = false;
+    d->head_done = true;
+    if (st == S3F_OK) {
+        size_t n;
+        char *v = s3f__xfer_checksum_field(&d->head.info, d->alg, &n);
+        if (v)
+            s3f__strlcpy(d->expected, v, sizeof(d->expected));
+        if (!d->expected[0])
+            s3f__log(&d->c->logger, S3F_LOG_DEBUG,
+                     "download %s: the server keeps no %s checksum, nothing to verify",
+                     d->resource, s3f__checksum_algorithm_name(d->alg));
+    } else if (st == S3F_ERR_PRECONDITION_FAILED) {
+        fail(d, st, &d->head_err);
+    } else {
+        s3f__log(&d->c->logger, S3F_LOG_INFO,
+                 "download %s: HEAD for the checksum failed (%s), not verified", d->resource,
+                 s3f_status_name(st));
+    }
+    advance(d);
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+    callback_exit(d);
+}
+
+static bool start_get(struct s3f__sched_entry *e) {
+    struct download *d = (struct download *)((char *)e - offsetof(struct download, entry));
+    pthread_mutex_lock(&d->lock);
+    size_t part;
+    if (d->status) {
+        pthread_mutex_unlock(&d->lock);
+        return false;
+    }
+    if (d->state == DL_FIRST && !d->first_sent) {
+        part = SIZE_MAX;
+        d->first_sent = true;
+    } else if (d->state == DL_PARTS && d->next_part < d->n_parts) {
+        part = d->next_part++;
+    } else {
+        pthread_mutex_unlock(&d->lock);
+        return false;
+    }
+    struct dreq *q = calloc(1, sizeof(*q));
+    enum s3f_status st = S3F_ERR_NO_MEMORY;
+    if (q) {
+        q->d = d;
+        q->part = part;
+        s3f__checksum_init(&q->ck, d->alg);
+        const char *if_match = part == SIZE_MAX ? d->user_if_match : (d->etag[0] ? d->etag : NULL);
+        st = s3f__op_get(&q->op, false, d->bucket, d->key, d->version_id, if_match, false,
+                         &q->err);
+    }
+    if (st) {
+        fail(d, st, q ? &q->err : NULL);
+        if (q) {
+            s3f__op_cleanup(&q->op);
+            free(q);
+        }
+        advance(d);
+        pthread_cond_broadcast(&d->cond);
+        pthread_mutex_unlock(&d->lock);
+        return false;
+    }
+    struct s3f__s3_request *r = &q->op.r;
+    r->sink = sink;
+    r->sink_ud = q;
+    if (part == SIZE_MAX) {
+        r->has_range = !d->no_range;
+        r->range_start = 0;
+        r->range_end = d->part_size - 1;
+    } else {
+        r->has_range = true;
+        r->range_start = d->parts[part].offset;
+        r->range_end = d->parts[part].offset + d->parts[part].size - 1;
+        d->parts[part].state = DP_SENDING;
+    }
+    d->outstanding++;
+    pthread_mutex_unlock(&d->lock);
+    s3f__s3_submit(d->c, r, &q->err, part_finished, q);
+    return true;
+}
+
+/* ---- the calls ---------------------------------------------------------------------- */
+
+static enum s3f_status download_init(struct download *d, struct s3f_client *c,
+                                     const char *bucket, const char *key,
+                                     const struct s3f_download_options *opts,
+                                     struct s3f_error *err) {
+    memset(d, 0, sizeof(*d));
+    d->fd = -1;
+    if (!c)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "client is NULL");
+    enum s3f_status st = s3f__op_check_args("download", bucket, key, true, err);
+    if (st)
+        return st;
+    struct s3f__xfer_shared *x;
+    if ((st = s3f__xfer_shared_get(c, &x, err)))
+        return st;
+    d->c = c;
+    d->x = x;
+    d->bucket = bucket;
+    d->key = key;
+    d->version_id = opts->version_id;
+    d->user_if_match = opts->if_match;
+    s3f__s3_resource(d->resource, sizeof(d->resource), bucket, key);
+    d->part_size = opts->part_size_bytes ? opts->part_size_bytes : x->part_size;
+    if (d->part_size < MIN_RANGE)
+        d->part_size = MIN_RANGE;
+    d->verify = opts->verify_checksum;
+    d->alg = x->checksum;
+    d->progress = opts->progress;
+    d->progress_ud = opts->progress_user_data;
+    d->start_ns = s3f__now_ns();
+    d->entry.start = start_get;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->progress_lock, NULL);
+    pthread_cond_init(&d->cond, NULL);
+    return S3F_OK;
+}
+
+static void download_cleanup(struct download *d) {
+    if (!d->c)
+        return;
+    s3f__sched_detach(&d->x->sched, &d->entry);
+    s3f__op_cleanup(&d->head);
+    free(d->parts);
+    free(d->iov_end);
+    pthread_cond_destroy(&d->cond);
+    pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->progress_lock);
+}
+
+/* Run the download and wait for it. */
+static enum s3f_status download_run(struct download *d, struct s3f_object_info *info,
+                                    struct s3f_error *err) {
+    s3f__sched_add(&d->x->sched, &d->entry, 1);
+    pthread_mutex_lock(&d->lock);
+    while (!((d->state == DL_DONE || d->state == DL_FAILED) && d->outstanding == 0 &&
+             d->callbacks == 0))
+        pthread_cond_wait(&d->cond, &d->lock);
+    enum s3f_status st = d->state == DL_DONE ? S3F_OK : d->status;
+    pthread_mutex_unlock(&d->lock);
+    if (info) {
+        *info = d->info;
+        info->size = d->size;
+    }
+    if (st) {
+        if (err)
+            *err = d->err;
+        return st;
+    }
+    double s = (double)(s3f__now_ns() - d->start_ns) / 1e9;
+    s3f__log(&d->c->logger, S3F_LOG_DEBUG,
+             "download %s: %" PRIu64 " bytes in %zu part%s, %.3f s, %.1f MB/s", d->resource,
+             d->size, d->n_parts, d->n_parts == 1 ? "" : "s", s,
+             s > 0 ? (double)d->size / s / 1e6 : 0);
+    return S3F_OK;
+}
+
+enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const char *key,
+                                 const struct s3f_iovec *iov, size_t n_iov,
+                                 const struct s3f_download_options *opts,
+                                 struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
+    static const struct s3f_download_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (n_iov && !iov)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "iov is NULL");
+    for (size_t i = 0; i < n_iov; i++)
+        if (iov[i].len && !iov[i].base)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL,
+                                  "region %zu has no base pointer", i);
+    struct download d;
+    enum s3f_status st = download_init(&d, c, bucket, key, opts, err);
+    if (st) {
+        download_cleanup(&d);
+        return st;
+    }
+    d.dst = DST_MEMORY;
+    d.iov = iov;
+    d.n_iov = n_iov;
+    d.iov_end = calloc(n_iov ? n_iov : 1, sizeof(*d.iov_end));
+    if (!d.iov_end) {
+        download_cleanup(&d);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", NULL, "out of memory");
+    }
+    for (size_t i = 0; i < n_iov; i++) {
+        d.capacity += iov[i].len;
+        d.iov_end[i] = d.capacity;
+    }
+    st = download_run(&d, info, err);
+    download_cleanup(&d);
+    return st;
+}
+
+enum s3f_status s3f_download_buffer(struct s3f_client *c, const char *bucket, const char *key,
+                                    void *buf, size_t buf_len,
+                                    const struct s3f_download_options *opts,
+                                    struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (buf_len && !buf)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "buf is NULL");
+    struct s3f_iovec one = {buf, buf_len};
+    return s3f_download_iov(c, bucket, key, &one, buf_len ? 1 : 0, opts, info, err);
+}
+
+/* Create "<dir>/.<name>.s3flash-<random>" next to `path`, mode 0666 & ~umask.
+ * *tmp receives its malloc'ed name. Returns the fd or -1 (errno set). */
+static int create_temp(const char *path, char **tmp) {
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(path) + 32;
+    char *name = malloc(n);
+    if (!name) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned r = (unsigned)(s3f__random_unit() * 4294967295.0);
+        snprintf(name, n, "%.*s.%s.s3flash-%08x", (int)dir_len, path, base, r);
+        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            *tmp = name;
+            return fd;
+        }
+        if (errno != EEXIST)
+            break;
+    }
+    free(name);
+    return -1;
+}
+
+enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, const char *key,
+                                  const char *path, const struct s3f_download_options *opts,
+                                  struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
+    static const struct s3f_download_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!path || !*path)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "path is empty");
+    size_t plen = strlen(path);
+    if (path[plen - 1] == '/')
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", path,
+                              "%s names a directory", path);
+    struct download d;
+    enum s3f_status st = download_init(&d, c, bucket, key, opts, err);
+    if (st) {
+        download_cleanup(&d);
+        return st;
+    }
+    char *tmp = NULL;
+    d.dst = DST_FILE;
+    d.fd = create_temp(path, &tmp);
+    if (d.fd < 0) {
+        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "cannot create a file beside %s: %s",
+                            path, strerror(errno));
+        download_cleanup(&d);
+        return st;
+    }
+    st = download_run(&d, info, err);
+    if (st == S3F_OK && opts->fsync && fsync(d.fd) != 0)
+        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "fsync: %s", strerror(errno));
+    if (close(d.fd) != 0 && st == S3F_OK)
+        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "close: %s", strerror(errno));
+    if (st == S3F_OK && rename(tmp, path) != 0)
+        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "cannot rename into %s: %s",
+                            path, strerror(errno));
+    if (st)
+        unlink(tmp);
+    free(tmp);
+    download_cleanup(&d);
+    return st;
+}

@@ -1,0 +1,640 @@
+/* The random-access reader: a read-ahead window of segments (ranged GETs into pool
+ * chunks) that grows while reads are sequential and is dropped on a jump, a cached tail,
+ * near misses merged into the window, and large misses fetched straight into the caller's
+ * buffer. docs/TRANSFER.md describes the policy.
+ *
+ * Threads: the reader's own thread (the caller) creates, consumes and drops segments; I/O
+ * threads fill them. A segment's bytes below `filled` are stable and read without the lock;
+ * the sink writes only above it. Everything else is guarded by rd->lock. A dropped segment
+ * still in flight is cancelled (its sink stops the transfer) and freed by its completion. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/client.h"
+#include "s3/ops_internal.h"
+#include "xfer/xfer.h"
+
+#define WINDOW_MIN S3F__MIB               /* first read-ahead, and after a jump */
+#define WINDOW_MAX_DEFAULT (64 * S3F__MIB)
+#define TAIL_DEFAULT S3F__MIB
+#define MERGE_GAP (256u << 10)            /* a miss this close past the window extends it */
+#define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
+
+struct seg {
+    struct s3f_reader *rd;
+    uint64_t start, end;                  /* object range [start, end) */
+    void **chunks;                        /* pool chunks, or NULL */
+    size_t n_chunks;
+    char *direct;                         /* or the caller's buffer for [start, end) */
+    uint64_t filled;                      /* bytes arrived from start */
+    bool queued, in_flight, done, failed, cancelled;
+    enum s3f_status status;
+    struct s3f_error err;
+    struct s3f__op op;
+    struct seg *next;                     /* in the window, the private list or dead list */
+    struct seg *qnext;                    /* in the start queue */
+};
+
+struct s3f_reader {
+    struct s3f_client *c;
+    struct s3f__xfer_shared *x;
+    char *bucket, *key, *version_id, *etag;
+    char resource[600];
+    struct s3f_object_info info;
+    uint64_t size;
+    uint64_t pos;                         /* of read/seek */
+    uint64_t seq_next;                    /* where a sequential read continues */
+    uint64_t window, window_max;
+    uint64_t tail_start;                  /* == size when there is no tail cache */
+    uint64_t part_size;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    /* ---- guarded by lock ---- */
+    struct seg *window_segs;              /* sorted by start, disjoint */
+    struct seg *tail;
+    struct seg *dead;                     /* cancelled, waiting for their completion */
+    struct seg *q_head, *q_tail;
+    uint32_t outstanding, callbacks;
+    struct s3f__sched_entry entry;
+};
+
+static void seg_free(struct s3f_reader *rd, struct seg *s) {
+    if (s->n_chunks)
+        s3f__pool_release(&rd->x->pool, s->n_chunks, s->chunks);
+    free(s->chunks);
+    s3f__op_cleanup(&s->op);
+    free(s);
+}
+
+/* A segment for [start, end): into pool chunks (try only; NULL when the pool is full) or,
+ * with `direct`, into the caller's memory. Lock held. */
+static struct seg *seg_new(struct s3f_reader *rd, uint64_t start, uint64_t end, char *direct) {
+    struct seg *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->rd = rd;
+    s->start = start;
+    s->end = end;
+    s->direct = direct;
+    if (!direct && end > start) {
+        size_t cs = rd->x->pool.chunk_size;
+        size_t n = (size_t)((end - start + cs - 1) / cs);
+        s->chunks = calloc(n, sizeof(*s->chunks));
+        if (!s->chunks || s3f__pool_acquire(&rd->x->pool, n, s->chunks, false) != S3F_OK) {
+            free(s->chunks);
+            free(s);
+            return NULL;
+        }
+        s->n_chunks = n;
+    }
+    return s;
+}
+
+/* Queue for a request slot (lock held); returns 1 to pass to s3f__sched_add. */
+static uint32_t seg_queue(struct s3f_reader *rd, struct seg *s) {
+    s->queued = true;
+    s->qnext = NULL;
+    if (rd->q_tail)
+        rd->q_tail->qnext = s;
+    else
+        rd->q_head = s;
+    rd->q_tail = s;
+    return 1;
+}
+
+/* The reader no longer wants `s` (already unlinked from its list; lock held). */
+static void seg_drop(struct s3f_reader *rd, struct seg *s) {
+    if (s->queued) {
+        struct seg **pp = &rd->q_head, *prev = NULL;
+        while (*pp && *pp != s) {
+            prev = *pp;
+            pp = &(*pp)->qnext;
+        }
+        if (*pp)
+            *pp = s->qnext;
+        if (rd->q_tail == s)
+            rd->q_tail = prev;
+        seg_free(rd, s);
+    } else if (s->in_flight) {
+        s->cancelled = true;
+        s->next = rd->dead;
+        rd->dead = s;
+    } else {
+        seg_free(rd, s);
+    }
+}
+
+static void drop_window(struct s3f_reader *rd, bool (*pred)(struct seg *, uint64_t),
+                        uint64_t arg) {
+    struct seg **pp = &rd->window_segs;
+    while (*pp) {
+        struct seg *s = *pp;
+        if (!pred || pred(s, arg)) {
+            *pp = s->next;
+            seg_drop(rd, s);
+        } else {
+            pp = &s->next;
+        }
+    }
+}
+
+static bool ends_before(struct seg *s, uint64_t pos) {
+    return s->end <= pos;
+}
+
+/* ---- requests (I/O threads) -------------------------------------------------------- */
+
+static int seg_sink(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct seg *s = ud;
+    struct s3f_reader *rd = s->rd;
+    pthread_mutex_lock(&rd->lock);
+    bool stop = s->cancelled;
+    pthread_mutex_unlock(&rd->lock);
+    if (stop)
+        return 1;
+    if (offset < s->start || offset + len > s->end)
+        return 1; /* cannot happen: the executor places bytes by their offset */
+    uint64_t rel = offset - s->start;
+    if (s->direct) {
+        memcpy(s->direct + rel, data, len);
+    } else {
+        size_t cs = rd->x->pool.chunk_size;
+        const char *p = data;
+        size_t left = len;
+        while (left) {
+            size_t ci = (size_t)(rel / cs), in = (size_t)(rel % cs);
+            size_t n = cs - in < left ? cs - in : left;
+            memcpy((char *)s->chunks[ci] + in, p, n);
+            p += n;
+            rel += n;
+            left -= n;
+        }
+    }
+    pthread_mutex_lock(&rd->lock);
+    s->filled = offset + len - s->start;
+    pthread_cond_broadcast(&rd->cond);
+    pthread_mutex_unlock(&rd->lock);
+    return 0;
+}
+
+static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
+    struct seg *s = ud;
+    struct s3f_reader *rd = s->rd;
+    (void)r;
+    pthread_mutex_lock(&rd->lock);
+    rd->callbacks++;
+    rd->outstanding--;
+    s->in_flight = false;
+    if (s->cancelled) {
+        struct seg **pp = &rd->dead;
+        while (*pp && *pp != s)
+            pp = &(*pp)->next;
+        if (*pp)
+            *pp = s->next;
+        seg_free(rd, s);
+    } else if (st == S3F_OK && s->filled == s->end - s->start) {
+        s->done = true;
+    } else {
+        s->failed = true;
+        s->status = st ? st : S3F_ERR_BAD_RESPONSE;
+        if (st == S3F_OK)
+            s3f__error_set(&s->err, S3F_ERR_BAD_RESPONSE, "GetObject", rd->resource,
+                           "the response ended after %" PRIu64 " of %" PRIu64 " bytes",
+                           s->filled, s->end - s->start);
+        if (s->status == S3F_ERR_PRECONDITION_FAILED)
+            s3f__strlcpy(s->err.message, "the object changed while it was read (ETag differs)",
+                         sizeof(s->err.message));
+    }
+    pthread_cond_broadcast(&rd->cond);
+    pthread_mutex_unlock(&rd->lock);
+    s3f__sched_done(&rd->x->sched);
+    pthread_mutex_lock(&rd->lock);
+    rd->callbacks--;
+    pthread_cond_broadcast(&rd->cond);
+    pthread_mutex_unlock(&rd->lock);
+}
+
+static bool start_seg(struct s3f__sched_entry *e) {
+    struct s3f_reader *rd = (struct s3f_reader *)((char *)e - offsetof(struct s3f_reader, entry));
+    pthread_mutex_lock(&rd->lock);
+    struct seg *s = rd->q_head;
+    if (!s) {
+        pthread_mutex_unlock(&rd->lock);
+        return false;
+    }
+    rd->q_head = s->qnext;
+    if (!rd->q_head)
+        rd->q_tail = NULL;
+    s->queued = false;
+    enum s3f_status st = s3f__op_get(&s->op, false, rd->bucket, rd->key, rd->version_id,
+                                     rd->etag, false, &s->err);
+    if (st) {
+        s->failed = true;
+        s->status = st;
+        pthread_cond_broadcast(&rd->cond);
+        pthread_mutex_unlock(&rd->lock);
+        return false;
+    }
+    s->op.r.sink = seg_sink;
+    s->op.r.sink_ud = s;
+    s->op.r.has_range = true;
+    s->op.r.range_start = s->start;
+    s->op.r.range_end = s->end - 1;
+    s->in_flight = true;
+    rd->outstanding++;
+    pthread_mutex_unlock(&rd->lock);
+    s3f__s3_submit(rd->c, &s->op.r, &s->err, seg_done, s);
+    return true;
+}
+
+/* ---- the read path (the reader's thread) --------------------------------------------- */
+
+static struct seg *find_seg(struct s3f_reader *rd, uint64_t pos) {
+    for (struct seg *s = rd->window_segs; s; s = s->next)
+        if (s->start <= pos && pos < s->end)
+            return s;
+    return NULL;
+}
+
+/* First window segment starting after pos, for the limit of a new fetch. */
+static uint64_t next_start(struct s3f_reader *rd, uint64_t pos) {
+    uint64_t lim = rd->tail_start;
+    for (struct seg *s = rd->window_segs; s; s = s->next)
+        if (s->start > pos && s->start < lim)
+            lim = s->start;
+    return lim;
+}
+
+static uint64_t window_end(struct s3f_reader *rd) {
+    uint64_t e = 0;
+    for (struct seg *s = rd->window_segs; s; s = s->next)
+        if (s->end > e)
+            e = s->end;
+    return e;
+}
+
+static void insert_seg(struct s3f_reader *rd, struct seg *s) {
+    struct seg **pp = &rd->window_segs;
+    while (*pp && (*pp)->start < s->start)
+        pp = &(*pp)->next;
+    s->next = *pp;
+    *pp = s;
+}
+
+/* Unlock, hand `n` new requests to the scheduler, lock again. */
+static void kick(struct s3f_reader *rd, uint32_t n) {
+    if (!n)
+        return;
+    pthread_mutex_unlock(&rd->lock);
+    s3f__sched_add(&rd->x->sched, &rd->entry, n);
+    pthread_mutex_lock(&rd->lock);
+}
+
+/* Copy `n` bytes at object offset `pos` out of segment `s` (below its filled mark). */
+static void seg_copy(struct s3f_reader *rd, struct seg *s, uint64_t pos, char *dst, size_t n) {
+    uint64_t rel = pos - s->start;
+    if (s->direct) {
+        memcpy(dst, s->direct + rel, n);
+        return;
+    }
+    size_t cs = rd->x->pool.chunk_size;
+    while (n) {
+        size_t ci = (size_t)(rel / cs), in = (size_t)(rel % cs);
+        size_t k = cs - in < n ? cs - in : n;
+        memcpy(dst, (const char *)s->chunks[ci] + in, k);
+        dst += k;
+        rel += k;
+        n -= k;
+    }
+}
+
+static enum s3f_status seg_error(struct s3f_reader *rd, struct seg *s, struct s3f_error *err) {
+    if (err) {
+        *err = s->err;
+        err->status = s->status;
+        if (!err->resource[0])
+            s3f__strlcpy(err->resource, rd->resource, sizeof(err->resource));
+    }
+    return s->status;
+}
+
+/* Fetch [pos, end) straight into dst with parallel requests of at most a part; wait. */
+static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_t end, char *dst,
+                                    struct s3f_error *err) {
+    struct seg *list = NULL, **tail = &list;
+    uint32_t n = 0;
+    enum s3f_status st = S3F_OK;
+    for (uint64_t f = pos; f < end;) {
+        uint64_t e = end - f > rd->part_size ? f + rd->part_size : end;
+        struct seg *s = seg_new(rd, f, e, dst + (f - pos));
+        if (!s) {
+            st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "read", rd->resource, "out of memory");
+            break;
+        }
+        *tail = s;
+        tail = &s->next;
+        n += seg_queue(rd, s);
+        f = e;
+    }
+    kick(rd, n);
+    for (struct seg *s = list; s; s = s->next) {
+        while (!s->done && !s->failed)
+            pthread_cond_wait(&rd->cond, &rd->lock);
+        if (s->failed && !st)
+            st = seg_error(rd, s, err);
+    }
+    while (list) {
+        struct seg *s = list;
+        list = s->next;
+        seg_drop(rd, s); /* all settled: freed */
+    }
+    return st;
+}
+
+/* Read-ahead after a sequential read that ended at pos (lock held): keep [pos, pos+window)
+ * covered with segments of up to a part, while the pool has room; grow the window. */
+static void prefetch(struct s3f_reader *rd, uint64_t pos) {
+    if (!rd->window_max)
+        return;
+    uint64_t target = pos + rd->window;
+    if (target > rd->tail_start)
+        target = rd->tail_start;
+    uint64_t f = window_end(rd);
+    if (f < pos)
+        f = pos;
+    if (f >= target || f - pos >= rd->window / 2)
+        return; /* enough ahead: grow only as the reader catches up */
+    uint32_t n = 0;
+    while (f < target) {
+        uint64_t step = rd->window < rd->part_size ? rd->window : rd->part_size;
+        uint64_t e = f + step < rd->tail_start ? f + step : rd->tail_start;
+        struct seg *s = seg_new(rd, f, e, NULL);
+        if (!s)
+            break; /* the pool is full: read-ahead is optional */
+        insert_seg(rd, s);
+        n += seg_queue(rd, s);
+        f = e;
+    }
+    if (n && rd->window < rd->window_max)
+        rd->window = rd->window * 2 < rd->window_max ? rd->window * 2 : rd->window_max;
+    kick(rd, n);
+}
+
+static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uint64_t pos,
+                               size_t *n_read, struct s3f_error *err) {
+    size_t out = 0;
+    enum s3f_status st = S3F_OK;
+    s3f_error_clear(err);
+    pthread_mutex_lock(&rd->lock);
+    bool sequential = pos == rd->seq_next;
+    while (out < len && pos < rd->size) {
+        uint64_t want = len - out < rd->size - pos ? len - out : rd->size - pos;
+        struct seg *s;
+        if (pos >= rd->tail_start) {
+            if (!rd->tail) {
+                rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
+                if (!rd->tail) { /* pool full: read what is asked for, uncached */
+                    st = fetch_direct(rd, pos, pos + want, buf + out, err);
+                    if (st)
+                        break;
+                    pos += want;
+                    out += (size_t)want;
+                    continue;
+                }
+                kick(rd, seg_queue(rd, rd->tail));
+            }
+            s = rd->tail;
+        } else {
+            s = find_seg(rd, pos);
+        }
+        if (!s) {
+            /* a miss: merge with the window when just past it, else it is a jump */
+            uint64_t wend = window_end(rd);
+            bool merge = rd->window_segs && pos >= wend && pos - wend <= MERGE_GAP;
+            if (!merge && !sequential) {
+                drop_window(rd, NULL, 0);
+                rd->window = WINDOW_MIN;
+            }
+            uint64_t limit = next_start(rd, pos);
+            uint64_t need_end = pos + want < limit ? pos + want : limit;
+            if (need_end - pos >= DIRECT_MIN) {
+                st = fetch_direct(rd, pos, need_end, buf + out, err);
+                if (st)
+                    break;
+                out += (size_t)(need_end - pos);
+                pos = need_end;
+                continue;
+            }
+            uint64_t f = merge ? wend : pos;
+            uint64_t step = rd->window < rd->part_size ? rd->window : rd->part_size;
+            uint64_t e = f + step;
+            if (e < need_end)
+                e = need_end;
+            if (e > limit)
+                e = limit;
+            s = seg_new(rd, f, e, NULL);
+            if (!s) {
+                st = fetch_direct(rd, pos, need_end, buf + out, err);
+                if (st)
+                    break;
+                out += (size_t)(need_end - pos);
+                pos = need_end;
+                continue;
+            }
+            insert_seg(rd, s);
+            kick(rd, seg_queue(rd, s));
+        }
+        while (!s->failed && s->filled <= pos - s->start)
+            pthread_cond_wait(&rd->cond, &rd->lock);
+        if (s->failed) {
+            st = seg_error(rd, s, err);
+            if (s == rd->tail) {
+                rd->tail = NULL;
+            } else {
+                struct seg **pp = &rd->window_segs;
+                while (*pp && *pp != s)
+                    pp = &(*pp)->next;
+                if (*pp)
+                    *pp = s->next;
+            }
+            seg_drop(rd, s);
+            break;
+        }
+        uint64_t avail = s->start + s->filled - pos;
+        size_t n = (size_t)(want < avail ? want : avail);
+        pthread_mutex_unlock(&rd->lock);
+        seg_copy(rd, s, pos, buf + out, n);
+        pthread_mutex_lock(&rd->lock);
+        pos += n;
+        out += n;
+        /* segments read past are done with */
+        drop_window(rd, ends_before, pos);
+    }
+    if (st == S3F_OK) {
+        if (sequential || pos == rd->seq_next)
+            prefetch(rd, pos);
+        rd->seq_next = pos;
+    }
+    pthread_mutex_unlock(&rd->lock);
+    *n_read = out;
+    return st;
+}
+
+/* ---- the public calls ---------------------------------------------------------------- */
+
+enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const char *key,
+                                const struct s3f_reader_options *opts, struct s3f_reader **out,
+                                struct s3f_error *err) {
+    s3f_error_clear(err);
+    static const struct s3f_reader_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_reader_open", NULL,
+                              "out is NULL");
+    *out = NULL;
+    if (!c)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_reader_open", NULL,
+                              "client is NULL");
+    enum s3f_status st = s3f__op_check_args("HeadObject", bucket, key, true, err);
+    if (st)
+        return st;
+    struct s3f__xfer_shared *x;
+    if ((st = s3f__xfer_shared_get(c, &x, err)))
+        return st;
+    struct s3f__op op;
+    st = s3f__op_get(&op, true, bucket, key, opts->version_id, opts->if_match, false, err);
+    if (st == S3F_OK)
+        st = s3f__s3_execute(c, &op.r, err);
+    if (st) {
+        s3f__op_cleanup(&op);
+        return st;
+    }
+    struct s3f_reader *rd = calloc(1, sizeof(*rd));
+    if (!rd) {
+        s3f__op_cleanup(&op);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_reader_open", NULL, "out of memory");
+    }
+    rd->c = c;
+    rd->x = x;
+    rd->info = op.info;
+    s3f__op_cleanup(&op);
+    rd->size = rd->info.size;
+    rd->bucket = s3f__strdup(bucket);
+    rd->key = s3f__strdup(key);
+    rd->version_id = opts->version_id ? s3f__strdup(opts->version_id) : NULL;
+    const char *etag = opts->if_match ? opts->if_match : rd->info.etag;
+    rd->etag = etag[0] ? s3f__strdup(etag) : NULL;
+    pthread_mutex_init(&rd->lock, NULL);
+    pthread_cond_init(&rd->cond, NULL);
+    rd->entry.start = start_seg;
+    if (!rd->bucket || !rd->key || (opts->version_id && !rd->version_id) ||
+        (etag[0] && !rd->etag)) {
+        s3f_reader_close(rd);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_reader_open", NULL, "out of memory");
+    }
+    s3f__s3_resource(rd->resource, sizeof(rd->resource), bucket, key);
+    rd->part_size = x->part_size;
+    uint64_t quarter = x->memory_limit / 4;
+    rd->window_max = opts->readahead_max_bytes ? opts->readahead_max_bytes
+                                               : (WINDOW_MAX_DEFAULT < quarter ? WINDOW_MAX_DEFAULT
+                                                                               : quarter);
+    if (rd->window_max > quarter)
+        rd->window_max = quarter;
+    rd->window = WINDOW_MIN < rd->window_max ? WINDOW_MIN : rd->window_max;
+    uint64_t tail = opts->tail_bytes == UINT64_MAX ? 0
+                    : opts->tail_bytes               ? opts->tail_bytes
+                                                     : TAIL_DEFAULT;
+    if (tail > quarter)
+        tail = quarter;
+    rd->tail_start = rd->size > tail ? rd->size - tail : 0;
+    if (tail == 0)
+        rd->tail_start = rd->size;
+    *out = rd;
+    return S3F_OK;
+}
+
+enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len, uint64_t offset,
+                                 size_t *n_read, struct s3f_error *err) {
+    s3f_error_clear(err);
+    size_t dummy;
+    if (!n_read)
+        n_read = &dummy;
+    *n_read = 0;
+    if (!r)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "read", NULL, "reader is NULL");
+    if (len && !buf)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "read", NULL, "buf is NULL");
+    return read_at(r, buf, len, offset, n_read, err);
+}
+
+enum s3f_status s3f_reader_read(struct s3f_reader *r, void *buf, size_t len, size_t *n_read,
+                                struct s3f_error *err) {
+    s3f_error_clear(err);
+    size_t n = 0;
+    enum s3f_status st = s3f_reader_pread(r, buf, len, r ? r->pos : 0, &n, err);
+    if (r)
+        r->pos += n;
+    if (n_read)
+        *n_read = n;
+    return st;
+}
+
+enum s3f_status s3f_reader_seek(struct s3f_reader *r, int64_t offset, int whence,
+                                uint64_t *new_position, struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (!r)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "seek", NULL, "reader is NULL");
+    int64_t base;
+    switch (whence) {
+    case 0: base = 0; break;
+    case 1: base = (int64_t)r->pos; break;
+    case 2: base = (int64_t)r->size; break;
+    default:
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "seek", NULL,
+                              "whence must be 0, 1 or 2, got %d", whence);
+    }
+    if ((offset < 0 && base + offset < 0) || (offset > 0 && base > INT64_MAX - offset))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "seek", NULL,
+                              "position out of range");
+    r->pos = (uint64_t)(base + offset);
+    if (new_position)
+        *new_position = r->pos;
+    return S3F_OK;
+}
+
+uint64_t s3f_reader_tell(const struct s3f_reader *r) {
+    return r ? r->pos : 0;
+}
+
+uint64_t s3f_reader_size(const struct s3f_reader *r) {
+    return r ? r->size : 0;
+}
+
+const struct s3f_object_info *s3f_reader_info(const struct s3f_reader *r) {
+    return r ? &r->info : NULL;
+}
+
+void s3f_reader_close(struct s3f_reader *r) {
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    drop_window(r, NULL, 0);
+    if (r->tail) {
+        seg_drop(r, r->tail);
+        r->tail = NULL;
+    }
+    while (r->outstanding || r->callbacks)
+        pthread_cond_wait(&r->cond, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+    s3f__sched_detach(&r->x->sched, &r->entry);
+    free(r->bucket);
+    free(r->key);
+    free(r->version_id);
+    free(r->etag);
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}

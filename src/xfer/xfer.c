@@ -1,0 +1,111 @@
+/* The transfer engine's per-client state: resolved settings, the buffer pool and the
+ * request scheduler, created on the client's first transfer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/client.h"
+#include "xfer/xfer.h"
+
+#define DEFAULT_PART_SIZE (8 * S3F__MIB)
+#define DEFAULT_MEMORY_LIMIT (512 * S3F__MIB)
+
+static void shared_free(void *p) {
+    struct s3f__xfer_shared *x = p;
+    s3f__sched_cleanup(&x->sched);
+    s3f__pool_cleanup(&x->pool);
+    free(x);
+}
+
+enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
+                                     struct s3f_error *err) {
+    enum s3f_status st = S3F_OK;
+    pthread_mutex_lock(&c->xfer.lock);
+    if (c->xfer.state) {
+        *out = c->xfer.state;
+        goto out;
+    }
+    struct s3f__xfer_shared *x = calloc(1, sizeof(*x));
+    if (!x) {
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "transfer", NULL, "out of memory");
+        goto out;
+    }
+    const struct s3f__client_xfer *o = &c->xfer;
+    x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
+    x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
+    x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
+    x->max_inflight = o->max_inflight_requests
+                          ? o->max_inflight_requests
+                          : s3f__plan_inflight(x->target_gbps, o->max_connections);
+    x->checksum = o->checksum == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : o->checksum;
+    if (s3f__pool_init(&x->pool, S3F__POOL_CHUNK, x->memory_limit)) {
+        free(x);
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "transfer", NULL, "out of memory");
+        goto out;
+    }
+    s3f__sched_init(&x->sched, x->max_inflight);
+    s3f__log(&c->logger, S3F_LOG_DEBUG,
+             "transfers: part size %llu, memory limit %llu, %u requests in flight (%.1f Gbit/s "
+             "target), checksum %s",
+             (unsigned long long)x->part_size, (unsigned long long)x->memory_limit,
+             x->max_inflight, x->target_gbps,
+             x->checksum == S3F_CHECKSUM_NONE ? "none" : s3f__checksum_algorithm_name(x->checksum));
+    c->xfer.state = x;
+    c->xfer.state_free = shared_free;
+    *out = x;
+out:
+    pthread_mutex_unlock(&c->xfer.lock);
+    return st;
+}
+
+void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
+    memset(out, 0, sizeof(*out));
+    struct s3f__xfer_shared *x;
+    if (s3f__xfer_shared_get(c, &x, NULL))
+        return;
+    struct s3f__pool_stats ps;
+    s3f__pool_stats(&x->pool, &ps);
+    out->part_size_bytes = x->part_size;
+    out->pool_limit_bytes = (uint64_t)ps.max_chunks * ps.chunk_size;
+    out->pool_in_use_bytes = (uint64_t)ps.in_use * ps.chunk_size;
+    out->pool_high_water_bytes = (uint64_t)ps.high_water * ps.chunk_size;
+    out->pool_allocated_bytes = (uint64_t)ps.n_allocated * ps.chunk_size;
+    pthread_mutex_lock(&x->sched.lock);
+    out->max_inflight_requests = x->sched.max_inflight;
+    out->inflight_requests = x->sched.inflight;
+    out->inflight_high_water = x->sched.inflight_high_water;
+    out->requests_started = x->sched.started;
+    if (reset_high_water)
+        x->sched.inflight_high_water = x->sched.inflight;
+    pthread_mutex_unlock(&x->sched.lock);
+    if (reset_high_water)
+        s3f__pool_reset_high_water(&x->pool);
+}
+
+char *s3f__xfer_checksum_field(struct s3f_object_info *info, enum s3f_checksum_algorithm alg,
+                               size_t *len) {
+    switch (alg) {
+    case S3F_CHECKSUM_DEFAULT:
+    case S3F_CHECKSUM_CRC32C:
+        *len = sizeof(info->checksum_crc32c);
+        return info->checksum_crc32c;
+    case S3F_CHECKSUM_CRC32:
+        *len = sizeof(info->checksum_crc32);
+        return info->checksum_crc32;
+    case S3F_CHECKSUM_CRC64NVME:
+        *len = sizeof(info->checksum_crc64nvme);
+        return info->checksum_crc64nvme;
+    default:
+        *len = 0;
+        return NULL;
+    }
+}
+
+void s3f__xfer_report_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck) {
+    size_t n;
+    char *field = s3f__xfer_checksum_field(info, ck->alg, &n);
+    if (!field || (field[0] && !strchr(field, '-')))
+        return;
+    char b64[S3F__CHECKSUM_B64_MAX];
+    s3f__checksum_b64(ck, b64);
+    s3f__strlcpy(field, b64, n);
+}

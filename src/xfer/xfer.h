@@ -1,0 +1,149 @@
+/* The transfer engine's internals: part planning, the bounded buffer pool, the request
+ * scheduler shared fairly by all transfers of a client, and the per-client state.
+ * See docs/TRANSFER.md for the design. */
+#ifndef S3F_XFER_H
+#define S3F_XFER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/checksum.h"
+#include "core/core.h"
+
+struct s3f_client;
+
+#define S3F__MIB ((uint64_t)1 << 20)
+#define S3F__GIB ((uint64_t)1 << 30)
+#define S3F__PART_MIN (5 * S3F__MIB)        /* S3's minimum part size (all but the last) */
+#define S3F__PART_MAX (5 * S3F__GIB)        /* S3's maximum part size and PutObject size */
+#define S3F__MAX_PARTS 10000u
+#define S3F__STREAM_GROWTH_PARTS 1000u      /* unknown length: part size doubles this often */
+#define S3F__POOL_CHUNK ((size_t)1 << 20)   /* granule of the buffer pool */
+
+/* ---- part planning (plan.c) --------------------------------------------------------- */
+
+/* Part size for an object of known `size`: `configured` (already validated, >= 5 MiB)
+ * grown, in whole MiB, until the object fits in 10,000 parts. S3F_ERR_INVALID_ARGUMENT
+ * (with err set) when even 5 GiB parts are not enough. */
+enum s3f_status s3f__plan_part_size(uint64_t size, uint64_t configured, uint64_t *part_size,
+                                    struct s3f_error *err);
+/* Number of parts for `size` bytes in parts of `part_size` (0 bytes: 1 part). */
+uint32_t s3f__plan_part_count(uint64_t size, uint64_t part_size);
+
+/* Size of part `part_number` (1-based) of a stream of unknown length whose first parts are
+ * `base` bytes: base doubled every 1000 parts, never above `cap` (which is >= base). With
+ * an 8 MiB base and no cap 10,000 parts hold about 8 TiB. Returns 0 past part 10,000. */
+uint64_t s3f__plan_stream_part_size(uint64_t base, uint64_t cap, uint32_t part_number);
+/* Total bytes parts 1..n of such a stream hold (used to document and test the limit). */
+uint64_t s3f__plan_stream_capacity(uint64_t base, uint64_t cap, uint32_t n_parts);
+
+/* Requests to keep in flight for a throughput target: ceil(gbps / 0.4) (the AWS CRT's
+ * estimate of one connection to S3), at least 4, at most `max_connections`. */
+uint32_t s3f__plan_inflight(double gbps, uint32_t max_connections);
+
+/* ---- the bounded buffer pool (pool.c) ---------------------------------------------- */
+
+/* Fixed-size chunks, allocated on first need and then reused for the life of the pool
+ * (never freed per part: fresh pages fault in slowly). At most `max_chunks` exist. Blocked
+ * acquirers are served first come, first served, so a transfer asking for memory cannot be
+ * overtaken forever by another one. All fields are guarded by `lock`. */
+struct s3f__pool {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t chunk_size;
+    size_t max_chunks;
+    size_t n_allocated;       /* chunks malloc'ed so far */
+    size_t in_use;            /* chunks handed out */
+    size_t high_water;        /* most chunks in use at once */
+    void **free;              /* stack of n_free free chunks (capacity max_chunks) */
+    size_t n_free;
+    uint64_t next_ticket;     /* FIFO of blocked acquirers */
+    uint64_t now_serving;
+};
+
+/* Limit of `limit_bytes` (rounded down to chunks, at least one chunk). Allocates only the
+ * free-list array. S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__pool_init(struct s3f__pool *p, size_t chunk_size, uint64_t limit_bytes);
+/* Frees every chunk; all must have been released. */
+void s3f__pool_cleanup(struct s3f__pool *p);
+/* Take `n` chunks (1..max_chunks) into chunks[]. wait: block until they are available and
+ * every earlier blocked caller was served; else return S3F_ERR_ABORTED at once when they
+ * are not available (or someone is waiting). S3F_ERR_NO_MEMORY when malloc fails,
+ * S3F_ERR_INVALID_ARGUMENT for n beyond the pool. Thread-safe. */
+enum s3f_status s3f__pool_acquire(struct s3f__pool *p, size_t n, void **chunks, bool wait);
+/* Give back `n` chunks (kept for reuse). Thread-safe, never blocks for long. */
+void s3f__pool_release(struct s3f__pool *p, size_t n, void *const *chunks);
+
+struct s3f__pool_stats {
+    size_t chunk_size, max_chunks, n_allocated, in_use, high_water;
+};
+void s3f__pool_stats(struct s3f__pool *p, struct s3f__pool_stats *out);
+void s3f__pool_reset_high_water(struct s3f__pool *p);
+
+/* ---- the request scheduler (sched.c) ---------------------------------------------- */
+
+/* Transfers queue data requests here instead of submitting them: at most `max_inflight`
+ * run at once across the client, and free slots go round-robin to the transfers that have
+ * work, one request per transfer per turn, so a small transfer waits behind at most one
+ * request of each other transfer, never behind a big transfer's whole queue.
+ * Control requests (CreateMultipartUpload, Complete, Abort, HEAD) bypass it. */
+struct s3f__sched_entry {
+    /* Start one request of the transfer and return true (the transfer then calls
+     * s3f__sched_done when it completes), or return false when it has nothing to start
+     * after all (failed meanwhile). Called from any thread with no scheduler lock held;
+     * must not block for long. */
+    bool (*start)(struct s3f__sched_entry *e);
+    /* guarded by the scheduler's lock */
+    struct s3f__sched_entry *prev, *next;
+    uint32_t pending;   /* requests ready to start */
+    uint32_t starting;  /* calls of start() running right now */
+    bool linked;
+};
+
+struct s3f__sched {
+    pthread_mutex_t lock;
+    pthread_cond_t idle;           /* signalled when an entry's `starting` drops to 0 */
+    uint32_t max_inflight;
+    uint32_t inflight;
+    uint32_t inflight_high_water;
+    uint64_t started;              /* requests started, ever */
+    struct s3f__sched_entry *cursor; /* next entry served; NULL when none has work */
+};
+
+void s3f__sched_init(struct s3f__sched *s, uint32_t max_inflight);
+void s3f__sched_cleanup(struct s3f__sched *s);
+/* `n` more requests of `e` are ready; starts what the free slots allow. */
+void s3f__sched_add(struct s3f__sched *s, struct s3f__sched_entry *e, uint32_t n);
+/* Forget the pending requests of `e` (it is failing); start() may still be running or be
+ * called once more by a pump that picked it just before: it must answer false then. */
+void s3f__sched_cancel(struct s3f__sched *s, struct s3f__sched_entry *e);
+/* Before freeing `e`: cancel and wait until no start() call of it runs. Must not be called
+ * while holding a lock that start() takes. */
+void s3f__sched_detach(struct s3f__sched *s, struct s3f__sched_entry *e);
+/* A request started through start() finished: frees its slot and starts the next. */
+void s3f__sched_done(struct s3f__sched *s);
+
+/* ---- per-client state (xfer.c) ------------------------------------------------------ */
+
+struct s3f__xfer_shared {
+    uint64_t part_size;            /* default part size */
+    uint64_t memory_limit;
+    uint32_t max_inflight;
+    double target_gbps;
+    enum s3f_checksum_algorithm checksum; /* never DEFAULT */
+    struct s3f__pool pool;
+    struct s3f__sched sched;
+};
+
+/* The client's transfer state, created on first use from its options. S3F_ERR_NO_MEMORY. */
+enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
+                                     struct s3f_error *err);
+
+/* Fill `info`'s checksum field for ck's algorithm when the server left it empty. */
+void s3f__xfer_report_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck);
+/* The info field holding the checksum of `alg` (and its size), NULL for NONE. */
+char *s3f__xfer_checksum_field(struct s3f_object_info *info, enum s3f_checksum_algorithm alg,
+                               size_t *len);
+
+#endif

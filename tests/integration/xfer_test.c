@@ -1,0 +1,894 @@
+/* The transfer engine against a real server (Ceph RGW; moto for checksums), through the
+ * public header only: round trips bit for bit around every part boundary, the writer, iov
+ * uploads, files, the reader, aborts and failures, the memory bound and fairness.
+ * Needs S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY; run by test_xfer.py.
+ *   xfer_test CASE        one case (default: all but the slow ones)
+ * Each run works in its own bucket. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "s3flash/s3flash.h"
+#include "testutil.h"
+
+#define MIB ((size_t)1 << 20)
+#define PART (5 * MIB)
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *endpoint, *access_key, *secret_key, *region;
+static char bucket[64];
+static char tmpdir[256];
+
+static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t inflight,
+                                      enum s3f_checksum_algorithm ck) {
+    struct s3f_client_options o = {0};
+    o.endpoint_url = endpoint;
+    o.region = region ? region : "us-east-1";
+    o.force_path_style = 1;
+    o.access_key_id = access_key;
+    o.secret_access_key = secret_key;
+    o.part_size_bytes = part;
+    o.memory_limit_bytes = mem;
+    o.max_inflight_requests = inflight;
+    o.checksum = ck;
+    struct s3f_client *c = NULL;
+    struct s3f_error e;
+    if (s3f_client_new(&o, &c, &e)) {
+        char line[1024];
+        s3f_error_format(&e, line, sizeof(line));
+        fprintf(stderr, "client: %s\n", line);
+    }
+    return c;
+}
+
+static struct s3f_client *client(void) {
+    return client_opts(PART, 0, 0, S3F_CHECKSUM_DEFAULT);
+}
+
+static void print_err(const char *what, const struct s3f_error *e) {
+    char line[1400];
+    s3f_error_format(e, line, sizeof(line));
+    fprintf(stderr, "  %s: %s\n", what, line);
+}
+
+static unsigned char *pattern(size_t n, unsigned seed) {
+    unsigned char *p = malloc(n ? n : 1);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+    for (; i < n; i++)
+        p[i] = (unsigned char)(x >> (8 * (i % 8)));
+    return p;
+}
+
+/* Independent bitwise CRC32C (Castagnoli, reflected 0x82F63B78), to check the engine's
+ * combined whole-object value. */
+static uint32_t crc32c_ref(const unsigned char *p, size_t n) {
+    static uint32_t table[256];
+    if (!table[1])
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++)
+                c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            table[i] = c;
+        }
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++)
+        c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+static void crc_b64(uint32_t v, char out[9]) {
+    static const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 8), (unsigned char)v};
+    out[0] = a[b[0] >> 2];
+    out[1] = a[((b[0] & 3) << 4) | (b[1] >> 4)];
+    out[2] = a[((b[1] & 15) << 2) | (b[2] >> 6)];
+    out[3] = a[b[2] & 63];
+    out[4] = a[b[3] >> 2];
+    out[5] = a[(b[3] & 3) << 4];
+    out[6] = '=';
+    out[7] = '=';
+    out[8] = '\0';
+}
+
+/* Parts in a multipart ETag ("...-N"), 1 for a plain one. */
+static int etag_parts(const char *etag) {
+    const char *dash = strrchr(etag, '-');
+    return dash ? atoi(dash + 1) : 1;
+}
+
+static void check_object(struct s3f_client *c, const char *key, const unsigned char *data,
+                         size_t n, int parts) {
+    struct s3f_error e;
+    struct s3f_object_info hi;
+    enum s3f_status st = s3f_head_object(c, bucket, key, NULL, &hi, &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(hi.size, n);
+    if (parts)
+        CHECK_INT(etag_parts(hi.etag), parts);
+    unsigned char *back = malloc(n + 16);
+    struct s3f_object_info di;
+    st = s3f_download_buffer(c, bucket, key, back, n + 16, NULL, &di, &e);
+    if (st)
+        print_err("download", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(di.size, n);
+    CHECK(n == 0 || memcmp(back, data, n) == 0);
+    CHECK_STR(di.etag, hi.etag);
+    free(back);
+}
+
+/* ---- cases -------------------------------------------------------------------------- */
+
+static void test_roundtrip_sizes(void) {
+    struct s3f_client *c = client();
+    size_t sizes[] = {0, 1, PART - 1, PART, PART + 1, 3 * PART + 1, 100 * MIB + 12345};
+    for (size_t i = 0; i < ARRAY_LEN(sizes); i++) {
+        size_t n = sizes[i];
+        char key[64];
+        snprintf(key, sizeof(key), "rt/%zu", n);
+        unsigned char *data = pattern(n, (unsigned)i + 7);
+        struct s3f_error e;
+        struct s3f_object_info ui;
+        enum s3f_status st = s3f_upload_buffer(c, bucket, key, data, n, NULL, &ui, &e);
+        if (st)
+            print_err("upload", &e);
+        CHECK_INT(st, S3F_OK);
+        CHECK_INT(ui.size, n);
+        CHECK(ui.etag[0] == '"');
+        char want[9];
+        crc_b64(crc32c_ref(data, n), want);
+        CHECK_STR(ui.checksum_crc32c, want); /* FULL_OBJECT combine of the parts */
+        int parts = n <= PART ? 1 : (int)((n + PART - 1) / PART);
+        check_object(c, key, data, n, parts);
+
+        /* into three regions of odd sizes, the last one too large */
+        if (n > 10) {
+            size_t a = n / 3, b = n / 3 + 1;
+            unsigned char *r1 = malloc(a), *r2 = malloc(b), *r3 = malloc(n - a - b + 100);
+            struct s3f_iovec iov[3] = {{r1, a}, {r2, b}, {r3, n - a - b + 100}};
+            struct s3f_object_info di;
+            st = s3f_download_iov(c, bucket, key, iov, 3, NULL, &di, &e);
+            CHECK_INT(st, S3F_OK);
+            CHECK(memcmp(r1, data, a) == 0 && memcmp(r2, data + a, b) == 0 &&
+                  memcmp(r3, data + a + b, n - a - b) == 0);
+            free(r1);
+            free(r2);
+            free(r3);
+            /* a buffer one byte short: an error that says how much is needed */
+            unsigned char *small = malloc(n - 1);
+            st = s3f_download_buffer(c, bucket, key, small, n - 1, NULL, &di, &e);
+            CHECK_INT(st, S3F_ERR_INVALID_ARGUMENT);
+            CHECK_INT(di.size, n);
+            free(small);
+        }
+        free(data);
+    }
+    s3f_client_free(c);
+}
+
+static void test_writer(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    /* many small writes across three parts */
+    size_t n = 2 * PART + 777;
+    unsigned char *data = pattern(n, 3);
+    struct s3f_writer *w;
+    CHECK_INT(s3f_writer_open(c, bucket, "w/small-writes", NULL, &w, &e), S3F_OK);
+    size_t off = 0;
+    unsigned seed = 1;
+    enum s3f_status st = S3F_OK;
+    while (off < n && st == S3F_OK) {
+        size_t k = 1 + (size_t)(rand_r(&seed) % 70000);
+        if (k > n - off)
+            k = n - off;
+        st = s3f_writer_write(w, data + off, k, &e);
+        off += k;
+    }
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(s3f_writer_tell(w), n);
+    struct s3f_object_info wi;
+    st = s3f_writer_close(w, &wi, &e);
+    if (st)
+        print_err("close", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(wi.size, n);
+    char want[9];
+    crc_b64(crc32c_ref(data, n), want);
+    CHECK_STR(wi.checksum_crc32c, want);
+    check_object(c, "w/small-writes", data, n, 3);
+
+    /* exactly one part at close: a single PutObject (no multipart ETag) */
+    CHECK_INT(s3f_writer_open(c, bucket, "w/one-part", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_write(w, data, PART, &e), S3F_OK);
+    CHECK_INT(s3f_writer_close(w, &wi, &e), S3F_OK);
+    CHECK(strchr(wi.etag, '-') == NULL);
+    check_object(c, "w/one-part", data, PART, 1);
+
+    /* one byte more: two parts */
+    CHECK_INT(s3f_writer_open(c, bucket, "w/two-parts", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_write(w, data, PART + 1, &e), S3F_OK);
+    CHECK_INT(s3f_writer_close(w, &wi, &e), S3F_OK);
+    check_object(c, "w/two-parts", data, PART + 1, 2);
+
+    /* nothing written: an empty object */
+    CHECK_INT(s3f_writer_open(c, bucket, "w/empty", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_close(w, &wi, &e), S3F_OK);
+    CHECK_INT(wi.size, 0);
+    check_object(c, "w/empty", data, 0, 1);
+
+    /* one large write */
+    CHECK_INT(s3f_writer_open(c, bucket, "w/big-write", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_write(w, data, n, &e), S3F_OK);
+    CHECK_INT(s3f_writer_close(w, &wi, &e), S3F_OK);
+    check_object(c, "w/big-write", data, n, 3);
+    free(data);
+    s3f_client_free(c);
+}
+
+static void test_iov_upload(void) {
+    struct s3f_client *c = client();
+    /* 100 tensors of varied sizes, some empty, one larger than a part */
+    struct s3f_iovec iov[100];
+    size_t total = 0;
+    unsigned seed = 5;
+    for (int i = 0; i < 100; i++) {
+        size_t len = i % 17 == 0 ? 0 : (size_t)(rand_r(&seed) % (300 * 1024));
+        if (i == 50)
+            len = PART + 4321;
+        iov[i].base = pattern(len, (unsigned)i);
+        iov[i].len = len;
+        total += len;
+    }
+    unsigned char *flat = malloc(total);
+    size_t off = 0;
+    for (int i = 0; i < 100; i++) {
+        memcpy(flat + off, iov[i].base, iov[i].len);
+        off += iov[i].len;
+    }
+    struct s3f_error e;
+    struct s3f_object_info ui;
+    enum s3f_status st = s3f_upload_iov(c, bucket, "iov/state-dict", iov, 100, NULL, &ui, &e);
+    if (st)
+        print_err("upload_iov", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(ui.size, total);
+    char want[9];
+    crc_b64(crc32c_ref(flat, total), want);
+    CHECK_STR(ui.checksum_crc32c, want);
+    check_object(c, "iov/state-dict", flat, total, (int)((total + PART - 1) / PART));
+    for (int i = 0; i < 100; i++)
+        free(iov[i].base);
+    free(flat);
+    s3f_client_free(c);
+}
+
+static int count_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_file(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    char src[600], dst[700], dir[512];
+    snprintf(dir, sizeof(dir), "%s/files", tmpdir);
+    mkdir(dir, 0755);
+    snprintf(src, sizeof(src), "%s/src.bin", tmpdir);
+    snprintf(dst, sizeof(dst), "%s/dst.bin", dir);
+    size_t n = 2 * PART + 5;
+    unsigned char *data = pattern(n, 11);
+    FILE *f = fopen(src, "wb");
+    fwrite(data, 1, n, f);
+    fclose(f);
+    struct s3f_object_info ui, di;
+    enum s3f_status st = s3f_upload_file(c, bucket, "file/a", src, NULL, &ui, &e);
+    if (st)
+        print_err("upload_file", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(ui.size, n);
+    check_object(c, "file/a", data, n, 3);
+    /* without a checksum: parts streamed with pread only */
+    struct s3f_upload_options nock = {.checksum = S3F_CHECKSUM_NONE};
+    CHECK_INT(s3f_upload_file(c, bucket, "file/nock", src, &nock, &ui, &e), S3F_OK);
+    CHECK(ui.checksum_crc32c[0] == '\0');
+    check_object(c, "file/nock", data, n, 3);
+
+    st = s3f_download_file(c, bucket, "file/a", dst, NULL, &di, &e);
+    if (st)
+        print_err("download_file", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(di.size, n);
+    size_t len = 0;
+    char *back = test_read_file(dst, &len);
+    CHECK(back && len == n && memcmp(back, data, n) == 0);
+    free(back);
+    CHECK_INT(count_dir(dir), 1); /* no temporary file left */
+    /* overwrite in place with a smaller object, fsync on */
+    struct s3f_download_options dso = {.fsync = 1};
+    CHECK_INT(s3f_upload_buffer(c, bucket, "file/small", data, 1000, NULL, NULL, &e), S3F_OK);
+    CHECK_INT(s3f_download_file(c, bucket, "file/small", dst, &dso, &di, &e), S3F_OK);
+    back = test_read_file(dst, &len);
+    CHECK(back && len == 1000 && memcmp(back, data, 1000) == 0);
+    free(back);
+    /* an empty object */
+    CHECK_INT(s3f_upload_buffer(c, bucket, "file/empty", "", 0, NULL, NULL, &e), S3F_OK);
+    CHECK_INT(s3f_download_file(c, bucket, "file/empty", dst, NULL, &di, &e), S3F_OK);
+    struct stat sb;
+    CHECK(stat(dst, &sb) == 0 && sb.st_size == 0);
+    /* a missing key: error, the existing file untouched, nothing left behind */
+    st = s3f_download_file(c, bucket, "file/missing", dst, NULL, &di, &e);
+    CHECK_INT(st, S3F_ERR_NOT_FOUND);
+    CHECK(stat(dst, &sb) == 0 && sb.st_size == 0);
+    CHECK_INT(count_dir(dir), 1);
+    /* a directory that does not exist */
+    char bad[600];
+    snprintf(bad, sizeof(bad), "%s/no/such/dir/x", tmpdir);
+    CHECK_INT(s3f_download_file(c, bucket, "file/a", bad, NULL, &di, &e), S3F_ERR_IO);
+    /* a source that does not exist */
+    CHECK_INT(s3f_upload_file(c, bucket, "file/b", bad, NULL, &ui, &e), S3F_ERR_IO);
+    CHECK(strstr(e.message, "cannot open") != NULL);
+    CHECK_INT(s3f_head_object(c, bucket, "file/b", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
+    unlink(src);
+    unlink(dst);
+    rmdir(dir);
+    free(data);
+    s3f_client_free(c);
+}
+
+static void test_reader(void) {
+    struct s3f_client *c = client_opts(PART, 64 * MIB, 0, S3F_CHECKSUM_DEFAULT);
+    struct s3f_error e;
+    size_t n = 20 * MIB + 333;
+    unsigned char *data = pattern(n, 21);
+    CHECK_INT(s3f_upload_buffer(c, bucket, "rd/obj", data, n, NULL, NULL, &e), S3F_OK);
+    struct s3f_reader *r;
+    enum s3f_status st = s3f_reader_open(c, bucket, "rd/obj", NULL, &r, &e);
+    CHECK_INT(st, S3F_OK);
+    if (st) {
+        s3f_client_free(c);
+        free(data);
+        return;
+    }
+    CHECK_INT(s3f_reader_size(r), n);
+    CHECK(s3f_reader_info(r)->etag[0] == '"');
+    /* sequential, 64 KiB reads */
+    unsigned char *buf = malloc(n + 100);
+    size_t off = 0, got = 0;
+    while (off < n) {
+        st = s3f_reader_read(r, buf + off, 65536, &got, &e);
+        if (st || got == 0)
+            break;
+        off += got;
+    }
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(off, n);
+    CHECK(memcmp(buf, data, n) == 0);
+    CHECK_INT(s3f_reader_tell(r), n);
+    CHECK_INT(s3f_reader_read(r, buf, 10, &got, &e), S3F_OK);
+    CHECK_INT(got, 0); /* at the end */
+    struct s3f_client_stats cs;
+    s3f_client_stats(c, &cs, 1);
+    CHECK(cs.pool_high_water_bytes <= 16 * MIB + 2 * MIB); /* window cap (64/4) + tail */
+    CHECK(cs.pool_high_water_bytes <= cs.pool_limit_bytes);
+
+    /* the tail, as a zip reader does: seek to the end, read backwards */
+    uint64_t pos;
+    CHECK_INT(s3f_reader_seek(r, -22, 2, &pos, &e), S3F_OK);
+    CHECK_INT(pos, n - 22);
+    CHECK_INT(s3f_reader_read(r, buf, 22, &got, &e), S3F_OK);
+    CHECK(got == 22 && memcmp(buf, data + n - 22, 22) == 0);
+    CHECK_INT(s3f_reader_pread(r, buf, 5000, n - 70000, &got, &e), S3F_OK);
+    CHECK(got == 5000 && memcmp(buf, data + n - 70000, 5000) == 0);
+
+    /* random reads: small and large, anywhere */
+    unsigned seed = 9;
+    int bad = 0;
+    for (int i = 0; i < 60; i++) {
+        uint64_t at = (uint64_t)rand_r(&seed) % n;
+        size_t len = i % 5 == 0 ? (size_t)(rand_r(&seed) % (3 * MIB)) : (size_t)(rand_r(&seed) % 5000);
+        st = s3f_reader_pread(r, buf, len, at, &got, &e);
+        size_t want = at + len > n ? n - at : len;
+        if (st || got != want || memcmp(buf, data + at, want) != 0) {
+            bad++;
+            if (st)
+                print_err("pread", &e);
+        }
+    }
+    CHECK_INT(bad, 0);
+    /* seeks: past the end reads nothing, before the start is an error */
+    CHECK_INT(s3f_reader_seek(r, 10, 2, &pos, &e), S3F_OK);
+    CHECK_INT(s3f_reader_read(r, buf, 10, &got, &e), S3F_OK);
+    CHECK_INT(got, 0);
+    CHECK_INT(s3f_reader_seek(r, -1, 0, &pos, &e), S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(s3f_reader_seek(r, 1000, 0, &pos, &e), S3F_OK);
+    CHECK_INT(s3f_reader_read(r, buf, 100, &got, &e), S3F_OK);
+    CHECK(got == 100 && memcmp(buf, data + 1000, 100) == 0);
+    s3f_reader_close(r);
+
+    /* the object replaced under an open reader: reads fail, never mix versions */
+    CHECK_INT(s3f_reader_open(c, bucket, "rd/obj", NULL, &r, &e), S3F_OK);
+    CHECK_INT(s3f_upload_buffer(c, bucket, "rd/obj", data + 1, n - 1, NULL, NULL, &e), S3F_OK);
+    st = s3f_reader_pread(r, buf, 1000, 5 * MIB, &got, &e);
+    CHECK_INT(st, S3F_ERR_PRECONDITION_FAILED);
+    s3f_reader_close(r);
+    /* a small object: all of it is the tail */
+    CHECK_INT(s3f_upload_buffer(c, bucket, "rd/small", data, 3000, NULL, NULL, &e), S3F_OK);
+    CHECK_INT(s3f_reader_open(c, bucket, "rd/small", NULL, &r, &e), S3F_OK);
+    CHECK_INT(s3f_reader_pread(r, buf, 3000, 0, &got, &e), S3F_OK);
+    CHECK(got == 3000 && memcmp(buf, data, 3000) == 0);
+    s3f_reader_close(r);
+    CHECK_INT(s3f_reader_open(c, bucket, "rd/missing", NULL, &r, &e), S3F_ERR_NOT_FOUND);
+    free(buf);
+    free(data);
+    s3f_client_free(c);
+}
+
+static int count_uploads(struct s3f_client *c, const char *prefix) {
+    struct s3f_uploads_page *pg = NULL;
+    struct s3f_error e;
+    if (s3f_list_multipart_uploads(c, bucket, prefix, NULL, NULL, &pg, &e) != S3F_OK) {
+        print_err("list uploads", &e);
+        return -1;
+    }
+    int n = (int)pg->n_uploads;
+    s3f_uploads_page_free(pg);
+    return n;
+}
+
+static void test_abort(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    size_t n = 3 * PART;
+    unsigned char *data = pattern(n, 31);
+    struct s3f_writer *w;
+    CHECK_INT(s3f_writer_open(c, bucket, "ab/obj", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_write(w, data, n, &e), S3F_OK);
+    usleep(200000); /* let the multipart upload and a part or two reach the server */
+    s3f_writer_abort(w);
+    CHECK_INT(s3f_head_object(c, bucket, "ab/obj", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
+    CHECK_INT(count_uploads(c, "ab/"), 0);
+    /* abort before anything was sent */
+    CHECK_INT(s3f_writer_open(c, bucket, "ab/early", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_write(w, data, 100, &e), S3F_OK);
+    s3f_writer_abort(w);
+    CHECK_INT(s3f_head_object(c, bucket, "ab/early", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
+    s3f_writer_abort(NULL);
+    struct s3f_client_stats cs;
+    s3f_client_stats(c, &cs, 0);
+    CHECK_INT(cs.pool_in_use_bytes, 0); /* every buffer came back */
+    free(data);
+    s3f_client_free(c);
+}
+
+static void test_errors(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    size_t n = 3 * PART + 1;
+    unsigned char *data = pattern(n, 41);
+    /* a bucket that does not exist: single part and multipart */
+    CHECK_INT(s3f_upload_buffer(c, "s3flash-no-such-bucket", "k", data, 10, NULL, NULL, &e),
+              S3F_ERR_NO_SUCH_BUCKET);
+    CHECK_STR(e.operation, "PutObject");
+    CHECK_INT(s3f_upload_buffer(c, "s3flash-no-such-bucket", "k", data, n, NULL, NULL, &e),
+              S3F_ERR_NO_SUCH_BUCKET);
+    CHECK_STR(e.operation, "CreateMultipartUpload");
+    CHECK(e.request_id[0] != '\0');
+    /* the writer: writes fail once the failure is known, close reports it */
+    struct s3f_writer *w;
+    CHECK_INT(s3f_writer_open(c, "s3flash-no-such-bucket", "k", NULL, &w, &e), S3F_OK);
+    enum s3f_status st = S3F_OK;
+    for (int i = 0; i < 200 && st == S3F_OK; i++) {
+        st = s3f_writer_write(w, data, n, &e);
+        if (st == S3F_OK)
+            usleep(10000);
+    }
+    CHECK_INT(st, S3F_ERR_NO_SUCH_BUCKET);
+    CHECK_INT(s3f_writer_write(w, data, 10, &e), S3F_ERR_NO_SUCH_BUCKET);
+    CHECK_INT(s3f_writer_close(w, NULL, &e), S3F_ERR_NO_SUCH_BUCKET);
+    /* small writer to a missing bucket: the error comes at close */
+    CHECK_INT(s3f_writer_open(c, "s3flash-no-such-bucket", "k", NULL, &w, &e), S3F_OK);
+    CHECK_INT(s3f_writer_write(w, data, 10, &e), S3F_OK);
+    CHECK_INT(s3f_writer_close(w, NULL, &e), S3F_ERR_NO_SUCH_BUCKET);
+    /* downloads */
+    unsigned char *buf = malloc(n);
+    CHECK_INT(s3f_download_buffer(c, bucket, "err/missing", buf, n, NULL, NULL, &e),
+              S3F_ERR_NOT_FOUND);
+    CHECK_INT(s3f_upload_buffer(c, bucket, "err/obj", data, n, NULL, NULL, &e), S3F_OK);
+    struct s3f_download_options wrong = {.if_match = "\"00000000000000000000000000000000\""};
+    CHECK_INT(s3f_download_buffer(c, bucket, "err/obj", buf, n, &wrong, NULL, &e),
+              S3F_ERR_PRECONDITION_FAILED);
+    /* bad arguments */
+    CHECK_INT(s3f_upload_buffer(c, bucket, "", data, 1, NULL, NULL, &e), S3F_ERR_INVALID_ARGUMENT);
+    struct s3f_upload_options tiny = {.part_size_bytes = 1000};
+    CHECK_INT(s3f_upload_buffer(c, bucket, "k", data, 1, &tiny, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(count_uploads(c, ""), 0);
+    free(buf);
+    free(data);
+    s3f_client_free(c);
+    /* client options are checked */
+    struct s3f_client_options o = {.endpoint_url = endpoint, .part_size_bytes = 1 << 20,
+                                   .anonymous = 1};
+    struct s3f_client *bad = NULL;
+    CHECK_INT(s3f_client_new(&o, &bad, &e), S3F_ERR_INVALID_ARGUMENT);
+    o.part_size_bytes = 0;
+    o.memory_limit_bytes = 1 << 20;
+    CHECK_INT(s3f_client_new(&o, &bad, &e), S3F_ERR_INVALID_ARGUMENT);
+}
+
+/* The object replaced while a download is under way: the parts after it fail If-Match. */
+struct changer {
+    struct s3f_client *other;
+    const unsigned char *data;
+    size_t n;
+    int fired;
+};
+
+static void change_on_progress(void *ud, uint64_t done, uint64_t total) {
+    struct changer *ch = ud;
+    (void)done;
+    (void)total;
+    if (ch->fired++ == 0) {
+        struct s3f_error e;
+        s3f_put_object(ch->other, bucket, "chg/obj", ch->data + 1, 1000, NULL, NULL, &e);
+    }
+}
+
+static void test_changed_during_download(void) {
+    struct s3f_client *c = client_opts(PART, 0, 1, S3F_CHECKSUM_DEFAULT);
+    struct s3f_client *other = client();
+    struct s3f_error e;
+    size_t n = 6 * PART;
+    unsigned char *data = pattern(n, 51);
+    CHECK_INT(s3f_upload_buffer(c, bucket, "chg/obj", data, n, NULL, NULL, &e), S3F_OK);
+    struct changer ch = {other, data, n, 0};
+    struct s3f_download_options o = {.progress = change_on_progress, .progress_user_data = &ch};
+    unsigned char *buf = malloc(n);
+    enum s3f_status st = s3f_download_buffer(c, bucket, "chg/obj", buf, n, &o, NULL, &e);
+    CHECK_INT(st, S3F_ERR_PRECONDITION_FAILED);
+    CHECK(strstr(e.message, "changed") != NULL);
+    free(buf);
+    free(data);
+    s3f_client_free(other);
+    s3f_client_free(c);
+}
+
+struct writer_job {
+    struct s3f_client *c;
+    char key[64];
+    size_t n;
+    unsigned seed;
+    enum s3f_status st;
+    double secs;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *writer_main(void *arg) {
+    struct writer_job *j = arg;
+    double t0 = now_s();
+    unsigned char *data = pattern(j->n, j->seed);
+    struct s3f_writer *w;
+    struct s3f_error e;
+    j->st = s3f_writer_open(j->c, bucket, j->key, NULL, &w, &e);
+    for (size_t off = 0; off < j->n && j->st == S3F_OK; off += 100000)
+        j->st = s3f_writer_write(w, data + off, j->n - off < 100000 ? j->n - off : 100000, &e);
+    if (j->st == S3F_OK)
+        j->st = s3f_writer_close(w, NULL, &e);
+    else
+        s3f_writer_abort(w);
+    if (j->st)
+        print_err(j->key, &e);
+    j->secs = now_s() - t0;
+    free(data);
+    return NULL;
+}
+
+static void test_memory_bound(void) {
+    /* 16 MiB pool, 5 MiB parts: four writers of 23 MiB at once */
+    struct s3f_client *c = client_opts(PART, 16 * MIB, 4, S3F_CHECKSUM_DEFAULT);
+    struct writer_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct writer_job){.c = c, .n = 23 * MIB + (size_t)i, .seed = 60u + (unsigned)i};
+        snprintf(jobs[i].key, sizeof(jobs[i].key), "mem/w%d", i);
+        pthread_create(&th[i], NULL, writer_main, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        CHECK_INT(jobs[i].st, S3F_OK);
+        unsigned char *data = pattern(jobs[i].n, jobs[i].seed);
+        check_object(c, jobs[i].key, data, jobs[i].n, 5);
+        free(data);
+    }
+    struct s3f_client_stats cs;
+    s3f_client_stats(c, &cs, 0);
+    printf("  pool: limit %llu, high water %llu, allocated %llu; in flight max %u of %u\n",
+           (unsigned long long)cs.pool_limit_bytes, (unsigned long long)cs.pool_high_water_bytes,
+           (unsigned long long)cs.pool_allocated_bytes, cs.inflight_high_water,
+           cs.max_inflight_requests);
+    CHECK_INT(cs.pool_limit_bytes, 16 * MIB);
+    CHECK(cs.pool_high_water_bytes <= 16 * MIB);
+    CHECK(cs.pool_high_water_bytes >= 10 * MIB); /* the pool was really used up */
+    CHECK(cs.pool_allocated_bytes <= 16 * MIB);
+    CHECK_INT(cs.pool_in_use_bytes, 0);
+    CHECK(cs.inflight_high_water <= 4);
+    s3f_client_free(c);
+}
+
+struct upload_job {
+    struct s3f_client *c;
+    const char *key;
+    const unsigned char *data;
+    size_t n;
+    enum s3f_status st;
+    double end;
+};
+
+static void *upload_main(void *arg) {
+    struct upload_job *j = arg;
+    struct s3f_error e;
+    j->st = s3f_upload_buffer(j->c, bucket, j->key, j->data, j->n, NULL, NULL, &e);
+    j->end = now_s();
+    return NULL;
+}
+
+static void test_fairness(void) {
+    /* two slots; a 40-part upload starts first, a one-part upload right after it */
+    struct s3f_client *c = client_opts(PART, 0, 2, S3F_CHECKSUM_DEFAULT);
+    size_t big_n = 40 * PART;
+    unsigned char *big = pattern(big_n, 71), *small = pattern(1000, 72);
+    struct upload_job jb = {c, "fair/big", big, big_n, S3F_OK, 0};
+    struct upload_job js = {c, "fair/small", small, 1000, S3F_OK, 0};
+    pthread_t tb, ts;
+    double t0 = now_s();
+    pthread_create(&tb, NULL, upload_main, &jb);
+    usleep(300000); /* the big one has its queue full */
+    pthread_create(&ts, NULL, upload_main, &js);
+    pthread_join(ts, NULL);
+    pthread_join(tb, NULL);
+    CHECK_INT(jb.st, S3F_OK);
+    CHECK_INT(js.st, S3F_OK);
+    printf("  small done after %.2f s, big after %.2f s\n", js.end - t0, jb.end - t0);
+    CHECK(js.end < jb.end);
+    CHECK(js.end - t0 < (jb.end - t0) / 2);
+    free(big);
+    free(small);
+    s3f_client_free(c);
+}
+
+/* Progress is reported, monotonic, and ends at the total. */
+struct prog {
+    uint64_t last, total;
+    int calls, backwards;
+};
+static void on_progress(void *ud, uint64_t done, uint64_t total) {
+    struct prog *p = ud;
+    if (done < p->last)
+        p->backwards++;
+    p->last = done;
+    p->total = total;
+    p->calls++;
+}
+
+static void test_progress(void) {
+    struct s3f_client *c = client();
+    size_t n = 4 * PART + 3;
+    unsigned char *data = pattern(n, 81);
+    struct prog up = {0}, down = {0};
+    struct s3f_upload_options uo = {.progress = on_progress, .progress_user_data = &up};
+    struct s3f_error e;
+    CHECK_INT(s3f_upload_buffer(c, bucket, "prog/obj", data, n, &uo, NULL, &e), S3F_OK);
+    CHECK_INT(up.calls, 5);
+    CHECK_INT(up.last, n);
+    CHECK_INT(up.total, n);
+    CHECK_INT(up.backwards, 0);
+    struct s3f_download_options dopt = {.progress = on_progress, .progress_user_data = &down};
+    unsigned char *buf = malloc(n);
+    CHECK_INT(s3f_download_buffer(c, bucket, "prog/obj", buf, n, &dopt, NULL, &e), S3F_OK);
+    CHECK_INT(down.calls, 5);
+    CHECK_INT(down.last, n);
+    CHECK_INT(down.total, n);
+    CHECK_INT(down.backwards, 0);
+    free(buf);
+    free(data);
+    s3f_client_free(c);
+}
+
+/* Checksums against a server that keeps them (moto): the server's own whole-object value
+ * equals the engine's for every algorithm, and downloads verify it. */
+static void test_checksums(void) {
+    enum s3f_checksum_algorithm algs[] = {S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32,
+                                          S3F_CHECKSUM_CRC64NVME};
+    const char *names[] = {"crc32c", "crc32", "crc64nvme"};
+    for (size_t a = 0; a < 3; a++) {
+        struct s3f_client *c = client_opts(PART, 0, 0, algs[a]);
+        size_t sizes[] = {1000, 2 * PART + 17};
+        for (size_t i = 0; i < 2; i++) {
+            size_t n = sizes[i];
+            char key[64];
+            snprintf(key, sizeof(key), "ck/%s-%zu", names[a], n);
+            unsigned char *data = pattern(n, 90 + (unsigned)a);
+            struct s3f_error e;
+            struct s3f_object_info ui, hi, di;
+            CHECK_INT(s3f_upload_buffer(c, bucket, key, data, n, NULL, &ui, &e), S3F_OK);
+            CHECK_INT(s3f_head_object(c, bucket, key, NULL, &hi, &e), S3F_OK);
+            const char *mine = a == 0 ? ui.checksum_crc32c : a == 1 ? ui.checksum_crc32
+                                                                    : ui.checksum_crc64nvme;
+            const char *theirs = a == 0 ? hi.checksum_crc32c : a == 1 ? hi.checksum_crc32
+                                                                      : hi.checksum_crc64nvme;
+            printf("  %s %zu bytes: ours %s, the server's %s\n", names[a], n, mine, theirs);
+            CHECK(mine[0] != '\0');
+            CHECK_STR(theirs, mine);
+            if (a == 0) {
+                char want[9];
+                crc_b64(crc32c_ref(data, n), want);
+                CHECK_STR(mine, want);
+            }
+            unsigned char *buf = malloc(n);
+            struct s3f_download_options v = {.verify_checksum = 1};
+            enum s3f_status st = s3f_download_buffer(c, bucket, key, buf, n, &v, &di, &e);
+            if (st)
+                print_err("verified download", &e);
+            CHECK_INT(st, S3F_OK);
+            CHECK(memcmp(buf, data, n) == 0);
+            free(buf);
+            free(data);
+        }
+        s3f_client_free(c);
+    }
+}
+
+/* An object whose stored checksum does not match its bytes (seeded by test_xfer.py through
+ * moto, which keeps the value it is given): a verified download must fail, unverified
+ * ones pass; a file download leaves nothing. */
+static const char *mismatch_key;
+static void test_verify_mismatch(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    struct s3f_object_info hi;
+    CHECK_INT(s3f_head_object(c, bucket, mismatch_key, NULL, &hi, &e), S3F_OK);
+    size_t n = (size_t)hi.size;
+    unsigned char *buf = malloc(n + 1);
+    struct s3f_download_options v = {.verify_checksum = 1};
+    enum s3f_status st = s3f_download_buffer(c, bucket, mismatch_key, buf, n, &v, NULL, &e);
+    CHECK_INT(st, S3F_ERR_CHECKSUM);
+    CHECK(strstr(e.message, "CRC32C") != NULL);
+    print_err("expected", &e);
+    struct s3f_download_options never = {.verify_checksum = -1};
+    CHECK_INT(s3f_download_buffer(c, bucket, mismatch_key, buf, n, &never, NULL, &e), S3F_OK);
+    char path[400];
+    snprintf(path, sizeof(path), "%s/mismatch.bin", tmpdir);
+    CHECK_INT(s3f_download_file(c, bucket, mismatch_key, path, &v, NULL, &e), S3F_ERR_CHECKSUM);
+    CHECK_INT(count_dir(tmpdir), 0);
+    /* the reader reports the same object data (it does not verify) */
+    free(buf);
+    s3f_client_free(c);
+}
+
+static void test_large(void) {
+    /* opt-in: several GiB through the writer and the file path */
+    const char *gib_env = getenv("S3FLASH_TEST_LARGE_GIB");
+    size_t gib = gib_env ? (size_t)atoi(gib_env) : 2;
+    size_t n = gib << 30;
+    struct s3f_client *c = client_opts(0, 0, 0, S3F_CHECKSUM_DEFAULT);
+    unsigned char *data = pattern(n, 99);
+    struct s3f_error e;
+    double t0 = now_s();
+    CHECK_INT(s3f_upload_buffer(c, bucket, "large/obj", data, n, NULL, NULL, &e), S3F_OK);
+    double t1 = now_s();
+    unsigned char *buf = malloc(n);
+    CHECK_INT(s3f_download_buffer(c, bucket, "large/obj", buf, n, NULL, NULL, &e), S3F_OK);
+    double t2 = now_s();
+    CHECK(memcmp(buf, data, n) == 0);
+    printf("  %zu GiB: upload %.2f s (%.0f MB/s), download %.2f s (%.0f MB/s)\n", gib,
+           t1 - t0, (double)n / (t1 - t0) / 1e6, t2 - t1, (double)n / (t2 - t1) / 1e6);
+    s3f_delete_object(c, bucket, "large/obj", &e);
+    free(buf);
+    free(data);
+    s3f_client_free(c);
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static void empty_bucket(struct s3f_client *c) {
+    for (;;) {
+        struct s3f_list_page *pg = NULL;
+        struct s3f_error e;
+        if (s3f_list_objects_v2(c, bucket, NULL, &pg, &e) != S3F_OK)
+            return;
+        size_t n = pg->n_objects;
+        const char **keys = calloc(n ? n : 1, sizeof(*keys));
+        for (size_t i = 0; i < n; i++)
+            keys[i] = pg->objects[i].key;
+        if (n)
+            s3f_delete_objects(c, bucket, keys, n, NULL, &e);
+        free(keys);
+        int more = pg->is_truncated;
+        s3f_list_page_free(pg);
+        if (!n || !more)
+            return;
+    }
+}
+
+int main(int argc, char **argv) {
+    endpoint = getenv("S3FLASH_TEST_ENDPOINT");
+    access_key = getenv("S3FLASH_TEST_ACCESS_KEY");
+    secret_key = getenv("S3FLASH_TEST_SECRET_KEY");
+    region = getenv("S3FLASH_TEST_REGION");
+    if (!endpoint || !access_key || !secret_key) {
+        fprintf(stderr, "set S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY\n");
+        return 2;
+    }
+    snprintf(bucket, sizeof(bucket), "xfer-test-%d", (int)getpid());
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/s3flash-xfer-%d", t && *t ? t : "/tmp", (int)getpid());
+    mkdir(tmpdir, 0755);
+    if (argc > 3 && strcmp(argv[1], "test_verify_mismatch") == 0) {
+        /* works in the caller's bucket */
+        snprintf(bucket, sizeof(bucket), "%s", argv[2]);
+        mismatch_key = argv[3];
+        RUN(test_verify_mismatch);
+        rmdir(tmpdir);
+        return test_summary();
+    }
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    if (!c || s3f_create_bucket(c, bucket, &e) != S3F_OK) {
+        print_err("create bucket", &e);
+        return 1;
+    }
+    const char *only = argc > 1 ? argv[1] : NULL;
+#define MAYBE(fn)                                                                          \
+    if (!only || strcmp(only, #fn) == 0)                                                   \
+    RUN(fn)
+    MAYBE(test_roundtrip_sizes);
+    MAYBE(test_writer);
+    MAYBE(test_iov_upload);
+    MAYBE(test_file);
+    MAYBE(test_reader);
+    MAYBE(test_abort);
+    MAYBE(test_errors);
+    MAYBE(test_changed_during_download);
+    MAYBE(test_memory_bound);
+    MAYBE(test_fairness);
+    MAYBE(test_progress);
+    if (only && strcmp(only, "test_checksums") == 0)
+        RUN(test_checksums);
+    if (only && strcmp(only, "test_large") == 0)
+        RUN(test_large);
+    empty_bucket(c);
+    enum s3f_status st = s3f_delete_bucket(c, bucket, &e);
+    if (st)
+        print_err("delete bucket", &e);
+    CHECK_INT(st, S3F_OK);
+    s3f_client_free(c);
+    rmdir(tmpdir);
+    return test_summary();
+}
