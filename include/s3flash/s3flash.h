@@ -535,6 +535,9 @@ struct s3f_part_info {
     char etag[128];
     char checksum[24];  /* base64 of the part's checksum, empty if none */
     int64_t last_modified;
+    /* The algorithm of `checksum`, which names its element on completion
+     * (DEFAULT: CRC32C; NONE: the checksum is not sent). */
+    enum s3f_checksum_algorithm checksum_algorithm;
 };
 
 /* Start an upload. *upload_id receives a malloc'ed id; free() it. */

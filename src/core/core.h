@@ -101,7 +101,8 @@ int s3f__sha256_init(struct s3f__sha256_ctx *c);
 void s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len);
 void s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]); /* also frees */
 
-/* CRC32C / CRC32 (ISO-HDLC) with ISA-L; `crc` is the running value (start with 0). */
+/* CRC32C / CRC32 (ISO-HDLC) with ISA-L; `crc` is the running value (start with 0).
+ * CRC64NVME, combining CRCs and the algorithm-generic checksum: core/checksum.h. */
 uint32_t s3f__crc32c(uint32_t crc, const void *data, size_t len);
 uint32_t s3f__crc32(uint32_t crc, const void *data, size_t len);
 /* The S3 header form: base64 of the big-endian value, into out (>= 9 bytes). */

@@ -55,7 +55,16 @@ void s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]) {
 /* ISA-L's crc32_iscsi takes and returns the raw register (no final inversion handled by the
  * caller), crc32_gzip_refl works on the reflected CRC32 with the inversions built in. */
 uint32_t s3f__crc32c(uint32_t crc, const void *data, size_t len) {
-    return ~crc32_iscsi((unsigned char *)data, (int)len, ~crc);
+    /* crc32_iscsi takes an int length: feed it at most 1 GiB at a time */
+    const unsigned char *p = data;
+    uint32_t reg = ~crc;
+    while (len) {
+        size_t n = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
+        reg = crc32_iscsi((unsigned char *)p, (int)n, reg);
+        p += n;
+        len -= n;
+    }
+    return ~reg;
 }
 
 uint32_t s3f__crc32(uint32_t crc, const void *data, size_t len) {

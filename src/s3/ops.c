@@ -630,7 +630,9 @@ enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const 
         out->part_number = part_number;
         out->size = len;
         s3f__strlcpy(out->etag, op.info.etag, sizeof(out->etag));
-        s3f__checksum_b64(&ck, out->checksum);
+        out->checksum_algorithm = ck.alg;
+        if (ck.alg != S3F_CHECKSUM_NONE)
+            s3f__checksum_b64(&ck, out->checksum);
     }
     s3f__op_cleanup(&op);
     return st;
@@ -645,8 +647,12 @@ enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *
     if (st || (st = check_upload_id("CompleteMultipartUpload", upload_id, err)))
         return st;
     struct s3f__op op;
+    /* the parts say which checksum they carry (DEFAULT: CRC32C, as UploadPart sends) */
+    enum s3f_checksum_algorithm alg = n_parts && parts ? parts[0].checksum_algorithm
+                                                       : S3F_CHECKSUM_DEFAULT;
     st = s3f__op_complete_multipart(&op, bucket, key, upload_id, parts, n_parts,
-                                    S3F_CHECKSUM_CRC32C, NULL, err);
+                                    alg == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : alg,
+                                    NULL, err);
     if (st == S3F_OK)
         st = s3f__s3_execute(c, &op.r, err);
     if (st == S3F_OK) {

@@ -19,6 +19,7 @@ struct xdoc {
     XML_Parser parser;
     const char *what; /* operation, for messages */
     const char *root; /* expected root element */
+    const char *root_alt; /* a server's variant of it, also taken (or NULL) */
     int depth;
     char names[S3F__XML_MAX_DEPTH][NAME_MAX_LEN];
     struct s3f__buf text;
@@ -73,7 +74,8 @@ static void XMLCALL on_start_el(void *ud, const XML_Char *qname, const XML_Char 
     if (d->depth == 0) {
         if (strcmp(name, "Error") == 0) {
             d->error_root = true;
-        } else if (strcmp(name, d->root) != 0) {
+        } else if (strcmp(name, d->root) != 0 &&
+                   !(d->root_alt && strcmp(name, d->root_alt) == 0)) {
             xfail(d, S3F_ERR_BAD_RESPONSE, "unexpected root element <%s>, expected <%s>", name,
                   d->root);
             return;
@@ -585,9 +587,9 @@ static void info_end(struct xdoc *d, const char *name, const char *text, size_t 
     }
 }
 
-static enum s3f_status parse_info(const char *what, const char *root, bool etag_required,
-                                  const char *body, size_t len, struct s3f_object_info *info,
-                                  struct s3f_error *err) {
+static enum s3f_status parse_info(const char *what, const char *root, const char *root_alt,
+                                  bool etag_required, const char *body, size_t len,
+                                  struct s3f_object_info *info, struct s3f_error *err) {
     if (!info)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, NULL, NULL, "no output info");
     struct info_ctx c;
@@ -597,6 +599,7 @@ static enum s3f_status parse_info(const char *what, const char *root, bool etag_
     memset(&d, 0, sizeof(d));
     d.what = what;
     d.root = root;
+    d.root_alt = root_alt;
     d.on_end = info_end;
     d.ctx = &c;
     enum s3f_status st = xdoc_run(&d, body, len, err);
@@ -613,14 +616,15 @@ static enum s3f_status parse_info(const char *what, const char *root, bool etag_
 enum s3f_status s3f__xml_parse_complete_multipart(const char *body, size_t len,
                                                   struct s3f_object_info *info,
                                                   struct s3f_error *err) {
-    return parse_info("CompleteMultipartUpload", "CompleteMultipartUploadResult", false, body,
-                      len, info, err);
+    /* moto 5 names the root CompleteMultipartUploadResponse */
+    return parse_info("CompleteMultipartUpload", "CompleteMultipartUploadResult",
+                      "CompleteMultipartUploadResponse", false, body, len, info, err);
 }
 
 enum s3f_status s3f__xml_parse_copy_object(const char *body, size_t len,
                                            struct s3f_object_info *info,
                                            struct s3f_error *err) {
-    return parse_info("CopyObject", "CopyObjectResult", true, body, len, info, err);
+    return parse_info("CopyObject", "CopyObjectResult", NULL, true, body, len, info, err);
 }
 
 /* ---- ListParts ------------------------------------------------------------------------------ */
@@ -672,6 +676,12 @@ static void parts_end(struct xdoc *d, const char *name, const char *text, size_t
         } else if (strncmp(name, "Checksum", 8) == 0 && name[8] && !p->checksum[0] &&
                    strcmp(name, "ChecksumType") != 0) {
             set_fixed(d, p->checksum, sizeof(p->checksum), name, text, len);
+            /* SHA-1 / SHA-256 parts are kept but not sent back on completion */
+            p->checksum_algorithm = strcmp(name, "ChecksumCRC32C") == 0 ? S3F_CHECKSUM_CRC32C
+                                    : strcmp(name, "ChecksumCRC32") == 0 ? S3F_CHECKSUM_CRC32
+                                    : strcmp(name, "ChecksumCRC64NVME") == 0
+                                        ? S3F_CHECKSUM_CRC64NVME
+                                        : S3F_CHECKSUM_NONE;
         }
     }
 }

@@ -61,7 +61,8 @@ enum s3f_status s3f__xml_parse_copy_object(const char *body, size_t len,
                                            struct s3f_error *err);
 
 /* ListParts (<ListPartsResult>). *out: free with s3f_parts_page_free. part.checksum holds the
- * first Checksum* element of the part. A truncated page needs NextPartNumberMarker. */
+ * first Checksum* element of the part, part.checksum_algorithm its algorithm (NONE for SHA-1 /
+ * SHA-256). A truncated page needs NextPartNumberMarker. */
 enum s3f_status s3f__xml_parse_list_parts(const char *body, size_t len,
                                           struct s3f_parts_page **out, struct s3f_error *err);
 

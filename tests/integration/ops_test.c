@@ -440,6 +440,102 @@ static void test_server_down(void) {
     s3f_client_free(c);
 }
 
+/* The x-amz-checksum-* field of `info` for `alg`. */
+static const char *info_checksum(const struct s3f_object_info *info,
+                                 enum s3f_checksum_algorithm alg) {
+    switch (alg) {
+    case S3F_CHECKSUM_CRC32:
+        return info->checksum_crc32;
+    case S3F_CHECKSUM_CRC64NVME:
+        return info->checksum_crc64nvme;
+    default:
+        return info->checksum_crc32c;
+    }
+}
+
+/* PutObject, UploadPart and a verified GetObject with each checksum algorithm. A server that
+ * checks checksums (moto) refuses a wrong one; one that stores them returns them on HEAD and
+ * GET, where they are verified. */
+static void test_checksums(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    static const struct {
+        enum s3f_checksum_algorithm alg;
+        const char *check; /* of "123456789", ../shared/vectors/README.md */
+    } algs[] = {{S3F_CHECKSUM_CRC32C, "4waSgw=="},
+                {S3F_CHECKSUM_CRC32, "y/Q5Jg=="},
+                {S3F_CHECKSUM_CRC64NVME, "rosUhgp5mIg="}};
+    for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+        enum s3f_checksum_algorithm alg = algs[i].alg;
+        char key[64];
+        snprintf(key, sizeof(key), "ck/small-%d", (int)alg);
+        struct s3f_put_options po = {.checksum = alg};
+        struct s3f_object_info pi, hi, gi;
+        enum s3f_status st = s3f_put_object(c, bucket, key, "123456789", 9, &po, &pi, &e);
+        if (st)
+            print_err("put", &e);
+        CHECK_INT(st, S3F_OK);
+        CHECK_STR(info_checksum(&pi, alg), algs[i].check);
+        CHECK_INT(s3f_head_object(c, bucket, key, NULL, &hi, &e), S3F_OK);
+        const char *stored = info_checksum(&hi, alg);
+        CHECK(!stored[0] || strcmp(stored, algs[i].check) == 0);
+        printf("  %s: the server stored '%s'\n", key, stored);
+        struct s3f_get_options go = {.verify_checksum = 1};
+        struct mem_sink m = {0};
+        st = s3f_get_object(c, bucket, key, &go, mem_write, &m, &gi, &e);
+        if (st)
+            print_err("get", &e);
+        CHECK_INT(st, S3F_OK);
+        CHECK(m.len == 9 && memcmp(m.data, "123456789", 9) == 0);
+        free(m.data);
+        CHECK_INT(s3f_delete_object(c, bucket, key, &e), S3F_OK);
+
+        /* multipart: two parts with the algorithm announced on creation */
+        size_t p1 = 5u << 20, p2 = 4321;
+        unsigned char *data = pattern(p1 + p2, 100 + (unsigned)i);
+        snprintf(key, sizeof(key), "ck/mp-%d", (int)alg);
+        char *uid = NULL;
+        st = s3f_create_multipart_upload(c, bucket, key, &po, &uid, &e);
+        CHECK_INT(st, S3F_OK);
+        struct s3f_part_info parts[2];
+        memset(parts, 0, sizeof(parts));
+        if (!st) {
+            st = s3f_upload_part(c, bucket, key, uid, 1, data, p1, alg, &parts[0], &e);
+            if (!st)
+                st = s3f_upload_part(c, bucket, key, uid, 2, data + p1, p2, alg, &parts[1], &e);
+            if (st)
+                print_err("upload part", &e);
+            CHECK_INT(st, S3F_OK);
+            CHECK_INT(parts[0].checksum_algorithm, alg);
+            CHECK(parts[0].checksum[0] && parts[1].checksum[0]);
+            struct s3f_object_info ci;
+            st = s3f_complete_multipart_upload(c, bucket, key, uid, parts, 2, &ci, &e);
+            if (st)
+                print_err("complete", &e);
+            CHECK_INT(st, S3F_OK);
+            struct mem_sink g = {0};
+            st = s3f_get_object(c, bucket, key, &go, mem_write, &g, &gi, &e);
+            if (st)
+                print_err("get multipart", &e);
+            CHECK_INT(st, S3F_OK);
+            printf("  %s: the server returned '%s'\n", key, info_checksum(&gi, alg));
+            CHECK(g.len == p1 + p2 && memcmp(g.data, data, p1 + p2) == 0);
+            free(g.data);
+            s3f_delete_object(c, bucket, key, &e);
+        }
+        free(uid);
+        free(data);
+    }
+    /* NONE sends no checksum and reports none */
+    struct s3f_put_options none = {.checksum = S3F_CHECKSUM_NONE};
+    struct s3f_object_info pi;
+    CHECK_INT(s3f_put_object(c, bucket, "ck/none", "abc", 3, &none, &pi, &e), S3F_OK);
+    CHECK_STR(pi.checksum_crc32c, "");
+    CHECK_STR(pi.checksum_crc64nvme, "");
+    CHECK_INT(s3f_delete_object(c, bucket, "ck/none", &e), S3F_OK);
+    s3f_client_free(c);
+}
+
 int main(int argc, char **argv) {
     endpoint = getenv("S3FLASH_TEST_ENDPOINT");
     access_key = getenv("S3FLASH_TEST_ACCESS_KEY");
@@ -466,6 +562,7 @@ int main(int argc, char **argv) {
     MAYBE(test_list);
     MAYBE(test_copy_and_batch_delete);
     MAYBE(test_multipart);
+    MAYBE(test_checksums);
     MAYBE(test_threads);
     MAYBE(test_server_down);
     enum s3f_status st = s3f_delete_bucket(c, bucket, &e);

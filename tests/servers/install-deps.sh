@@ -17,7 +17,7 @@ APT_PACKAGES=(
     python3 python3-pip python3-venv
     curl ca-certificates
 )
-PIP_PACKAGES=(meson ninja pytest 'moto[server]')
+PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt)
 
 POLICY=/usr/sbin/policy-rc.d
 MADE_POLICY=0
@@ -65,13 +65,16 @@ pip_missing() {
     python3 -c 'import pytest' 2>/dev/null || echo pytest
     { command -v moto_server >/dev/null && python3 -c 'import moto, flask, flask_cors' 2>/dev/null; } ||
         echo 'moto[server]'
+    # without these moto silently computes CRC32 in place of CRC32C and CRC64NVME
+    python3 -c 'import crc32c' 2>/dev/null || echo crc32c
+    python3 -c 'import awscrt' 2>/dev/null || echo awscrt
 }
 
 install_pip() {
     local missing flags=()
     mapfile -t missing < <(pip_missing)
     if ((${#missing[@]} == 0)); then
-        log "pip: meson ninja pytest moto[server] present"
+        log "pip: meson ninja pytest moto[server] crc32c awscrt present"
         return 0
     fi
     log "pip: installing ${missing[*]}"

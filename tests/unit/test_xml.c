@@ -143,6 +143,13 @@ static void test_complete(void) {
     CHECK_STR(info.version_id, "v1");
     free(body);
 
+    /* moto 5: <CompleteMultipartUploadResponse> as the root */
+    body = load("moto-complete-multipart.xml", &len);
+    memset(&info, 0, sizeof(info));
+    CHECK_INT(s3f__xml_parse_complete_multipart(body, len, &info, NULL), S3F_OK);
+    CHECK_STR(info.etag, "\"62109206880d38a4010a98e11243924a-1\"");
+    free(body);
+
     body = load("rgw-complete-multipart.xml", &len);
     memset(&info, 0, sizeof(info));
     strcpy(info.etag, "old");
@@ -243,6 +250,7 @@ static void test_list_parts(void) {
         CHECK_INT(pg->parts[0].size, 5242880);
         CHECK_STR(pg->parts[0].etag, "\"7778aef83f66abc1fa1e8477f296d394\"");
         CHECK_STR(pg->parts[0].checksum, "TH4EZg==");
+        CHECK_INT(pg->parts[0].checksum_algorithm, S3F_CHECKSUM_CRC32C);
         CHECK_INT(pg->parts[0].last_modified, 1289422114);
         CHECK_INT(pg->parts[1].part_number, 3);
         CHECK_STR(pg->parts[1].checksum, "Z7mBIQ==");
@@ -511,6 +519,7 @@ static const struct {
     {"rgw-initiate-multipart.xml", K_INIT, S3F_OK},
     {"aws-complete-multipart.xml", K_COMPLETE, S3F_OK},
     {"rgw-complete-multipart.xml", K_COMPLETE, S3F_OK},
+    {"moto-complete-multipart.xml", K_COMPLETE, S3F_OK},
     {"rgw-complete-multipart-badpart.xml", K_COMPLETE, S3F_ERR_S3},
     {"aws-complete-multipart-200-error.xml", K_COMPLETE, S3F_ERR_SERVER},
     {"aws-complete-multipart-padded-error.xml", K_COMPLETE, S3F_ERR_S3},

@@ -1,0 +1,147 @@
+"""Starting and steering tests/servers/faultproxy.py from the integration tests.
+
+    from faults import start_faultproxy
+
+    proxy = start_faultproxy("127.0.0.1", rgw_port)
+    proxy.set_faults([{"match": {"method": "PUT", "nth": 2},
+                       "action": "reset_request_body_at", "at": "random", "seed": 3}])
+    ... point the client at proxy.endpoint ...
+    assert proxy.stats()["faults_total"] == 1
+    proxy.stop()
+
+or as a context manager (`with start_faultproxy(...) as proxy:`), or through the
+`faultproxy_factory` fixture (import it into the test module), which stops every proxy it
+started at the end of the test. The rules are documented in faultproxy.py.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULTPROXY = ROOT / "tests" / "servers" / "faultproxy.py"
+
+
+class FaultProxy:
+    def __init__(self, proc, port, control_port, workdir):
+        self.proc = proc
+        self.port = port
+        self.control_port = control_port
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.control = f"http://127.0.0.1:{control_port}"
+        self._workdir = workdir
+
+    def _call(self, method, path, doc=None):
+        data = None if doc is None else json.dumps(doc).encode()
+        req = urllib.request.Request(self.control + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"{}")
+
+    def set_faults(self, rules, append=False):
+        """Replace the rules (or add to them); returns how many are in force."""
+        return self._call("POST", "/faults", {"rules": list(rules), "append": append})["rules"]
+
+    def faults(self):
+        """The rules in force, each with its matched / fired counts."""
+        return self._call("GET", "/faults")["rules"]
+
+    def stats(self):
+        """{"requests": {"PUT /b/k": n}, "requests_total", "faults": {"0:respond": n},
+        "faults_total", "connections", "log": [...]}"""
+        return self._call("GET", "/stats")
+
+    def reset(self):
+        """Drop every rule and zero the stats."""
+        self._call("POST", "/reset", {})
+
+    def stop(self, timeout=10):
+        """SIGTERM, wait; returns the exit status (KILL after `timeout` seconds)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _read_port(path):
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def start_faultproxy(upstream_host, upstream_port, verbose=False, timeout=10):
+    """Start a proxy in front of upstream_host:upstream_port (loopback only); returns a
+    FaultProxy once both of its ports listen."""
+    workdir = tempfile.mkdtemp(prefix="s3flash-faultproxy-")
+    port_file = os.path.join(workdir, "port")
+    control_file = os.path.join(workdir, "control-port")
+    cmd = [sys.executable, str(FAULTPROXY), "--listen", "127.0.0.1:0",
+           "--upstream", f"{upstream_host}:{upstream_port}", "--port-file", port_file,
+           "--control-port-file", control_file]
+    if verbose:
+        cmd.append("--verbose")
+    log = open(os.path.join(workdir, "log"), "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        port, control = _read_port(port_file), _read_port(control_file)
+        if port and control:
+            return FaultProxy(proc, port, control, workdir)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    text = Path(workdir, "log").read_text(errors="replace")
+    shutil.rmtree(workdir, ignore_errors=True)
+    raise RuntimeError(f"faultproxy did not start (rc {proc.returncode}): {text[-2000:]}")
+
+
+def s3_error(code="SlowDown", status=503, match=None, **kw):
+    """A `respond` rule answering with an S3 error document."""
+    rule = {"match": match or {}, "action": "respond", "status": status,
+            "s3_error": {"code": code,
+                         "message": kw.pop("message", f"fault injected: {code}")}}
+    rule.update(kw)
+    return rule
+
+
+@pytest.fixture
+def faultproxy_factory():
+    """A function like start_faultproxy; every proxy it starts is stopped after the test."""
+    started = []
+
+    def start(upstream_host, upstream_port, **kw):
+        p = start_faultproxy(upstream_host, upstream_port, **kw)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.stop()
