@@ -372,6 +372,8 @@ static void test_reader(void) {
     }
     CHECK_INT(s3f_reader_size(r), n);
     CHECK(s3f_reader_info(r)->etag[0] == '"');
+    struct s3f_client_stats s0, s1;
+    s3f_client_stats(c, &s0, 0);
     /* sequential, 64 KiB reads */
     unsigned char *buf = malloc(n + 100);
     size_t off = 0, got = 0;
@@ -387,6 +389,12 @@ static void test_reader(void) {
     CHECK_INT(s3f_reader_tell(r), n);
     CHECK_INT(s3f_reader_read(r, buf, 10, &got, &e), S3F_OK);
     CHECK_INT(got, 0); /* at the end */
+    s3f_client_stats(c, &s1, 0);
+    /* the window grew (1, 1, 2, 4, 5 MiB... requests), it did not fetch 64 KiB at a time */
+    printf("  sequential 20 MiB in 64 KiB reads: %llu requests\n",
+           (unsigned long long)(s1.requests_started - s0.requests_started));
+    CHECK(s1.requests_started - s0.requests_started <= 12);
+    CHECK(s1.requests_started - s0.requests_started >= 5);
     struct s3f_client_stats cs;
     s3f_client_stats(c, &cs, 1);
     CHECK(cs.pool_high_water_bytes <= 16 * MIB + 2 * MIB); /* window cap (64/4) + tail */
@@ -400,6 +408,20 @@ static void test_reader(void) {
     CHECK(got == 22 && memcmp(buf, data + n - 22, 22) == 0);
     CHECK_INT(s3f_reader_pread(r, buf, 5000, n - 70000, &got, &e), S3F_OK);
     CHECK(got == 5000 && memcmp(buf, data + n - 70000, 5000) == 0);
+
+    /* small reads with small gaps (a record scan): merged into the window */
+    s3f_client_stats(c, &s0, 0);
+    int gap_bad = 0;
+    for (uint64_t at = 2 * MIB; at < 6 * MIB; at += 100000) {
+        if (s3f_reader_pread(r, buf, 1000, at, &got, &e) || got != 1000 ||
+            memcmp(buf, data + at, 1000) != 0)
+            gap_bad++;
+    }
+    CHECK_INT(gap_bad, 0);
+    s3f_client_stats(c, &s1, 0);
+    printf("  41 reads 100 KB apart over 4 MB: %llu requests\n",
+           (unsigned long long)(s1.requests_started - s0.requests_started));
+    CHECK(s1.requests_started - s0.requests_started <= 6);
 
     /* random reads: small and large, anywhere */
     unsigned seed = 9;
