@@ -1,4 +1,4 @@
-/* s3flash cp: local -> S3 (PutObject), S3 -> local (GetObject into a temporary file renamed
+/* s3flash cp: local -> S3 (files through the transfer engine, stdin as one PutObject), S3 -> local (GetObject into a temporary file renamed
  * into place), S3 -> S3 (CopyObject); with --recursive for directories and prefixes. */
 #include <dirent.h>
 #include <errno.h>
@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 
 #define MAX_PUT_BYTES (5ULL * 1024 * 1024 * 1024) /* PutObject limit: 5 GiB */
 
@@ -219,7 +219,6 @@ static enum s3f_status upload_file(struct cli_ctx *ctx, const char *path, const 
     memset(&po, 0, sizeof(po));
     po.content_type = ctx->args->value[OPT_CONTENT_TYPE];
     enum s3f_status st;
-    void *map = NULL;
     char *heap = NULL;
     size_t len = 0;
     int fd = -1;
@@ -252,21 +251,28 @@ static enum s3f_status upload_file(struct cli_ctx *ctx, const char *path, const 
             st = S3F_ERR_INVALID_ARGUMENT;
             goto out;
         }
-        if ((uint64_t)sb.st_size > MAX_PUT_BYTES) {
-            st = too_big(err, path, (uint64_t)sb.st_size);
+        /* a regular file goes through the transfer engine: one PutObject when it fits
+         * a part, else a parallel multipart upload read with pread (no file in memory) */
+        close(fd);
+        fd = -1;
+        struct s3f_client *fc = cli_client(ctx);
+        if (!fc) {
+            cli_error_set(err, S3F_ERR_CONFIG, "client", NULL, "could not create the client");
+            st = S3F_ERR_CONFIG;
             goto out;
         }
-        len = (size_t)sb.st_size;
-        if (len > 0) {
-            map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (map == MAP_FAILED) {
-                map = NULL;
-                cli_error_set(err, S3F_ERR_IO, "mmap", path, "%s", strerror(errno));
-                st = S3F_ERR_IO;
-                goto out;
-            }
-            madvise(map, len, MADV_SEQUENTIAL);
-        }
+        struct cli_progress prog;
+        cli_progress_init(&prog, !ctx->quiet && isatty(STDERR_FILENO), stderr);
+        struct cli_progress_item item;
+        cli_progress_item_init(&prog, &item, (uint64_t)sb.st_size);
+        struct s3f_upload_options uo;
+        memset(&uo, 0, sizeof(uo));
+        uo.content_type = po.content_type;
+        uo.progress = cli_progress_cb;
+        uo.progress_user_data = &item;
+        st = s3f_upload_file(fc, bucket, key, path, &uo, NULL, err);
+        cli_progress_finish(&prog);
+        goto out;
     }
     struct s3f_client *c = cli_client(ctx);
     if (!c) {
@@ -274,11 +280,9 @@ static enum s3f_status upload_file(struct cli_ctx *ctx, const char *path, const 
         st = S3F_ERR_CONFIG;
         goto out;
     }
-    const void *data = map ? map : heap ? heap : "";
+    const void *data = heap ? heap : "";
     st = s3f_put_object(c, bucket, key, data, len, &po, NULL, err);
 out:
-    if (map)
-        munmap(map, len);
     free(heap);
     if (fd >= 0)
         close(fd);

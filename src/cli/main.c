@@ -49,7 +49,8 @@ static const struct cli_command commands[] = {
      "Copy local -> S3, S3 -> local ('-' is stdout) or S3 -> S3.",
      "A DST that ends in '/' or is an existing directory receives the source's base name.\n"
      "Downloads go to a temporary file renamed into place on success: a failed download\n"
-     "never leaves a partial file. Uploads are one PutObject (at most 5 GiB).",
+     "never leaves a partial file. Files are uploaded by the parallel transfer engine\n"
+     "(multipart above one part, progress bar on a terminal); stdin as one PutObject (at most 5 GiB).",
      cp_opts, 2, 2, cli_cmd_cp},
     {"rm", "s3://bucket/key | --recursive s3://bucket/prefix", "Delete objects.",
      "With --recursive, every key under the prefix (as a directory: 'prefix/') is listed,\n"

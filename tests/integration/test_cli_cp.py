@@ -193,3 +193,20 @@ def test_upload_missing_file(cli, s3, bucket, tmp_path):
     assert "No such file or directory" in r.err
     assert str(tmp_path / "missing") in r.err
     assert list_keys(s3, bucket, "missing") == []
+
+
+def test_cp_large_file_goes_multipart(cli, s3, bucket, tmp_path):
+    """A file over one part is a parallel multipart upload: the ETag has the part count."""
+    import os
+    data = os.urandom(20 * 1024 * 1024 + 3)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    cli.ok("cp", src, f"s3://{bucket}/mp/big.bin")
+    head = s3.head_object(Bucket=bucket, Key="mp/big.bin")
+    assert head["ContentLength"] == len(data)
+    assert head["ETag"].endswith('-3"'), head["ETag"]
+    out = tmp_path / "back.bin"
+    cli.ok("cp", f"s3://{bucket}/mp/big.bin", out)
+    assert out.read_bytes() == data
+    uploads = s3.list_multipart_uploads(Bucket=bucket, Prefix="mp/").get("Uploads", [])
+    assert uploads == []
