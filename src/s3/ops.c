@@ -770,7 +770,7 @@ enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char
                                      .force_path_style = c->force_path_style};
     struct s3f__credentials creds;
     memset(&creds, 0, sizeof(creds));
-    char *base = NULL, *query = NULL;
+    char *base = NULL, *query = NULL, *path = NULL;
     if ((st = s3f__endpoint_resolve(&p, &ep, err)))
         goto out;
     if ((st = s3f__credentials_get(c->creds, &creds, err)))
@@ -780,10 +780,13 @@ enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char
         st = oom(err, "presign");
         goto out;
     }
-    const char *path = strstr(base, "://");
-    path = path ? strchr(path + 3, '/') : NULL;
+    path = s3f__endpoint_object_path(&ep, key);
+    if (!path) {
+        st = oom(err, "presign");
+        goto out;
+    }
     struct s3f__header hdrs[1] = {{"host", ep.host}};
-    struct s3f__sigv4_request sreq = {.method = method, .path = path ? path : "/",
+    struct s3f__sigv4_request sreq = {.method = method, .path = path,
                                       .query = NULL, .headers = hdrs, .n_headers = 1,
                                       .payload_hash = "UNSIGNED-PAYLOAD"};
     struct s3f__sigv4_credentials sc = {creds.access_key_id, creds.secret_access_key,
@@ -807,6 +810,7 @@ out:
         s3f__strlcpy(err->resource, resource, sizeof(err->resource));
     }
     free(base);
+    free(path);
     free(query);
     s3f__credentials_cleanup(&creds);
     s3f__endpoint_cleanup(&ep);

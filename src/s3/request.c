@@ -186,14 +186,6 @@ static uint64_t backoff_ms(int attempt) {
 
 /* ---- building the request ------------------------------------------------------------ */
 
-/* Split a URL into host[:port] and path+query pointers. */
-static const char *url_path(const char *url) {
-    const char *p = strstr(url, "://");
-    p = p ? p + 3 : url;
-    const char *slash = strchr(p, '/');
-    return slash ? slash : "/";
-}
-
 static void log_request(struct s3f_client *c, const struct s3f__s3_request *r, const char *url,
                         int attempt, const struct curl_slist *headers) {
     if (!s3f__log_enabled(&c->logger, S3F_LOG_DEBUG))
@@ -226,7 +218,7 @@ static enum s3f_status add_header(struct curl_slist **list, const char *name, co
 
 /* Build URL, headers and signature for one attempt. */
 static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
-                               struct s3f__s3_attempt *a, const char *range, const char *if_match,
+                               const char *range, const char *if_match,
                                char **url_out, struct curl_slist **headers_out,
                                struct s3f_error *err) {
     enum s3f_status st;
@@ -249,6 +241,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
         return st;
     }
     char *url = s3f__endpoint_object_url(&ep, r->key ? r->key : "", r->query);
+    char *path = NULL;
     struct curl_slist *hl = NULL;
     struct s3f__sigv4_signed sig;
     memset(&sig, 0, sizeof(sig));
@@ -293,26 +286,20 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             }
             goto out;
         }
+        /* the path and query exactly as they go on the wire */
+        path = s3f__endpoint_object_path(&ep, r->key ? r->key : "");
+        if (!path) {
+            st = S3F_ERR_NO_MEMORY;
+            goto oom;
+        }
         struct s3f__sigv4_request sreq = {
             .method = r->method,
-            .path = url_path(url),
-            .query = NULL,
+            .path = path,
+            .query = r->query,
             .headers = hdrs,
             .n_headers = nh,
             .payload_hash = payload_hash,
         };
-        /* path and query as on the wire */
-        char *qmark = strchr(sreq.path, '?');
-        char *path_copy = NULL;
-        if (qmark) {
-            path_copy = s3f__strndup(sreq.path, (size_t)(qmark - sreq.path));
-            if (!path_copy) {
-                st = S3F_ERR_NO_MEMORY;
-                goto oom;
-            }
-            sreq.path = path_copy;
-            sreq.query = qmark + 1;
-        }
         struct s3f__sigv4_credentials sc = {creds.access_key_id, creds.secret_access_key,
                                             creds.session_token};
         struct s3f__sigv4_config cfg = {
@@ -323,7 +310,6 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .add_content_sha256_header = true,
         };
         st = s3f__sigv4_sign_headers(&sreq, &sc, &cfg, &sig, err);
-        free(path_copy);
         if (st)
             goto out;
         if ((st = add_header(&hl, "x-amz-date", sig.amz_date)) ||
@@ -343,7 +329,6 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
         goto oom;
     }
     hl = l;
-    (void)a;
     *url_out = url;
     *headers_out = hl;
     url = NULL;
@@ -360,6 +345,7 @@ out:
     s3f__sigv4_signed_cleanup(&sig);
     s3f__credentials_cleanup(&creds);
     curl_slist_free_all(hl);
+    free(path);
     free(url);
     s3f__endpoint_cleanup(&ep);
     return st;
@@ -470,7 +456,7 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
     if (k->delivered > 0 && k->pinned_etag[0] && !k->user_if_match)
         if_match = k->pinned_etag;
     k->prep_failed = false;
-    enum s3f_status st = prepare(k->c, r, a, range_hdr, if_match, &k->url, &k->headers, k->err);
+    enum s3f_status st = prepare(k->c, r, range_hdr, if_match, &k->url, &k->headers, k->err);
     if (st) {
         /* complete through the transport, so that `done` is never called synchronously */
         k->prep_failed = true;
