@@ -1000,15 +1000,19 @@ enum s3f_status s3f_writer_write(struct s3f_writer *w, const void *data, size_t 
         }
         size_t ci = (size_t)(p->size / cs), in = (size_t)(p->size % cs);
         if (ci == p->n_chunks) {
-            /* blocks while the pool is exhausted: back-pressure */
-            st = s3f__pool_acquire(&u->x->pool, 1, &p->chunks[ci], true);
+            /* The whole part's buffer is taken at once, when its first byte comes, and
+             * the call blocks while the pool cannot supply it (back-pressure). Taking it
+             * chunk by chunk would let several writers each hold part of a part and wait
+             * for the rest forever; this way a waiting writer holds only sealed parts,
+             * which are sent and give their memory back. */
+            st = s3f__pool_acquire(&u->x->pool, p->cap_chunks, p->chunks, true);
             if (st) {
                 pthread_mutex_lock(&u->lock);
                 fail_msg(u, st, "upload", "out of memory for a part buffer");
                 pthread_mutex_unlock(&u->lock);
                 return writer_error(u, err);
             }
-            p->n_chunks++;
+            p->n_chunks = p->cap_chunks;
             if ((st = writer_error(u, err)))
                 return st;
         }

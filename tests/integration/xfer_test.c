@@ -632,18 +632,21 @@ static void *writer_main(void *arg) {
 }
 
 static void test_memory_bound(void) {
-    /* 16 MiB pool, 5 MiB parts: four writers of 23 MiB at once */
+    /* 16 MiB pool, 5 MiB parts: eight writers of 23 MiB at once. A writer that took its
+     * part's memory chunk by chunk could hold 4 of 5 chunks while the others hold the
+     * rest, and all would wait forever: this test hung that way. */
+    enum { NW = 8 };
     struct s3f_client *c = client_opts(PART, 16 * MIB, 4, S3F_CHECKSUM_DEFAULT);
-    struct writer_job jobs[4];
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) {
+    struct writer_job jobs[NW];
+    pthread_t th[NW];
+    for (int i = 0; i < NW; i++) {
         jobs[i] = (struct writer_job){.c = c, .n = 23 * MIB + (size_t)i, .seed = 60u + (unsigned)i};
         snprintf(jobs[i].key, sizeof(jobs[i].key), "mem/w%d", i);
         pthread_create(&th[i], NULL, writer_main, &jobs[i]);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NW; i++)
         pthread_join(th[i], NULL);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NW; i++) {
         CHECK_INT(jobs[i].st, S3F_OK);
         unsigned char *data = pattern(jobs[i].n, jobs[i].seed);
         check_object(c, jobs[i].key, data, jobs[i].n, 5);
