@@ -39,6 +39,11 @@ static const struct cli_opt_spec presign_opts[] = {
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
+/* bench (cmd_bench.c) reads its own options back from argv: they have no ids in cli.h. */
+extern const struct cli_opt_spec cli_bench_opts[];
+int cli_cmd_bench(struct cli_ctx *ctx);
+void cli_bench_set_argv(int argc, char **argv);
+
 static const struct cli_command commands[] = {
     {"ls", "s3://bucket[/prefix] [--recursive]", "List objects and prefixes.",
      "Without --recursive, keys are grouped at '/' like directories and shown as\n"
@@ -67,6 +72,12 @@ static const struct cli_command commands[] = {
      "An existing bucket you own is not an error.", no_opts, 1, 1, cli_cmd_mb},
     {"rb", "s3://bucket", "Remove an empty bucket.",
      "Empty it first with 'rm --recursive s3://bucket/'.", no_opts, 1, 1, cli_cmd_rb},
+    {"bench", "s3://bucket[/prefix] [--size SIZE] [--count N] [--writer] [--keep]",
+     "Upload and download N objects; print GB/s, requests/s, CPU s/GB, peak memory.",
+     "Objects go up from one pre-faulted buffer (s3f_upload_buffer, or the streaming writer\n"
+     "with --writer) and come back into another (s3f_download_buffer), compared unless\n"
+     "--no-verify; then they are deleted unless --keep. See docs/CLI.md.",
+     cli_bench_opts, 1, 1, cli_cmd_bench},
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
 
@@ -112,6 +123,7 @@ int main(int argc, char **argv) {
 
     struct cli_args args;
     const struct cli_command *cmd = NULL;
+    cli_bench_set_argv(argc, argv);
     int rc = cli_args_parse(argc, argv, commands, &args, &cmd);
     if (rc != CLI_EXIT_OK)
         return rc;
