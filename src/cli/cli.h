@@ -53,6 +53,10 @@ enum cli_opt_id {
     OPT_EXPIRES_IN,
     OPT_METHOD,
     OPT_PAGE_SIZE,
+    OPT_PART_SIZE,
+    OPT_CONCURRENCY,
+    OPT_MEMORY_LIMIT,
+    OPT_CHECKSUM,
     OPT_COUNT_,
 };
 
@@ -101,6 +105,15 @@ extern const struct cli_opt_spec cli_global_opts[];
  * Commands (cmd_*.c)
  * ---------------------------------------------------------------------------------- */
 
+/* Settings of the transfer engine a command asked for (--part-size, --concurrency,
+ * --memory-limit, --checksum); 0 / S3F_CHECKSUM_DEFAULT: the library's default. */
+struct cli_engine {
+    uint64_t part_size_bytes;
+    uint64_t memory_limit_bytes;
+    uint32_t max_inflight_requests;
+    enum s3f_checksum_algorithm checksum;
+};
+
 struct cli_ctx {
     const struct cli_args *args;
     const struct cli_command *cmd;
@@ -108,6 +121,7 @@ struct cli_ctx {
     int client_failed;         /* cli_client() failed and printed why */
     int quiet;
     mode_t umask_bits;         /* the process umask, read at start-up */
+    struct cli_engine engine;  /* set by the command before the client is created */
 };
 
 struct cli_command {
@@ -199,23 +213,58 @@ struct cli_strlist {
 int cli_strlist_push(struct cli_strlist *l, const char *s);
 void cli_strlist_free(struct cli_strlist *l);
 
-/* List every key under `prefix` (no delimiter, all pages) into `keys` (and their sizes
- * into `sizes` when not NULL, same order). `page_size` 0: server default. On failure
- * fills err and returns its status. */
+/* A growable array of sizes. */
+struct cli_sizes {
+    uint64_t *items;
+    size_t n, cap;
+};
+void cli_sizes_free(struct cli_sizes *l);
+
+/* List every key under `prefix` (no delimiter, all pages) into `keys`. `page_size` 0:
+ * server default. On failure fills err and returns its status. */
 enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const char *prefix,
                              int page_size, struct cli_strlist *keys, struct s3f_error *err);
+/* cli_list_all, and the objects' sizes into `sizes` (same order) when not NULL. */
+enum s3f_status cli_list_all_sizes(struct s3f_client *c, const char *bucket,
+                                   const char *prefix, int page_size, struct cli_strlist *keys,
+                                   struct cli_sizes *sizes, struct s3f_error *err);
 
 /* Value of --page-size (0 when not given); -1 after printing a usage error. */
 int cli_page_size(const struct cli_ctx *ctx);
+
+/* Parse a size: a whole number of bytes with an optional suffix K, M, G or T (also written
+ * Ki/Mi/Gi/Ti, KiB/MiB/GiB/TiB or KB/MB/GB/TB; any case), every one a power of 1024:
+ * "8M" = "8MiB" = 8388608. 0 on success, -1 when malformed or over UINT64_MAX. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* Parse --part-size, --concurrency, --memory-limit and --checksum into ctx->engine (before
+ * the client is created). Returns CLI_EXIT_OK, or CLI_EXIT_USAGE after printing what is
+ * wrong with a value. */
+int cli_engine_parse(struct cli_ctx *ctx);
+
+/* Copy ctx->engine into the options the client is created with (called by cli_client). */
+void cli_engine_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts);
+
+/* Name of a checksum algorithm as --checksum spells it ("crc32c", "none"...). */
+const char *cli_checksum_name(enum s3f_checksum_algorithm alg);
 
 /* ------------------------------------------------------------------------------------
  * Downloads to local files (cmd_cp.c, shared with cat)
  * ---------------------------------------------------------------------------------- */
 
-/* Download s3://bucket/key into `path` through a temporary file in the same directory
- * ("PATH.s3flash-tmp-XXXXXX") renamed over `path` on success; on any failure the temporary
- * file is removed and `path` is untouched. `path` "-" writes to stdout. */
+/* Download s3://bucket/key to stdout ("-": streamed, one GetObject resumed after a broken
+ * connection) or into the file `path` through the transfer engine (s3f_download_file,
+ * inside a temporary directory "PATH.s3flash-tmp-XXXXXX" beside it, renamed over `path`
+ * on success; on any failure, or SIGINT/SIGTERM/SIGHUP once cli_download_signals ran,
+ * nothing is left and `path` is untouched). The checksum is verified unless
+ * ctx->engine.checksum is NONE. */
 enum s3f_status cli_download(struct cli_ctx *ctx, const char *bucket, const char *key,
                              const char *path, struct s3f_error *err);
+
+/* Route SIGINT, SIGTERM and SIGHUP to a thread that removes the temporary files of the
+ * downloads in progress and then ends the process with the signal. Must run before the
+ * client (and so its I/O threads) exists: the signals are blocked in every other thread.
+ * 0, or -1 with errno. */
+int cli_download_signals(void);
 
 #endif /* S3FLASH_CLI_H */

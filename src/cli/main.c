@@ -20,6 +20,14 @@ static const struct cli_opt_spec cp_opts[] = {
     {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
      "Content-Type of uploaded objects (default application/octet-stream)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
+    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
+     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
+    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",
+     "requests in flight, 1..256 (default 25); with --recursive also the objects in flight"},
+    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",
+     "buffer pool of stdin uploads, at least 16M (default 512M)"},
+    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",
+     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"},
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -50,12 +58,20 @@ static const struct cli_command commands[] = {
      "'PRE name/' lines. Object lines are 'YYYY-MM-DD HH:MM:SS SIZE KEY' (UTC).\n"
      "Listing buckets is not supported: give a bucket.",
      ls_opts, 1, 1, cli_cmd_ls},
-    {"cp", "SRC DST [--recursive] [--content-type TYPE]",
-     "Copy local -> S3, S3 -> local ('-' is stdout) or S3 -> S3.",
+    {"cp", "SRC DST [--recursive] [--part-size SIZE] [--concurrency N] [--checksum ALG]",
+     "Copy local -> S3, S3 -> local ('-' is stdin/stdout) or S3 -> S3.",
      "A DST that ends in '/' or is an existing directory receives the source's base name.\n"
-     "Downloads go to a temporary file renamed into place on success: a failed download\n"
-     "never leaves a partial file. Files are uploaded by the parallel transfer engine\n"
-     "(multipart above one part, progress bar on a terminal); stdin as one PutObject (at most 5 GiB).",
+     "Uploads (files and stdin) and downloads go through the parallel transfer engine:\n"
+     "multipart above one part, ranged GETs in parallel, a progress bar on a terminal.\n"
+     "Downloads are renamed into place on success: a failed or interrupted download never\n"
+     "leaves a partial file. --recursive keeps many objects in flight; a failed object is\n"
+     "reported, the others go on, and the exit status is 1.\n"
+     "Checksums: uploads send the --checksum value of every part and of the whole object\n"
+     "(the server verifies it: AWS S3, MinIO); downloads compare the bytes with the\n"
+     "server's stored whole-object checksum of that algorithm. A server that stores none\n"
+     "(Ceph RGW), or a checksum of part checksums, leaves only the size and the ETag\n"
+     "(If-Match) checked. SIZE: bytes, or with K, M, G, T (powers of 1024; Ki/KiB, MB...\n"
+     "mean the same): 8M = 8 MiB.",
      cp_opts, 2, 2, cli_cmd_cp},
     {"rm", "s3://bucket/key | --recursive s3://bucket/prefix", "Delete objects.",
      "With --recursive, every key under the prefix (as a directory: 'prefix/') is listed,\n"
@@ -100,6 +116,7 @@ struct s3f_client *cli_client(struct cli_ctx *ctx) {
             : 0;
     if (a->set[OPT_DEBUG])
         opts.log_level = S3F_LOG_DEBUG; /* log_fn NULL: the library writes to stderr */
+    cli_engine_apply(ctx, &opts);
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = s3f_client_new(&opts, &ctx->client, &err);

@@ -54,8 +54,15 @@ void cli_progress_item_init(struct cli_progress *p, struct cli_progress_item *it
     it->done = 0;
     it->total = size;
     pthread_mutex_lock(&p->lock);
-    if (size != UINT64_MAX)
+    if (size != UINT64_MAX && !p->total_fixed)
         p->total += size;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cli_progress_set_total(struct cli_progress *p, uint64_t total) {
+    pthread_mutex_lock(&p->lock);
+    p->total = total;
+    p->total_fixed = true;
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -76,7 +83,8 @@ void cli_progress_cb(void *user_data, uint64_t done, uint64_t total) {
     pthread_mutex_lock(&p->lock);
     if (it->total == UINT64_MAX && total != UINT64_MAX) {
         it->total = total;
-        p->total += total;
+        if (!p->total_fixed)
+            p->total += total;
     }
     if (done > it->done) {
         p->done += done - it->done;
@@ -88,13 +96,31 @@ void cli_progress_cb(void *user_data, uint64_t done, uint64_t total) {
     pthread_mutex_unlock(&p->lock);
 }
 
-void cli_progress_clear(struct cli_progress *p) {
-    pthread_mutex_lock(&p->lock);
+void cli_progress_item_done(struct cli_progress_item *it, uint64_t size) {
+    cli_progress_cb(it, size, size);
+}
+
+static void erase(struct cli_progress *p) {
     if (p->enabled && p->width) {
         fprintf(p->out, "\r%*s\r", p->width, "");
         fflush(p->out);
         p->width = 0;
     }
+}
+
+void cli_progress_suspend(struct cli_progress *p) {
+    pthread_mutex_lock(&p->lock);
+    erase(p);
+}
+
+void cli_progress_resume(struct cli_progress *p) {
+    fflush(stdout);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cli_progress_clear(struct cli_progress *p) {
+    pthread_mutex_lock(&p->lock);
+    erase(p);
     pthread_mutex_unlock(&p->lock);
 }
 

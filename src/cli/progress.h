@@ -13,6 +13,7 @@ struct cli_progress {
     bool enabled;          /* a terminal and not --quiet */
     FILE *out;
     uint64_t total;        /* sum of the known sizes of all transfers */
+    bool total_fixed;      /* set by cli_progress_set_total: items add nothing to it */
     uint64_t done;         /* bytes finished, all transfers */
     uint64_t start_ns;
     uint64_t last_draw_ns;
@@ -28,10 +29,19 @@ struct cli_progress_item {
 
 /* enabled: draw at all (the caller decides: isatty(2) && !quiet). */
 void cli_progress_init(struct cli_progress *p, bool enabled, FILE *out);
+/* Announce the bytes of all the transfers to come (a recursive copy knows them from its
+ * listing), so that the percentage and ETA cover the whole copy from the start. */
+void cli_progress_set_total(struct cli_progress *p, uint64_t total);
 /* Add a transfer of `size` bytes (UINT64_MAX: unknown yet). */
 void cli_progress_item_init(struct cli_progress *p, struct cli_progress_item *it, uint64_t size);
 /* The s3f_progress_fn: user_data is a struct cli_progress_item. */
 void cli_progress_cb(void *user_data, uint64_t done, uint64_t total);
+/* Count a transfer that ran without callbacks (a server-side copy) as done. */
+void cli_progress_item_done(struct cli_progress_item *it, uint64_t size);
+/* Output lines of concurrent transfers: suspend takes the bar's lock and erases it; print
+ * lines; resume flushes stdout and releases (the bar comes back with the next update). */
+void cli_progress_suspend(struct cli_progress *p);
+void cli_progress_resume(struct cli_progress *p);
 /* Erase the bar (before other output) and release. */
 void cli_progress_finish(struct cli_progress *p);
 void cli_progress_clear(struct cli_progress *p);

@@ -1,4 +1,5 @@
 /* Helpers shared by the s3flash commands: error reporting, URIs, paths, listing. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -211,8 +212,33 @@ void cli_strlist_free(struct cli_strlist *l) {
     l->n = l->cap = 0;
 }
 
+void cli_sizes_free(struct cli_sizes *l) {
+    free(l->items);
+    l->items = NULL;
+    l->n = l->cap = 0;
+}
+
+static int sizes_push(struct cli_sizes *l, uint64_t v) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        uint64_t *items = realloc(l->items, cap * sizeof(*items));
+        if (!items)
+            return -1;
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->n++] = v;
+    return 0;
+}
+
 enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const char *prefix,
                              int page_size, struct cli_strlist *keys, struct s3f_error *err) {
+    return cli_list_all_sizes(c, bucket, prefix, page_size, keys, NULL, err);
+}
+
+enum s3f_status cli_list_all_sizes(struct s3f_client *c, const char *bucket,
+                                   const char *prefix, int page_size, struct cli_strlist *keys,
+                                   struct cli_sizes *sizes, struct s3f_error *err) {
     char *token = NULL;
     enum s3f_status st = S3F_OK;
     for (;;) {
@@ -226,7 +252,8 @@ enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const cha
         if (st != S3F_OK)
             break;
         for (size_t i = 0; i < page->n_objects; i++) {
-            if (cli_strlist_push(keys, page->objects[i].key) != 0) {
+            if (cli_strlist_push(keys, page->objects[i].key) != 0 ||
+                (sizes && sizes_push(sizes, page->objects[i].size) != 0)) {
                 st = S3F_ERR_NO_MEMORY;
                 cli_error_set(err, st, "ListObjectsV2", NULL, "out of memory");
                 break;
@@ -278,4 +305,113 @@ int cli_parse_s3_object(const struct cli_ctx *ctx, const char *arg, char *bucket
         return cli_usage_error(ctx->cmd, "%s needs s3://bucket/key, and '%s' names no object",
                                ctx->cmd->name, arg);
     return CLI_EXIT_OK;
+}
+
+int cli_parse_size(const char *s, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    uint64_t v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    static const char units[] = "KMGT";
+    unsigned shift = 0;
+    if (*p) {
+        const char *u = strchr(units, toupper((unsigned char)*p));
+        if (!u)
+            return -1;
+        shift = 10u * (unsigned)(u - units + 1);
+        p++;
+        /* "M", "Mi", "MiB", "MB" all mean 2^20 */
+        if (*p == 'i' || *p == 'I')
+            p++;
+        if (*p == 'b' || *p == 'B')
+            p++;
+        if (*p)
+            return -1;
+    }
+    if (shift && v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+const char *cli_checksum_name(enum s3f_checksum_algorithm alg) {
+    switch (alg) {
+    case S3F_CHECKSUM_DEFAULT:
+    case S3F_CHECKSUM_CRC32C:
+        return "crc32c";
+    case S3F_CHECKSUM_NONE:
+        return "none";
+    case S3F_CHECKSUM_CRC32:
+        return "crc32";
+    case S3F_CHECKSUM_CRC64NVME:
+        return "crc64nvme";
+    }
+    return "?";
+}
+
+#define MIN_PART_SIZE (5ULL << 20)
+#define MAX_PART_SIZE (5ULL << 30)
+#define MIN_MEMORY_LIMIT (16ULL << 20)
+#define MAX_CONCURRENCY 256
+
+int cli_engine_parse(struct cli_ctx *ctx) {
+    const struct cli_args *a = ctx->args;
+    struct cli_engine *e = &ctx->engine;
+    const char *v;
+    if ((v = a->value[OPT_PART_SIZE])) {
+        if (cli_parse_size(v, &e->part_size_bytes) != 0 || e->part_size_bytes < MIN_PART_SIZE ||
+            e->part_size_bytes > MAX_PART_SIZE)
+            return cli_usage_error(ctx->cmd,
+                                   "--part-size must be a size from 5M to 5G (e.g. 8M, 64MiB), "
+                                   "not '%s'",
+                                   v);
+    }
+    if ((v = a->value[OPT_MEMORY_LIMIT])) {
+        if (cli_parse_size(v, &e->memory_limit_bytes) != 0 ||
+            e->memory_limit_bytes < MIN_MEMORY_LIMIT)
+            return cli_usage_error(ctx->cmd,
+                                   "--memory-limit must be a size of at least 16M (e.g. 256M, "
+                                   "1G), not '%s'",
+                                   v);
+    }
+    if ((v = a->value[OPT_CONCURRENCY])) {
+        char *end = NULL;
+        errno = 0;
+        long n = (*v >= '0' && *v <= '9') ? strtol(v, &end, 10) : -1;
+        if (errno || !end || *end || n < 1 || n > MAX_CONCURRENCY)
+            return cli_usage_error(ctx->cmd, "--concurrency must be a number from 1 to %d, not '%s'",
+                                   MAX_CONCURRENCY, v);
+        e->max_inflight_requests = (uint32_t)n;
+    }
+    if ((v = a->value[OPT_CHECKSUM])) {
+        static const enum s3f_checksum_algorithm algs[] = {
+            S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32, S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_NONE};
+        size_t i = 0;
+        for (; i < sizeof(algs) / sizeof(algs[0]); i++)
+            if (strcasecmp(v, cli_checksum_name(algs[i])) == 0)
+                break;
+        if (i == sizeof(algs) / sizeof(algs[0]))
+            return cli_usage_error(ctx->cmd,
+                                   "--checksum must be crc32c, crc32, crc64nvme or none, not '%s'",
+                                   v);
+        e->checksum = algs[i];
+    }
+    return CLI_EXIT_OK;
+}
+
+void cli_engine_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts) {
+    const struct cli_engine *e = &ctx->engine;
+    opts->part_size_bytes = e->part_size_bytes;
+    opts->memory_limit_bytes = e->memory_limit_bytes;
+    opts->max_inflight_requests = e->max_inflight_requests;
+    opts->checksum = e->checksum;
+    /* every request in flight needs a connection (the library's default is 64) */
+    if (e->max_inflight_requests > 64)
+        opts->max_connections = e->max_inflight_requests;
 }
