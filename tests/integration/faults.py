@@ -61,8 +61,21 @@ class FaultProxy:
         return self._call("GET", "/stats")
 
     def reset(self):
-        """Drop every rule and zero the stats."""
+        """Drop every rule and zero the stats (and come back up if down)."""
         self._call("POST", "/reset", {})
+
+    def down(self, mode="refuse", seconds=None):
+        """Kill the server: reset every connection at once (also mid-request), then refuse
+        new connections ("refuse": the listener is closed) or reset them as they come
+        ("reset"). Back up after `seconds`, or on up()."""
+        doc = {"mode": mode}
+        if seconds is not None:
+            doc["seconds"] = seconds
+        self._call("POST", "/down", doc)
+
+    def up(self):
+        """Listen again on the same port and forward."""
+        self._call("POST", "/up", {})
 
     def stop(self, timeout=10):
         """SIGTERM, wait; returns the exit status (KILL after `timeout` seconds)."""

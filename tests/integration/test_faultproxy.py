@@ -337,6 +337,11 @@ def test_stall_response(proxy):
     r, body = get(proxy, "/obj/5000")
     assert time.monotonic() - t0 >= 0.95
     assert body == pattern(5000)
+    # the log says when the request came and when the stall began (CLOCK_MONOTONIC)
+    e = proxy.stats()["log"][-1]
+    assert e["action"] == "stall" and e["at"] == 100
+    assert t0 <= e["time"] <= e["acted"] <= t0 + 0.5
+    assert proxy.stats()["log"][0]["acted"] is not None  # the first one stalled too
 
 
 def test_stall_request(proxy, upstream):
@@ -490,3 +495,82 @@ def test_sigterm_during_a_stall(upstream):
     assert time.monotonic() - t0 < 5
     p.stop()
     c.close()
+
+
+# ---- the server killed: /down and /up -------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["refuse", "reset"])
+def test_down_kills_connections_and_comes_back(proxy, mode):
+    # a response in progress (throttled) is reset at once, mid-body
+    proxy.set_faults([{"match": {"path": "^/obj/"}, "action": "throttle",
+                       "bytes_per_second": 200000}])
+    c = conn(proxy)
+    c.request("GET", "/obj/1000000")
+    r = c.getresponse()
+    assert r.status == 200
+    got = r.read(1000)
+    t0 = time.monotonic()
+    proxy.down(mode)
+    with pytest.raises((ConnectionError, http.client.IncompleteRead, OSError)):
+        while True:
+            d = r.read(65536)
+            if not d:
+                raise http.client.IncompleteRead(got)
+            got += d
+    assert time.monotonic() - t0 < 3
+    c.close()
+    assert proxy.stats()["down"] == mode
+    # new connections: refused, or accepted and reset
+    if mode == "refuse":
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    else:
+        with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):
+            get(proxy, "/obj/10")
+    st = proxy.stats()
+    assert st["killed"] == 1
+    assert st["refused"] == (0 if mode == "refuse" else 1)
+    proxy.up()
+    proxy.set_faults([])
+    r, body = get(proxy, "/obj/5000")
+    assert r.status == 200 and body == pattern(5000)
+    assert proxy.stats()["down"] is None
+
+
+def test_down_with_seconds_comes_back_by_itself(proxy):
+    proxy.down("refuse", seconds=0.5)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            r, body = get(proxy, "/obj/100")
+            break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert r.status == 200 and body == pattern(100)
+    # reset also brings it up
+    proxy.down("refuse")
+    proxy.reset()
+    r, body = get(proxy, "/obj/10")
+    assert r.status == 200
+
+
+def test_down_mid_request_body(proxy, upstream):
+    proxy.set_faults([{"match": {"method": "PUT"}, "action": "stall", "direction": "request",
+                       "at": 1000, "seconds": 0.5}])
+    c = conn(proxy)
+    c.putrequest("PUT", "/b/killed")
+    c.putheader("Content-Length", "100000")
+    c.endheaders()
+    c.send(pattern(5000))
+    time.sleep(0.2)
+    proxy.down("refuse")
+    with pytest.raises((ConnectionError, http.client.RemoteDisconnected, OSError)):
+        c.send(pattern(95000))
+        c.getresponse().read()
+    c.close()
+    proxy.up()
+    with upstream.lock:
+        assert not any(p == "/b/killed" for p, _ in upstream.puts)

@@ -19,8 +19,19 @@ Control API (JSON over HTTP on the control port):
     GET  /faults   the rules in force, with how often each matched and fired
     GET  /stats    {"requests": {"PUT /b/k": 3, ...}, "requests_total": n,
                     "faults": {"0:respond": 2, ...}, "faults_total": n, "connections": n,
-                    "log": [{"method", "path", "query", "rule", "action", "at"}, ...]}
-    POST /reset    drop every rule and zero the stats
+                    "down": null | "refuse" | "reset", "killed": n (connections reset by
+                    /down), "refused": n (connections reset while down in "reset" mode),
+                    "log": [{"method", "path", "query", "rule", "action", "at", "time",
+                             "acted"}, ...]}   ("time": when the request came, "acted": when
+                    its point fault took effect, both time.monotonic(), CLOCK_MONOTONIC)
+    POST /reset    drop every rule and zero the stats (and come back up if down)
+    POST /down     {"mode": "refuse" | "reset", "seconds": S}: the server is killed. Every
+                   client connection (and its upstream connection) is reset at once, even
+                   mid-request; then "refuse" (the default) closes the listener, so that new
+                   connections are refused (ECONNREFUSED), and "reset" accepts them and
+                   resets them at once (counted in "refused"). With "seconds", the proxy
+                   comes back up by itself after S seconds; else on POST /up
+    POST /up       listen (on the same port) and forward again
 
 RULE = {"match": MATCH, "action": NAME, ...parameters}. MATCH (every field optional):
     "method": "PUT"            exact, case-insensitive
@@ -256,6 +267,19 @@ def rst(sock):
         pass
 
 
+def kill(sock):
+    """Reset a socket another thread may be blocked on: RST on its close, and wake the
+    blocked recv now."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 def fin(sock):
     try:
         sock.shutdown(socket.SHUT_WR)
@@ -386,6 +410,8 @@ class Stats:
         self.faults = {}
         self.faults_total = 0
         self.connections = 0
+        self.killed = 0
+        self.refused = 0
         self.log = []
 
 
@@ -397,7 +423,10 @@ class Proxy:
         self.rules = []
         self.stats = Stats()
         self.stopping = threading.Event()
-        self.clients = set()
+        self.clients = {}  # client socket -> its Link (upstream connection)
+        self.down = None   # None (up), "refuse" or "reset"
+        self.up_timer = None
+        self.listen_host = listen[0]
         self.lsock = socket.create_server(listen, reuse_port=False)
         self.lsock.settimeout(0.2)
         self.port = self.lsock.getsockname()[1]
@@ -415,16 +444,60 @@ class Proxy:
             return len(self.rules)
 
     def reset(self):
+        self.go_up()
         with self.lock:
             self.rules = []
             self.stats = Stats()
+
+    def go_down(self, mode="refuse", seconds=None):
+        """The server is killed: reset every connection; refuse (or reset) new ones."""
+        if mode not in ("refuse", "reset"):
+            raise ValueError(f"unknown down mode {mode!r}")
+        with self.lock:
+            if self.up_timer is not None:
+                self.up_timer.cancel()
+                self.up_timer = None
+            self.down = mode
+            lsock = None
+            if mode == "refuse" and self.lsock is not None:
+                lsock, self.lsock = self.lsock, None
+            victims = list(self.clients.items())
+            self.stats.killed += len(victims)
+            if seconds is not None:
+                self.up_timer = threading.Timer(float(seconds), self.go_up)
+                self.up_timer.daemon = True
+                self.up_timer.start()
+        if lsock is not None:
+            try:
+                lsock.shutdown(socket.SHUT_RDWR)  # stops listening now, wakes accept()
+            except OSError:
+                pass
+            lsock.close()
+        for sock, link in victims:
+            kill(sock)
+            if link.sock is not None:
+                kill(link.sock)
+
+    def go_up(self):
+        with self.lock:
+            if self.up_timer is not None:
+                self.up_timer.cancel()
+                self.up_timer = None
+            if self.down is None:
+                return
+            if self.lsock is None:
+                ls = socket.create_server((self.listen_host, self.port), reuse_port=False)
+                ls.settimeout(0.2)
+                self.lsock = ls
+            self.down = None
 
     def snapshot(self):
         with self.lock:
             s = self.stats
             return {"requests": dict(s.requests), "requests_total": s.requests_total,
                     "faults": dict(s.faults), "faults_total": s.faults_total,
-                    "connections": s.connections, "log": list(s.log)}
+                    "connections": s.connections, "down": self.down, "killed": s.killed,
+                    "refused": s.refused, "log": list(s.log)}
 
     def describe_rules(self):
         with self.lock:
@@ -445,7 +518,8 @@ class Proxy:
                     self.stats.faults_total += 1
             entry = {"method": method, "path": path, "query": query,
                      "rule": fault.rule.index if fault else None,
-                     "action": fault.action if fault else None, "at": None}
+                     "action": fault.action if fault else None, "at": None,
+                     "time": time.monotonic(), "acted": None}
             self.stats.log.append(entry)
             if len(self.stats.log) > LOG_MAX:
                 del self.stats.log[: len(self.stats.log) - LOG_MAX]
@@ -455,30 +529,52 @@ class Proxy:
         with self.lock:
             entry["at"] = at
 
+    def note_acted(self, entry):
+        """When a point fault (reset, stall, truncation) took effect, on CLOCK_MONOTONIC."""
+        with self.lock:
+            entry["acted"] = time.monotonic()
+
     # -- serving
     def serve(self):
         while not self.stopping.is_set():
+            lsock = self.lsock
+            if lsock is None:  # down, refusing connections
+                self.stopping.wait(0.05)
+                continue
             try:
-                sock, _ = self.lsock.accept()
+                sock, _ = lsock.accept()
             except socket.timeout:
                 continue
             except OSError:
                 if self.stopping.is_set():
                     break
+                if self.lsock is not lsock:
+                    continue  # taken down
                 raise
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            link = Link()
             with self.lock:
-                self.clients.add(sock)
+                if self.down is not None:
+                    self.stats.refused += 1
+                    rst(sock)
+                    continue
+                self.clients[sock] = link
                 self.stats.connections += 1
-            threading.Thread(target=self.handle_client, args=(sock,), daemon=True).start()
+            threading.Thread(target=self.handle_client, args=(sock, link),
+                             daemon=True).start()
 
     def stop(self):
         self.stopping.set()
-        try:
-            self.lsock.close()
-        except OSError:
-            pass
+        with self.lock:
+            if self.up_timer is not None:
+                self.up_timer.cancel()
+            lsock = self.lsock
+        if lsock is not None:
+            try:
+                lsock.close()
+            except OSError:
+                pass
         with self.lock:
             clients = list(self.clients)
         for s in clients:
@@ -492,8 +588,7 @@ class Proxy:
         if self.stopping.wait(seconds):
             raise Abort("stopping")
 
-    def handle_client(self, sock):
-        link = Link()
+    def handle_client(self, sock, link):
         try:
             client = Conn(sock)
             sock.settimeout(CLIENT_IDLE_S)
@@ -509,7 +604,7 @@ class Proxy:
         finally:
             link.drop()
             with self.lock:
-                self.clients.discard(sock)
+                self.clients.pop(sock, None)
             try:
                 sock.close()
             except OSError:
@@ -603,6 +698,7 @@ class Proxy:
                     cut = req_at - offset
                     if cut:
                         up.sock.sendall(data[:cut])
+                    self.note_acted(entry)
                     if action == "reset_request_body_at":
                         up.drop()
                         rst(sock)
@@ -619,6 +715,7 @@ class Proxy:
                 if kind == "d":
                     offset += len(data)
         if req_at is not None and action == "reset_request_body_at":
+            self.note_acted(entry)
             up.drop()
             rst(sock)
             raise Abort("reset after the (empty) request body")
@@ -698,6 +795,7 @@ class Proxy:
                     continue
                 if at is not None and offset <= at < offset + len(data):
                     cut = at - offset
+                    self.note_acted(entry)
                     if action == "corrupt_response_byte":
                         b = bytearray(data)
                         b[cut] ^= int(fault.spec.get("xor", 1)) & 0xFF or 1
@@ -725,10 +823,12 @@ class Proxy:
             rst(sock)
             raise Abort("upstream broke mid response") from None
         if at is not None and action in ("reset_response_body_at", "truncate_response"):
+            self.note_acted(entry)
             up.drop()
             (rst if action == "reset_response_body_at" else fin)(sock)
             raise Abort("fault after the (empty) response body")
         if at is not None and action == "stall":
+            self.note_acted(entry)
             self.wait(fault.seconds())
         if not up_keep:
             up.drop()
@@ -765,6 +865,21 @@ def control_server(proxy, host):
             raw = self.rfile.read(n) if n else b""
             if self.path == "/reset":
                 proxy.reset()
+                self.reply(200, {"ok": True})
+            elif self.path == "/down":
+                try:
+                    doc = json.loads(raw or b"{}")
+                    proxy.go_down(doc.get("mode", "refuse"), doc.get("seconds"))
+                except (ValueError, TypeError, AttributeError) as e:
+                    self.reply(400, {"error": str(e)})
+                    return
+                self.reply(200, {"ok": True})
+            elif self.path == "/up":
+                try:
+                    proxy.go_up()
+                except OSError as e:
+                    self.reply(500, {"error": str(e)})
+                    return
                 self.reply(200, {"ok": True})
             elif self.path == "/faults":
                 try:
