@@ -23,7 +23,7 @@ static const struct cli_opt_spec cp_opts[] = {
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
      "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
     {"concurrency", 0, 1, OPT_CONCURRENCY, "N",
-     "requests in flight, 1..256 (default 25); with --recursive also the objects in flight"},
+     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},
     {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",
      "buffer pool of stdin uploads, at least 16M (default 512M)"},
     {"checksum", 0, 1, OPT_CHECKSUM, "ALG",
