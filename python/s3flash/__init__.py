@@ -1,0 +1,60 @@
+"""s3flash: PyTorch checkpoints to and from S3-compatible storage at network speed.
+
+The public names and signatures follow s3torchconnector (Amazon's S3 Connector for
+PyTorch), so switching is a change of import:
+
+    from s3flash import S3Checkpoint, S3ClientConfig, S3ReaderConstructor
+
+    ckpt = S3Checkpoint(region="us-east-1", endpoint="http://127.0.0.1:9000")
+    with ckpt.writer("s3://bucket/model.pt") as w:
+        torch.save(model.state_dict(), w)
+    with ckpt.reader("s3://bucket/model.pt") as r:
+        state = torch.load(r)
+
+    s3flash.save(obj, "s3://bucket/model.pt")    # one-line forms
+    obj = s3flash.load("s3://bucket/model.pt")
+"""
+
+from ._s3flash import (
+    LIBRARY_VERSION,
+    S3ConnectionError,
+    S3Exception,
+    S3MemoryError,
+    S3NotFoundError,
+    S3PermissionError,
+    S3TimeoutError,
+    S3ValueError,
+)
+from ._config import S3ClientConfig
+from ._client import ObjectInfo, S3Client
+from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._writer import S3Writer
+from ._checkpoint import S3Checkpoint, load, parse_s3_uri, save
+from ._uploads import UploadInfo, cleanup_uploads, list_uploads
+
+__version__ = LIBRARY_VERSION
+
+__all__ = [
+    "S3Checkpoint",
+    "S3Client",
+    "S3ClientConfig",
+    "S3ConnectionError",
+    "S3Exception",
+    "S3MemoryError",
+    "S3NotFoundError",
+    "S3PermissionError",
+    "S3Reader",
+    "S3ReaderConstructor",
+    "S3ReaderConstructorProtocol",
+    "S3TimeoutError",
+    "S3ValueError",
+    "S3Writer",
+    "ObjectInfo",
+    "UploadInfo",
+    "cleanup_uploads",
+    "list_uploads",
+    "load",
+    "parse_s3_uri",
+    "save",
+    "__version__",
+]

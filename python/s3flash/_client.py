@@ -1,0 +1,138 @@
+"""S3Client: one native client (connections, I/O threads, buffer pool) and its operations."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tuple
+
+from . import _s3flash
+from ._config import S3ClientConfig
+
+if TYPE_CHECKING:
+    from ._reader import S3Reader
+    from ._writer import S3Writer
+
+
+class ObjectInfo(NamedTuple):
+    """One entry of a listing."""
+
+    key: str
+    size: int
+    last_modified: int
+    etag: str
+    storage_class: str
+
+
+def _native_client(region: Optional[str], endpoint: Optional[str],
+                   config: S3ClientConfig) -> _s3flash.Client:
+    return _s3flash.Client(
+        region=region or None,
+        endpoint=endpoint or None,
+        profile=config.profile,
+        force_path_style=config.force_path_style,
+        unsigned=config.unsigned,
+        access_key_id=config.access_key_id,
+        secret_access_key=config.secret_access_key,
+        session_token=config.session_token,
+        max_attempts=config.max_attempts,
+        throughput_target_gbps=config.throughput_target_gbps,
+        part_size=config.part_size,
+        memory_limit=config.memory_limit,
+        max_inflight_requests=config.max_inflight_requests,
+        io_threads=config.io_threads,
+        checksum=config.checksum,
+        ca_bundle=config.ca_bundle,
+    )
+
+
+class S3Client:
+    """An S3 client over libs3flash. Thread-safe; after fork() the child process builds its
+    own native client on first use (the parent's I/O threads are never touched).
+
+    Args:
+        region: region for signing (None: AWS_REGION, AWS_DEFAULT_REGION, the profile's,
+            else us-east-1).
+        endpoint: custom endpoint URL, e.g. "http://127.0.0.1:9000" (None or "": the
+            AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL variables, the profile's, else AWS).
+        s3client_config: an S3ClientConfig.
+    """
+
+    def __init__(self, region: Optional[str] = None, endpoint: Optional[str] = None,
+                 s3client_config: Optional[S3ClientConfig] = None):
+        self._region = region
+        self._endpoint = endpoint
+        self._config = s3client_config or S3ClientConfig()
+        self._native = _native_client(region, endpoint, self._config)
+
+    @property
+    def region(self) -> Optional[str]:
+        return self._region
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        return self._endpoint
+
+    @property
+    def s3client_config(self) -> S3ClientConfig:
+        return self._config
+
+    @property
+    def native(self) -> _s3flash.Client:
+        return self._native
+
+    # -- objects -----------------------------------------------------------------------
+    def put_object(self, bucket: str, key: str, **kwargs: Any) -> "S3Writer":
+        """A writer that streams into s3://bucket/key (nothing exists until close)."""
+        from ._writer import S3Writer
+        return S3Writer(self._native.open_writer(bucket, key, **kwargs), bucket, key)
+
+    def get_object(self, bucket: str, key: str,
+                   reader_constructor: Optional[Any] = None) -> "S3Reader":
+        """A reader of s3://bucket/key (opened lazily, on first use)."""
+        from ._reader import S3ReaderConstructor
+        constructor = reader_constructor or S3ReaderConstructor.default()
+        return constructor(self, bucket, key)
+
+    def head_object(self, bucket: str, key: str) -> Dict[str, Any]:
+        return self._native.head_object(bucket, key)
+
+    def delete_object(self, bucket: str, key: str) -> None:
+        self._native.delete_object(bucket, key)
+
+    def upload(self, bucket: str, key: str, data: Any) -> Dict[str, Any]:
+        """Upload a buffer-protocol object in place (no copy), parts in parallel."""
+        return self._native.upload(bucket, key, data)
+
+    def list_objects(self, bucket: str, prefix: str = "", delimiter: Optional[str] = None,
+                     max_keys: int = 0) -> Iterator[ObjectInfo]:
+        """Every object under `prefix`, page after page (yields while listing)."""
+        token: Optional[str] = None
+        while True:
+            objects, _, token = self._native.list_objects(
+                bucket, prefix=prefix or None, delimiter=delimiter,
+                continuation_token=token, max_keys=max_keys)
+            for o in objects:
+                yield ObjectInfo(*o)
+            if not token:
+                return
+
+    def stats(self, reset_high_water: bool = False) -> Dict[str, int]:
+        """Engine counters: pool use and high water, requests started and in flight."""
+        return self._native.stats(reset_high_water=reset_high_water)
+
+
+_default_lock = threading.Lock()
+_default_clients: Dict[Tuple[Any, ...], S3Client] = {}
+
+
+def _shared_client(region: Optional[str], endpoint: Optional[str],
+                   config: Optional[S3ClientConfig]) -> S3Client:
+    """One S3Client per (region, endpoint, config), shared by the one-line helpers."""
+    key = (region or None, endpoint or None, config or S3ClientConfig())
+    with _default_lock:
+        c = _default_clients.get(key)
+        if c is None:
+            c = S3Client(region, endpoint, config)
+            _default_clients[key] = c
+        return c
+

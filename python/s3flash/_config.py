@@ -1,0 +1,61 @@
+"""S3ClientConfig: the client's settings, with s3torchconnector's names and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class S3ClientConfig:
+    """Configurable parameters of the S3 client (same fields as s3torchconnector's).
+
+    Args:
+        throughput_target_gbps: throughput, in Gbit/s, the engine sizes its concurrency for
+            (requests in flight = ceil(gbps / 0.4), at least 4). 10.0 by default.
+        part_size: part size of multipart uploads and ranged GETs, 5 MiB..5 GiB; grown per
+            object when it would need more than 10,000 parts. 8 MiB by default.
+        unsigned: send unsigned requests (public buckets); no credentials are looked up.
+        force_path_style: always address buckets path-style (http://host/bucket/key).
+        max_attempts: attempts per request, the first included (AWS standard retry mode).
+        profile: profile of the shared AWS config/credentials files.
+
+    s3flash extensions (keyword-only in spirit; all optional):
+        memory_limit: bound, in bytes, of the buffer pool shared by all writers and readers
+            of the client (0: 512 MiB).
+        max_inflight_requests: data requests in flight across the client (0: from the
+            throughput target).
+        io_threads: threads that drive the HTTP connections (0: 2).
+        checksum: 'crc32c' (default), 'crc32', 'crc64nvme' or 'none'.
+        access_key_id, secret_access_key, session_token: static credentials instead of the
+            default AWS chain. Never shown in repr() or errors.
+        ca_bundle: CA bundle file for TLS (default: AWS_CA_BUNDLE, else the system's).
+    """
+
+    throughput_target_gbps: float = 10.0
+    part_size: int = 8 * MiB
+    unsigned: bool = False
+    force_path_style: bool = False
+    max_attempts: int = 10
+    profile: Optional[str] = None
+    # s3flash extensions
+    memory_limit: int = 0
+    max_inflight_requests: int = 0
+    io_threads: int = 0
+    checksum: Optional[str] = None
+    access_key_id: Optional[str] = field(default=None, repr=False)
+    secret_access_key: Optional[str] = field(default=None, repr=False)
+    session_token: Optional[str] = field(default=None, repr=False)
+    ca_bundle: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not (5 * MiB <= self.part_size <= 5 * 1024 * MiB):
+            raise ValueError(
+                f"part_size must be between 5 MiB and 5 GiB, got {self.part_size}")
+        if self.throughput_target_gbps <= 0:
+            raise ValueError(
+                f"throughput_target_gbps must be > 0, got {self.throughput_target_gbps}")
+        if not (1 <= self.max_attempts <= 100):
+            raise ValueError(f"max_attempts must be between 1 and 100, got {self.max_attempts}")

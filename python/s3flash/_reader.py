@@ -1,0 +1,239 @@
+"""S3Reader and S3ReaderConstructor: read-only, seekable streams over one S3 object."""
+
+from __future__ import annotations
+
+import io
+import os
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+
+from . import _s3flash
+
+if TYPE_CHECKING:
+    from ._client import S3Client
+
+MiB = 1024 * 1024
+
+# What each constructor asks of the native reader (src/xfer/reader.c): the cap of the
+# read-ahead window (0: the engine's default, min(64 MiB, memory limit / 4)) and the tail
+# cache (0: 1 MiB, where torch.load finds the zip's central directory).
+_SEQUENTIAL_READAHEAD = 0
+_RANGE_DEFAULT_BUFFER = 8 * MiB
+_RANGE_MIN_BUFFER = 64 * 1024  # buffer_size=0: no real read-ahead, just what is asked
+
+
+class S3Reader(io.BufferedIOBase):
+    """A read-only, seekable, file-like view of one S3 object.
+
+    Opened lazily: the first call that needs the object sends one HEAD (size and ETag);
+    every later request carries If-Match on that ETag, so bytes of two versions never mix.
+    Reads are served by the engine's reader: a read-ahead window that grows while reads are
+    sequential, a cached tail (zip central directories: torch.load reads there first), and
+    large reads straight into the caller's buffer (``readinto``: no intermediate copy).
+    The GIL is released while waiting.
+
+    After fork(), a reader opened in the parent reopens itself in the child (same position)
+    on its next call.
+    """
+
+    def __init__(self, client: "S3Client", bucket: str, key: str, *,
+                 reader_type: str = "sequential", readahead_max: int = 0,
+                 tail_bytes: int = 0):
+        self._client = client
+        self._bucket = bucket
+        self._key = key
+        self._reader_type = reader_type
+        self._readahead_max = readahead_max
+        self._tail_bytes = tail_bytes
+        self._native: Optional[_s3flash.Reader] = None
+        self._pid = 0
+        self._pos = 0
+        self._closed = False
+
+    # -- identity ----------------------------------------------------------------------
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def reader_type(self) -> str:
+        return self._reader_type
+
+    # -- the native reader -------------------------------------------------------------
+    def _reader(self) -> _s3flash.Reader:
+        if self._closed:
+            raise ValueError("I/O operation on closed S3Reader")
+        r = self._native
+        if r is not None and self._pid == os.getpid():
+            return r
+        if r is not None:  # opened before fork(): the parent's; reopen here at _pos
+            self._native = None
+        r = self._client.native.open_reader(self._bucket, self._key,
+                                            readahead_max=self._readahead_max,
+                                            tail_bytes=self._tail_bytes)
+        r.seek(self._pos)
+        self._native = r
+        self._pid = os.getpid()
+        return r
+
+    def _sync_pos(self) -> None:
+        r = self._native
+        if r is not None and self._pid == os.getpid():
+            self._pos = r.tell()
+
+    @property
+    def size(self) -> int:
+        """Size of the object in bytes (opens the reader)."""
+        return self._reader().size
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """Metadata from the HEAD at open: size, etag, content_type, checksums..."""
+        return self._reader().info
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes this reader returned to its caller so far."""
+        r = self._native
+        return r.bytes_read if r is not None else 0
+
+    # -- io.BufferedIOBase -------------------------------------------------------------
+    def read(self, size: Optional[int] = -1) -> bytes:
+        """Up to `size` bytes from the position (everything left when size is None or < 0)."""
+        r = self._reader()
+        b = r.read(-1 if size is None else size)
+        self._pos = r.tell()
+        return b
+
+    def read1(self, size: Optional[int] = -1) -> bytes:
+        return self.read(size)
+
+    def readinto(self, buf: Any) -> int:
+        """Fill `buf` (any writable buffer) from the position; returns the bytes read."""
+        r = self._reader()
+        n = r.readinto(buf)
+        self._pos = r.tell()
+        return n
+
+    def readinto1(self, buf: Any) -> int:
+        return self.readinto(buf)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move the position (sends nothing). SEEK_END opens the reader for the size."""
+        if self._closed:
+            raise ValueError("I/O operation on closed S3Reader")
+        if whence == io.SEEK_END or (self._native is not None and self._pid == os.getpid()):
+            self._pos = self._reader().seek(offset, whence)
+            return self._pos
+        if whence == io.SEEK_SET:
+            new = offset
+        elif whence == io.SEEK_CUR:
+            new = self._pos + offset
+        else:
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        if new < 0:
+            raise ValueError(f"negative seek position {new}")
+        self._pos = new
+        return new
+
+    def tell(self) -> int:
+        if self._closed:
+            raise ValueError("I/O operation on closed S3Reader")
+        return self._pos
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        r, self._native = self._native, None
+        if r is not None and self._pid == os.getpid():
+            r.close()
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return self._closed
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"<S3Reader s3://{self._bucket}/{self._key} {self._reader_type}>"
+
+
+S3ReaderConstructorProtocol = Callable[..., S3Reader]
+
+
+class DCPOptimizedConstructor:
+    """The dcp_optimized() constructor. Distributed-checkpoint loads read known byte ranges
+    of each shard; until the DCP layer hands those ranges over (set_file_ranges), readers are
+    range-based with a window of up to `max_gap_size` capped by the engine."""
+
+    def __init__(self, max_gap_size: int) -> None:
+        self._max_gap_size = max_gap_size
+        self._file_ranges: Dict[str, Any] = {}
+
+    def set_file_ranges(self, file_ranges: Dict[str, Any]) -> None:
+        self._file_ranges = file_ranges
+
+    def __call__(self, client: "S3Client", bucket: str, key: str) -> S3Reader:
+        return S3Reader(client, bucket, key, reader_type="dcp_optimized",
+                        readahead_max=_RANGE_DEFAULT_BUFFER)
+
+
+class S3ReaderConstructor:
+    """Factories of reader constructors (s3torchconnector's names).
+
+    Every reader is the engine's random-access reader; the constructors choose its
+    read-ahead:
+
+    - ``sequential()``: read-ahead window growing up to the engine's cap (64 MiB by
+      default). Best for whole-object reads such as torch.load. Unlike s3torchconnector,
+      the object is never buffered whole in memory.
+    - ``range_based(buffer_size=None)``: read-ahead capped at ``buffer_size`` (default
+      8 MiB; 0: no read-ahead beyond 64 KiB). For sparse reads of large objects.
+    - ``dcp_optimized(max_gap_size=200 MiB)``: for PyTorch Distributed Checkpoint loads.
+    """
+
+    @staticmethod
+    def sequential() -> S3ReaderConstructorProtocol:
+        return partial(S3Reader, reader_type="sequential",
+                       readahead_max=_SEQUENTIAL_READAHEAD)
+
+    @staticmethod
+    def range_based(buffer_size: Optional[int] = None) -> S3ReaderConstructorProtocol:
+        if buffer_size is None:
+            buffer_size = _RANGE_DEFAULT_BUFFER
+        if buffer_size < 0:
+            raise ValueError(f"buffer_size must be >= 0, got {buffer_size}")
+        return partial(S3Reader, reader_type="range_based",
+                       readahead_max=max(buffer_size, _RANGE_MIN_BUFFER))
+
+    @staticmethod
+    def dcp_optimized(max_gap_size: int = 200 * MiB) -> S3ReaderConstructorProtocol:
+        if max_gap_size < 0:
+            raise ValueError(f"max_gap_size must be >= 0, got {max_gap_size}")
+        return DCPOptimizedConstructor(max_gap_size)
+
+    @staticmethod
+    def default() -> S3ReaderConstructorProtocol:
+        return S3ReaderConstructor.sequential()
+
+    @staticmethod
+    def get_reader_type_string(constructor: Optional[S3ReaderConstructorProtocol]) -> str:
+        if constructor is None:
+            return "sequential"
+        if isinstance(constructor, DCPOptimizedConstructor):
+            return "dcp_optimized"
+        if isinstance(constructor, partial) and constructor.func is S3Reader:
+            return constructor.keywords.get("reader_type", "unknown")
+        return "unknown"

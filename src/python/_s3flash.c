@@ -1,0 +1,1299 @@
+/*
+ * s3flash._s3flash — the CPython extension over the public C API (include/s3flash/s3flash.h).
+ *
+ * Types:
+ *   Client  owns a `struct s3f_client`, built on first use from the options given to the
+ *           constructor. It remembers the process id it was built in: after fork() (DataLoader
+ *           workers) the child builds a fresh client on its next call and never touches the
+ *           parent's I/O threads (the inherited client is left allocated, never freed: freeing
+ *           it would join threads that do not exist in the child).
+ *   Writer  a streaming upload (s3f_writer). write() takes any buffer-protocol object; its
+ *           bytes are copied once, into the engine's part buffers, with the GIL released.
+ *           An unclosed writer that is garbage-collected is aborted: no object appears.
+ *   Reader  a random-access reader (s3f_reader): read, readinto (straight into the caller's
+ *           buffer), pread/preadinto, seek, tell, size. The GIL is released for every wait.
+ *
+ * Every call that may wait or copy a large buffer releases the GIL. Writers and readers may
+ * be shared between threads: each has a lock, taken with the GIL released, so calls on one
+ * object are serialized as the C API requires.
+ *
+ * Errors raise S3Exception or one of its subclasses, which also derive from the builtin
+ * exception that fits (FileNotFoundError, PermissionError, ValueError, TimeoutError,
+ * ConnectionError, MemoryError). The message is s3f_error_format's line: operation, resource,
+ * S3 error code, HTTP status, message, request id. Never a secret: the library keeps them out
+ * of errors, and the secret key given to Client is stored only in C memory, wiped on free.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <s3flash/s3flash.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- exceptions --------------------------------------------------------------------- */
+
+static PyObject *S3Exception;         /* base of all */
+static PyObject *S3NotFoundError;     /* + FileNotFoundError */
+static PyObject *S3PermissionError;   /* + PermissionError */
+static PyObject *S3ValueError;        /* + ValueError: bad URI or argument */
+static PyObject *S3TimeoutError;      /* + TimeoutError */
+static PyObject *S3ConnectionError;   /* + ConnectionError */
+static PyObject *S3MemoryError;       /* + MemoryError */
+
+static PyObject *exception_type(enum s3f_status st) {
+    switch (st) {
+    case S3F_ERR_NOT_FOUND:
+    case S3F_ERR_NO_SUCH_BUCKET:
+        return S3NotFoundError;
+    case S3F_ERR_ACCESS_DENIED:
+    case S3F_ERR_EXPIRED_CREDENTIALS:
+    case S3F_ERR_NO_CREDENTIALS:
+        return S3PermissionError;
+    case S3F_ERR_INVALID_ARGUMENT:
+    case S3F_ERR_INVALID_URI:
+    case S3F_ERR_INVALID_RANGE:
+        return S3ValueError;
+    case S3F_ERR_TIMEOUT:
+        return S3TimeoutError;
+    case S3F_ERR_CONNECT:
+    case S3F_ERR_NETWORK:
+    case S3F_ERR_TLS:
+        return S3ConnectionError;
+    case S3F_ERR_NO_MEMORY:
+        return S3MemoryError;
+    default:
+        return S3Exception;
+    }
+}
+
+static int set_str_attr(PyObject *obj, const char *name, const char *value) {
+    PyObject *v = PyUnicode_DecodeUTF8(value, (Py_ssize_t)strlen(value), "replace");
+    if (!v)
+        return -1;
+    int rc = PyObject_SetAttrString(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int set_int_attr(PyObject *obj, const char *name, long value) {
+    PyObject *v = PyLong_FromLong(value);
+    if (!v)
+        return -1;
+    int rc = PyObject_SetAttrString(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* Raise the exception for `st` described by `err` (which may be empty). Returns NULL. */
+static PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err) {
+    struct s3f_error e = *err;
+    if (e.status == S3F_OK)
+        e.status = st;
+    char line[2048];
+    if (e.operation[0] || e.message[0] || e.code[0])
+        s3f_error_format(&e, line, sizeof(line));
+    else
+        snprintf(line, sizeof(line), "%s", s3f_strerror(st));
+    PyObject *type = exception_type(st);
+    PyObject *msg = PyUnicode_DecodeUTF8(line, (Py_ssize_t)strlen(line), "replace");
+    if (!msg)
+        return NULL;
+    PyObject *exc = PyObject_CallOneArg(type, msg);
+    Py_DECREF(msg);
+    if (!exc)
+        return NULL;
+    if (set_str_attr(exc, "status", s3f_status_name(st)) < 0 ||
+        set_str_attr(exc, "code", e.code) < 0 ||
+        set_int_attr(exc, "http_status", e.http_status) < 0 ||
+        set_str_attr(exc, "request_id", e.request_id) < 0 ||
+        set_str_attr(exc, "operation", e.operation) < 0 ||
+        set_str_attr(exc, "resource", e.resource) < 0 ||
+        set_int_attr(exc, "attempts", e.attempts) < 0) {
+        Py_DECREF(exc);
+        return NULL;
+    }
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static char *dup_or_null(const char *s) {
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        PyErr_NoMemory();
+    return d;
+}
+
+static void free_secret(char *s) {
+    if (s) {
+        volatile char *p = s;
+        while (*p)
+            *p++ = 0;
+        free(s);
+    }
+}
+
+/* Take `lk`; waits with the GIL released. */
+static void lock_take(PyThread_type_lock lk) {
+    if (!PyThread_acquire_lock(lk, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(lk, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static PyObject *info_to_dict(const struct s3f_object_info *info) {
+    return Py_BuildValue("{s:K,s:L,s:s,s:s,s:s,s:s,s:s,s:s,s:s}",
+                         "size", (unsigned long long)info->size,
+                         "last_modified", (long long)info->last_modified,
+                         "etag", info->etag,
+                         "content_type", info->content_type,
+                         "version_id", info->version_id,
+                         "storage_class", info->storage_class,
+                         "checksum_crc32c", info->checksum_crc32c,
+                         "checksum_crc32", info->checksum_crc32,
+                         "checksum_crc64nvme", info->checksum_crc64nvme);
+}
+
+static int parse_checksum(const char *name, enum s3f_checksum_algorithm *out) {
+    if (!name || !*name || !strcmp(name, "default"))
+        *out = S3F_CHECKSUM_DEFAULT;
+    else if (!strcasecmp(name, "none"))
+        *out = S3F_CHECKSUM_NONE;
+    else if (!strcasecmp(name, "crc32c"))
+        *out = S3F_CHECKSUM_CRC32C;
+    else if (!strcasecmp(name, "crc32"))
+        *out = S3F_CHECKSUM_CRC32;
+    else if (!strcasecmp(name, "crc64nvme"))
+        *out = S3F_CHECKSUM_CRC64NVME;
+    else {
+        PyErr_Format(PyExc_ValueError,
+                     "checksum must be one of 'crc32c', 'crc32', 'crc64nvme', 'none', got '%s'",
+                     name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Client ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    struct s3f_client *client; /* NULL until first use, and in a child after fork */
+    pid_t pid;                 /* process that built `client` */
+    unsigned long forks_seen;  /* how many times a fork was detected (tests) */
+    char *region, *endpoint, *profile, *akid, *secret, *token, *ca_bundle;
+    int initialized, force_path_style, anonymous, max_attempts, tls_insecure;
+    enum s3f_checksum_algorithm checksum;
+    double gbps;
+    unsigned long long part_size, memory_limit;
+    unsigned int max_inflight, io_threads, max_connections;
+} ClientObject;
+
+static PyTypeObject ClientType;
+
+/* The C client for this process, built if needed. GIL held throughout, so two threads never
+ * build one each. */
+static struct s3f_client *client_get(ClientObject *self) {
+    pid_t pid = getpid();
+    if (self->client && self->pid != pid) {
+        /* Inherited through fork: its I/O threads live only in the parent. Leave it alone. */
+        self->client = NULL;
+        self->forks_seen++;
+    }
+    if (self->client)
+        return self->client;
+    struct s3f_client_options o;
+    memset(&o, 0, sizeof(o));
+    o.region = self->region;
+    o.endpoint_url = self->endpoint;
+    o.profile = self->profile;
+    o.force_path_style = self->force_path_style;
+    o.anonymous = self->anonymous;
+    o.access_key_id = self->akid;
+    o.secret_access_key = self->secret;
+    o.session_token = self->token;
+    o.ca_bundle = self->ca_bundle;
+    o.tls_insecure = self->tls_insecure;
+    o.max_attempts = self->max_attempts;
+    o.throughput_target_gbps = self->gbps;
+    o.part_size_bytes = self->part_size;
+    o.memory_limit_bytes = self->memory_limit;
+    o.max_inflight_requests = self->max_inflight;
+    o.io_threads = self->io_threads;
+    o.max_connections = self->max_connections;
+    o.checksum = self->checksum;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    struct s3f_client *c = NULL;
+    enum s3f_status st = s3f_client_new(&o, &c, &err);
+    if (st) {
+        raise_s3(st, &err);
+        return NULL;
+    }
+    self->client = c;
+    self->pid = pid;
+    return c;
+}
+
+static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"region", "endpoint", "profile", "force_path_style", "unsigned",
+                             "access_key_id", "secret_access_key", "session_token",
+                             "max_attempts", "throughput_target_gbps", "part_size",
+                             "memory_limit", "max_inflight_requests", "io_threads",
+                             "max_connections", "checksum", "ca_bundle", "tls_insecure", NULL};
+    const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
+               *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL;
+    int fps = 0, anon = 0, attempts = 0, insecure = 0;
+    double gbps = 0;
+    unsigned long long part = 0, mem = 0;
+    unsigned int inflight = 0, io = 0, conns = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzp", kwlist, &region,
+                                     &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
+                                     &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
+                                     &checksum, &ca_bundle, &insecure))
+        return -1;
+    if (self->initialized) {
+        PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
+        return -1;
+    }
+    if (attempts < 0 || gbps < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_attempts and throughput_target_gbps must be >= 0");
+        return -1;
+    }
+    if (parse_checksum(checksum, &self->checksum) < 0)
+        return -1;
+    if (endpoint && !*endpoint)
+        endpoint = NULL; /* s3torchconnector passes "" for "the default" */
+    if (region && !*region)
+        region = NULL;
+    if ((region && !(self->region = dup_or_null(region))) ||
+        (endpoint && !(self->endpoint = dup_or_null(endpoint))) ||
+        (profile && !(self->profile = dup_or_null(profile))) ||
+        (akid && !(self->akid = dup_or_null(akid))) ||
+        (secret && !(self->secret = dup_or_null(secret))) ||
+        (token && !(self->token = dup_or_null(token))) ||
+        (ca_bundle && !(self->ca_bundle = dup_or_null(ca_bundle))))
+        return -1;
+    self->initialized = 1;
+    self->force_path_style = fps;
+    self->anonymous = anon;
+    self->max_attempts = attempts;
+    self->tls_insecure = insecure;
+    self->gbps = gbps;
+    self->part_size = part;
+    self->memory_limit = mem;
+    self->max_inflight = inflight;
+    self->io_threads = io;
+    self->max_connections = conns;
+    return 0;
+}
+
+static void Client_dealloc(ClientObject *self) {
+    if (self->client && self->pid == getpid()) {
+        struct s3f_client *c = self->client;
+        Py_BEGIN_ALLOW_THREADS
+        s3f_client_free(c);
+        Py_END_ALLOW_THREADS
+    }
+    self->client = NULL;
+    free(self->region);
+    free(self->endpoint);
+    free(self->profile);
+    free(self->akid);
+    free_secret(self->secret);
+    free_secret(self->token);
+    free(self->ca_bundle);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define CLIENT_OR_NULL(self, c)                                                               \
+    struct s3f_client *c = client_get(self);                                                 \
+    if (!c)                                                                                   \
+        return NULL
+
+/* ---- Writer ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    ClientObject *owner;
+    struct s3f_writer *w; /* NULL once closed or aborted */
+    PyThread_type_lock lock;
+    pid_t pid;
+    unsigned long long pos;
+    int failed; /* a write failed: the upload is doomed */
+} WriterObject;
+
+static PyTypeObject WriterType;
+
+static int writer_check(WriterObject *self) {
+    if (self->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this S3 writer was opened in another process (before fork()); "
+                        "open a new one in this process");
+        return -1;
+    }
+    if (!self->w) {
+        PyErr_SetString(PyExc_ValueError, "I/O operation on closed S3 writer");
+        return -1;
+    }
+    return 0;
+}
+
+/* Get a C-contiguous view of `obj`: in place when it is contiguous, else a copy (the only
+ * case with a second copy; memoryviews of tensors are contiguous). */
+static int get_contiguous(PyObject *obj, Py_buffer *view, void **copy) {
+    *copy = NULL;
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+        return -1;
+    PyErr_Clear();
+    if (PyObject_GetBuffer(obj, view, PyBUF_FULL_RO) < 0)
+        return -1;
+    void *tmp = malloc(view->len ? (size_t)view->len : 1);
+    if (!tmp) {
+        PyBuffer_Release(view);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyBuffer_ToContiguous(tmp, view, view->len, 'C') < 0) {
+        free(tmp);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *copy = tmp;
+    return 0;
+}
+
+static PyObject *Writer_write(WriterObject *self, PyObject *data) {
+    if (writer_check(self) < 0)
+        return NULL;
+    Py_buffer view;
+    void *copy;
+    if (get_contiguous(data, &view, &copy) < 0)
+        return NULL;
+    const void *buf = copy ? copy : view.buf;
+    size_t len = (size_t)view.len;
+    lock_take(self->lock);
+    enum s3f_status st = S3F_OK;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    struct s3f_writer *w = self->w;
+    if (w && len) {
+        Py_BEGIN_ALLOW_THREADS
+        st = s3f_writer_write(w, buf, len, &err);
+        Py_END_ALLOW_THREADS
+        if (st == S3F_OK)
+            self->pos += len;
+        else
+            self->failed = 1;
+    }
+    PyThread_release_lock(self->lock);
+    free(copy);
+    PyBuffer_Release(&view);
+    if (!w) {
+        PyErr_SetString(PyExc_ValueError, "I/O operation on closed S3 writer");
+        return NULL;
+    }
+    if (st)
+        return raise_s3(st, &err);
+    return PyLong_FromSize_t(len);
+}
+
+static PyObject *Writer_close(WriterObject *self, PyObject *unused) {
+    if (self->pid != getpid()) {
+        self->w = NULL; /* the parent's: leave it to the parent */
+        Py_RETURN_NONE;
+    }
+    lock_take(self->lock);
+    struct s3f_writer *w = self->w;
+    self->w = NULL;
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = S3F_OK;
+    if (w) {
+        Py_BEGIN_ALLOW_THREADS
+        st = s3f_writer_close(w, &info, &err);
+        Py_END_ALLOW_THREADS
+    }
+    PyThread_release_lock(self->lock);
+    if (!w)
+        Py_RETURN_NONE; /* closing twice is a no-op, as for files */
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
+static void writer_abort_locked(WriterObject *self) {
+    struct s3f_writer *w = self->w;
+    self->w = NULL;
+    if (w && self->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        s3f_writer_abort(w);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static PyObject *Writer_abort(WriterObject *self, PyObject *unused) {
+    if (self->pid != getpid()) {
+        self->w = NULL;
+        Py_RETURN_NONE;
+    }
+    lock_take(self->lock);
+    writer_abort_locked(self);
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Writer_tell(WriterObject *self, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(self->pos);
+}
+
+static PyObject *Writer_get_closed(WriterObject *self, void *unused) {
+    return PyBool_FromLong(self->w == NULL);
+}
+
+static PyObject *Writer_get_failed(WriterObject *self, void *unused) {
+    return PyBool_FromLong(self->failed);
+}
+
+static void Writer_dealloc(WriterObject *self) {
+    writer_abort_locked(self); /* an abandoned upload creates nothing */
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Writer_methods[] = {
+    {"write", (PyCFunction)Writer_write, METH_O,
+     "write(data) -> int\nAppend the bytes of any buffer-protocol object (copied once)."},
+    {"close", (PyCFunction)Writer_close, METH_NOARGS,
+     "close() -> dict | None\nUpload what is left and create the object; its info."},
+    {"abort", (PyCFunction)Writer_abort, METH_NOARGS,
+     "abort()\nCancel the upload; nothing is created."},
+    {"tell", (PyCFunction)Writer_tell, METH_NOARGS, "tell() -> int\nBytes written so far."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Writer_getset[] = {
+    {"closed", (getter)Writer_get_closed, NULL, "True once closed or aborted", NULL},
+    {"failed", (getter)Writer_get_failed, NULL, "True after a failed write", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "s3flash._s3flash.Writer",
+    .tp_basicsize = sizeof(WriterObject),
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A streaming upload; made by Client.open_writer.",
+    .tp_methods = Writer_methods,
+    .tp_getset = Writer_getset,
+};
+
+static PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "part_size", "checksum", "content_type", NULL};
+    const char *bucket, *key, *checksum = NULL, *ctype = NULL;
+    unsigned long long part = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|Kzz", kwlist, &bucket, &key, &part,
+                                     &checksum, &ctype))
+        return NULL;
+    struct s3f_upload_options o;
+    memset(&o, 0, sizeof(o));
+    o.part_size_bytes = part;
+    o.content_type = ctype;
+    if (parse_checksum(checksum, &o.checksum) < 0)
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    WriterObject *wo = PyObject_New(WriterObject, &WriterType);
+    if (!wo)
+        return NULL;
+    wo->owner = NULL;
+    wo->w = NULL;
+    wo->pos = 0;
+    wo->failed = 0;
+    wo->pid = getpid();
+    wo->lock = PyThread_allocate_lock();
+    if (!wo->lock) {
+        Py_DECREF(wo);
+        return PyErr_NoMemory();
+    }
+    Py_INCREF(self);
+    wo->owner = self;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    struct s3f_writer *w = NULL;
+    enum s3f_status st = s3f_writer_open(c, bucket, key, &o, &w, &err);
+    if (st) {
+        Py_DECREF(wo);
+        return raise_s3(st, &err);
+    }
+    wo->w = w;
+    return (PyObject *)wo;
+}
+
+/* ---- Reader ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    ClientObject *owner;
+    struct s3f_reader *r; /* NULL once closed */
+    PyThread_type_lock lock;
+    pid_t pid;
+    unsigned long long size;
+    unsigned long long bytes_read; /* returned to the caller, all calls */
+    unsigned long long calls;      /* read/readinto/pread calls */
+    PyObject *info;                /* dict, from open */
+} ReaderObject;
+
+static PyTypeObject ReaderType;
+
+static int reader_check(ReaderObject *self) {
+    if (self->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this S3 reader was opened in another process (before fork()); "
+                        "open a new one in this process");
+        return -1;
+    }
+    if (!self->r) {
+        PyErr_SetString(PyExc_ValueError, "I/O operation on closed S3 reader");
+        return -1;
+    }
+    return 0;
+}
+
+/* Read `len` bytes into `buf` at the position (offset < 0) or at `offset`. GIL released. */
+static int reader_do(ReaderObject *self, void *buf, size_t len, long long offset,
+                     size_t *got) {
+    lock_take(self->lock);
+    struct s3f_reader *r = self->r;
+    enum s3f_status st = S3F_OK;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    *got = 0;
+    if (r) {
+        Py_BEGIN_ALLOW_THREADS
+        if (offset < 0)
+            st = s3f_reader_read(r, buf, len, got, &err);
+        else
+            st = s3f_reader_pread(r, buf, len, (uint64_t)offset, got, &err);
+        Py_END_ALLOW_THREADS
+        self->bytes_read += *got;
+        self->calls++;
+    }
+    PyThread_release_lock(self->lock);
+    if (!r) {
+        PyErr_SetString(PyExc_ValueError, "I/O operation on closed S3 reader");
+        return -1;
+    }
+    if (st) {
+        raise_s3(st, &err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *reader_read_bytes(ReaderObject *self, Py_ssize_t n, long long offset) {
+    if (reader_check(self) < 0)
+        return NULL;
+    unsigned long long pos = offset >= 0 ? (unsigned long long)offset : s3f_reader_tell(self->r);
+    unsigned long long left = pos < self->size ? self->size - pos : 0;
+    if (n < 0 || (unsigned long long)n > left)
+        n = (Py_ssize_t)left;
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n);
+    if (!b)
+        return NULL;
+    size_t got = 0;
+    if (n > 0 && reader_do(self, PyBytes_AS_STRING(b), (size_t)n, offset, &got) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    if ((Py_ssize_t)got != n && _PyBytes_Resize(&b, (Py_ssize_t)got) < 0)
+        return NULL;
+    return b;
+}
+
+static PyObject *Reader_read(ReaderObject *self, PyObject *args) {
+    Py_ssize_t n = -1;
+    PyObject *arg = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:read", &arg))
+        return NULL;
+    if (arg != Py_None) {
+        n = PyLong_AsSsize_t(arg);
+        if (n == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    return reader_read_bytes(self, n, -1);
+}
+
+static PyObject *Reader_pread(ReaderObject *self, PyObject *args) {
+    Py_ssize_t n;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "nL:pread", &n, &offset))
+        return NULL;
+    if (offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset must be >= 0");
+        return NULL;
+    }
+    return reader_read_bytes(self, n, offset);
+}
+
+static PyObject *reader_into(ReaderObject *self, PyObject *target, long long offset) {
+    if (reader_check(self) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    size_t got = 0;
+    int rc = view.len ? reader_do(self, view.buf, (size_t)view.len, offset, &got) : 0;
+    PyBuffer_Release(&view);
+    if (rc < 0)
+        return NULL;
+    return PyLong_FromSize_t(got);
+}
+
+static PyObject *Reader_readinto(ReaderObject *self, PyObject *target) {
+    return reader_into(self, target, -1);
+}
+
+static PyObject *Reader_preadinto(ReaderObject *self, PyObject *args) {
+    PyObject *target;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "OL:preadinto", &target, &offset))
+        return NULL;
+    if (offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset must be >= 0");
+        return NULL;
+    }
+    return reader_into(self, target, offset);
+}
+
+static PyObject *Reader_seek(ReaderObject *self, PyObject *args) {
+    long long offset;
+    int whence = 0;
+    if (!PyArg_ParseTuple(args, "L|i:seek", &offset, &whence))
+        return NULL;
+    if (reader_check(self) < 0)
+        return NULL;
+    if (whence < 0 || whence > 2) {
+        PyErr_Format(PyExc_ValueError, "invalid whence (%d, should be 0, 1 or 2)", whence);
+        return NULL;
+    }
+    lock_take(self->lock);
+    uint64_t pos = 0;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = S3F_ERR_INVALID_ARGUMENT;
+    if (self->r)
+        st = s3f_reader_seek(self->r, offset, whence, &pos, &err);
+    PyThread_release_lock(self->lock);
+    if (st == S3F_ERR_INVALID_ARGUMENT) {
+        PyErr_Format(PyExc_ValueError, "negative seek position %lld (whence %d)", offset,
+                     whence);
+        return NULL;
+    }
+    if (st)
+        return raise_s3(st, &err);
+    return PyLong_FromUnsignedLongLong(pos);
+}
+
+static PyObject *Reader_tell(ReaderObject *self, PyObject *unused) {
+    if (reader_check(self) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(s3f_reader_tell(self->r));
+}
+
+static PyObject *Reader_close(ReaderObject *self, PyObject *unused) {
+    if (self->pid != getpid()) {
+        self->r = NULL;
+        Py_RETURN_NONE;
+    }
+    lock_take(self->lock);
+    struct s3f_reader *r = self->r;
+    self->r = NULL;
+    if (r) {
+        Py_BEGIN_ALLOW_THREADS
+        s3f_reader_close(r);
+        Py_END_ALLOW_THREADS
+    }
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reader_get_size(ReaderObject *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->size);
+}
+static PyObject *Reader_get_closed(ReaderObject *self, void *unused) {
+    return PyBool_FromLong(self->r == NULL);
+}
+static PyObject *Reader_get_info(ReaderObject *self, void *unused) {
+    Py_INCREF(self->info);
+    return self->info;
+}
+static PyObject *Reader_get_bytes_read(ReaderObject *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->bytes_read);
+}
+static PyObject *Reader_get_calls(ReaderObject *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->calls);
+}
+
+static void Reader_dealloc(ReaderObject *self) {
+    if (self->r && self->pid == getpid()) {
+        struct s3f_reader *r = self->r;
+        Py_BEGIN_ALLOW_THREADS
+        s3f_reader_close(r);
+        Py_END_ALLOW_THREADS
+    }
+    self->r = NULL;
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_XDECREF(self->info);
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Reader_methods[] = {
+    {"read", (PyCFunction)Reader_read, METH_VARARGS,
+     "read(size=-1) -> bytes\nUp to `size` bytes from the position (all that is left if < 0)."},
+    {"readinto", (PyCFunction)Reader_readinto, METH_O,
+     "readinto(buffer) -> int\nFill a writable buffer from the position; bytes read."},
+    {"pread", (PyCFunction)Reader_pread, METH_VARARGS,
+     "pread(size, offset) -> bytes\nRead at `offset` without moving the position."},
+    {"preadinto", (PyCFunction)Reader_preadinto, METH_VARARGS,
+     "preadinto(buffer, offset) -> int\nFill a buffer from `offset`; the position stays."},
+    {"seek", (PyCFunction)Reader_seek, METH_VARARGS,
+     "seek(offset, whence=0) -> int\nMove the position (no request is sent)."},
+    {"tell", (PyCFunction)Reader_tell, METH_NOARGS, "tell() -> int"},
+    {"close", (PyCFunction)Reader_close, METH_NOARGS, "close()\nStop read-ahead, free."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Reader_getset[] = {
+    {"size", (getter)Reader_get_size, NULL, "object size in bytes", NULL},
+    {"closed", (getter)Reader_get_closed, NULL, "True once closed", NULL},
+    {"info", (getter)Reader_get_info, NULL, "object metadata from open (dict)", NULL},
+    {"bytes_read", (getter)Reader_get_bytes_read, NULL, "bytes returned to the caller", NULL},
+    {"calls", (getter)Reader_get_calls, NULL, "read calls made", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "s3flash._s3flash.Reader",
+    .tp_basicsize = sizeof(ReaderObject),
+    .tp_dealloc = (destructor)Reader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A random-access reader; made by Client.open_reader.",
+    .tp_methods = Reader_methods,
+    .tp_getset = Reader_getset,
+};
+
+static PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "readahead_max", "tail_bytes", "version_id",
+                             NULL};
+    const char *bucket, *key, *version = NULL;
+    unsigned long long readahead = 0;
+    long long tail = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|KLz", kwlist, &bucket, &key, &readahead,
+                                     &tail, &version))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_reader_options o;
+    memset(&o, 0, sizeof(o));
+    o.readahead_max_bytes = readahead;
+    o.tail_bytes = tail < 0 ? UINT64_MAX : (uint64_t)tail;
+    o.version_id = version;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    struct s3f_reader *r = NULL;
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_reader_open(c, bucket, key, &o, &r, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    PyObject *info = info_to_dict(s3f_reader_info(r));
+    ReaderObject *ro = info ? PyObject_New(ReaderObject, &ReaderType) : NULL;
+    PyThread_type_lock lk = ro ? PyThread_allocate_lock() : NULL;
+    if (!lk) {
+        Py_BEGIN_ALLOW_THREADS
+        s3f_reader_close(r);
+        Py_END_ALLOW_THREADS
+        Py_XDECREF(info);
+        if (ro) {
+            ro->r = NULL;
+            ro->lock = NULL;
+            ro->info = NULL;
+            ro->owner = NULL;
+            Py_DECREF(ro);
+            PyErr_NoMemory();
+        }
+        return NULL;
+    }
+    ro->r = r;
+    ro->lock = lk;
+    ro->pid = getpid();
+    ro->size = s3f_reader_size(r);
+    ro->bytes_read = 0;
+    ro->calls = 0;
+    ro->info = info;
+    Py_INCREF(self);
+    ro->owner = self;
+    return (PyObject *)ro;
+}
+
+/* ---- Client: object and bucket operations ------------------------------------------- */
+
+static PyObject *Client_head_object(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "version_id", NULL};
+    const char *bucket, *key, *version = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|z", kwlist, &bucket, &key, &version))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_head_object(c, bucket, key, version, &info, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
+static PyObject *Client_delete_object(ClientObject *self, PyObject *args) {
+    const char *bucket, *key;
+    if (!PyArg_ParseTuple(args, "ss:delete_object", &bucket, &key))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_delete_object(c, bucket, key, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Client_create_bucket(ClientObject *self, PyObject *args) {
+    const char *bucket;
+    if (!PyArg_ParseTuple(args, "s:create_bucket", &bucket))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_create_bucket(c, bucket, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    Py_RETURN_NONE;
+}
+
+/* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
+ * place (no copy), parts in parallel, GIL released. */
+static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "data", "part_size", "checksum", NULL};
+    const char *bucket, *key, *checksum = NULL;
+    PyObject *data;
+    unsigned long long part = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO|Kz", kwlist, &bucket, &key, &data, &part,
+                                     &checksum))
+        return NULL;
+    struct s3f_upload_options o;
+    memset(&o, 0, sizeof(o));
+    o.part_size_bytes = part;
+    if (parse_checksum(checksum, &o.checksum) < 0)
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    Py_buffer view;
+    void *copy;
+    if (get_contiguous(data, &view, &copy) < 0)
+        return NULL;
+    const void *buf = copy ? copy : view.buf;
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_upload_buffer(c, bucket, key, buf, (size_t)view.len, &o, &info, &err);
+    Py_END_ALLOW_THREADS
+    free(copy);
+    PyBuffer_Release(&view);
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
+/* download_into(bucket, key, buffer) -> int: the object's bytes straight into a writable
+ * buffer (parallel ranged GETs); an object larger than the buffer is a ValueError. */
+static PyObject *Client_download_into(ClientObject *self, PyObject *args) {
+    const char *bucket, *key;
+    PyObject *target;
+    if (!PyArg_ParseTuple(args, "ssO:download_into", &bucket, &key, &target))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    Py_buffer view;
+    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_download_buffer(c, bucket, key, view.buf, (size_t)view.len, NULL, &info, &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (st)
+        return raise_s3(st, &err);
+    return PyLong_FromUnsignedLongLong(info.size);
+}
+
+static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "prefix", "delimiter", "continuation_token",
+                             "start_after", "max_keys", NULL};
+    const char *bucket;
+    struct s3f_list_options o;
+    memset(&o, 0, sizeof(o));
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzzi", kwlist, &bucket, &o.prefix,
+                                     &o.delimiter, &o.continuation_token, &o.start_after,
+                                     &o.max_keys))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_list_page *page = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_list_objects_v2(c, bucket, &o, &page, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    PyObject *objs = PyList_New((Py_ssize_t)page->n_objects);
+    PyObject *prefixes = objs ? PyList_New((Py_ssize_t)page->n_common_prefixes) : NULL;
+    PyObject *res = NULL;
+    if (!prefixes)
+        goto out;
+    for (size_t i = 0; i < page->n_objects; i++) {
+        const struct s3f_list_entry *e = &page->objects[i];
+        PyObject *t = Py_BuildValue("(sKLss)", e->key, (unsigned long long)e->size,
+                                    (long long)e->last_modified, e->etag ? e->etag : "",
+                                    e->storage_class ? e->storage_class : "");
+        if (!t)
+            goto out;
+        PyList_SET_ITEM(objs, (Py_ssize_t)i, t);
+    }
+    for (size_t i = 0; i < page->n_common_prefixes; i++) {
+        PyObject *s = PyUnicode_FromString(page->common_prefixes[i]);
+        if (!s)
+            goto out;
+        PyList_SET_ITEM(prefixes, (Py_ssize_t)i, s);
+    }
+    res = Py_BuildValue("(OOz)", objs, prefixes,
+                        page->is_truncated ? page->next_continuation_token : NULL);
+out:
+    Py_XDECREF(objs);
+    Py_XDECREF(prefixes);
+    s3f_list_page_free(page);
+    return res;
+}
+
+static PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *args,
+                                               PyObject *kw) {
+    static char *kwlist[] = {"bucket", "prefix", "key_marker", "upload_id_marker", NULL};
+    const char *bucket, *prefix = NULL, *km = NULL, *um = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzz", kwlist, &bucket, &prefix, &km, &um))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_uploads_page *page = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_list_multipart_uploads(c, bucket, prefix, km, um, &page, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    PyObject *res = NULL;
+    PyObject *ups = PyList_New((Py_ssize_t)page->n_uploads);
+    if (!ups)
+        goto out;
+    for (size_t i = 0; i < page->n_uploads; i++) {
+        const struct s3f_upload_entry *e = &page->uploads[i];
+        PyObject *t = Py_BuildValue("(ssL)", e->key, e->upload_id, (long long)e->initiated);
+        if (!t)
+            goto out;
+        PyList_SET_ITEM(ups, (Py_ssize_t)i, t);
+    }
+    res = Py_BuildValue("(Ozz)", ups, page->is_truncated ? page->next_key_marker : NULL,
+                        page->is_truncated ? page->next_upload_id_marker : NULL);
+out:
+    Py_XDECREF(ups);
+    s3f_uploads_page_free(page);
+    return res;
+}
+
+static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *args) {
+    const char *bucket, *key, *upload_id;
+    if (!PyArg_ParseTuple(args, "sss:abort_multipart_upload", &bucket, &key, &upload_id))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_abort_multipart_upload(c, bucket, key, upload_id, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"reset_high_water", NULL};
+    int reset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &reset))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_client_stats s;
+    memset(&s, 0, sizeof(s));
+    s3f_client_stats(c, &s, reset);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K}",
+                         "part_size_bytes", (unsigned long long)s.part_size_bytes,
+                         "pool_limit_bytes", (unsigned long long)s.pool_limit_bytes,
+                         "pool_in_use_bytes", (unsigned long long)s.pool_in_use_bytes,
+                         "pool_high_water_bytes", (unsigned long long)s.pool_high_water_bytes,
+                         "pool_allocated_bytes", (unsigned long long)s.pool_allocated_bytes,
+                         "max_inflight_requests", (unsigned int)s.max_inflight_requests,
+                         "inflight_requests", (unsigned int)s.inflight_requests,
+                         "inflight_high_water", (unsigned int)s.inflight_high_water,
+                         "requests_started", (unsigned long long)s.requests_started);
+}
+
+static PyObject *Client_get_region(ClientObject *self, void *unused) {
+    CLIENT_OR_NULL(self, c);
+    return PyUnicode_FromString(s3f_client_region(c));
+}
+
+static PyObject *Client_get_endpoint(ClientObject *self, void *unused) {
+    CLIENT_OR_NULL(self, c);
+    return PyUnicode_FromString(s3f_client_endpoint(c));
+}
+
+static PyObject *Client_get_pid(ClientObject *self, void *unused) {
+    if (!self->client)
+        Py_RETURN_NONE;
+    return PyLong_FromLong((long)self->pid);
+}
+
+static PyObject *Client_get_forks_seen(ClientObject *self, void *unused) {
+    return PyLong_FromUnsignedLong(self->forks_seen);
+}
+
+static PyMethodDef Client_methods[] = {
+    {"open_writer", (PyCFunction)(void (*)(void))Client_open_writer,
+     METH_VARARGS | METH_KEYWORDS,
+     "open_writer(bucket, key, part_size=0, checksum=None, content_type=None) -> Writer"},
+    {"open_reader", (PyCFunction)(void (*)(void))Client_open_reader,
+     METH_VARARGS | METH_KEYWORDS,
+     "open_reader(bucket, key, readahead_max=0, tail_bytes=0, version_id=None) -> Reader\n"
+     "One HEAD request. tail_bytes < 0 disables the tail cache."},
+    {"head_object", (PyCFunction)(void (*)(void))Client_head_object,
+     METH_VARARGS | METH_KEYWORDS, "head_object(bucket, key, version_id=None) -> dict"},
+    {"delete_object", (PyCFunction)Client_delete_object, METH_VARARGS,
+     "delete_object(bucket, key)"},
+    {"create_bucket", (PyCFunction)Client_create_bucket, METH_VARARGS, "create_bucket(bucket)"},
+    {"upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
+     "upload(bucket, key, data, part_size=0, checksum=None) -> dict\n"
+     "Upload a buffer in place (no copy), parts in parallel."},
+    {"download_into", (PyCFunction)Client_download_into, METH_VARARGS,
+     "download_into(bucket, key, buffer) -> int\nThe whole object into a writable buffer."},
+    {"list_objects", (PyCFunction)(void (*)(void))Client_list_objects,
+     METH_VARARGS | METH_KEYWORDS,
+     "list_objects(bucket, prefix=None, delimiter=None, continuation_token=None, "
+     "start_after=None, max_keys=0)\n-> (objects, common_prefixes, next_token); objects are "
+     "(key, size, last_modified, etag, storage_class)"},
+    {"list_multipart_uploads", (PyCFunction)(void (*)(void))Client_list_multipart_uploads,
+     METH_VARARGS | METH_KEYWORDS,
+     "list_multipart_uploads(bucket, prefix=None, key_marker=None, upload_id_marker=None)\n"
+     "-> (uploads, next_key_marker, next_upload_id_marker); uploads are "
+     "(key, upload_id, initiated)"},
+    {"abort_multipart_upload", (PyCFunction)Client_abort_multipart_upload, METH_VARARGS,
+     "abort_multipart_upload(bucket, key, upload_id)"},
+    {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,
+     "stats(reset_high_water=False) -> dict\nEngine counters (s3f_client_stats)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Client_getset[] = {
+    {"region", (getter)Client_get_region, NULL, "the resolved region", NULL},
+    {"endpoint", (getter)Client_get_endpoint, NULL, "the resolved endpoint ('' for AWS)", NULL},
+    {"pid", (getter)Client_get_pid, NULL, "process that built the C client, or None", NULL},
+    {"forks_seen", (getter)Client_get_forks_seen, NULL,
+     "times a fork was detected and the client rebuilt", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ClientType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "s3flash._s3flash.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_dealloc = (destructor)Client_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "An S3 client (struct s3f_client), built on first use and after fork().",
+    .tp_methods = Client_methods,
+    .tp_getset = Client_getset,
+    .tp_init = (initproc)Client_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- module functions --------------------------------------------------------------- */
+
+static PyObject *mod_parse_uri(PyObject *mod, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "S3 URI must be a str, not %.100s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *uri = PyUnicode_AsUTF8AndSize(arg, &n);
+    if (!uri)
+        return NULL;
+    char bucket[256], key[1100];
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = S3F_ERR_INVALID_URI;
+    if ((size_t)n == strlen(uri)) /* no NUL inside */
+        st = s3f_uri_parse(uri, bucket, sizeof(bucket), key, sizeof(key), &err);
+    else
+        snprintf(err.message, sizeof(err.message), "contains a NUL character");
+    if (st) {
+        /* name the URI as the caller wrote it (the library's message may already) */
+        PyObject *msg = err.message[0] && strstr(err.message, uri)
+                            ? PyUnicode_FromString(err.message)
+                            : PyUnicode_FromFormat("invalid S3 URI %R: %s", arg,
+                                                   err.message[0] ? err.message
+                                                                  : s3f_strerror(st));
+        if (!msg)
+            return NULL;
+        PyObject *exc = PyObject_CallOneArg(S3ValueError, msg);
+        Py_DECREF(msg);
+        if (!exc)
+            return NULL;
+        if (set_str_attr(exc, "status", s3f_status_name(st)) < 0 ||
+            set_str_attr(exc, "code", "") < 0 || set_int_attr(exc, "http_status", 0) < 0 ||
+            set_str_attr(exc, "request_id", "") < 0 ||
+            set_str_attr(exc, "operation", "parse_uri") < 0 ||
+            PyObject_SetAttrString(exc, "resource", arg) < 0 ||
+            set_int_attr(exc, "attempts", 0) < 0) {
+            Py_DECREF(exc);
+            return NULL;
+        }
+        PyErr_SetObject(S3ValueError, exc);
+        Py_DECREF(exc);
+        return NULL;
+    }
+    return Py_BuildValue("(ss)", bucket, key);
+}
+
+static PyMethodDef module_methods[] = {
+    {"parse_uri", (PyCFunction)mod_parse_uri, METH_O,
+     "parse_uri(uri) -> (bucket, key)\nSplit 's3://bucket/key'; ValueError naming the URI."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "s3flash._s3flash",
+    .m_doc = "CPython bindings of libs3flash (include/s3flash/s3flash.h).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static PyObject *new_exception(PyObject *mod, const char *name, PyObject *builtin,
+                               const char *doc) {
+    char full[128];
+    snprintf(full, sizeof(full), "s3flash.%s", name);
+    PyObject *bases = builtin ? PyTuple_Pack(2, S3Exception, builtin)
+                              : PyTuple_Pack(1, PyExc_Exception);
+    if (!bases)
+        return NULL;
+    PyObject *e = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+    Py_DECREF(bases);
+    if (!e)
+        return NULL;
+    Py_INCREF(e);
+    if (PyModule_AddObject(mod, name, e) < 0) {
+        Py_DECREF(e);
+        Py_DECREF(e);
+        return NULL;
+    }
+    return e;
+}
+
+PyMODINIT_FUNC PyInit__s3flash(void);
+PyMODINIT_FUNC PyInit__s3flash(void) {
+    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&WriterType) < 0 ||
+        PyType_Ready(&ReaderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    if (!(S3Exception = new_exception(m, "S3Exception", NULL,
+                                      "An error talking to S3 (code, http_status, request_id "
+                                      "and status attributes).")) ||
+        !(S3NotFoundError = new_exception(m, "S3NotFoundError", PyExc_FileNotFoundError,
+                                          "No such key or bucket.")) ||
+        !(S3PermissionError = new_exception(m, "S3PermissionError", PyExc_PermissionError,
+                                            "Access denied, bad or missing credentials.")) ||
+        !(S3ValueError = new_exception(m, "S3ValueError", PyExc_ValueError,
+                                       "A bad URI, bucket name, key or argument.")) ||
+        !(S3TimeoutError = new_exception(m, "S3TimeoutError", PyExc_TimeoutError,
+                                         "Connect or stall timeout.")) ||
+        !(S3ConnectionError = new_exception(m, "S3ConnectionError", PyExc_ConnectionError,
+                                            "Could not connect, or the connection broke.")) ||
+        !(S3MemoryError = new_exception(m, "S3MemoryError", PyExc_MemoryError,
+                                        "Out of memory in the engine.")))
+        goto fail;
+    Py_INCREF(&ClientType);
+    if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0) {
+        Py_DECREF(&ClientType);
+        goto fail;
+    }
+    Py_INCREF(&WriterType);
+    if (PyModule_AddObject(m, "Writer", (PyObject *)&WriterType) < 0) {
+        Py_DECREF(&WriterType);
+        goto fail;
+    }
+    Py_INCREF(&ReaderType);
+    if (PyModule_AddObject(m, "Reader", (PyObject *)&ReaderType) < 0) {
+        Py_DECREF(&ReaderType);
+        goto fail;
+    }
+    if (PyModule_AddStringConstant(m, "LIBRARY_VERSION", S3FLASH_VERSION) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

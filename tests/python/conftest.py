@@ -1,0 +1,178 @@
+"""Fixtures of the Python package tests: a real Ceph RGW, never mocks.
+
+The server comes from the S3FLASH_TEST_* environment (tests/servers/rgw.sh env), else it is
+started here with tests/servers/rgw.sh for the session (as tests/integration/conftest.py
+does). The package under test is the *installed* s3flash (tests/python/run.sh installs it
+with pip). boto3 is used only by the harness: buckets, and an independent view of what exists.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RGW_SH = ROOT / "tests" / "servers" / "rgw.sh"
+
+
+@dataclass
+class Rgw:
+    endpoint: str
+    access_key: str
+    secret_key: str
+    other_access_key: str
+    other_secret_key: str
+    region: str
+
+
+def closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _rgw_from_env(env):
+    return Rgw(env["S3FLASH_TEST_ENDPOINT"], env["S3FLASH_TEST_ACCESS_KEY"],
+               env["S3FLASH_TEST_SECRET_KEY"], env.get("S3FLASH_TEST_OTHER_ACCESS_KEY", ""),
+               env.get("S3FLASH_TEST_OTHER_SECRET_KEY", ""),
+               env.get("S3FLASH_TEST_REGION", "us-east-1"))
+
+
+def _parse_exports(text):
+    env = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("export ") and "=" in line:
+            k, v = line[len("export "):].split("=", 1)
+            env[k] = v.strip("'\"")
+    return env
+
+
+@pytest.fixture(scope="session")
+def rgw():
+    if os.environ.get("S3FLASH_TEST_ENDPOINT"):
+        yield _rgw_from_env(os.environ)
+        return
+    if shutil.which("radosgw") is None:
+        pytest.skip("no S3FLASH_TEST_ENDPOINT and Ceph is not installed "
+                    "(run tests/servers/install-deps.sh)")
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None  # bluestore wants a real disk
+    d = tempfile.mkdtemp(prefix="s3flash-rgw-", dir=base)
+    try:
+        p = subprocess.run(["bash", str(RGW_SH), "start", d], capture_output=True, text=True,
+                           timeout=300)
+        if p.returncode != 0:
+            pytest.fail(f"rgw.sh start failed ({p.returncode}):\n{p.stderr[-4000:]}")
+        yield _rgw_from_env(_parse_exports(p.stdout))
+    finally:
+        subprocess.run(["bash", str(RGW_SH), "stop", d], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def aws_env(rgw):
+    """The test user's keys in the environment (the default credentials chain finds them),
+    no profile, no endpoint variables, no metadata service: every client in these tests,
+    forked and spawned children included, gets its endpoint from the `endpoint` argument."""
+    mp = pytest.MonkeyPatch()
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            mp.delenv(k)
+    home = tempfile.mkdtemp(prefix="s3flash-pyhome-")
+    mp.setenv("AWS_CONFIG_FILE", os.path.join(home, "no-such-config"))
+    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.path.join(home, "no-such-credentials"))
+    mp.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    mp.setenv("AWS_ACCESS_KEY_ID", rgw.access_key)
+    mp.setenv("AWS_SECRET_ACCESS_KEY", rgw.secret_key)
+    mp.setenv("AWS_REGION", rgw.region)
+    yield
+    mp.undo()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def endpoint(rgw):
+    return rgw.endpoint
+
+
+@pytest.fixture(scope="session")
+def region(rgw):
+    return rgw.region
+
+
+def _boto3(rgw, access_key, secret_key):
+    import boto3
+    from botocore.config import Config
+    return boto3.client(
+        "s3", endpoint_url=rgw.endpoint, aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key, region_name=rgw.region,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}))
+
+
+@pytest.fixture(scope="session")
+def s3(rgw):
+    """boto3 client of the test user (harness only)."""
+    return _boto3(rgw, rgw.access_key, rgw.secret_key)
+
+
+@pytest.fixture(scope="session")
+def s3_other(rgw):
+    if not rgw.other_access_key:
+        pytest.skip("no second RGW user (S3FLASH_TEST_OTHER_*)")
+    return _boto3(rgw, rgw.other_access_key, rgw.other_secret_key)
+
+
+def _empty_bucket(s3, name):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for o in page.get("Contents", []):
+            s3.delete_object(Bucket=name, Key=o["Key"])
+    ups = s3.list_multipart_uploads(Bucket=name).get("Uploads", [])
+    for u in ups:
+        s3.abort_multipart_upload(Bucket=name, Key=u["Key"], UploadId=u["UploadId"])
+
+
+@pytest.fixture(scope="module")
+def bucket(s3, request):
+    """A fresh bucket per test module, emptied and removed afterwards."""
+    mod = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")[:28]
+    name = f"s3fpy-{mod}-{uuid.uuid4().hex[:8]}".lower()
+    s3.create_bucket(Bucket=name)
+    yield name
+    try:
+        _empty_bucket(s3, name)
+        s3.delete_bucket(Bucket=name)
+    except Exception as e:  # the server is thrown away anyway
+        print(f"cleanup of bucket {name} failed: {e}")
+
+
+@pytest.fixture
+def key(request):
+    return f"{request.node.name[:60]}-{uuid.uuid4().hex[:8]}.pt".replace("[", "-").replace("]", "")
+
+
+@pytest.fixture
+def uri(bucket, key):
+    return f"s3://{bucket}/{key}"
+
+
+@pytest.fixture(scope="module")
+def ckpt(region, endpoint):
+    import s3flash
+    return s3flash.S3Checkpoint(region=region, endpoint=endpoint)
+
+
+def exists(s3, bucket, key):
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except s3.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise

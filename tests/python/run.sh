@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The Python package's tests: installs the test dependencies (torch pinned: an unpinned torch
+# pulls a multi-GB CUDA build), builds and installs the package with pip (meson-python, the
+# same Meson build), and runs pytest against the S3 server of the S3FLASH_TEST_* environment
+# (tests/servers/rgw.sh env); without it, the tests' conftest starts a Ceph RGW itself.
+#   tests/python/run.sh [pytest args...]
+#   S3FLASH_SKIP_INSTALL=1   use what is installed (no pip)
+#   S3FLASH_TEST_LARGE=1     add the >1 GiB round trip
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "${S3FLASH_SKIP_INSTALL:-0}" != 1 ]; then
+    python3 -m pip install -q "torch==2.13.0" pytest boto3 meson-python meson ninja
+    python3 -m pip install -q --no-build-isolation .
+fi
+# from outside the tree, so that `import s3flash` is the installed package
+exec python3 -m pytest -q -p no:cacheprovider --rootdir tests/python tests/python "$@"
