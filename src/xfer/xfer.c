@@ -59,7 +59,7 @@ out:
 
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
     memset(out, 0, sizeof(*out));
-    struct s3f__xfer_shared *x;
+    struct s3f__xfer_shared *x = NULL;
     if (s3f__xfer_shared_get(c, &x, NULL))
         return;
     struct s3f__pool_stats ps;
