@@ -21,7 +21,7 @@ struct s3f__http_pool_options {
     uint32_t io_threads;         /* 0: 2 */
     uint32_t max_connections;    /* 0: 64, across all threads */
     uint32_t connect_timeout_ms; /* 0: 10000 */
-    uint32_t stall_timeout_ms;   /* 0: 30000 (granularity: seconds) */
+    uint32_t stall_timeout_ms;   /* 0: 30000 (checked about every 100 ms) */
     const char *ca_bundle;       /* NULL: system default */
     bool tls_insecure;
     const struct s3f__logger *logger; /* must outlive the pool */
@@ -71,6 +71,10 @@ struct s3f__http_request {
     /* ---- private to the transport ---- */
     CURL *easy;
     uint64_t body_pos;
+    uint64_t stall_ns;            /* the stall timeout */
+    uint64_t moved;               /* bytes moved, up and down, as of moved_ns */
+    uint64_t moved_ns;
+    bool stalled;                 /* stopped by the stall check */
     s3f__http_done_fn done;
     void *done_ud;
     struct s3f__http_request *next;
