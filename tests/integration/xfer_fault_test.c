@@ -1,0 +1,205 @@
+/* One engine transfer, for the fault tests (tests/integration/test_engine_faults.py): the
+ * test puts tests/servers/faultproxy.py between this program and the server, sets its
+ * faults, runs one operation here, and checks the result itself (bytes by hash, the bucket
+ * and its multipart uploads with an independent client).
+ *
+ *   xfer_fault_test upload_buffer   BUCKET KEY SRC        s3f_upload_buffer of SRC's bytes
+ *   xfer_fault_test upload_file     BUCKET KEY SRC        s3f_upload_file
+ *   xfer_fault_test writer          BUCKET KEY SRC [N]    s3f_writer_*, writes of N bytes
+ *   xfer_fault_test download_buffer BUCKET KEY DST SIZE   s3f_download_buffer, then DST
+ *   xfer_fault_test download_file   BUCKET KEY DST        s3f_download_file
+ *   xfer_fault_test reader          BUCKET KEY DST [N]    s3f_reader_*, reads of N bytes
+ *
+ * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION;
+ * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
+ * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads).
+ * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
+ *
+ * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
+ * "size=N etag=..."; for the writer also "write_status=NAME at=OFFSET" of the first failed
+ * write. Exits 0 on S3F_OK, 1 on a failed transfer, 2 on a usage or local error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "s3flash/s3flash.h"
+
+#define MIB ((size_t)1 << 20)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static unsigned long long env_ull(const char *name, unsigned long long dflt) {
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : dflt;
+}
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    size_t n = (size_t)sb.st_size;
+    unsigned char *p = malloc(n ? n : 1);
+    if (p && n && fread(p, 1, n, f) != n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *len = n;
+    return p;
+}
+
+static int write_all(const char *path, const unsigned char *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = n ? fwrite(p, 1, n, f) : 0;
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static int report(enum s3f_status st, double t0, const struct s3f_error *e,
+                  const struct s3f_object_info *info) {
+    printf("status=%s\n", s3f_status_name(st));
+    printf("elapsed=%.3f\n", now_s() - t0);
+    if (st) {
+        char line[1600];
+        s3f_error_format(e, line, sizeof(line));
+        printf("error=%s\n", line);
+        printf("attempts=%d\n", e->attempts);
+    } else if (info) {
+        printf("size=%llu etag=%s\n", (unsigned long long)info->size, info->etag);
+    }
+    fflush(stdout);
+    return st ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: xfer_fault_test OP BUCKET KEY PATH [N]\n");
+        return 2;
+    }
+    const char *op = argv[1], *bucket = argv[2], *key = argv[3], *path = argv[4];
+    struct s3f_client_options o = {0};
+    o.endpoint_url = getenv("S3FLASH_TEST_ENDPOINT");
+    o.access_key_id = getenv("S3FLASH_TEST_ACCESS_KEY");
+    o.secret_access_key = getenv("S3FLASH_TEST_SECRET_KEY");
+    o.region = getenv("S3FLASH_TEST_REGION");
+    if (!o.region)
+        o.region = "us-east-1";
+    if (!o.endpoint_url || !o.access_key_id || !o.secret_access_key) {
+        fprintf(stderr, "set S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY\n");
+        return 2;
+    }
+    o.force_path_style = 1;
+    o.part_size_bytes = env_ull("FAULT_PART_BYTES", 5 * MIB);
+    o.stall_timeout_ms = (uint32_t)env_ull("FAULT_STALL_MS", 0);
+    o.max_inflight_requests = (uint32_t)env_ull("FAULT_INFLIGHT", 0);
+    struct s3f_client *c = NULL;
+    struct s3f_error e;
+    s3f_error_clear(&e);
+    if (s3f_client_new(&o, &c, &e) != S3F_OK) {
+        char line[1600];
+        s3f_error_format(&e, line, sizeof(line));
+        fprintf(stderr, "client: %s\n", line);
+        return 2;
+    }
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    enum s3f_status st;
+    int rc = 2;
+    double t0 = now_s();
+
+    if (strcmp(op, "upload_buffer") == 0 || strcmp(op, "writer") == 0) {
+        size_t n = 0;
+        unsigned char *data = read_all(path, &n);
+        if (!data) {
+            fprintf(stderr, "cannot read %s\n", path);
+            s3f_client_free(c);
+            return 2;
+        }
+        t0 = now_s();
+        if (op[0] == 'u') {
+            st = s3f_upload_buffer(c, bucket, key, data, n, NULL, &info, &e);
+        } else {
+            size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 100000;
+            struct s3f_writer *w = NULL;
+            st = s3f_writer_open(c, bucket, key, NULL, &w, &e);
+            if (st == S3F_OK) {
+                size_t off = 0;
+                enum s3f_status ws = S3F_OK;
+                while (off < n) {
+                    size_t k = n - off < step ? n - off : step;
+                    ws = s3f_writer_write(w, data + off, k, &e);
+                    if (ws != S3F_OK)
+                        break;
+                    off += k;
+                }
+                if (ws != S3F_OK) {
+                    char line[1600];
+                    s3f_error_format(&e, line, sizeof(line));
+                    printf("write_status=%s at=%zu\nwrite_error=%s\n", s3f_status_name(ws), off,
+                           line);
+                }
+                st = s3f_writer_close(w, &info, &e);
+            }
+        }
+        rc = report(st, t0, &e, &info);
+        free(data);
+    } else if (strcmp(op, "upload_file") == 0) {
+        st = s3f_upload_file(c, bucket, key, path, NULL, &info, &e);
+        rc = report(st, t0, &e, &info);
+    } else if (strcmp(op, "download_buffer") == 0 && argc > 5) {
+        size_t n = (size_t)strtoull(argv[5], NULL, 10);
+        unsigned char *buf = malloc(n + 16);
+        struct s3f_download_options d = {.verify_checksum = (int)atoi(
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+        st = s3f_download_buffer(c, bucket, key, buf, n + 16, &d, &info, &e);
+        rc = report(st, t0, &e, &info);
+        /* the bytes are handed over only on success */
+        if (st == S3F_OK && write_all(path, buf, (size_t)info.size) != 0)
+            rc = 2;
+        free(buf);
+    } else if (strcmp(op, "download_file") == 0) {
+        struct s3f_download_options d = {.verify_checksum = (int)atoi(
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+        st = s3f_download_file(c, bucket, key, path, &d, &info, &e);
+        rc = report(st, t0, &e, &info);
+    } else if (strcmp(op, "reader") == 0) {
+        size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 65536;
+        struct s3f_reader *r = NULL;
+        st = s3f_reader_open(c, bucket, key, NULL, &r, &e);
+        unsigned char *buf = NULL;
+        size_t off = 0;
+        if (st == S3F_OK) {
+            uint64_t n = s3f_reader_size(r);
+            buf = malloc(n + 1);
+            while (off < n) {
+                size_t got = 0;
+                st = s3f_reader_read(r, buf + off, step, &got, &e);
+                if (st != S3F_OK || got == 0)
+                    break;
+                off += got;
+            }
+            info = *s3f_reader_info(r);
+            s3f_reader_close(r);
+        }
+        rc = report(st, t0, &e, &info);
+        if (st == S3F_OK && write_all(path, buf, off) != 0)
+            rc = 2;
+        free(buf);
+    } else {
+        fprintf(stderr, "unknown operation %s\n", op);
+    }
+    s3f_client_free(c);
+    return rc;
+}
