@@ -4,6 +4,15 @@
  * a HEAD beside the parts fetches the whole-object checksum, compared at the end with the
  * combination of the parts' checksums computed as the bytes arrived.
  *
+ * A file is not written by the I/O threads: they copy each response into 1 MiB pool chunks
+ * and queue the full ones, and the caller's thread, which only waits otherwise, writes them
+ * with pwrite. Buffered writes to one file take its inode lock; two I/O threads writing
+ * 16-256 KiB pieces spun on that lock (rwsem_spin_on_owner, a third of the cycles) and read
+ * no socket meanwhile. When the pool has no chunk to spare, or WQ_MAX chunks already wait
+ * (the caller's thread is behind: the file system is the bottleneck, and memory need not
+ * grow), the I/O thread writes itself. 4 GiB from the sink into tmpfs: 2.6 s and 2.6 CPU s
+ * against 2.8 s and 4.0 CPU s writing from the I/O threads.
+ *
  * Threads and locks as in upload.c: the caller's thread sets up and waits, I/O threads run
  * the requests; fields under "guarded by lock" need d->lock; the scheduler and request
  * submission are used with no lock held. */
@@ -21,6 +30,7 @@
 #include "xfer/xfer.h"
 
 #define MIN_RANGE ((uint64_t)64 << 10)
+#define WQ_MAX 16 /* chunks queued for the caller's thread to write, at most */
 
 enum dl_state {
     DL_FIRST,   /* the first ranged GET: size and ETag unknown */
@@ -39,6 +49,13 @@ struct dpart {
 };
 
 enum dst_kind { DST_MEMORY, DST_FILE };
+
+/* A filled chunk waiting for the caller's thread to write it to the file. */
+struct wchunk {
+    void *buf;
+    uint64_t off;
+    size_t len;
+};
 
 struct download {
     struct s3f_client *c;
@@ -79,6 +96,9 @@ struct download {
     struct s3f_error head_err;
     char expected[S3F__CHECKSUM_B64_MAX + 8];
     struct s3f__sched_entry entry;
+    struct wchunk *wq;          /* DST_FILE: ring of chunks to write, wq_cap = pool size */
+    size_t wq_cap, wq_head, wq_n;
+    int write_errno;            /* the caller's pwrite failed (also read by I/O threads) */
 };
 
 struct dreq {
@@ -89,6 +109,9 @@ struct dreq {
     uint64_t bytes;
     bool too_small;
     int io_errno;
+    void *stage;                /* DST_FILE: the pool chunk being filled, bytes at stage_off */
+    uint64_t stage_off;
+    size_t stage_len;
     struct s3f_error err;
 };
 
@@ -180,27 +203,85 @@ static void callback_exit(struct download *d) {
 
 /* ---- response bodies (I/O threads) -------------------------------------------------- */
 
+/* Write all of [p, p+len) at `off`: 0 or an errno value. */
+static int pwrite_all(int fd, const char *p, size_t len, uint64_t off) {
+    while (len) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : ENOSPC;
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Hand the request's chunk to the caller's thread (lock held), or give it back if empty. */
+static void stage_queue_locked(struct download *d, struct dreq *q) {
+    if (!q->stage)
+        return;
+    if (q->stage_len == 0) {
+        s3f__pool_release(&d->x->pool, 1, &q->stage);
+    } else {
+        /* never full: at most pool-size chunks exist */
+        d->wq[(d->wq_head + d->wq_n++) % d->wq_cap] =
+            (struct wchunk){q->stage, q->stage_off, q->stage_len};
+        pthread_cond_broadcast(&d->cond);
+    }
+    q->stage = NULL;
+}
+
+static void stage_queue(struct download *d, struct dreq *q) {
+    pthread_mutex_lock(&d->lock);
+    stage_queue_locked(d, q);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* File bytes: copied into the request's chunk, queued when it is full (the offsets of one
+ * request are contiguous, also across retries, which resume where the last attempt
+ * stopped). */
+static int sink_file(struct dreq *q, const char *p, size_t len, uint64_t offset) {
+    struct download *d = q->d;
+    int werr = __atomic_load_n(&d->write_errno, __ATOMIC_RELAXED);
+    if (werr) {
+        q->io_errno = werr;
+        return 1;
+    }
+    size_t cs = d->x->pool.chunk_size;
+    while (len) {
+        if (q->stage && (q->stage_len == cs || offset != q->stage_off + q->stage_len))
+            stage_queue(d, q);
+        if (!q->stage) {
+            if (__atomic_load_n(&d->wq_n, __ATOMIC_RELAXED) >= WQ_MAX ||
+                s3f__pool_acquire(&d->x->pool, 1, &q->stage, false) != S3F_OK) {
+                /* the caller's thread is behind, or the pool is busy: write it here */
+                q->stage = NULL;
+                if ((q->io_errno = pwrite_all(d->fd, p, len, offset)))
+                    return 1;
+                return 0;
+            }
+            q->stage_off = offset;
+            q->stage_len = 0;
+        }
+        size_t n = cs - q->stage_len < len ? cs - q->stage_len : len;
+        memcpy((char *)q->stage + q->stage_len, p, n);
+        q->stage_len += n;
+        p += n;
+        len -= n;
+        offset += n;
+    }
+    return 0;
+}
+
 static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
     struct dreq *q = ud;
     struct download *d = q->d;
     s3f__checksum_update(&q->ck, data, len);
     q->bytes += len;
-    if (d->dst == DST_FILE) {
-        const char *p = data;
-        while (len) {
-            ssize_t n = pwrite(d->fd, p, len, (off_t)offset);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                q->io_errno = n < 0 ? errno : ENOSPC;
-                return 1;
-            }
-            p += n;
-            len -= (size_t)n;
-            offset += (uint64_t)n;
-        }
-        return 0;
-    }
+    if (d->dst == DST_FILE)
+        return sink_file(q, data, len, offset);
     if (offset + len > d->capacity) {
         q->too_small = true;
         if (offset >= d->capacity)
@@ -242,6 +323,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     pthread_mutex_lock(&d->lock);
     d->callbacks++;
     d->outstanding--;
+    stage_queue_locked(d, q);
     if (st == S3F_ERR_ABORTED && q->io_errno) {
         struct s3f_error e;
         s3f_error_clear(&e);
@@ -475,6 +557,7 @@ static void download_cleanup(struct download *d) {
     s3f__op_cleanup(&d->head);
     free(d->parts);
     free(d->iov_end);
+    free(d->wq);
     pthread_cond_destroy(&d->cond);
     pthread_mutex_destroy(&d->lock);
     pthread_mutex_destroy(&d->progress_lock);
@@ -485,10 +568,35 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
                                     struct s3f_error *err) {
     s3f__sched_add(&d->x->sched, &d->entry, 1);
     pthread_mutex_lock(&d->lock);
-    while (!((d->state == DL_DONE || d->state == DL_FAILED) && d->outstanding == 0 &&
-             d->callbacks == 0))
+    for (;;) {
+        if (d->wq_n) {
+            /* a file's chunk to write (after a failure: only to give back) */
+            struct wchunk w = d->wq[d->wq_head];
+            d->wq_head = (d->wq_head + 1) % d->wq_cap;
+            d->wq_n--;
+            bool write = !d->status;
+            pthread_mutex_unlock(&d->lock);
+            int e = write ? pwrite_all(d->fd, w.buf, w.len, w.off) : 0;
+            s3f__pool_release(&d->x->pool, 1, &w.buf);
+            pthread_mutex_lock(&d->lock);
+            if (e) {
+                __atomic_store_n(&d->write_errno, e, __ATOMIC_RELAXED);
+                struct s3f_error ferr;
+                s3f_error_clear(&ferr);
+                s3f__error_set(&ferr, S3F_ERR_IO, "download", d->resource,
+                               "cannot write the file: %s", strerror(e));
+                fail(d, S3F_ERR_IO, &ferr);
+                advance(d);
+            }
+            continue;
+        }
+        if ((d->state == DL_DONE || d->state == DL_FAILED) && d->outstanding == 0 &&
+            d->callbacks == 0)
+            break;
         pthread_cond_wait(&d->cond, &d->lock);
-    enum s3f_status st = d->state == DL_DONE ? S3F_OK : d->status;
+    }
+    /* a write may fail after the last part arrived (state DONE): the status decides */
+    enum s3f_status st = d->status ? d->status : d->state == DL_DONE ? S3F_OK : S3F_ERR_INTERNAL;
     pthread_mutex_unlock(&d->lock);
     if (info) {
         *info = d->info;
@@ -603,6 +711,12 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
     }
     char *tmp = NULL;
     d.dst = DST_FILE;
+    d.wq_cap = d.x->pool.max_chunks;
+    d.wq = calloc(d.wq_cap, sizeof(*d.wq));
+    if (!d.wq) {
+        download_cleanup(&d);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", NULL, "out of memory");
+    }
     d.fd = create_temp(path, &tmp);
     if (d.fd < 0) {
         st = s3f__error_set(err, S3F_ERR_IO, "download", path, "cannot create a file beside %s: %s",

@@ -44,6 +44,20 @@ def test_engine_rgw(case, s3env):
     run_case(s3env, case)
 
 
+def test_file_write_error_rgw(s3env, tmp_path):
+    """A download into a full file system (a 6 MiB tmpfs) fails cleanly."""
+    d = tmp_path / "full"
+    d.mkdir()
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {m.stderr.strip()}")
+    try:
+        run_case(dict(s3env, S3FLASH_TEST_FULL_DIR=str(d)), "test_file_write_error")
+    finally:
+        subprocess.run(["umount", str(d)], capture_output=True)
+
+
 @pytest.mark.skipif(os.environ.get("S3FLASH_TEST_LARGE") != "1",
                     reason="several GiB: set S3FLASH_TEST_LARGE=1")
 def test_large_rgw(s3env):

@@ -596,6 +596,44 @@ static void test_changed_during_download(void) {
     s3f_client_free(c);
 }
 
+/* A file that cannot be written: $S3FLASH_TEST_FULL_DIR is a 6 MiB tmpfs (test_xfer.py
+ * mounts it), so pwrite fails with ENOSPC partway through a 20 MiB object. The download
+ * fails with the write error, no file and no temporary file remain, and the pool gets
+ * every chunk back. */
+static void test_file_write_error(void) {
+    const char *dir = getenv("S3FLASH_TEST_FULL_DIR");
+    CHECK(dir != NULL);
+    if (!dir)
+        return;
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    char dst[600];
+    snprintf(dst, sizeof(dst), "%s/dst.bin", dir);
+    size_t n = 4 * PART + 7;
+    unsigned char *data = pattern(n, 13);
+    CHECK_INT(s3f_upload_buffer(c, bucket, "wfail/a", data, n, NULL, NULL, &e), S3F_OK);
+    enum s3f_status st = s3f_download_file(c, bucket, "wfail/a", dst, NULL, NULL, &e);
+    print_err("expected", &e);
+    CHECK_INT(st, S3F_ERR_IO);
+    CHECK(strstr(e.message, "cannot write") != NULL);
+    struct stat sb;
+    CHECK(stat(dst, &sb) != 0);
+    CHECK_INT(count_dir(dir), 0);
+    struct s3f_client_stats cs;
+    s3f_client_stats(c, &cs, 0);
+    CHECK_INT(cs.pool_in_use_bytes, 0);
+    /* the same client goes on working with a file that fits */
+    CHECK_INT(s3f_upload_buffer(c, bucket, "wfail/b", data, PART + 3, NULL, NULL, &e), S3F_OK);
+    CHECK_INT(s3f_download_file(c, bucket, "wfail/b", dst, NULL, NULL, &e), S3F_OK);
+    size_t len = 0;
+    char *back = test_read_file(dst, &len);
+    CHECK(back && len == PART + 3 && memcmp(back, data, PART + 3) == 0);
+    free(back);
+    unlink(dst);
+    free(data);
+    s3f_client_free(c);
+}
+
 struct writer_job {
     struct s3f_client *c;
     char key[64];
@@ -897,6 +935,8 @@ int main(int argc, char **argv) {
     MAYBE(test_writer);
     MAYBE(test_iov_upload);
     MAYBE(test_file);
+    if (only && strcmp(only, "test_file_write_error") == 0)
+        RUN(test_file_write_error);
     MAYBE(test_reader);
     MAYBE(test_abort);
     MAYBE(test_errors);
