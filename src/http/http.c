@@ -169,8 +169,12 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+    /* Each easy handle keeps both buffers for life, one handle per request in flight: 25
+     * in flight with a 1 MiB upload buffer cost 31 MiB beyond the buffer pool (a writer
+     * with a 256 MiB pool peaked at 289 MiB). 256 KiB each: 12.5 MiB, upload speed to the
+     * sink within noise (2.27 against 2.38 GB/s, 3 runs each). */
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
-    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 1024L * 1024);
+    curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
     long stall_s = (long)((o->stall_timeout_ms + 999) / 1000);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
