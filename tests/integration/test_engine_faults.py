@@ -321,9 +321,9 @@ def test_upload_500s(rgw, proxy, s3, bucket, src, how):
 # ---- uploads: retries exhausted (the writer included) ---------------------------------------
 
 FATAL = {
-    "500": (lambda key: s3_error("InternalError", 500, dict(part_puts(key),
-                                                            query="partNumber=2&"))
-            , "S3F_ERR_SERVER"),
+    "500": (lambda key: s3_error("InternalError", 500,
+                                 dict(part_puts(key), query="partNumber=2&")),
+            "S3F_ERR_SERVER"),
     "reset": (lambda key: {"match": dict(part_puts(key), query="partNumber=2&"),
                            "action": "reset_request_body_at", "at": "random", "seed": 9},
               "S3F_ERR_NETWORK"),
