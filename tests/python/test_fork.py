@@ -123,7 +123,7 @@ def test_dataloader_fork_workers(ckpt, bucket, key):
         with ckpt.writer(u) as w:
             torch.save({"x": torch.full((1000,), i)}, w)
     ckpt.reader(uris[0]).read(1)  # the parent's client is live before the workers fork
-    loader = torch.utils.data.DataLoader(_Shards(ckpt, uris), batch_size=None, num_workers=3,
+    loader = torch.utils.data.DataLoader(_Shards(ckpt, uris), batch_size=None, num_workers=2,
                                          multiprocessing_context="fork")
     got = [int(t[0]) for t in loader]
     assert sorted(got) == list(range(8))
