@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
-# tests, starts a real Ceph RGW on loopback, runs the integration tests against it, then does
-# it all again under ASan+UBSan (LeakSanitizer on), and stops the servers.
+# tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
+# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), then
+# runs the C tests again under ASan+UBSan (LeakSanitizer on), and stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the sanitizer pass
 #   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
@@ -39,6 +40,9 @@ export S3FLASH_TEST_ENDPOINT S3FLASH_TEST_ACCESS_KEY S3FLASH_TEST_SECRET_KEY \
 
 export S3FLASH_BUILD_DIR="$root/build"
 python3 -m pytest -q -p no:cacheprovider tests/integration
+
+# the Python package: pip-installed (meson-python), tested against the same RGW
+bash tests/python/run.sh
 
 if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
