@@ -213,6 +213,9 @@ struct s3f_client_stats {
     uint32_t inflight_requests;      /* data requests in flight now */
     uint32_t inflight_high_water;    /* most ever in flight at once */
     uint64_t requests_started;       /* data requests started, ever */
+    uint32_t pending_aborts;         /* AbortMultipartUpload calls of failed uploads that
+                                        failed too (server away) and are retried in the
+                                        background; s3f_client_free tries them once more */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */

@@ -198,6 +198,8 @@ fail:
 void s3f_client_free(struct s3f_client *c) {
     if (!c)
         return;
+    if (c->xfer.state && c->xfer.state_stop)
+        c->xfer.state_stop(c->xfer.state);
     s3f__http_pool_free(c->http);
     if (c->xfer.state && c->xfer.state_free)
         c->xfer.state_free(c->xfer.state);

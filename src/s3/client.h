@@ -31,6 +31,7 @@ struct s3f__client_xfer {
     pthread_mutex_t lock;
     void *state;
     void (*state_free)(void *state);
+    void (*state_stop)(void *state); /* before the transport is freed */
 };
 
 struct s3f_client {

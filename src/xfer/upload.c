@@ -561,7 +561,9 @@ static void ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         break;
     }
     case CTL_ABORT:
-        if (st)
+        if (st && st != S3F_ERR_NOT_FOUND && s3f__janitor_worth_retrying(st))
+            s3f__janitor_add(u->x, u->bucket, u->key, u->upload_id); /* server away */
+        else if (st && st != S3F_ERR_NOT_FOUND)
             s3f__log(&u->c->logger, S3F_LOG_WARN,
                      "upload %s: AbortMultipartUpload %s failed (%s): its parts may stay "
                      "until a lifecycle rule removes them",

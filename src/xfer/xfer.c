@@ -9,8 +9,13 @@
 #define DEFAULT_PART_SIZE (8 * S3F__MIB)
 #define DEFAULT_MEMORY_LIMIT (512 * S3F__MIB)
 
+static void shared_stop(void *p) {
+    s3f__janitor_stop(p);
+}
+
 static void shared_free(void *p) {
     struct s3f__xfer_shared *x = p;
+    s3f__janitor_cleanup(&x->janitor);
     s3f__sched_cleanup(&x->sched);
     s3f__pool_cleanup(&x->pool);
     free(x);
@@ -43,6 +48,8 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
         goto out;
     }
     s3f__sched_init(&x->sched, x->max_inflight);
+    s3f__janitor_init(&x->janitor);
+    x->client = c;
     s3f__log(&c->logger, S3F_LOG_DEBUG,
              "transfers: part size %llu, memory limit %llu, %u requests in flight (%.1f Gbit/s "
              "target), checksum %s",
@@ -51,6 +58,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
              x->checksum == S3F_CHECKSUM_NONE ? "none" : s3f__checksum_algorithm_name(x->checksum));
     c->xfer.state = x;
     c->xfer.state_free = shared_free;
+    c->xfer.state_stop = shared_stop;
     *out = x;
 out:
     pthread_mutex_unlock(&c->xfer.lock);
@@ -77,6 +85,7 @@ void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int re
     if (reset_high_water)
         x->sched.inflight_high_water = x->sched.inflight;
     pthread_mutex_unlock(&x->sched.lock);
+    out->pending_aborts = s3f__janitor_pending(&x->janitor);
     if (reset_high_water)
         s3f__pool_reset_high_water(&x->pool);
 }

@@ -124,9 +124,37 @@ void s3f__sched_detach(struct s3f__sched *s, struct s3f__sched_entry *e);
 /* A request started through start() finished: frees its slot and starts the next. */
 void s3f__sched_done(struct s3f__sched *s);
 
+/* ---- aborts retried in the background (janitor.c) ------------------------------------ */
+
+#define S3F__ABORT_GIVE_UP_S 600 /* a pending abort is retried this long, then left */
+
+struct s3f__abort_job;
+struct s3f__janitor {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;              /* CLOCK_MONOTONIC; signalled to stop */
+    struct s3f__abort_job *jobs;      /* guarded by lock (but see janitor_main) */
+    uint32_t n_jobs;                  /* pending, including those being tried */
+    bool running, joinable, stopping;
+    pthread_t thread;
+};
+
+void s3f__janitor_init(struct s3f__janitor *j);
+void s3f__janitor_cleanup(struct s3f__janitor *j);
+/* Statuses of a failed abort that a later try may cure (the server was away, busy...). */
+bool s3f__janitor_worth_retrying(enum s3f_status st);
+struct s3f__xfer_shared;
+/* Retry AbortMultipartUpload of `upload_id` in the background (copies the strings). */
+void s3f__janitor_add(struct s3f__xfer_shared *x, const char *bucket, const char *key,
+                      const char *upload_id);
+uint32_t s3f__janitor_pending(struct s3f__janitor *j);
+/* Stop the thread, try what is pending once more, log what is left. Before the transport
+ * goes away (s3f_client_free). */
+void s3f__janitor_stop(struct s3f__xfer_shared *x);
+
 /* ---- per-client state (xfer.c) ------------------------------------------------------ */
 
 struct s3f__xfer_shared {
+    struct s3f_client *client;
     uint64_t part_size;            /* default part size */
     uint64_t memory_limit;
     uint32_t max_inflight;
@@ -134,6 +162,7 @@ struct s3f__xfer_shared {
     enum s3f_checksum_algorithm checksum; /* never DEFAULT */
     struct s3f__pool pool;
     struct s3f__sched sched;
+    struct s3f__janitor janitor;
 };
 
 /* The client's transfer state, created on first use from its options. S3F_ERR_NO_MEMORY. */

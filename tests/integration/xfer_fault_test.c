@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -199,6 +200,21 @@ int main(int argc, char **argv) {
         free(buf);
     } else {
         fprintf(stderr, "unknown operation %s\n", op);
+    }
+    /* FAULT_WAIT_ABORTS_S: keep the client (and its background aborts) alive up to that
+     * long, until no abort is pending; print how many were pending and are left */
+    double wait_s = (double)env_ull("FAULT_WAIT_ABORTS_S", 0);
+    if (wait_s > 0) {
+        struct s3f_client_stats cs;
+        s3f_client_stats(c, &cs, 0);
+        printf("pending_aborts_at_end=%u\n", cs.pending_aborts);
+        double until = now_s() + wait_s;
+        while (cs.pending_aborts && now_s() < until) {
+            usleep(100000);
+            s3f_client_stats(c, &cs, 0);
+        }
+        printf("pending_aborts_left=%u\n", cs.pending_aborts);
+        fflush(stdout);
     }
     s3f_client_free(c);
     return rc;
