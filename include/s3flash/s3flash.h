@@ -411,7 +411,9 @@ struct s3f_download_options {
     /* Verify the whole-object checksum S3 keeps (single PutObject or FULL_OBJECT multipart
      * uploads; not a checksum of part checksums) with a HEAD that runs beside the parts:
      * 0: when the download needs more than one request; 1: always; -1: never. Checks the
-     * client's checksum algorithm. Mismatch: S3F_ERR_CHECKSUM. */
+     * client's checksum algorithm as the bytes arrive, or, when the server keeps another
+     * one only, that one in a second pass over the destination. Mismatch:
+     * S3F_ERR_CHECKSUM. */
     int verify_checksum;
     /* Files: 1 to fsync the file before it is renamed into place. */
     int fsync;

@@ -68,7 +68,8 @@ static const struct cli_command commands[] = {
      "reported, the others go on, and the exit status is 1.\n"
      "Checksums: uploads send the --checksum value of every part and of the whole object\n"
      "(the server verifies it: AWS S3, MinIO); downloads compare the bytes with the\n"
-     "server's stored whole-object checksum of that algorithm. A server that stores none\n"
+     "server's stored whole-object checksum (of that algorithm as they arrive, of another\n"
+     "one the server keeps in a second pass over the file). A server that stores none\n"
      "(Ceph RGW), or a checksum of part checksums, leaves only the size and the ETag\n"
      "(If-Match) checked. SIZE: bytes, or with K, M, G, T (powers of 1024; Ki/KiB, MB...\n"
      "mean the same): 8M = 8 MiB.",

@@ -95,6 +95,10 @@ struct download {
     struct s3f__op head;
     struct s3f_error head_err;
     char expected[S3F__CHECKSUM_B64_MAX + 8];
+    /* the server keeps a whole-object checksum of another algorithm only: checked by the
+     * caller's thread at the end, over the destination (one more pass) */
+    enum s3f_checksum_algorithm other_alg;
+    char other_expected[S3F__CHECKSUM_B64_MAX + 8];
     struct s3f__sched_entry entry;
     struct wchunk *wq;          /* DST_FILE: ring of chunks to write, wq_cap = pool size */
     size_t wq_cap, wq_head, wq_n;
@@ -438,7 +442,20 @@ static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         char *v = s3f__xfer_checksum_field(&d->head.info, d->alg, &n);
         if (v)
             s3f__strlcpy(d->expected, v, sizeof(d->expected));
-        if (!d->expected[0])
+        static const enum s3f_checksum_algorithm others[] = {
+            S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32};
+        for (size_t i = 0; !d->expected[0] && i < sizeof(others) / sizeof(others[0]); i++) {
+            char *o = s3f__xfer_checksum_field(&d->head.info, others[i], &n);
+            if (others[i] != d->alg && o && o[0] && !strchr(o, '-')) {
+                d->other_alg = others[i];
+                s3f__strlcpy(d->other_expected, o, sizeof(d->other_expected));
+                s3f__log(&d->c->logger, S3F_LOG_DEBUG,
+                         "download %s: the server keeps %s, not %s: verified in a second pass",
+                         d->resource, s3f__checksum_algorithm_name(others[i]),
+                         s3f__checksum_algorithm_name(d->alg));
+            }
+        }
+        if (!d->expected[0] && !d->other_alg)
             s3f__log(&d->c->logger, S3F_LOG_DEBUG,
                      "download %s: the server keeps no %s checksum, nothing to verify",
                      d->resource, s3f__checksum_algorithm_name(d->alg));
@@ -563,6 +580,53 @@ static void download_cleanup(struct download *d) {
     pthread_mutex_destroy(&d->progress_lock);
 }
 
+/* The whole-object checksum of another algorithm than the parts', computed over the
+ * destination once everything is in place (caller's thread). */
+static enum s3f_status verify_other(struct download *d, struct s3f_error *err) {
+    struct s3f__checksum ck;
+    s3f__checksum_init(&ck, d->other_alg);
+    if (d->dst == DST_MEMORY) {
+        uint64_t left = d->size;
+        for (size_t i = 0; i < d->n_iov && left; i++) {
+            size_t n = d->iov[i].len < left ? d->iov[i].len : (size_t)left;
+            s3f__checksum_update(&ck, d->iov[i].base, n);
+            left -= n;
+        }
+    } else {
+        size_t bs = 1 << 20;
+        char *buf = malloc(bs);
+        if (!buf)
+            return s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", d->resource,
+                                  "out of memory");
+        for (uint64_t off = 0; off < d->size;) {
+            size_t want = d->size - off < bs ? (size_t)(d->size - off) : bs;
+            ssize_t n = pread(d->fd, buf, want, (off_t)off);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                free(buf);
+                return s3f__error_set(err, S3F_ERR_IO, "download", d->resource,
+                                      "cannot read the file back to verify it: %s",
+                                      n < 0 ? strerror(errno) : "it is shorter");
+            }
+            s3f__checksum_update(&ck, buf, (size_t)n);
+            off += (uint64_t)n;
+        }
+        free(buf);
+    }
+    char got[S3F__CHECKSUM_B64_MAX];
+    s3f__checksum_b64(&ck, got);
+    if (strcmp(got, d->other_expected) != 0)
+        return s3f__error_set(err, S3F_ERR_CHECKSUM, "download", d->resource,
+                              "%s of the downloaded bytes is %s, the server's is %s",
+                              s3f__checksum_algorithm_name(d->other_alg), got,
+                              d->other_expected);
+    s3f__xfer_report_checksum(&d->info, &ck);
+    s3f__log(&d->c->logger, S3F_LOG_DEBUG, "download %s: %s %s verified", d->resource,
+             s3f__checksum_algorithm_name(d->other_alg), got);
+    return S3F_OK;
+}
+
 /* Run the download and wait for it. */
 static enum s3f_status download_run(struct download *d, struct s3f_object_info *info,
                                     struct s3f_error *err) {
@@ -598,6 +662,8 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
     /* a write may fail after the last part arrived (state DONE): the status decides */
     enum s3f_status st = d->status ? d->status : d->state == DL_DONE ? S3F_OK : S3F_ERR_INTERNAL;
     pthread_mutex_unlock(&d->lock);
+    if (st == S3F_OK && d->other_alg && (st = verify_other(d, &d->err)))
+        d->status = st;
     if (info) {
         *info = d->info;
         info->size = d->size;
@@ -678,7 +744,7 @@ static int create_temp(const char *path, char **tmp) {
     for (int tries = 0; tries < 100; tries++) {
         unsigned r = (unsigned)(s3f__random_unit() * 4294967295.0);
         snprintf(name, n, "%.*s.%s.s3flash-%08x", (int)dir_len, path, base, r);
-        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666); /* read back: verify_other */
         if (fd >= 0) {
             *tmp = name;
             return fd;
