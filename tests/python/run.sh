@@ -10,7 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 if [ "${S3FLASH_SKIP_INSTALL:-0}" != 1 ]; then
+    # torch pinned, and held there while the rest resolves (lightning asks for torch>=...)
     python3 -m pip install -q "torch==2.13.0" pytest boto3 meson-python meson ninja
+    python3 -m pip install -q "torch==2.13.0" "lightning==2.6.6" fsspec pandas
     python3 -m pip install -q --no-build-isolation .
 fi
 # from outside the tree, so that `import s3flash` is the installed package
