@@ -909,6 +909,88 @@ static PyObject *Client_create_bucket(ClientObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Client_delete_bucket(ClientObject *self, PyObject *args) {
+    const char *bucket;
+    if (!PyArg_ParseTuple(args, "s:delete_bucket", &bucket))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_delete_bucket(c, bucket, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    Py_RETURN_NONE;
+}
+
+/* copy_object(src_bucket, src_key, dst_bucket, dst_key) -> info: server-side CopyObject
+ * (at most 5 GiB). */
+static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
+    const char *sb, *sk, *db, *dk;
+    if (!PyArg_ParseTuple(args, "ssss:copy_object", &sb, &sk, &db, &dk))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_copy_object(c, sb, sk, db, dk, &info, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
+/* delete_objects(bucket, keys) -> None: DeleteObjects in batches of 1000. A key S3 reports
+ * as not deleted raises (the first one's error). */
+static PyObject *Client_delete_objects(ClientObject *self, PyObject *args) {
+    const char *bucket;
+    PyObject *seq_in;
+    if (!PyArg_ParseTuple(args, "sO:delete_objects", &bucket, &seq_in))
+        return NULL;
+    PyObject *seq = PySequence_Tuple(seq_in); /* a snapshot: keys stay alive without the GIL */
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    const char **keys = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(*keys));
+    if (!keys) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        keys[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(seq, i));
+        if (!keys[i]) {
+            PyMem_Free(keys);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    struct s3f_client *c = n > 0 ? client_get(self) : NULL;
+    if (n > 0 && !c) {
+        PyMem_Free(keys);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = S3F_OK;
+    size_t failed = 0;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        st = s3f_delete_objects(c, bucket, keys, (size_t)n, &failed, &err);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(keys);
+    Py_DECREF(seq); /* the UTF-8 buffers lived as long as the str objects in `seq` */
+    if (st)
+        return raise_s3(st, &err);
+    Py_RETURN_NONE;
+}
+
 /* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
  * place (no copy), parts in parallel, GIL released. */
 static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -1124,6 +1206,12 @@ static PyMethodDef Client_methods[] = {
     {"delete_object", (PyCFunction)Client_delete_object, METH_VARARGS,
      "delete_object(bucket, key)"},
     {"create_bucket", (PyCFunction)Client_create_bucket, METH_VARARGS, "create_bucket(bucket)"},
+    {"delete_bucket", (PyCFunction)Client_delete_bucket, METH_VARARGS,
+     "delete_bucket(bucket)\nDeleteBucket (the bucket must be empty)."},
+    {"copy_object", (PyCFunction)Client_copy_object, METH_VARARGS,
+     "copy_object(src_bucket, src_key, dst_bucket, dst_key) -> dict\nServer-side CopyObject."},
+    {"delete_objects", (PyCFunction)Client_delete_objects, METH_VARARGS,
+     "delete_objects(bucket, keys)\nDeleteObjects, batches of 1000."},
     {"upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
      "upload(bucket, key, data, part_size=0, checksum=None) -> dict\n"
      "Upload a buffer in place (no copy), parts in parallel."},
