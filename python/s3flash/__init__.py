@@ -58,3 +58,14 @@ __all__ = [
     "save",
     "__version__",
 ]
+
+# The datasets import torch: loaded on first use, so that `import s3flash` needs no torch.
+_LAZY_DATASETS = ("S3MapDataset", "S3IterableDataset")
+__all__ += list(_LAZY_DATASETS)
+
+
+def __getattr__(name: str):
+    if name in _LAZY_DATASETS:
+        from . import _dataset
+        return getattr(_dataset, name)
+    raise AttributeError(f"module 's3flash' has no attribute {name!r}")

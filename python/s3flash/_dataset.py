@@ -1,0 +1,495 @@
+"""S3MapDataset and S3IterableDataset: PyTorch datasets over S3 objects.
+
+Names and signatures follow s3torchconnector; s3flash adds sharding over ranks and workers
+(on by default), shuffling with a seed and an epoch, a listing that streams page by page,
+and a small-object path (one GET, no HEAD) for whole-object reads.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Tuple,
+                    Union)
+
+import torch.utils.data
+
+from . import _s3flash
+from ._checkpoint import parse_s3_uri
+from ._client import S3Client, _shared_client
+from ._config import S3ClientConfig
+from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+
+MiB = 1024 * 1024
+
+# A whole-object read (read() or readinto of a buffer as large as the object) of an object
+# whose size the listing gave, up to this size, is one GET into memory instead of the
+# reader's HEAD + GET. Larger objects stream through the reader.
+_WHOLE_READ_MAX = 64 * MiB
+
+
+def identity(obj: Any) -> Any:
+    return obj
+
+
+class S3BucketKeyData(NamedTuple):
+    """One object of a dataset: where it is, and its size and ETag when a listing gave them."""
+
+    bucket: str
+    key: str
+    size: Optional[int] = None
+    etag: Optional[str] = None
+
+
+def _parse_prefix_uri(uri: str) -> Tuple[str, str]:
+    """("bucket", "prefix") of s3://bucket[/prefix]; ValueError naming the URI."""
+    if not isinstance(uri, str):
+        raise TypeError(f"S3 URI must be a str, not {type(uri).__name__}")
+    return _s3flash.parse_uri(uri)
+
+
+def _parse_object_uris(object_uris: Union[str, Iterable[str]]) -> List[S3BucketKeyData]:
+    if isinstance(object_uris, str):
+        object_uris = [object_uris]
+    return [S3BucketKeyData(*parse_s3_uri(u)) for u in object_uris]
+
+
+def _list_page(client: S3Client, bucket: str, prefix: str, token: Optional[str],
+               page_size: int) -> Tuple[List[Tuple[str, int, int, str, str]], Optional[str]]:
+    """One ListObjectsV2 request: (objects, next continuation token or None)."""
+    objects, _, token = client.native.list_objects(
+        bucket, prefix=prefix or None, continuation_token=token, max_keys=page_size)
+    return objects, token
+
+
+def _list_prefix(client: S3Client, bucket: str, prefix: str,
+                 page_size: int) -> Iterator[S3BucketKeyData]:
+    """Objects under the prefix, one ListObjectsV2 page at a time (yields after each page)."""
+    token: Optional[str] = None
+    while True:
+        objects, token = _list_page(client, bucket, prefix, token, page_size)
+        for key, size, _mtime, etag, _cls in objects:
+            yield S3BucketKeyData(bucket, key, size, etag)
+        if not token:
+            return
+
+
+class _DatasetReader(S3Reader):
+    """The sequential S3Reader of a dataset item, told the object's size by the listing.
+
+    ``size`` needs no request. A whole-object ``read()`` (or ``readinto`` of a buffer that
+    holds the object) from position 0 of an object of up to 64 MiB is one GET (the engine's
+    download into memory, parts in parallel), not the reader's HEAD + GET; later reads and
+    seeks are served from those bytes. Anything else is the engine's reader, opened lazily.
+    Picklable: a reader returned by a DataLoader worker is rebuilt in the main process on a
+    client shared per (region, endpoint, config).
+    """
+
+    def __init__(self, client: S3Client, bucket: str, key: str, *,
+                 listed_size: Optional[int] = None, reader_type: str = "sequential",
+                 readahead_max: int = 0, tail_bytes: int = 0):
+        super().__init__(client, bucket, key, reader_type=reader_type,
+                         readahead_max=readahead_max, tail_bytes=tail_bytes)
+        self._listed_size = listed_size
+        self._data: Optional[bytes] = None
+
+    def _whole_read_ok(self, want: int) -> bool:
+        n = self._listed_size
+        return (self._data is None and self._native is None and self._pos == 0
+                and n is not None and n <= _WHOLE_READ_MAX and (want < 0 or want >= n))
+
+    def _fetch_into(self, buf: Any) -> Optional[int]:
+        """One GET of the whole object into buf; None if it no longer fits (grew since the
+        listing: the caller falls back to the reader)."""
+        try:
+            return self._client.native.download_into(self._bucket, self._key, buf)
+        except _s3flash.S3ValueError:
+            return None
+
+    @property
+    def size(self) -> int:
+        if self._data is not None:
+            return len(self._data)
+        if self._native is None and self._listed_size is not None:
+            return self._listed_size
+        return super().size
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        if self._closed:
+            raise ValueError("I/O operation on closed S3Reader")
+        want = -1 if size is None else size
+        if self._whole_read_ok(want):
+            buf = bytearray(self._listed_size or 0)
+            n = self._fetch_into(buf) if buf else 0
+            if n is not None:
+                self._data = bytes(memoryview(buf)[:n])
+        if self._data is not None:
+            end = len(self._data) if want < 0 else min(len(self._data), self._pos + want)
+            b = self._data[self._pos:end] if self._pos < end else b""
+            self._pos = max(self._pos, end)
+            return b
+        return super().read(size)
+
+    def readinto(self, buf: Any) -> int:
+        if self._closed:
+            raise ValueError("I/O operation on closed S3Reader")
+        mv = memoryview(buf).cast("B")
+        if self._data is None and self._whole_read_ok(mv.nbytes):
+            n = self._fetch_into(mv) if mv.nbytes else 0
+            if n is not None:
+                self._data = bytes(mv[:n])  # later seeks and reads need no request
+                self._pos = n
+                return n
+        if self._data is not None:
+            chunk = self._data[self._pos:self._pos + mv.nbytes]
+            mv[:len(chunk)] = chunk
+            self._pos += len(chunk)
+            return len(chunk)
+        return super().readinto(buf)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self._data is None or self._closed:
+            return super().seek(offset, whence)
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}
+        if whence not in base:
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        new = base[whence] + offset
+        if new < 0:
+            raise ValueError(f"negative seek position {new}")
+        self._pos = new
+        return new
+
+    def close(self) -> None:
+        self._data = None
+        super().close()
+
+    def __reduce__(self) -> Any:
+        c = self._client
+        return (_rebuild_reader,
+                (c.region, c.endpoint, c.s3client_config, self._bucket, self._key,
+                 self._listed_size, self._reader_type, self._readahead_max, self._tail_bytes,
+                 self._pos, self._data, self._closed))
+
+
+def _rebuild_reader(region: Optional[str], endpoint: Optional[str], config: S3ClientConfig,
+                    bucket: str, key: str, listed_size: Optional[int], reader_type: str,
+                    readahead_max: int, tail_bytes: int, pos: int, data: Optional[bytes],
+                    closed: bool) -> _DatasetReader:
+    r = _DatasetReader(_shared_client(region, endpoint, config), bucket, key,
+                       listed_size=listed_size, reader_type=reader_type,
+                       readahead_max=readahead_max, tail_bytes=tail_bytes)
+    r._pos, r._data, r._closed = pos, data, closed
+    return r
+
+
+def _is_default_sequential(constructor: Optional[S3ReaderConstructorProtocol]) -> bool:
+    return (constructor is None
+            or S3ReaderConstructor.get_reader_type_string(constructor) == "sequential")
+
+
+class _S3DatasetBase:
+    """What both datasets share: the client (built lazily, in the process that uses it:
+    never pickled, rebuilt after fork by the native layer), the reader of an item."""
+
+    def __init__(self, region: Optional[str],
+                 get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
+                 endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+        self._region = region
+        self._endpoint = endpoint
+        self._get_dataset_objects = get_dataset_objects
+        self._transform = transform
+        self._s3client_config = s3client_config
+        self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
+        self._fast_reader = _is_default_sequential(reader_constructor)
+        self._client: Optional[S3Client] = None
+
+    @property
+    def region(self) -> Optional[str]:
+        return self._region
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        return self._endpoint
+
+    @property
+    def client(self) -> S3Client:
+        """The dataset's S3Client (built on first use)."""
+        return self._get_client()
+
+    def _get_client(self) -> S3Client:
+        if self._client is None:
+            self._client = S3Client(self._region, endpoint=self._endpoint,
+                                    s3client_config=self._s3client_config)
+        return self._client
+
+    def _reader(self, obj: S3BucketKeyData) -> S3Reader:
+        client = self._get_client()
+        if self._fast_reader:
+            return _DatasetReader(client, obj.bucket, obj.key, listed_size=obj.size)
+        return self._reader_constructor(client, obj.bucket, obj.key)
+
+    def _get_transformed_object(self, obj: S3BucketKeyData) -> Any:
+        return self._transform(self._reader(obj))
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_client"] = None  # a native client does not cross processes
+        return state
+
+
+class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
+    """A map-style dataset of S3 objects: ``len(ds)`` and ``ds[i]``.
+
+    Build it with ``from_prefix`` or ``from_objects``. Item ``i`` is
+    ``transform(S3Reader)`` of the i-th object (keys in the listing's lexicographic order);
+    the reader is lazy: nothing is fetched until it is read. ``ds[i]`` lists only as many
+    pages as it needs; ``len(ds)`` lists the whole prefix (once). Shuffle and shard with the
+    DataLoader's sampler (``shuffle=True``, ``DistributedSampler``).
+    """
+
+    def __init__(self, region: Optional[str],
+                 get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
+                 endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+        super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
+                         reader_constructor)
+        self._objects: List[S3BucketKeyData] = []
+        self._listing: Optional[Iterator[S3BucketKeyData]] = None
+        self._listed = False
+
+    @classmethod
+    def from_objects(cls, object_uris: Union[str, Iterable[str]], *,
+                     region: Optional[str] = None, endpoint: Optional[str] = None,
+                     transform: Callable[[S3Reader], Any] = identity,
+                     s3client_config: Optional[S3ClientConfig] = None,
+                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None
+                     ) -> "S3MapDataset":
+        """A dataset of the given objects (s3://bucket/key each, or one str), in order.
+        A malformed URI raises ValueError naming it, here."""
+        objs = _parse_object_uris(object_uris)
+        return cls(region, _ObjectList(objs), endpoint, transform=transform,
+                   s3client_config=s3client_config, reader_constructor=reader_constructor)
+
+    @classmethod
+    def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
+                    endpoint: Optional[str] = None,
+                    transform: Callable[[S3Reader], Any] = identity,
+                    s3client_config: Optional[S3ClientConfig] = None,
+                    reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                    list_page_size: int = 0) -> "S3MapDataset":
+        """A dataset of every object whose key starts with the prefix of ``s3_uri``
+        (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
+        is an empty dataset; a missing bucket raises S3NotFoundError at the first access.
+        ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000)."""
+        bucket, prefix = _parse_prefix_uri(s3_uri)
+        return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
+                   transform=transform, s3client_config=s3client_config,
+                   reader_constructor=reader_constructor)
+
+    def _list_until(self, n: Optional[int]) -> None:
+        """List until at least n objects are known (None: all of them)."""
+        if self._listed:
+            return
+        if self._listing is None:
+            self._listing = iter(self._get_dataset_objects(self._get_client()))
+        while n is None or len(self._objects) < n:
+            try:
+                self._objects.append(next(self._listing))
+            except StopIteration:
+                self._listed = True
+                self._listing = None
+                return
+
+    @property
+    def _dataset_objects(self) -> List[S3BucketKeyData]:
+        self._list_until(None)
+        return self._objects
+
+    def __len__(self) -> int:
+        return len(self._dataset_objects)
+
+    def __getitem__(self, i: int) -> Any:
+        if i < 0:
+            self._list_until(None)
+        else:
+            self._list_until(i + 1)
+        return self._get_transformed_object(self._objects[i])
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_listing"] = None  # a half-consumed listing restarts
+        if not state["_listed"]:
+            state["_objects"] = []
+        return state
+
+
+class _PrefixLister:
+    """Picklable get_dataset_objects of from_prefix."""
+
+    def __init__(self, bucket: str, prefix: str, page_size: int):
+        if page_size < 0 or page_size > 1000:
+            raise ValueError(f"list_page_size must be between 0 and 1000, got {page_size}")
+        self.bucket, self.prefix, self.page_size = bucket, prefix, page_size
+
+    def __call__(self, client: S3Client) -> Iterator[S3BucketKeyData]:
+        return _list_prefix(client, self.bucket, self.prefix, self.page_size)
+
+
+class _ObjectList:
+    def __init__(self, objs: List[S3BucketKeyData]):
+        self.objs = objs
+
+    def __call__(self, client: S3Client) -> Iterator[S3BucketKeyData]:
+        return iter(self.objs)
+
+
+def _dist_rank_world() -> Tuple[int, int]:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
+    """An iterable dataset of S3 objects, streamed: the first item comes after the first
+    listing page, not after the whole prefix is listed.
+
+    Build it with ``from_prefix`` or ``from_objects``. Each item is ``transform(S3Reader)``;
+    the reader is lazy. With ``enable_sharding`` (the default in s3flash) each object is
+    yielded exactly once per epoch across all ranks × DataLoader workers: object ``i`` of
+    the listing (after shuffling) goes to shard ``i % (world_size * num_workers)``, shard
+    ``rank * num_workers + worker_id``. The rank and world size are the explicit ``rank``
+    and ``world_size``, else torch.distributed's when it is initialized, else 0 and 1.
+
+    ``shuffle=True``: a permutation seeded by ``(seed, epoch)``, the same in every rank and
+    worker, so shards stay disjoint. ``shuffle_buffer_size=None`` lists the whole prefix
+    first (a full permutation); an int keeps streaming and shuffles each shard through a
+    buffer of that many objects. ``set_epoch(e)`` before each epoch changes the order
+    (DataLoader workers that are not persistent see it).
+    """
+
+    def __init__(self, region: Optional[str],
+                 get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
+                 endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 enable_sharding: bool = True,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
+                 shuffle: bool = False, seed: int = 0,
+                 shuffle_buffer_size: Optional[int] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None):
+        super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
+                         reader_constructor)
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if world_size is not None and not (rank is not None and 0 <= rank < world_size):
+            raise ValueError(f"rank must be in [0, world_size), got rank={rank} "
+                             f"world_size={world_size}")
+        if shuffle_buffer_size is not None and shuffle_buffer_size < 1:
+            raise ValueError(f"shuffle_buffer_size must be >= 1, got {shuffle_buffer_size}")
+        self._enable_sharding = enable_sharding
+        self._shuffle = shuffle
+        self._seed = seed
+        self._shuffle_buffer_size = shuffle_buffer_size
+        self._rank = rank
+        self._world_size = world_size
+        self._epoch = 0
+
+    @classmethod
+    def from_objects(cls, object_uris: Union[str, Iterable[str]], *,
+                     region: Optional[str] = None, endpoint: Optional[str] = None,
+                     transform: Callable[[S3Reader], Any] = identity,
+                     s3client_config: Optional[S3ClientConfig] = None,
+                     enable_sharding: bool = True,
+                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                     **kwargs: Any) -> "S3IterableDataset":
+        """A dataset of the given objects (s3://bucket/key each, or one str), in order.
+        A malformed URI raises ValueError naming it, here. ``kwargs``: shuffle, seed,
+        shuffle_buffer_size, rank, world_size."""
+        objs = _parse_object_uris(object_uris)
+        return cls(region, _ObjectList(objs), endpoint, transform=transform,
+                   s3client_config=s3client_config, enable_sharding=enable_sharding,
+                   reader_constructor=reader_constructor, **kwargs)
+
+    @classmethod
+    def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
+                    endpoint: Optional[str] = None,
+                    transform: Callable[[S3Reader], Any] = identity,
+                    s3client_config: Optional[S3ClientConfig] = None,
+                    enable_sharding: bool = True,
+                    reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                    list_page_size: int = 0, **kwargs: Any) -> "S3IterableDataset":
+        """A dataset of every object whose key starts with the prefix of ``s3_uri``
+        (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
+        is an empty dataset; a missing bucket raises S3NotFoundError when iterated.
+        ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000).
+        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size."""
+        bucket, prefix = _parse_prefix_uri(s3_uri)
+        return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
+                   transform=transform, s3client_config=s3client_config,
+                   enable_sharding=enable_sharding, reader_constructor=reader_constructor,
+                   **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch that, with the seed, orders a shuffled dataset."""
+        self._epoch = epoch
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def _rank_world(self) -> Tuple[int, int]:
+        if self._rank is not None and self._world_size is not None:
+            return self._rank, self._world_size
+        return _dist_rank_world()
+
+    def shard(self) -> Tuple[int, int]:
+        """(this process's shard, number of shards), in a DataLoader worker or not."""
+        if not self._enable_sharding:
+            return 0, 1
+        rank, world = self._rank_world()
+        wi = torch.utils.data.get_worker_info()
+        wid, nw = (wi.id, wi.num_workers) if wi is not None else (0, 1)
+        return rank * nw + wid, world * nw
+
+    def _rng(self, *extra: int) -> random.Random:
+        return random.Random(":".join(str(x) for x in (self._seed, self._epoch) + extra))
+
+    def _objects(self) -> Iterator[S3BucketKeyData]:
+        shard, nshards = self.shard()
+        objs: Iterable[S3BucketKeyData] = self._get_dataset_objects(self._get_client())
+        if self._shuffle and self._shuffle_buffer_size is None:
+            everything = list(objs)
+            self._rng().shuffle(everything)
+            objs = everything
+        mine = (o for i, o in enumerate(objs) if i % nshards == shard)
+        if self._shuffle and self._shuffle_buffer_size is not None:
+            return _buffer_shuffle(mine, self._shuffle_buffer_size, self._rng(shard, nshards))
+        return mine
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(self._get_transformed_object, self._objects())
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        if state["_rank"] is None:  # spawned workers have no process group: keep the rank
+            rank, world = _dist_rank_world()
+            if world > 1:
+                state["_rank"], state["_world_size"] = rank, world
+        return state
+
+
+def _buffer_shuffle(items: Iterator[S3BucketKeyData], size: int,
+                    rng: random.Random) -> Iterator[S3BucketKeyData]:
+    buf: List[S3BucketKeyData] = []
+    for it in items:
+        if len(buf) < size:
+            buf.append(it)
+            continue
+        j = rng.randrange(size)
+        yield buf[j]
+        buf[j] = it
+    rng.shuffle(buf)
+    yield from buf
