@@ -1,0 +1,672 @@
+"""An fsspec filesystem for ``s3://`` over libs3flash: ``S3FlashFileSystem``.
+
+With s3flash installed, fsspec finds it through the ``fsspec.specs`` entry point
+(``s3`` and ``s3a``), so ``fsspec.open("s3://...")``, pandas' ``read_csv("s3://...")`` and
+Lightning's ``ModelCheckpoint(dirpath="s3://...")`` go through the engine. At run time (for
+example from a source tree, or to take ``s3://`` back from another implementation)::
+
+    import s3flash.fsspec
+    s3flash.fsspec.register()                       # fsspec's "s3" and "s3a" are ours
+    s3flash.fsspec.register(endpoint_url="http://127.0.0.1:7480")   # with default options
+    s3flash.fsspec.unregister()                     # back to s3fs (when installed)
+
+Options (``storage_options``) follow s3fs: ``endpoint_url`` (or ``client_kwargs=
+{"endpoint_url": ...}``), ``key``/``secret``/``token`` (or ``client_kwargs``'
+``aws_access_key_id``...), ``anon``, ``profile``, ``client_kwargs={"region_name": ...}``
+(or ``region``), ``config_kwargs={"s3": {"addressing_style": "path"}}``, and
+``client_kwargs={"verify": "/path/ca.pem"}``. Anything not given comes from the AWS
+environment as for every s3flash client (AWS_ENDPOINT_URL_S3, AWS_REGION, credentials
+chain). ``s3client_config=S3ClientConfig(...)`` sets the engine (part size, memory limit...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import io
+import mmap
+import os
+import uuid
+from collections import defaultdict
+from datetime import datetime, timezone
+from glob import has_magic
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import fsspec
+from fsspec.callbacks import DEFAULT_CALLBACK
+from fsspec.spec import AbstractFileSystem
+from fsspec.utils import isfilelike, stringify_path
+
+from . import _s3flash
+from ._client import S3Client, _shared_client
+from ._config import S3ClientConfig
+from ._reader import S3Reader
+from ._writer import S3Writer
+
+__all__ = ["S3FlashFileSystem", "register", "unregister"]
+
+PROTOCOLS = ("s3", "s3a")
+_COPY_OBJECT_MAX = 5 << 30
+_STREAM_CHUNK = 8 << 20
+
+
+def _not_found(path: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+
+
+def _mtime(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def _file_entry(bucket: str, key: str, size: int, last_modified: int, etag: str,
+                storage_class: str = "", content_type: str = "") -> Dict[str, Any]:
+    e = {"name": f"{bucket}/{key}", "Key": f"{bucket}/{key}", "size": size, "Size": size,
+         "type": "file", "LastModified": _mtime(last_modified), "ETag": etag,
+         "StorageClass": storage_class or "STANDARD"}
+    if content_type:
+        e["ContentType"] = content_type
+    return e
+
+
+def _dir_entry(name: str) -> Dict[str, Any]:
+    return {"name": name, "Key": name, "size": 0, "Size": 0, "type": "directory",
+            "StorageClass": "DIRECTORY"}
+
+
+class S3FlashFileSystem(AbstractFileSystem):
+    """``s3://`` through libs3flash: listings, whole and ranged reads, streaming writes (the
+    object appears complete at close, or not at all), multipart uploads from files in place,
+    parallel downloads, server-side copies, batched deletes.
+
+    Directories are prefixes: a path is a directory when objects exist under ``path/``
+    (or a ``path/`` marker object). ``mkdir``/``makedirs`` create nothing below a bucket (as
+    s3fs), and create the bucket when it is missing.
+
+    Instances are not cached by fsspec (``cachable = False``): they are cheap, and share one
+    native client per (region, endpoint, configuration).
+    """
+
+    protocol = PROTOCOLS
+    root_marker = ""
+    cachable = False
+    _defaults: Dict[str, Any] = {}
+
+    def __init__(self, anon: Optional[bool] = None, endpoint_url: Optional[str] = None,
+                 key: Optional[str] = None, secret: Optional[str] = None,
+                 token: Optional[str] = None, *, client_kwargs: Optional[dict] = None,
+                 config_kwargs: Optional[dict] = None, region: Optional[str] = None,
+                 profile: Optional[str] = None, username: Optional[str] = None,
+                 password: Optional[str] = None,
+                 s3client_config: Optional[S3ClientConfig] = None, **kwargs: Any):
+        given = dict(anon=anon, endpoint_url=endpoint_url, key=key or username,
+                     secret=secret or password, token=token, client_kwargs=client_kwargs,
+                     config_kwargs=config_kwargs, region=region, profile=profile,
+                     s3client_config=s3client_config)
+        opts = {k: v for k, v in self._defaults.items() if k in given}
+        opts.update({k: v for k, v in given.items() if v is not None})
+        super().__init__(**kwargs)
+        ck = dict(opts.get("client_kwargs") or {})
+        endpoint = opts.get("endpoint_url") or ck.pop("endpoint_url", None)
+        region = opts.get("region") or ck.pop("region_name", None)
+        akid = opts.get("key") or ck.pop("aws_access_key_id", None)
+        secret = opts.get("secret") or ck.pop("aws_secret_access_key", None)
+        token = opts.get("token") or ck.pop("aws_session_token", None)
+        verify = ck.pop("verify", None)
+        if verify is False:
+            raise ValueError("S3FlashFileSystem: client_kwargs verify=False is not supported; "
+                             "give a CA bundle path (verify='/path/ca.pem')")
+        if bool(akid) != bool(secret):
+            raise ValueError("S3FlashFileSystem: give both key and secret, or neither")
+        addressing = (((opts.get("config_kwargs") or {}).get("s3") or {})
+                      .get("addressing_style"))
+        base = opts.get("s3client_config") or S3ClientConfig()
+        changes: Dict[str, Any] = {}
+        if opts.get("anon"):
+            changes["unsigned"] = True
+        if addressing == "path":
+            changes["force_path_style"] = True
+        if akid:
+            changes.update(access_key_id=akid, secret_access_key=secret, session_token=token)
+        if opts.get("profile"):
+            changes["profile"] = opts["profile"]
+        if isinstance(verify, str):
+            changes["ca_bundle"] = verify
+        config = dataclasses.replace(base, **changes) if changes else base
+        self.region = region
+        self.endpoint_url = endpoint
+        self.s3client_config = config
+        self._client: S3Client = _shared_client(region, endpoint, config)
+
+    # -- paths -------------------------------------------------------------------------
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = stringify_path(path)
+        for p in PROTOCOLS:
+            if path.startswith(p + "://"):
+                path = path[len(p) + 3:]
+                break
+        return path.rstrip("/")
+
+    def unstrip_protocol(self, name: str) -> str:
+        return name if "://" in name else f"s3://{name}"
+
+    @classmethod
+    def _get_kwargs_from_urls(cls, urlpath: str) -> Dict[str, Any]:
+        return {}
+
+    def split_path(self, path: str) -> Tuple[str, str]:
+        """(bucket, key) of a path; key is "" for a bucket."""
+        path = self._strip_protocol(path)
+        bucket, _, key = path.partition("/")
+        return bucket, key
+
+    def _bucket_key(self, path: str) -> Tuple[str, str]:
+        bucket, key = self.split_path(path)
+        if not bucket or not key:
+            raise ValueError(f"not an object path (s3://bucket/key): {path!r}")
+        return bucket, key
+
+    @property
+    def client(self) -> S3Client:
+        return self._client
+
+    @property
+    def _native(self) -> _s3flash.Client:
+        return self._client.native
+
+    def _list(self, bucket: str, prefix: str, delimiter: Optional[str] = None
+              ) -> Iterable[Tuple[List[tuple], List[str]]]:
+        token = None
+        while True:
+            objects, prefixes, token = self._native.list_objects(
+                bucket, prefix=prefix or None, delimiter=delimiter, continuation_token=token)
+            yield objects, prefixes
+            if not token:
+                return
+
+    # -- listing and metadata ----------------------------------------------------------
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> List[Any]:
+        path = self._strip_protocol(path)
+        bucket, key = self.split_path(path)
+        if not bucket:
+            raise NotImplementedError("S3FlashFileSystem cannot list buckets; ls a bucket")
+        prefix = key + "/" if key else ""
+        out: List[Dict[str, Any]] = []
+        marker = False
+        for objects, prefixes in self._list(bucket, prefix, "/"):
+            out.extend(_dir_entry(f"{bucket}/{p.rstrip('/')}") for p in prefixes)
+            for k, size, lm, etag, sc in objects:
+                if k == prefix:
+                    marker = True
+                    continue
+                out.append(_file_entry(bucket, k, size, lm, etag, sc))
+        if not out and key and not marker:
+            try:
+                out = [self._head(bucket, key)]
+            except FileNotFoundError:
+                raise _not_found(path) from None
+        out.sort(key=lambda e: e["name"])
+        return out if detail else [e["name"] for e in out]
+
+    def _head(self, bucket: str, key: str) -> Dict[str, Any]:
+        h = self._native.head_object(bucket, key)
+        e = _file_entry(bucket, key, h["size"], h["last_modified"], h["etag"],
+                        h.get("storage_class", ""), h.get("content_type", ""))
+        if h.get("version_id"):
+            e["VersionId"] = h["version_id"]
+        return e
+
+    def info(self, path: str, **kwargs: Any) -> Dict[str, Any]:
+        path = self._strip_protocol(path)
+        bucket, key = self.split_path(path)
+        if not bucket:
+            return _dir_entry("")
+        if not key:
+            self._native.list_objects(bucket, max_keys=1)  # NoSuchBucket: FileNotFoundError
+            return _dir_entry(bucket)
+        try:
+            return self._head(bucket, key)
+        except FileNotFoundError:
+            pass
+        objects, prefixes, _ = self._native.list_objects(bucket, prefix=key + "/",
+                                                         delimiter="/", max_keys=1)
+        if objects or prefixes:
+            return _dir_entry(path)
+        raise _not_found(path)
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        """False only for what is not there; a denied or failed request raises."""
+        try:
+            self.info(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def isfile(self, path: str) -> bool:
+        bucket, key = self.split_path(path)
+        if not bucket or not key:
+            return False
+        try:
+            self._native.head_object(bucket, key)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def isdir(self, path: str) -> bool:
+        try:
+            return self.info(path)["type"] == "directory"
+        except FileNotFoundError:
+            return False
+
+    def find(self, path: str, maxdepth: Optional[int] = None, withdirs: bool = False,
+             detail: bool = False, **kwargs: Any) -> Any:
+        """Everything under `path`, with one flat listing (no walk)."""
+        if maxdepth is not None:
+            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail,
+                                **kwargs)
+        path = self._strip_protocol(path)
+        bucket, key = self.split_path(path)
+        if not bucket:
+            raise NotImplementedError("S3FlashFileSystem cannot list buckets; find in a bucket")
+        prefix = key + "/" if key else ""
+        out: Dict[str, Dict[str, Any]] = {}
+        found = False
+        for objects, _ in self._list(bucket, prefix):
+            for k, size, lm, etag, sc in objects:
+                found = True
+                if k.endswith("/"):  # directory marker
+                    name = f"{bucket}/{k.rstrip('/')}"
+                    if withdirs and name != path:
+                        out[name] = _dir_entry(name)
+                else:
+                    e = _file_entry(bucket, k, size, lm, etag, sc)
+                    out[e["name"]] = e
+                if withdirs:  # the directories between `path` and this key
+                    rel = k[len(prefix):].rstrip("/").split("/")[:-1]
+                    d = path
+                    for part in rel:
+                        d = f"{d}/{part}" if d else part
+                        out.setdefault(d, _dir_entry(d))
+        if withdirs and found:
+            out[path] = _dir_entry(path)
+        if not found and key:
+            try:
+                out[path] = self._head(bucket, key)
+            except FileNotFoundError:
+                pass
+        names = sorted(out)
+        return {n: out[n] for n in names} if detail else names
+
+    def modified(self, path: str) -> datetime:
+        """LastModified of an object (timezone-aware, UTC)."""
+        info = self.info(path)
+        if info["type"] != "file":
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        return info["LastModified"]
+
+    def created(self, path: str) -> datetime:
+        """S3 objects are written whole, once: their creation time is LastModified."""
+        return self.modified(path)
+
+    def ukey(self, path: str) -> str:
+        return self.info(path)["ETag"]
+
+    # -- directories -------------------------------------------------------------------
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        """Creates the bucket when `path` is one (FileExistsError when it exists), or when
+        create_parents and it is missing; nothing else (S3 has no directories)."""
+        bucket, key = self.split_path(path)
+        if not bucket:
+            raise ValueError("mkdir: no bucket in path")
+        if not key:
+            if self._bucket_exists(bucket):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), bucket)
+            self._native.create_bucket(bucket)
+        elif create_parents and not self._bucket_exists(bucket):
+            self._native.create_bucket(bucket)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        try:
+            self.mkdir(path, create_parents=True)
+        except FileExistsError:
+            if not exist_ok:
+                raise
+
+    def _bucket_exists(self, bucket: str) -> bool:
+        try:
+            self._native.list_objects(bucket, max_keys=1)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def rmdir(self, path: str) -> None:
+        """Deletes the bucket when `path` is one (it must be empty); below a bucket only the
+        directory marker, if any, and OSError(ENOTEMPTY) when objects are under it."""
+        bucket, key = self.split_path(path)
+        if not key:
+            self._native.delete_bucket(bucket)
+            return
+        objects, prefixes, _ = self._native.list_objects(bucket, prefix=key + "/", max_keys=2)
+        if any(o[0] != key + "/" for o in objects) or prefixes:
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), path)
+        self._native.delete_object(bucket, key + "/")
+
+    # -- deleting ----------------------------------------------------------------------
+    def rm_file(self, path: str) -> None:
+        bucket, key = self._bucket_key(path)
+        self._native.delete_object(bucket, key)
+
+    def _rm(self, path: str) -> None:
+        self.rm_file(path)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: Optional[int] = None,
+           **kwargs: Any) -> None:
+        """Delete objects, in DeleteObjects batches of 1000. recursive: everything under a
+        prefix (one flat listing), directory markers included. Buckets are kept (rmdir)."""
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        todo: Dict[str, set] = defaultdict(set)
+        for p in paths:
+            p = self._strip_protocol(p)
+            bucket, key = self.split_path(p)
+            if not bucket:
+                raise ValueError("rm: no bucket in path")
+            if has_magic(p) or maxdepth is not None:
+                for q in self.expand_path(p, recursive=recursive, maxdepth=maxdepth):
+                    b, k = self.split_path(q)
+                    if k:
+                        todo[b].add(k)
+                        if recursive:
+                            todo[b].add(k + "/")
+                continue
+            if not recursive:
+                if not key:
+                    raise IsADirectoryError(errno.EISDIR, "rm of a bucket: use rmdir", p)
+                todo[bucket].add(key)
+                continue
+            under = [o[0] for objects, _ in self._list(bucket, key + "/" if key else "")
+                     for o in objects]
+            if key:
+                if not under and not self.isfile(p):
+                    raise _not_found(p)
+                todo[bucket].add(key)
+            todo[bucket].update(under)
+        for bucket, keys in todo.items():
+            self._native.delete_objects(bucket, sorted(keys))
+
+    # -- reading -----------------------------------------------------------------------
+    def cat_file(self, path: str, start: Optional[int] = None, end: Optional[int] = None,
+                 **kwargs: Any) -> bytes:
+        """The object's bytes, or [start, end) (negative: from the end), with ranged GETs."""
+        bucket, key = self._bucket_key(path)
+        r = self._native.open_reader(bucket, key, tail_bytes=-1)
+        try:
+            size = r.size
+            s = 0 if start is None else (max(size + start, 0) if start < 0 else min(start, size))
+            e = size if end is None else (max(size + end, 0) if end < 0 else min(end, size))
+            if e <= s:
+                return b""
+            data = r.pread(e - s, s)
+            if len(data) != e - s:
+                raise _s3flash.S3Exception(
+                    f"s3://{bucket}/{key}: short read ({len(data)} of {e - s} bytes)")
+            return data
+        finally:
+            r.close()
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None,
+              autocommit: bool = True, cache_options: Any = None, **kwargs: Any) -> Any:
+        bucket, key = self._bucket_key(path)
+        if mode == "rb":
+            f = S3FlashReadFile(self, path, bucket, key)
+            f.size  # opens: FileNotFoundError/PermissionError now, not at the first read
+            return f
+        if mode in ("wb", "xb"):
+            if mode == "xb" and self.isfile(path):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+            native = self._native.open_writer(bucket, key,
+                                              content_type=kwargs.get("ContentType"))
+            return S3FlashWriteFile(self, path, native, bucket, key, mode, autocommit)
+        raise NotImplementedError(f"S3FlashFileSystem: mode {mode!r} (S3 objects are "
+                                  "written whole: 'rb', 'wb', 'xb')")
+
+    def open(self, path: str, mode: str = "rb", block_size: Any = None,
+             cache_options: Any = None, compression: Any = None, **kwargs: Any) -> Any:
+        if "b" not in mode and compression is None and any(c in mode for c in "wx"):
+            text = {k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs}
+            binary = self.open(path, mode.replace("t", "") + "b", block_size, cache_options,
+                               **kwargs)
+            return _TextWriter(binary, **text)
+        return super().open(path, mode, block_size=block_size, cache_options=cache_options,
+                            compression=compression, **kwargs)
+
+    def get_file(self, rpath: str, lpath: Any, callback: Any = DEFAULT_CALLBACK,
+                 outfile: Any = None, **kwargs: Any) -> None:
+        """Parallel ranged GETs straight into the mapped destination file (a temporary file
+        renamed into place: a failure leaves no partial file)."""
+        if isfilelike(lpath):
+            with self.open(rpath, "rb") as f:
+                while True:
+                    chunk = f.read(_STREAM_CHUNK)
+                    if not chunk:
+                        return
+                    lpath.write(chunk)
+        bucket, key = self.split_path(rpath)
+        try:
+            size = self._native.head_object(bucket, key)["size"] if key else None
+        except FileNotFoundError:
+            size = None
+        if size is None:
+            if self.isdir(rpath):
+                os.makedirs(lpath, exist_ok=True)
+                return
+            raise _not_found(self._strip_protocol(rpath))
+        lpath = os.fspath(lpath)
+        tmp = os.path.join(os.path.dirname(os.path.abspath(lpath)),
+                           f".{os.path.basename(lpath)}.s3flash-{uuid.uuid4().hex[:8]}")
+        callback.set_size(size)
+        try:
+            with open(tmp, "wb+") as f:
+                if size:
+                    f.truncate(size)
+                    with mmap.mmap(f.fileno(), size) as m:
+                        got = self._native.download_into(bucket, key, m)
+                    if got != size:
+                        raise _s3flash.S3Exception(
+                            f"s3://{bucket}/{key}: changed during the download "
+                            f"({got} bytes, expected {size})")
+            os.replace(tmp, lpath)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        callback.relative_update(size)
+
+    # -- writing -----------------------------------------------------------------------
+    def pipe_file(self, path: str, value: Any, mode: str = "overwrite", **kwargs: Any) -> None:
+        """Upload a buffer in place (no copy), parts in parallel."""
+        bucket, key = self._bucket_key(path)
+        if mode == "create" and self.isfile(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+        self._native.upload(bucket, key, value)
+
+    def put_file(self, lpath: Any, rpath: str, callback: Any = DEFAULT_CALLBACK,
+                 mode: str = "overwrite", **kwargs: Any) -> None:
+        """Upload a local file mapped in memory (no copy), parts in parallel."""
+        if isfilelike(lpath):
+            with self.open(rpath, "wb") as w:
+                while True:
+                    chunk = lpath.read(_STREAM_CHUNK)
+                    if not chunk:
+                        return
+                    w.write(chunk)
+        lpath = os.fspath(lpath)
+        if os.path.isdir(lpath):
+            self.makedirs(rpath, exist_ok=True)
+            return
+        bucket, key = self._bucket_key(rpath)
+        if mode == "create" and self.isfile(rpath):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), rpath)
+        with open(lpath, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            callback.set_size(size)
+            if size == 0:
+                self._native.upload(bucket, key, b"")
+            else:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    self._native.upload(bucket, key, m)
+        callback.relative_update(size)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        """An empty object. Without truncate, an existing object is an error (as s3fs)."""
+        if not truncate and self.isfile(path):
+            raise ValueError("S3 does not support touching existing files")
+        self.pipe_file(path, b"")
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        """Server-side CopyObject (objects over 5 GiB stream through the engine)."""
+        b1, k1 = self.split_path(path1)
+        b2, k2 = self._bucket_key(path2)
+        try:
+            if not k1:
+                raise _not_found(path1)
+            self._native.copy_object(b1, k1, b2, k2)
+        except FileNotFoundError:
+            if self.isdir(path1):
+                return  # a directory of a recursive copy: nothing to create
+            raise
+        except _s3flash.S3Exception as e:
+            if e.code not in ("EntityTooLarge", "InvalidRequest") or \
+                    self.info(path1)["size"] <= _COPY_OBJECT_MAX:
+                raise
+            with self.open(path1, "rb") as src, self.open(path2, "wb") as dst:
+                while True:
+                    chunk = src.read(_STREAM_CHUNK)
+                    if not chunk:
+                        break
+                    dst.write(chunk)
+
+    def invalidate_cache(self, path: Optional[str] = None) -> None:
+        """Nothing is cached: every call asks the server."""
+
+    def sign(self, path: str, expiration: int = 100, **kwargs: Any) -> str:
+        raise NotImplementedError("presigned URLs: use the s3flash CLI (s3flash presign)")
+
+
+class S3FlashReadFile(S3Reader):
+    """A file opened "rb": the engine's reader (read-ahead, ranged GETs with If-Match on
+    the ETag seen at open)."""
+
+    def __init__(self, fs: S3FlashFileSystem, path: str, bucket: str, key: str):
+        super().__init__(fs.client, bucket, key)
+        self.fs = fs
+        self.path = fs._strip_protocol(path)
+        self.mode = "rb"
+
+    @property
+    def details(self) -> Dict[str, Any]:
+        i = self.info
+        return _file_entry(self.bucket, self.key, i["size"], i["last_modified"], i["etag"],
+                           i.get("storage_class", ""), i.get("content_type", ""))
+
+    def peek(self, size: int = 0) -> bytes:
+        """Bytes from the position, without moving it (makes readline efficient)."""
+        return self._reader().pread(max(size, 8192), self.tell())
+
+    def readline(self, size: Optional[int] = -1) -> bytes:
+        out = bytearray()
+        limit = -1 if size is None else size
+        while limit < 0 or len(out) < limit:
+            chunk = self.peek(8192)
+            if not chunk:
+                break
+            i = chunk.find(b"\n")
+            n = len(chunk) if i < 0 else i + 1
+            if limit >= 0:
+                n = min(n, limit - len(out))
+            out += self.read(n)
+            if i >= 0 and n == i + 1:
+                break
+        return bytes(out)
+
+
+class S3FlashWriteFile(S3Writer):
+    """A file opened "wb": the engine's streaming writer. The object appears at close()
+    (in a transaction: at commit), complete; an exception inside ``with`` aborts it."""
+
+    def __init__(self, fs: S3FlashFileSystem, path: str, native: Any, bucket: str, key: str,
+                 mode: str, autocommit: bool):
+        super().__init__(native, bucket, key)
+        self.fs = fs
+        self.path = fs._strip_protocol(path)
+        self.mode = mode
+        self.autocommit = autocommit
+        self._pending: Any = None
+
+    def close(self) -> None:
+        if self.autocommit:
+            super().close()
+        elif self._native is not None:  # held until the transaction commits
+            self._pending, self._native = self._native, None
+
+    def commit(self) -> None:
+        native, self._pending = self._pending, None
+        if native is not None:
+            self.info = native.close()
+
+    def discard(self) -> None:
+        native, self._pending = self._pending, None
+        if native is not None:
+            native.abort()
+
+    def abort(self) -> None:
+        super().abort()
+        self.discard()
+
+    def __del__(self) -> None:
+        native = getattr(self, "_pending", None)
+        if native is not None:
+            self._pending = None
+            native.abort()
+        super().__del__()
+
+
+class _TextWriter(io.TextIOWrapper):
+    """Text mode over S3FlashWriteFile: an exception inside ``with`` aborts the upload
+    (io.TextIOWrapper would close, and so complete, the object)."""
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            try:
+                self.buffer.abort()
+            except Exception:  # noqa: BLE001 - the original exception matters
+                pass
+        super().__exit__(exc_type, exc, tb)
+
+
+def register(clobber: bool = True, **storage_options: Any) -> type:
+    """Make fsspec's ``s3://`` and ``s3a://`` ours. ``storage_options`` become defaults for
+    every instance fsspec builds without them (e.g. Lightning's ``get_filesystem``)."""
+    cls: type = S3FlashFileSystem
+    if storage_options:
+        cls = type("S3FlashFileSystem", (S3FlashFileSystem,),
+                   {"_defaults": dict(storage_options), "__module__": __name__})
+    for p in PROTOCOLS:
+        fsspec.register_implementation(p, cls, clobber=clobber)
+    return cls
+
+
+def unregister() -> None:
+    """Undo register(): ``s3://`` resolves to s3fs again (when it is installed)."""
+    from fsspec.registry import _registry, known_implementations
+    for p in PROTOCOLS:
+        c = _registry.get(p)
+        if isinstance(c, type) and issubclass(c, S3FlashFileSystem):
+            del _registry[p]
+        spec = known_implementations.get(p)
+        if spec and spec.get("class", "").startswith("s3flash."):
+            known_implementations[p] = {"class": "s3fs.S3FileSystem",
+                                        "err": "Install s3fs to access S3"}

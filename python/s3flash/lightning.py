@@ -1,0 +1,141 @@
+"""Lightning checkpoints in S3: ``S3LightningCheckpoint``, a ``CheckpointIO`` plugin.
+
+Same name and signature as s3torchconnector's ``s3torchconnector.lightning.S3LightningCheckpoint``::
+
+    from lightning import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from s3flash.lightning import S3LightningCheckpoint
+
+    trainer = Trainer(
+        plugins=[S3LightningCheckpoint("us-east-1", endpoint="http://127.0.0.1:7480")],
+        callbacks=[ModelCheckpoint(dirpath="s3://bucket/run/", save_last=True)],
+    )
+
+``torch.save`` streams into an ``S3Writer`` (parts upload while the checkpoint is being
+serialized; the object appears whole at the end, or not at all) and ``torch.load`` reads
+through an ``S3Reader``. It works under Lightning's ``AsyncCheckpointIO`` wrapper.
+
+Lightning itself also looks at the checkpoint directory through fsspec (``ModelCheckpoint``
+lists it, checks what exists). For ``s3://`` that is ``s3flash.fsspec.S3FlashFileSystem`` when
+s3flash is installed (its ``fsspec.specs`` entry point) or after ``s3flash.fsspec.register()``.
+
+``ckpt_path="last"`` with a remote ``dirpath`` never finds ``last.ckpt`` in Lightning 2.6
+(Lightning-AI/pytorch-lightning#18261: the protocol is dropped from the candidates). Use
+``S3ModelCheckpoint``, a ``ModelCheckpoint`` that keeps it, or pass the URI of ``last.ckpt``.
+
+The lightning package is the target; pytorch_lightning is used when lightning is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+import torch
+
+try:
+    from lightning.pytorch.callbacks import ModelCheckpoint as _ModelCheckpoint
+    from lightning.pytorch.plugins.io import CheckpointIO as _CheckpointIO
+except ImportError:  # pragma: no cover - only pytorch_lightning installed
+    from pytorch_lightning.callbacks import ModelCheckpoint as _ModelCheckpoint  # type: ignore
+    from pytorch_lightning.plugins.io import CheckpointIO as _CheckpointIO  # type: ignore
+
+from ._checkpoint import parse_s3_uri
+from ._client import S3Client
+from ._config import S3ClientConfig
+from ._reader import S3ReaderConstructor, S3ReaderConstructorProtocol
+
+__all__ = ["S3LightningCheckpoint", "S3ModelCheckpoint"]
+
+
+def _keep_on_cpu(storage: Any, location: Any) -> Any:
+    return storage
+
+
+def _check_path(path: Any) -> str:
+    # s3torchconnector accepts only str: a pathlib.Path would turn "s3://b/k" into "s3:/b/k"
+    if not isinstance(path, str):
+        raise TypeError(f"{type(path).__name__!r} is not a supported type for 'path'. "
+                        "Must be a string formatted as an S3 URI (s3://bucket/key)")
+    return path
+
+
+class S3LightningCheckpoint(_CheckpointIO):
+    """A Lightning ``CheckpointIO`` that saves to and loads from S3 through libs3flash.
+
+    Args:
+        region: region for signing (None: from the environment or profile, else us-east-1).
+        s3client_config: an ``S3ClientConfig``.
+        endpoint: custom endpoint URL (Ceph RGW, MinIO...); None or "" for the default
+            (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``, the profile's, else AWS).
+        reader_constructor: s3flash extension; an ``S3ReaderConstructor`` for loads
+            (default: ``S3ReaderConstructor.default()``).
+    """
+
+    def __init__(self, region: Optional[str] = None,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 endpoint: Optional[str] = None, *,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+        self.region = region
+        self.endpoint = endpoint
+        self._client = S3Client(region, endpoint=endpoint, s3client_config=s3client_config)
+        self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
+
+    @property
+    def client(self) -> S3Client:
+        return self._client
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: str,  # type: ignore[override]
+                        storage_options: Optional[Any] = None) -> None:
+        """``torch.save(checkpoint)`` streamed into ``path`` (s3://bucket/key). The object
+        appears when the save completes; an error (or a killed process) leaves the previous
+        object under the key, or none. ``storage_options`` is accepted and ignored, as in
+        s3torchconnector."""
+        bucket, key = parse_s3_uri(_check_path(path))
+        with self._client.put_object(bucket, key) as w:
+            torch.save(checkpoint, w)
+
+    def load_checkpoint(self, path: str,  # type: ignore[override]
+                        map_location: Optional[Any] = _keep_on_cpu,
+                        weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        """``torch.load`` through an ``S3Reader``. As Lightning's ``TorchCheckpointIO``:
+        storages stay on the CPU unless ``map_location`` says otherwise, and ``weights_only``
+        is passed to ``torch.load`` as given (``None``: torch's default). A missing object
+        raises ``FileNotFoundError`` (``S3NotFoundError``)."""
+        bucket, key = parse_s3_uri(_check_path(path))
+        with self._client.get_object(bucket, key, self._reader_constructor) as r:
+            return torch.load(r, map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path: str) -> None:  # type: ignore[override]
+        """Delete the object at ``path``, and the objects under ``path/`` when it is a
+        directory-like prefix (a sharded checkpoint), as TorchCheckpointIO's ``rm(recursive)``.
+        Deleting what does not exist is not an error."""
+        bucket, key = parse_s3_uri(_check_path(path).rstrip("/") or path)
+        under = [o.key for o in self._client.list_objects(bucket, key + "/")]
+        if under:
+            self._client.native.delete_objects(bucket, under)
+        self._client.delete_object(bucket, key)
+
+    def teardown(self) -> None:
+        """Nothing to release: saves and loads finish before their calls return (the client,
+        its connections and I/O threads, are freed with this object)."""
+
+
+class S3ModelCheckpoint(_ModelCheckpoint):
+    """``ModelCheckpoint`` whose ``last.ckpt`` is found by ``ckpt_path="last"`` when
+    ``dirpath`` is remote (``s3://``): Lightning 2.6 drops the protocol from the candidates
+    (``os.path.normpath`` over fsspec's protocol-less listing) and then looks on the local disk.
+    Everything else is ``ModelCheckpoint``'s."""
+
+    def _find_last_checkpoints(self, trainer: Any) -> "set[str]":
+        found = super()._find_last_checkpoints(trainer)
+        fs = getattr(self, "_fs", None)
+        protocol = fs.protocol if fs is not None else "file"
+        protocol = protocol[0] if isinstance(protocol, (tuple, list)) else protocol
+        if protocol in ("file", "local") or fs is None:
+            return found
+        return {p if "://" in p else fs.unstrip_protocol(p) for p in found}
+
+
+def _env_flag(name: str) -> bool:  # pragma: no cover - helper for scripts
+    return os.environ.get(name, "") not in ("", "0", "false", "no")
