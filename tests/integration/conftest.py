@@ -11,18 +11,15 @@ The tests run the real `s3flash` binary against a real Ceph RGW:
 """
 
 import os
-import shutil
-import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
 from helpers import Cli, Rgw, closed_port, empty_bucket
+from s3servers import rgw_session
 
 ROOT = Path(__file__).resolve().parents[2]
-RGW_SH = ROOT / "tests" / "servers" / "rgw.sh"
 
 
 def build_dir():
@@ -30,46 +27,9 @@ def build_dir():
     return os.environ.get("S3FLASH_BUILD_DIR", str(ROOT / "build"))
 
 
-def _rgw_from_env(env):
-    return Rgw(
-        endpoint=env["S3FLASH_TEST_ENDPOINT"],
-        access_key=env["S3FLASH_TEST_ACCESS_KEY"],
-        secret_key=env["S3FLASH_TEST_SECRET_KEY"],
-        other_access_key=env.get("S3FLASH_TEST_OTHER_ACCESS_KEY", ""),
-        other_secret_key=env.get("S3FLASH_TEST_OTHER_SECRET_KEY", ""),
-        region=env.get("S3FLASH_TEST_REGION", "us-east-1"),
-    )
-
-
-def _parse_exports(text):
-    env = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("export ") and "=" in line:
-            k, v = line[len("export "):].split("=", 1)
-            env[k] = v.strip("'\"")
-    return env
-
-
 @pytest.fixture(scope="session")
 def rgw():
-    if os.environ.get("S3FLASH_TEST_ENDPOINT"):
-        yield _rgw_from_env(os.environ)
-        return
-    if shutil.which("radosgw") is None:
-        pytest.skip("no S3FLASH_TEST_ENDPOINT and Ceph is not installed "
-                    "(run tests/servers/install-deps.sh)")
-    # bluestore wants a real disk (direct I/O), not tmpfs
-    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
-    d = tempfile.mkdtemp(prefix="s3flash-rgw-", dir=base)
-    try:
-        p = subprocess.run(["bash", str(RGW_SH), "start", d], capture_output=True, text=True,
-                           timeout=300)
-        if p.returncode != 0:
-            pytest.fail(f"rgw.sh start failed ({p.returncode}):\n{p.stderr[-4000:]}")
-        yield _rgw_from_env(_parse_exports(p.stdout))
-    finally:
-        subprocess.run(["bash", str(RGW_SH), "stop", d], capture_output=True, timeout=120)
+    yield from rgw_session()
 
 
 @pytest.fixture(scope="session")

@@ -2,28 +2,12 @@
 
 import hashlib
 import os
-import socket
 import subprocess
-from dataclasses import dataclass
+import sys
+from pathlib import Path
 
-
-@dataclass
-class Rgw:
-    endpoint: str
-    access_key: str
-    secret_key: str
-    other_access_key: str
-    other_secret_key: str
-    region: str
-
-
-def closed_port():
-    """A loopback TCP port nobody listens on (bound then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
+from s3servers import Rgw, closed_port  # noqa: E402,F401  (shared with tests/python)
 
 
 def sha256(data):

@@ -5,9 +5,7 @@ detected, never returned as data."""
 
 import hashlib
 import os
-import shutil
 import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -16,41 +14,15 @@ import pytest
 from conftest import build_dir
 from faults import start_faultproxy
 from helpers import closed_port
-
-ROOT = Path(__file__).resolve().parents[2]
-MOTO_SH = ROOT / "tests" / "servers" / "moto.sh"
-
-
-def _parse_exports(text):
-    env = {}
-    for line in text.splitlines():
-        if line.startswith("export ") and "=" in line:
-            k, v = line[len("export "):].split("=", 1)
-            env[k] = v.strip("'\"")
-    return env
-
+from s3servers import moto_session
 
 @pytest.fixture(scope="module")
 def moto():
     if os.environ.get("S3FLASH_MOTO_ENDPOINT"):
         yield os.environ["S3FLASH_MOTO_ENDPOINT"]
         return
-    if shutil.which("moto_server") is None:
-        pytest.skip("moto_server is not installed (run tests/servers/install-deps.sh)")
-    for mod in ("crc32c", "awscrt"):
-        p = subprocess.run(["python3", "-c", f"import {mod}"], capture_output=True)
-        if p.returncode != 0:
-            pytest.skip(f"python module {mod} is missing: moto would compute CRC32 instead")
-    d = tempfile.mkdtemp(prefix="s3flash-moto-")
-    os.rmdir(d)  # moto.sh wants to create it
-    try:
-        p = subprocess.run(["bash", str(MOTO_SH), "start", d], capture_output=True, text=True,
-                           timeout=120)
-        if p.returncode != 0:
-            pytest.fail(f"moto.sh start failed:\n{p.stderr[-3000:]}")
-        yield _parse_exports(p.stdout)["S3FLASH_MOTO_ENDPOINT"]
-    finally:
-        subprocess.run(["bash", str(MOTO_SH), "stop", d], capture_output=True, timeout=60)
+    for env in moto_session():
+        yield env["S3FLASH_MOTO_ENDPOINT"]
 
 
 def _s3(endpoint):

@@ -10,17 +10,13 @@
   S3FLASH_TEST_LARGE_GIB, default 2).
 """
 import os
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from conftest import build_dir
+from s3servers import moto_session
 
-ROOT = Path(__file__).resolve().parents[2]
-MOTO_SH = ROOT / "tests" / "servers" / "moto.sh"
 
 RGW_CASES = ["test_roundtrip_sizes", "test_writer", "test_iov_upload", "test_file",
              "test_reader", "test_abort", "test_errors", "test_changed_during_download",
@@ -67,20 +63,7 @@ def test_large_rgw(s3env):
 
 @pytest.fixture(scope="module")
 def moto_env():
-    if shutil.which("moto_server") is None:
-        pytest.skip("moto_server is not installed (tests/servers/install-deps.sh)")
-    d = tempfile.mkdtemp(prefix="s3flash-moto-")
-    os.rmdir(d)
-    try:
-        p = subprocess.run(["bash", str(MOTO_SH), "start", d], capture_output=True, text=True,
-                           timeout=120)
-        if p.returncode != 0:
-            pytest.fail(f"moto.sh start failed:\n{p.stderr[-4000:]}")
-        env = {}
-        for line in p.stdout.splitlines():
-            if line.startswith("export ") and "=" in line:
-                k, v = line[len("export "):].split("=", 1)
-                env[k] = v.strip("'\"")
+    for env in moto_session():
         full = dict(os.environ)
         full.update({
             "S3FLASH_TEST_ENDPOINT": env["S3FLASH_MOTO_ENDPOINT"],
@@ -89,8 +72,6 @@ def moto_env():
             "S3FLASH_TEST_REGION": env.get("S3FLASH_MOTO_REGION", "us-east-1"),
         })
         yield full
-    finally:
-        subprocess.run(["bash", str(MOTO_SH), "stop", d], capture_output=True, timeout=60)
 
 
 def test_checksums_moto(moto_env):

@@ -8,72 +8,22 @@ with pip). boto3 is used only by the harness: buckets, and an independent view o
 
 import os
 import shutil
-import socket
-import subprocess
+import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
+from s3servers import closed_port, rgw_session  # noqa: E402  (shared with tests/integration)
+
 ROOT = Path(__file__).resolve().parents[2]
-RGW_SH = ROOT / "tests" / "servers" / "rgw.sh"
-
-
-@dataclass
-class Rgw:
-    endpoint: str
-    access_key: str
-    secret_key: str
-    other_access_key: str
-    other_secret_key: str
-    region: str
-
-
-def closed_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _rgw_from_env(env):
-    return Rgw(env["S3FLASH_TEST_ENDPOINT"], env["S3FLASH_TEST_ACCESS_KEY"],
-               env["S3FLASH_TEST_SECRET_KEY"], env.get("S3FLASH_TEST_OTHER_ACCESS_KEY", ""),
-               env.get("S3FLASH_TEST_OTHER_SECRET_KEY", ""),
-               env.get("S3FLASH_TEST_REGION", "us-east-1"))
-
-
-def _parse_exports(text):
-    env = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("export ") and "=" in line:
-            k, v = line[len("export "):].split("=", 1)
-            env[k] = v.strip("'\"")
-    return env
 
 
 @pytest.fixture(scope="session")
 def rgw():
-    if os.environ.get("S3FLASH_TEST_ENDPOINT"):
-        yield _rgw_from_env(os.environ)
-        return
-    if shutil.which("radosgw") is None:
-        pytest.skip("no S3FLASH_TEST_ENDPOINT and Ceph is not installed "
-                    "(run tests/servers/install-deps.sh)")
-    base = "/var/tmp" if os.path.isdir("/var/tmp") else None  # bluestore wants a real disk
-    d = tempfile.mkdtemp(prefix="s3flash-rgw-", dir=base)
-    try:
-        p = subprocess.run(["bash", str(RGW_SH), "start", d], capture_output=True, text=True,
-                           timeout=300)
-        if p.returncode != 0:
-            pytest.fail(f"rgw.sh start failed ({p.returncode}):\n{p.stderr[-4000:]}")
-        yield _rgw_from_env(_parse_exports(p.stdout))
-    finally:
-        subprocess.run(["bash", str(RGW_SH), "stop", d], capture_output=True, timeout=120)
+    yield from rgw_session()
 
 
 @pytest.fixture(scope="session", autouse=True)
