@@ -57,6 +57,12 @@ enum cli_opt_id {
     OPT_CONCURRENCY,
     OPT_MEMORY_LIMIT,
     OPT_CHECKSUM,
+    OPT_IO_THREADS,
+    OPT_SIZE,
+    OPT_NUM_OBJECTS, /* bench --count */
+    OPT_WRITER,
+    OPT_KEEP,
+    OPT_NO_VERIFY,
     OPT_COUNT_,
 };
 
@@ -106,11 +112,13 @@ extern const struct cli_opt_spec cli_global_opts[];
  * ---------------------------------------------------------------------------------- */
 
 /* Settings of the transfer engine a command asked for (--part-size, --concurrency,
- * --memory-limit, --checksum); 0 / S3F_CHECKSUM_DEFAULT: the library's default. */
+ * --memory-limit, --checksum, --io-threads); 0 / S3F_CHECKSUM_DEFAULT: the library's
+ * default. */
 struct cli_engine {
     uint64_t part_size_bytes;
     uint64_t memory_limit_bytes;
     uint32_t max_inflight_requests;
+    uint32_t io_threads;
     enum s3f_checksum_algorithm checksum;
 };
 
@@ -142,6 +150,7 @@ int cli_cmd_mb(struct cli_ctx *ctx);
 int cli_cmd_rb(struct cli_ctx *ctx);
 int cli_cmd_stat(struct cli_ctx *ctx);
 int cli_cmd_presign(struct cli_ctx *ctx);
+int cli_cmd_bench(struct cli_ctx *ctx);
 
 /* ------------------------------------------------------------------------------------
  * Helpers (main.c, util.c)

@@ -8,10 +8,7 @@
  * ((i mod 1048573) * 2654435761 mod 2^32) >> 24), so that the check also passes against the
  * loopback sink, which stores sizes, not bytes. Its period is not a power of two, so a part
  * written at the wrong offset is caught.
- *
- * bench's options have no ids in cli.h's enum: the generic parser validates them (it records
- * them all under OPT_NONE) and this file reads their values back from argv with the same
- * rules (global options first, "--name VALUE" or "--name=VALUE", "--" ends the options). */
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,122 +24,6 @@
 
 #define MiB (1024.0 * 1024.0)
 #define WRITER_CHUNK_BYTES ((size_t)1 << 20) /* --writer: bytes per s3f_writer_write */
-
-/* Declared here and in main.c, which registers the command (cli.h is not touched). */
-extern const struct cli_opt_spec cli_bench_opts[];
-int cli_cmd_bench(struct cli_ctx *ctx);
-void cli_bench_set_argv(int argc, char **argv);
-
-enum bench_opt {
-    B_SIZE,
-    B_COUNT,
-    B_PART_SIZE,
-    B_CONCURRENCY,
-    B_MEMORY_LIMIT,
-    B_IO_THREADS,
-    B_CHECKSUM,
-    B_WRITER,
-    B_KEEP,
-    B_NO_VERIFY,
-    B_COUNT_,
-};
-
-/* In the order of enum bench_opt (the index is the enum value). */
-const struct cli_opt_spec cli_bench_opts[] = {
-    {"size", 0, 1, OPT_NONE, "SIZE", "bytes per object, with K/M/G/T (binary) (default 64M)"},
-    {"count", 0, 1, OPT_NONE, "N", "objects (default 4)"},
-    {"part-size", 0, 1, OPT_NONE, "SIZE", "part size, 5M..5G (default: the client's, 8M)"},
-    {"concurrency", 0, 1, OPT_NONE, "N", "data requests in flight (default: the client's)"},
-    {"memory-limit", 0, 1, OPT_NONE, "SIZE", "buffer pool bound, at least 16M (default 512M)"},
-    {"io-threads", 0, 1, OPT_NONE, "N", "I/O threads of the client (default 2)"},
-    {"checksum", 0, 1, OPT_NONE, "ALG", "crc32c (default), crc32, crc64nvme or none"},
-    {"writer", 0, 0, OPT_NONE, NULL, "upload through the streaming writer (1 MiB writes)"},
-    {"keep", 0, 0, OPT_NONE, NULL, "keep the objects (default: delete them at the end)"},
-    {"no-verify", 0, 0, OPT_NONE, NULL, "do not compare downloaded bytes with the uploaded"},
-    {NULL, 0, 0, OPT_NONE, NULL, NULL},
-};
-
-static int bench_argc;
-static char **bench_argv;
-
-void cli_bench_set_argv(int argc, char **argv) {
-    bench_argc = argc;
-    bench_argv = argv;
-}
-
-static const struct cli_opt_spec *find_spec(const struct cli_opt_spec *specs, const char *name,
-                                            size_t len, char short_name) {
-    for (const struct cli_opt_spec *s = specs; s->long_name; s++) {
-        if (short_name ? s->short_name == short_name
-                       : strlen(s->long_name) == len && memcmp(s->long_name, name, len) == 0)
-            return s;
-    }
-    return NULL;
-}
-
-/* The values of bench's options (NULL: not given; "" for a flag that was given). */
-static void read_bench_opts(const char *value[B_COUNT_]) {
-    for (int i = 0; i < B_COUNT_; i++)
-        value[i] = NULL;
-    for (int i = 1; i < bench_argc; i++) {
-        const char *a = bench_argv[i];
-        if (strcmp(a, "--") == 0)
-            return;
-        if (a[0] == '-' && a[1] == '-') {
-            const char *name = a + 2, *eq = strchr(name, '=');
-            size_t len = eq ? (size_t)(eq - name) : strlen(name);
-            const struct cli_opt_spec *s = find_spec(cli_bench_opts, name, len, 0);
-            if (!s) {
-                const struct cli_opt_spec *g = find_spec(cli_global_opts, name, len, 0);
-                if (g && g->takes_value && !eq)
-                    i++;
-                continue;
-            }
-            const char *v = "";
-            if (s->takes_value)
-                v = eq ? eq + 1 : (i + 1 < bench_argc ? bench_argv[++i] : "");
-            value[s - cli_bench_opts] = v;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            for (const char *p = a + 1; *p; p++) {
-                const struct cli_opt_spec *g = find_spec(cli_global_opts, NULL, 0, *p);
-                if (g && g->takes_value) {
-                    if (!p[1])
-                        i++;
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/* "64M", "6MiB", "1G", "4096": binary multiples. 0 and a message on error. */
-static int parse_size(const char *s, uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    if (!s[0] || s[0] == '-')
-        return -1;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
-    }
-    if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
-        end += strlen(end);
-    else if (!shift && strcmp(end, "B") == 0)
-        end++;
-    if (*end)
-        return -1;
-    if (shift && n > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)n << shift;
-    return 0;
-}
 
 static int parse_uint(const char *s, unsigned long max, unsigned long *out) {
     char *end = NULL;
@@ -268,111 +149,38 @@ static enum s3f_status upload_writer(struct s3f_client *c, const char *bucket, c
     return s3f_writer_close(w, NULL, err);
 }
 
-/* The client, from the global options (as cli_client) plus bench's engine settings. */
-static struct s3f_client *bench_client(struct cli_ctx *ctx, uint64_t part_size,
-                                       uint64_t memory_limit, uint32_t concurrency,
-                                       uint32_t io_threads, enum s3f_checksum_algorithm alg) {
-    const struct cli_args *a = ctx->args;
-    struct s3f_client_options opts;
-    memset(&opts, 0, sizeof(opts));
-    opts.endpoint_url = a->value[OPT_ENDPOINT_URL];
-    opts.region = a->value[OPT_REGION];
-    opts.profile = a->value[OPT_PROFILE];
-    opts.anonymous = a->set[OPT_NO_SIGN_REQUEST] ? 1 : 0;
-    const char *fps = getenv("S3FLASH_FORCE_PATH_STYLE");
-    opts.force_path_style = (a->set[OPT_FORCE_PATH_STYLE] ||
-                             (fps && (strcmp(fps, "1") == 0 || strcmp(fps, "true") == 0 ||
-                                      strcmp(fps, "yes") == 0)))
-                                ? 1
-                                : 0;
-    if (a->set[OPT_DEBUG])
-        opts.log_level = S3F_LOG_DEBUG;
-    opts.part_size_bytes = part_size;
-    opts.memory_limit_bytes = memory_limit;
-    opts.max_inflight_requests = concurrency;
-    opts.io_threads = io_threads;
-    if (concurrency > 64)
-        opts.max_connections = concurrency; /* else the default 64 would cap it */
-    opts.checksum = alg;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    struct s3f_client *c = NULL;
-    enum s3f_status st = s3f_client_new(&opts, &c, &err);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        if (!err.operation[0])
-            snprintf(err.operation, sizeof(err.operation), "%s", "client");
-        cli_report(&err, opts.endpoint_url);
-        return NULL;
-    }
-    return c;
-}
-
 int cli_cmd_bench(struct cli_ctx *ctx) {
-    const char *v[B_COUNT_];
-    read_bench_opts(v);
-
-    uint64_t size = 64ULL << 20, part_size = 0, memory_limit = 0;
-    unsigned long count = 4, concurrency = 0, io_threads = 0;
-    enum s3f_checksum_algorithm alg = S3F_CHECKSUM_CRC32C;
-    const char *alg_name = "crc32c";
-    if (v[B_SIZE] && (parse_size(v[B_SIZE], &size) != 0 || size == 0 ||
-                      size > (uint64_t)SIZE_MAX / 2))
+    const struct cli_args *a = ctx->args;
+    int rc = cli_engine_parse(ctx); /* --part-size --concurrency --memory-limit --checksum
+                                       --io-threads */
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    uint64_t size = 64ULL << 20;
+    unsigned long count = 4;
+    const char *v;
+    if ((v = a->value[OPT_SIZE]) &&
+        (cli_parse_size(v, &size) != 0 || size == 0 || size > (uint64_t)SIZE_MAX / 2))
         return cli_usage_error(ctx->cmd, "--size must be a positive size like 64M or 1G, "
-                                         "not '%s'", v[B_SIZE]);
-    if (v[B_COUNT] && parse_uint(v[B_COUNT], 1000000, &count) != 0)
+                                         "not '%s'", v);
+    if ((v = a->value[OPT_NUM_OBJECTS]) && parse_uint(v, 1000000, &count) != 0)
         return cli_usage_error(ctx->cmd, "--count must be a number from 1 to 1000000, not '%s'",
-                               v[B_COUNT]);
-    if (v[B_PART_SIZE] && (parse_size(v[B_PART_SIZE], &part_size) != 0 ||
-                           part_size < (5ULL << 20) || part_size > (5ULL << 30)))
-        return cli_usage_error(ctx->cmd, "--part-size must be from 5M to 5G, not '%s'",
-                               v[B_PART_SIZE]);
-    if (v[B_MEMORY_LIMIT] && (parse_size(v[B_MEMORY_LIMIT], &memory_limit) != 0 ||
-                              memory_limit < (16ULL << 20)))
-        return cli_usage_error(ctx->cmd, "--memory-limit must be at least 16M, not '%s'",
-                               v[B_MEMORY_LIMIT]);
-    if (v[B_CONCURRENCY] && parse_uint(v[B_CONCURRENCY], 1024, &concurrency) != 0)
-        return cli_usage_error(ctx->cmd, "--concurrency must be a number from 1 to 1024, "
-                                         "not '%s'", v[B_CONCURRENCY]);
-    if (v[B_IO_THREADS] && parse_uint(v[B_IO_THREADS], 64, &io_threads) != 0)
-        return cli_usage_error(ctx->cmd, "--io-threads must be a number from 1 to 64, not '%s'",
-                               v[B_IO_THREADS]);
-    if (v[B_CHECKSUM]) {
-        static const struct {
-            const char *name;
-            enum s3f_checksum_algorithm alg;
-        } algs[] = {{"crc32c", S3F_CHECKSUM_CRC32C},
-                    {"crc32", S3F_CHECKSUM_CRC32},
-                    {"crc64nvme", S3F_CHECKSUM_CRC64NVME},
-                    {"none", S3F_CHECKSUM_NONE}};
-        size_t i;
-        for (i = 0; i < sizeof(algs) / sizeof(algs[0]); i++)
-            if (strcasecmp(v[B_CHECKSUM], algs[i].name) == 0)
-                break;
-        if (i == sizeof(algs) / sizeof(algs[0]))
-            return cli_usage_error(ctx->cmd, "--checksum must be crc32c, crc32, crc64nvme or "
-                                             "none, not '%s'", v[B_CHECKSUM]);
-        alg = algs[i].alg;
-        alg_name = algs[i].name;
-    }
-    int use_writer = v[B_WRITER] != NULL, keep = v[B_KEEP] != NULL;
-    int verify = v[B_NO_VERIFY] == NULL;
+                               v);
+    const char *alg_name = cli_checksum_name(ctx->engine.checksum);
+    int use_writer = a->set[OPT_WRITER] != 0, keep = a->set[OPT_KEEP] != 0;
+    int verify = a->set[OPT_NO_VERIFY] == 0;
 
     char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX];
     const char *target = ctx->args->pos[0];
     if (!cli_is_s3(target))
         return cli_usage_error(ctx->cmd, "bench needs a target s3://bucket[/prefix], not '%s'",
                                target);
-    int rc = cli_parse_s3(target, bucket, prefix);
+    rc = cli_parse_s3(target, bucket, prefix);
     if (rc != CLI_EXIT_OK)
         return rc;
 
-    struct s3f_client *c = bench_client(ctx, part_size, memory_limit, (uint32_t)concurrency,
-                                        (uint32_t)io_threads, alg);
+    struct s3f_client *c = cli_client(ctx);
     if (!c)
         return CLI_EXIT_FAIL;
-    ctx->client = c; /* main frees it */
 
     /* Keys: PREFIX/s3flash-bench-<random>-<i> (PREFIX used as a directory). */
     char tag[32];
@@ -432,7 +240,7 @@ int cli_cmd_bench(struct cli_ctx *ctx) {
     /* Upload phase */
     struct s3f_upload_options uo;
     memset(&uo, 0, sizeof(uo));
-    uo.checksum = alg;
+    uo.checksum = ctx->engine.checksum; /* DEFAULT: the client's */
     reset_peak_rss();
     ph[0].base_rss = peak_rss_bytes();
     s3f_client_stats(c, &cs, 1);

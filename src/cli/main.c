@@ -47,10 +47,21 @@ static const struct cli_opt_spec presign_opts[] = {
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
-/* bench (cmd_bench.c) reads its own options back from argv: they have no ids in cli.h. */
-extern const struct cli_opt_spec cli_bench_opts[];
-int cli_cmd_bench(struct cli_ctx *ctx);
-void cli_bench_set_argv(int argc, char **argv);
+static const struct cli_opt_spec bench_opts[] = {
+    {"size", 0, 1, OPT_SIZE, "SIZE", "bytes per object, with K/M/G/T (binary) (default 64M)"},
+    {"count", 0, 1, OPT_NUM_OBJECTS, "N", "objects (default 4)"},
+    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE", "part size, 5M..5G (default: the client's, 8M)"},
+    {"concurrency", 0, 1, OPT_CONCURRENCY, "N", "data requests in flight, 1..256 (default: the "
+                                                "client's)"},
+    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE", "buffer pool bound, at least 16M "
+                                                     "(default 512M)"},
+    {"io-threads", 0, 1, OPT_IO_THREADS, "N", "I/O threads of the client, 1..64 (default 2)"},
+    {"checksum", 0, 1, OPT_CHECKSUM, "ALG", "crc32c (default), crc32, crc64nvme or none"},
+    {"writer", 0, 0, OPT_WRITER, NULL, "upload through the streaming writer (1 MiB writes)"},
+    {"keep", 0, 0, OPT_KEEP, NULL, "keep the objects (default: delete them at the end)"},
+    {"no-verify", 0, 0, OPT_NO_VERIFY, NULL, "do not compare downloaded bytes with the uploaded"},
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
 
 static const struct cli_command commands[] = {
     {"ls", "s3://bucket[/prefix] [--recursive]", "List objects and prefixes.",
@@ -94,7 +105,7 @@ static const struct cli_command commands[] = {
      "Objects go up from one pre-faulted buffer (s3f_upload_buffer, or the streaming writer\n"
      "with --writer) and come back into another (s3f_download_buffer), compared unless\n"
      "--no-verify; then they are deleted unless --keep. See docs/CLI.md.",
-     cli_bench_opts, 1, 1, cli_cmd_bench},
+     bench_opts, 1, 1, cli_cmd_bench},
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
 
@@ -141,7 +152,6 @@ int main(int argc, char **argv) {
 
     struct cli_args args;
     const struct cli_command *cmd = NULL;
-    cli_bench_set_argv(argc, argv);
     int rc = cli_args_parse(argc, argv, commands, &args, &cmd);
     if (rc != CLI_EXIT_OK)
         return rc;

@@ -389,6 +389,15 @@ int cli_engine_parse(struct cli_ctx *ctx) {
                                    MAX_CONCURRENCY, v);
         e->max_inflight_requests = (uint32_t)n;
     }
+    if ((v = a->value[OPT_IO_THREADS])) {
+        char *end = NULL;
+        errno = 0;
+        long n = (*v >= '0' && *v <= '9') ? strtol(v, &end, 10) : -1;
+        if (errno || !end || *end || n < 1 || n > 64)
+            return cli_usage_error(ctx->cmd, "--io-threads must be a number from 1 to 64, not '%s'",
+                                   v);
+        e->io_threads = (uint32_t)n;
+    }
     if ((v = a->value[OPT_CHECKSUM])) {
         static const enum s3f_checksum_algorithm algs[] = {
             S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32, S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_NONE};
@@ -411,6 +420,7 @@ void cli_engine_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts
     opts->memory_limit_bytes = e->memory_limit_bytes;
     opts->max_inflight_requests = e->max_inflight_requests;
     opts->checksum = e->checksum;
+    opts->io_threads = e->io_threads;
     /* every request in flight needs a connection (the library's default is 64) */
     if (e->max_inflight_requests > 64)
         opts->max_connections = e->max_inflight_requests;
