@@ -28,7 +28,6 @@ The lightning package is the target; pytorch_lightning is used when lightning is
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional
 
 import torch
@@ -135,7 +134,3 @@ class S3ModelCheckpoint(_ModelCheckpoint):
         if protocol in ("file", "local") or fs is None:
             return found
         return {p if "://" in p else fs.unstrip_protocol(p) for p in found}
-
-
-def _env_flag(name: str) -> bool:  # pragma: no cover - helper for scripts
-    return os.environ.get(name, "") not in ("", "0", "false", "no")

@@ -1,0 +1,250 @@
+"""s3flash.lightning against the real RGW: S3LightningCheckpoint as the Trainer's CheckpointIO,
+ModelCheckpoint to s3:// (top-k pruning seen by listing the bucket, save_last), resume from
+ckpt_path="last" and from an explicit URI, AsyncCheckpointIO, load_checkpoint's map_location
+and weights_only, and the README's example (examples/lightning_resume.py)."""
+
+import importlib.util
+import io
+import pickle
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+L = pytest.importorskip("lightning")
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
+from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO  # noqa: E402
+
+import s3flash  # noqa: E402
+import s3flash.fsspec  # noqa: E402
+from s3flash.lightning import S3LightningCheckpoint, S3ModelCheckpoint  # noqa: E402
+
+from conftest import exists  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "lightning_resume.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("lightning_resume_example", EXAMPLE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ex = _example()
+STEPS = ex.STEPS_PER_EPOCH
+
+
+@pytest.fixture(scope="module", autouse=True)
+def s3_fsspec(endpoint):
+    """Lightning's own look at s3:// (fsspec) is s3flash's, with the test endpoint."""
+    from fsspec.registry import _registry
+    saved = {p: _registry.get(p) for p in s3flash.fsspec.PROTOCOLS}
+    yield s3flash.fsspec.register(endpoint_url=endpoint)
+    for p, c in saved.items():
+        if c is None:
+            _registry.pop(p, None)
+        else:
+            _registry[p] = c
+
+
+@pytest.fixture(scope="module")
+def plugin(region, endpoint):
+    return S3LightningCheckpoint(region, endpoint=endpoint)
+
+
+@pytest.fixture
+def run(bucket):
+    prefix = f"run-{uuid.uuid4().hex[:8]}/"
+    return bucket, prefix, f"s3://{bucket}/{prefix}"
+
+
+def keys(s3, bucket, prefix):
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
+    return sorted(out)
+
+
+class StartedAt(Callback):
+    def on_train_start(self, trainer, pl_module):
+        self.epoch, self.step = trainer.current_epoch, trainer.global_step
+        self.weight = next(pl_module.parameters()).detach().clone()
+
+
+def fit(tmp_path, plugins, checkpoint, epochs, ckpt_path=None, extra=()):
+    L.seed_everything(0, verbose=False)
+    train_dl, val_dl = ex.data()
+    started = StartedAt()
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
+                        callbacks=[checkpoint, started, *extra], plugins=plugins,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0, default_root_dir=tmp_path)
+    trainer.fit(ex.TinyMLP(), train_dl, val_dl, ckpt_path=ckpt_path)
+    return trainer, started
+
+
+def top_k(dirpath):
+    return S3ModelCheckpoint(dirpath=dirpath, filename="{epoch}-{val_loss:.4f}",
+                             monitor="val_loss", save_top_k=2, save_last=True)
+
+
+def test_fit_top_k_last_and_resume_from_last(tmp_path, s3, plugin, run):
+    bucket, prefix, dirpath = run
+    ck = top_k(dirpath)
+    trainer, started = fit(tmp_path, [plugin], ck, epochs=4)
+    assert (started.epoch, started.step) == (0, 0)
+    listed = keys(s3, bucket, prefix)
+    assert "last.ckpt" in listed
+    epochs = [k for k in listed if k.startswith("epoch=")]
+    assert len(epochs) == 2, listed                       # top-k pruned the others
+    assert sorted(Path(p).name for p in ck.best_k_models) == epochs
+    assert all(p.startswith(dirpath) for p in ck.best_k_models)
+    last = plugin.load_checkpoint(dirpath + "last.ckpt")
+    assert (last["epoch"], last["global_step"]) == (3, 4 * STEPS)
+
+    # a new process would do the same: a fresh Trainer, ckpt_path="last"
+    trainer2, started2 = fit(tmp_path, [plugin], top_k(dirpath), epochs=6, ckpt_path="last")
+    assert (started2.epoch, started2.step) == (4, 4 * STEPS)
+    assert torch.equal(started2.weight, last["state_dict"]["net.0.weight"])
+    assert trainer2.global_step == 6 * STEPS
+    listed = keys(s3, bucket, prefix)
+    assert len([k for k in listed if k.startswith("epoch=")]) == 2 and "last.ckpt" in listed
+    assert plugin.load_checkpoint(dirpath + "last.ckpt")["global_step"] == 6 * STEPS
+
+
+def test_plain_model_checkpoint_resume_from_explicit_uri(tmp_path, s3, plugin, run):
+    bucket, prefix, dirpath = run
+    ck = ModelCheckpoint(dirpath=dirpath, filename="{epoch}", save_top_k=-1)
+    fit(tmp_path, [plugin], ck, epochs=3)
+    assert keys(s3, bucket, prefix) == ["epoch=0.ckpt", "epoch=1.ckpt", "epoch=2.ckpt"]
+    uri = dirpath + "epoch=1.ckpt"
+    trainer, started = fit(tmp_path, [plugin],
+                           ModelCheckpoint(dirpath=dirpath, filename="{epoch}", save_top_k=-1),
+                           epochs=4, ckpt_path=uri)
+    assert (started.epoch, started.step) == (2, 2 * STEPS)
+    assert trainer.global_step == 4 * STEPS
+    # epoch 2 again: ModelCheckpoint saw the first one (fs.exists) and versioned the name
+    assert keys(s3, bucket, prefix) == ["epoch=0.ckpt", "epoch=1.ckpt", "epoch=2-v1.ckpt",
+                                        "epoch=2.ckpt", "epoch=3.ckpt"]
+
+
+def test_last_is_found_by_s3_model_checkpoint_only(tmp_path, plugin, run):
+    """Lightning 2.6 drops the protocol from last-checkpoint candidates (#18261):
+    S3ModelCheckpoint keeps it."""
+    _, _, dirpath = run
+    fit(tmp_path, [plugin], top_k(dirpath), epochs=1)
+    trainer = L.Trainer(logger=False, default_root_dir=tmp_path)
+    ours = S3ModelCheckpoint(dirpath=dirpath)
+    plain = ModelCheckpoint(dirpath=dirpath)
+    assert ours._find_last_checkpoints(trainer) == {dirpath + "last.ckpt"}
+    assert all("://" not in p for p in plain._find_last_checkpoints(trainer))
+
+
+def test_async_checkpoint_io(tmp_path, s3, plugin, run):
+    bucket, prefix, dirpath = run
+    ck = top_k(dirpath)
+    trainer, _ = fit(tmp_path, [AsyncCheckpointIO(plugin)], ck, epochs=4)
+    listed = keys(s3, bucket, prefix)
+    assert "last.ckpt" in listed and len([k for k in listed if k.startswith("epoch=")]) == 2
+    assert plugin.load_checkpoint(dirpath + "last.ckpt")["global_step"] == 4 * STEPS
+    _, started = fit(tmp_path, [AsyncCheckpointIO(plugin)], top_k(dirpath), epochs=5,
+                     ckpt_path="last")
+    assert (started.epoch, started.step) == (4, 4 * STEPS)
+
+
+class Custom:
+    def __init__(self, v):
+        self.v = v
+
+
+def test_load_map_location_and_weights_only(plugin, uri):
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    plugin.save_checkpoint({"state_dict": {"w": t}, "epoch": 3, "obj": Custom(7)}, uri)
+    with pytest.raises(pickle.UnpicklingError):
+        plugin.load_checkpoint(uri, weights_only=True)
+    c = plugin.load_checkpoint(uri, weights_only=False)
+    assert c["obj"].v == 7 and c["epoch"] == 3 and torch.equal(c["state_dict"]["w"], t)
+    assert c["state_dict"]["w"].device.type == "cpu"
+    meta = plugin.load_checkpoint(uri, map_location="meta", weights_only=False)
+    assert meta["state_dict"]["w"].is_meta and meta["state_dict"]["w"].shape == (3, 4)
+    seen = []
+    c = plugin.load_checkpoint(uri, map_location=lambda s, loc: seen.append(loc) or s,
+                               weights_only=False)
+    assert seen == ["cpu"] and torch.equal(c["state_dict"]["w"], t)
+    plugin.save_checkpoint({"state_dict": {"w": t}, "epoch": 4}, uri)
+    assert plugin.load_checkpoint(uri, weights_only=True)["epoch"] == 4
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("cannot pickle")
+
+
+def test_failed_save_creates_nothing_and_keeps_the_previous(plugin, s3, bucket, key, uri):
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        plugin.save_checkpoint({"w": torch.zeros(1 << 20), "bad": Unpicklable()}, uri)
+    assert not exists(s3, bucket, key)
+    plugin.save_checkpoint({"epoch": 1}, uri)
+    with pytest.raises(RuntimeError):
+        plugin.save_checkpoint({"w": torch.zeros(1 << 20), "bad": Unpicklable()}, uri)
+    assert plugin.load_checkpoint(uri)["epoch"] == 1
+
+
+def test_remove_checkpoint_and_errors(plugin, s3, bucket, key, uri):
+    plugin.save_checkpoint({"epoch": 1}, uri)
+    plugin.remove_checkpoint(uri)
+    assert not exists(s3, bucket, key)
+    plugin.remove_checkpoint(uri)  # already gone: fine, as a delete in S3
+    for i in range(3):  # a directory-like checkpoint (sharded)
+        s3.put_object(Bucket=bucket, Key=f"{key}.dir/shard{i}", Body=b"x")
+    plugin.remove_checkpoint(f"{uri}.dir")
+    assert keys(s3, bucket, f"{key}.dir") == []
+    with pytest.raises(FileNotFoundError):
+        plugin.load_checkpoint(uri)
+    with pytest.raises(TypeError, match="S3 URI"):
+        plugin.save_checkpoint({}, Path(uri))
+    with pytest.raises(ValueError):
+        plugin.load_checkpoint("s3://")
+    plugin.teardown()
+
+
+def test_example_kill_and_resume(bucket, endpoint, capfd):
+    """The README's example: trained in a child that SIGKILLs itself, resumed here."""
+    prefix = f"example-{uuid.uuid4().hex[:8]}/"
+    out = ex.main(["--bucket", bucket, "--prefix", prefix, "--endpoint", endpoint,
+                   "--epochs", "3", "--kill-at-epoch", "1"])
+    assert out["killed_rc"] == -9
+    assert out["resumed_at"] == {"epoch": 1, "global_step": STEPS}
+    assert out["global_step"] == 3 * STEPS
+    assert "last.ckpt" in out["final"] and len(out["final"]) == 3
+    text = capfd.readouterr().out
+    assert re.search(r"\[train\] epoch 1 step \d+: SIGKILL", text)
+    assert "[driver] OK" in text
+
+
+def test_timing_against_torch_checkpoint_io(tmp_path, plugin, bucket):
+    """Prints save/load times of a 64 MiB checkpoint: S3LightningCheckpoint to RGW and
+    TorchCheckpointIO to the local disk (informational; asserts only the round trip)."""
+    import time
+    ckpt = {"state_dict": {f"l{i}": torch.randn(1 << 20) for i in range(16)}, "epoch": 1}
+    uri = f"s3://{bucket}/timing-{uuid.uuid4().hex[:8]}.ckpt"
+    local = str(tmp_path / "t.ckpt")
+    res = {}
+    for name, io_, path in (("s3flash", plugin, uri), ("local", TorchCheckpointIO(), local)):
+        t0 = time.perf_counter()
+        io_.save_checkpoint(ckpt, path)
+        t1 = time.perf_counter()
+        back = io_.load_checkpoint(path, weights_only=True)
+        t2 = time.perf_counter()
+        assert torch.equal(back["state_dict"]["l7"], ckpt["state_dict"]["l7"])
+        res[name] = (t1 - t0, t2 - t1)
+    plugin.remove_checkpoint(uri)
+    print(f"\n64 MiB checkpoint: S3LightningCheckpoint save {res['s3flash'][0]:.3f} s, load "
+          f"{res['s3flash'][1]:.3f} s; TorchCheckpointIO (local disk) save "
+          f"{res['local'][0]:.3f} s, load {res['local'][1]:.3f} s")
