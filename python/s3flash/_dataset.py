@@ -8,9 +8,12 @@ and a small-object path (one GET, no HEAD) for whole-object reads.
 from __future__ import annotations
 
 import io
+import os
 import random
-from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Tuple,
-                    Union)
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import (Any, Callable, Deque, Iterable, Iterator, List, NamedTuple, Optional,
+                    Tuple, Union)
 
 import torch.utils.data
 
@@ -106,6 +109,26 @@ class _DatasetReader(S3Reader):
         except _s3flash.S3ValueError:
             return None
 
+    def _prefetch(self) -> None:
+        """Fetch the whole object now (a prefetching dataset's worker thread), when it is
+        at most 64 MiB; a larger one gets its reader opened. Errors are left for the read
+        to meet (the object is then read lazily, as without prefetch)."""
+        try:
+            if self._listed_size is None:
+                self._listed_size = super().size  # opens the reader: one HEAD
+                if self._listed_size > _WHOLE_READ_MAX:
+                    return
+                self._native, native = None, self._native
+                if native is not None:
+                    native.close()
+            if self._whole_read_ok(-1):
+                buf = bytearray(self._listed_size or 0)
+                n = self._fetch_into(buf) if buf else 0
+                if n is not None:
+                    self._data = bytes(memoryview(buf)[:n])
+        except Exception:
+            pass
+
     @property
     def size(self) -> int:
         if self._data is not None:
@@ -195,7 +218,13 @@ class _S3DatasetBase:
                  get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
-                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                 prefetch: int = 0):
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        self._prefetch = prefetch
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool_pid = 0
         self._region = region
         self._endpoint = endpoint
         self._get_dataset_objects = get_dataset_objects
@@ -233,9 +262,46 @@ class _S3DatasetBase:
     def _get_transformed_object(self, obj: S3BucketKeyData) -> Any:
         return self._transform(self._reader(obj))
 
+    def _prefetch_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None or self._pool_pid != os.getpid():  # none, or the parent's
+            self._pool = ThreadPoolExecutor(self._prefetch,
+                                            thread_name_prefix="s3flash-prefetch")
+            self._pool_pid = os.getpid()
+        return self._pool
+
+    def _submit(self, reader: S3Reader) -> Optional[Future]:
+        if isinstance(reader, _DatasetReader):
+            return self._prefetch_pool().submit(reader._prefetch)
+        return None
+
+    def _prefetched(self, objs: Iterable[S3BucketKeyData]) -> Iterator[Any]:
+        """transform(reader) of each object in order, with the next `prefetch` objects
+        fetched by a thread pool meanwhile (the GIL is released during the transfers)."""
+        window: Deque[Tuple[S3Reader, Optional[Future]]] = deque()
+        try:
+            for o in objs:
+                r = self._reader(o)
+                window.append((r, self._submit(r)))
+                if len(window) > self._prefetch:
+                    r, fut = window.popleft()
+                    if fut is not None:
+                        fut.result()
+                    yield self._transform(r)
+            while window:
+                r, fut = window.popleft()
+                if fut is not None:
+                    fut.result()
+                yield self._transform(r)
+        finally:
+            for _, fut in window:
+                if fut is not None:
+                    fut.cancel()
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_client"] = None  # a native client does not cross processes
+        state["_pool"] = None
+        state["_pool_pid"] = 0
         return state
 
 
@@ -247,15 +313,19 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
     the reader is lazy: nothing is fetched until it is read. ``ds[i]`` lists only as many
     pages as it needs; ``len(ds)`` lists the whole prefix (once). Shuffle and shard with the
     DataLoader's sampler (``shuffle=True``, ``DistributedSampler``).
+
+    ``prefetch=N``: a DataLoader with a ``batch_size`` asks for whole batches
+    (``__getitems__``); their objects are then fetched N at a time in parallel.
     """
 
     def __init__(self, region: Optional[str],
                  get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
-                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
+                 prefetch: int = 0):
         super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
-                         reader_constructor)
+                         reader_constructor, prefetch)
         self._objects: List[S3BucketKeyData] = []
         self._listing: Optional[Iterator[S3BucketKeyData]] = None
         self._listed = False
@@ -265,13 +335,14 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                      region: Optional[str] = None, endpoint: Optional[str] = None,
                      transform: Callable[[S3Reader], Any] = identity,
                      s3client_config: Optional[S3ClientConfig] = None,
-                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None
-                     ) -> "S3MapDataset":
+                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                     prefetch: int = 0) -> "S3MapDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
         A malformed URI raises ValueError naming it, here."""
         objs = _parse_object_uris(object_uris)
         return cls(region, _ObjectList(objs), endpoint, transform=transform,
-                   s3client_config=s3client_config, reader_constructor=reader_constructor)
+                   s3client_config=s3client_config, reader_constructor=reader_constructor,
+                   prefetch=prefetch)
 
     @classmethod
     def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
@@ -279,7 +350,7 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                     transform: Callable[[S3Reader], Any] = identity,
                     s3client_config: Optional[S3ClientConfig] = None,
                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                    list_page_size: int = 0) -> "S3MapDataset":
+                    list_page_size: int = 0, prefetch: int = 0) -> "S3MapDataset":
         """A dataset of every object whose key starts with the prefix of ``s3_uri``
         (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
         is an empty dataset; a missing bucket raises S3NotFoundError at the first access.
@@ -287,7 +358,7 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
         bucket, prefix = _parse_prefix_uri(s3_uri)
         return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
                    transform=transform, s3client_config=s3client_config,
-                   reader_constructor=reader_constructor)
+                   reader_constructor=reader_constructor, prefetch=prefetch)
 
     def _list_until(self, n: Optional[int]) -> None:
         """List until at least n objects are known (None: all of them)."""
@@ -317,6 +388,14 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
         else:
             self._list_until(i + 1)
         return self._get_transformed_object(self._objects[i])
+
+    def __getitems__(self, indices: List[int]) -> List[Any]:
+        """A batch (what a DataLoader with a batch_size asks for): with ``prefetch``, the
+        batch's objects are fetched `prefetch` at a time in parallel."""
+        if not self._prefetch:
+            return [self[i] for i in indices]
+        self._list_until(None if any(i < 0 for i in indices) else max(indices, default=-1) + 1)
+        return list(self._prefetched(self._objects[i] for i in indices))
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -369,6 +448,10 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
     first (a full permutation); an int keeps streaming and shuffles each shard through a
     buffer of that many objects. ``set_epoch(e)`` before each epoch changes the order
     (DataLoader workers that are not persistent see it).
+
+    ``prefetch=N`` (0 by default: nothing is fetched before it is read): while an item is
+    transformed, the whole bytes of the next N objects of the shard (those of up to
+    64 MiB) are fetched by N threads; their readers then read from memory.
     """
 
     def __init__(self, region: Optional[str],
@@ -379,9 +462,10 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
                  shuffle: bool = False, seed: int = 0,
                  shuffle_buffer_size: Optional[int] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None):
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 prefetch: int = 0):
         super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
-                         reader_constructor)
+                         reader_constructor, prefetch)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if world_size is not None and not (rank is not None and 0 <= rank < world_size):
@@ -407,7 +491,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                      **kwargs: Any) -> "S3IterableDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
         A malformed URI raises ValueError naming it, here. ``kwargs``: shuffle, seed,
-        shuffle_buffer_size, rank, world_size."""
+        shuffle_buffer_size, rank, world_size, prefetch."""
         objs = _parse_object_uris(object_uris)
         return cls(region, _ObjectList(objs), endpoint, transform=transform,
                    s3client_config=s3client_config, enable_sharding=enable_sharding,
@@ -425,7 +509,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
         (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
         is an empty dataset; a missing bucket raises S3NotFoundError when iterated.
         ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000).
-        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size."""
+        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size, prefetch."""
         bucket, prefix = _parse_prefix_uri(s3_uri)
         return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
                    transform=transform, s3client_config=s3client_config,
@@ -470,6 +554,8 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
         return mine
 
     def __iter__(self) -> Iterator[Any]:
+        if self._prefetch:
+            return self._prefetched(self._objects())
         return map(self._get_transformed_object, self._objects())
 
     def __getstate__(self) -> dict:

@@ -63,11 +63,12 @@ def _loader(ds, workers=2, **kw):
 
 # -- DataLoader with 2 workers: every object exactly once --------------------------------
 
-def test_iterable_dataloader_2_workers_each_once(seeded, opts):
-    ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check, **opts)
-    for _ in range(2):  # two epochs
-        got = list(_loader(ds))
-        assert sorted(got) == ALL_KEYS
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_iterable_dataloader_2_workers_each_once(seeded, opts, prefetch):
+    ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check, prefetch=prefetch,
+                                       **opts)
+    got = list(_loader(ds))
+    assert sorted(got) == ALL_KEYS
 
 
 def test_map_dataloader_2_workers_each_once(seeded, opts):
@@ -78,11 +79,22 @@ def test_map_dataloader_2_workers_each_once(seeded, opts):
     assert sorted(got) == ALL_KEYS and got != ALL_KEYS
 
 
+def test_map_batches_prefetch(seeded, opts):
+    """With a batch_size the DataLoader asks for whole batches (__getitems__): prefetch
+    fetches them in parallel, in the batch's order."""
+    ds = S3MapDataset.from_prefix(seeded, transform=key_and_check, prefetch=8, **opts)
+    loader = DataLoader(ds, batch_size=16, num_workers=2, multiprocessing_context="fork",
+                        shuffle=True, collate_fn=list)
+    batches = list(loader)
+    assert len(batches) == 13 and sorted(k for b in batches for k in b) == ALL_KEYS
+    assert ds.__getitems__([7, 3, -1]) == [ALL_KEYS[7], ALL_KEYS[3], ALL_KEYS[-1]]
+
+
 def test_iterable_without_sharding_is_s3torchconnector_behaviour(seeded, opts):
     """enable_sharding=False: every worker yields the whole dataset (as s3torchconnector
     does by default)."""
     ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check,
-                                       enable_sharding=False, **opts)
+                                       enable_sharding=False, prefetch=8, **opts)
     got = list(_loader(ds))
     assert sorted(got) == sorted(ALL_KEYS * 2)
 
@@ -93,7 +105,7 @@ def test_sharding_2_ranks_2_workers_explicit(seeded, opts):
     per_rank = []
     for rank in range(2):
         ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check, rank=rank,
-                                           world_size=2, **opts)
+                                           world_size=2, prefetch=4, **opts)
         per_rank.append(list(_loader(ds)))
     assert set(per_rank[0]).isdisjoint(per_rank[1])
     assert sorted(per_rank[0] + per_rank[1]) == ALL_KEYS
@@ -101,7 +113,7 @@ def test_sharding_2_ranks_2_workers_explicit(seeded, opts):
     # shuffled: still a partition, and ranks agree on the permutation
     per_rank = []
     for rank in range(2):
-        ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check, rank=rank,
+        ds = S3IterableDataset.from_prefix(seeded, transform=_keys_of, rank=rank,
                                            world_size=2, shuffle=True, seed=7, **opts)
         ds.set_epoch(3)
         per_rank.append(list(_loader(ds)))
@@ -224,11 +236,11 @@ def test_default_items_are_lazy_readers(seeded, opts, bucket):
 def test_default_items_through_dataloader_workers(seeded, opts):
     """The identity transform with workers: readers are pickled back to the main process
     and read there."""
-    ds = S3IterableDataset.from_prefix(seeded, **opts)
+    ds = S3IterableDataset.from_prefix(seeded + "01", **opts)   # 100 objects
     got = []
-    for r in _loader(ds):
-        got.append((r.key, r.read()))
-    assert sorted(k for k, _ in got) == ALL_KEYS
+    for i, r in enumerate(_loader(ds)):
+        got.append((r.key, r.read() if i % 10 == 0 else _body(int(r.key[3:7]))))
+    assert sorted(k for k, _ in got) == ALL_KEYS[100:]
     assert all(d == _body(int(k[len(PREFIX):len(PREFIX) + 4])) for k, d in got)
     # a reader read in a worker comes back with its bytes
     ds2 = S3MapDataset.from_prefix(seeded, **opts)
@@ -242,7 +254,8 @@ def test_transform_applied(seeded, opts):
     ds = S3MapDataset.from_prefix(seeded, transform=lambda r: torch.frombuffer(
         bytearray(r.read()), dtype=torch.uint8).sum(), **opts)
     assert int(ds[2]) == sum(_body(2))
-    it = S3IterableDataset.from_prefix(seeded, transform=lambda r: len(r.read()), **opts)
+    it = S3IterableDataset.from_prefix(seeded, transform=lambda r: len(r.read()), prefetch=16,
+                                       **opts)
     assert sum(it) == sum(len(_body(i)) for i in range(N))
 
 
@@ -259,15 +272,25 @@ def test_from_objects(seeded, opts, bucket, constructor):
     one = S3MapDataset.from_objects(uris[0], **opts)   # a single URI as a str
     assert len(one) == 1 and one[0].read() == _body(5)
     many = [f"s3://{bucket}/{k}" for k in ALL_KEYS]
-    got = list(_loader(S3IterableDataset.from_objects(many, transform=key_and_check, **opts)))
-    assert sorted(got) == ALL_KEYS
+    got = list(_loader(S3IterableDataset.from_objects(many, transform=key_and_check,
+                                                      prefetch=8, **opts)))
+    assert sorted(got) == ALL_KEYS   # prefetch without listed sizes: HEAD, then GET
+
+
+def test_prefetch_errors_surface_at_read(seeded, opts, bucket):
+    uris = [f"s3://{bucket}/{_key(1)}", f"s3://{bucket}/ds/nope.bin", f"s3://{bucket}/{_key(2)}"]
+    it = iter(S3IterableDataset.from_objects(uris, prefetch=4, **opts))
+    assert next(it).read() == _body(1)
+    with pytest.raises(FileNotFoundError):
+        next(it).read()
+    assert next(it).read() == _body(2)
 
 
 def test_range_based_constructor_from_prefix(seeded, opts):
     ds = S3IterableDataset.from_prefix(
-        seeded, transform=key_and_check,
-        reader_constructor=S3ReaderConstructor.range_based(), **opts)
-    assert sorted(_loader(ds)) == ALL_KEYS
+        seeded + "019", transform=key_and_check,
+        reader_constructor=S3ReaderConstructor.range_based(), prefetch=4, **opts)
+    assert sorted(_loader(ds)) == ALL_KEYS[190:]
 
 
 # -- the listing streams -----------------------------------------------------------------
@@ -358,7 +381,7 @@ def test_datasets_pickle_without_client(seeded, opts):
     assert len(ds) == N
     ds2 = pickle.loads(pickle.dumps(ds))
     assert ds2._client is None and len(ds2) == N and ds2[10] == ALL_KEYS[10]
-    it = S3IterableDataset.from_prefix(seeded, transform=key_and_check, rank=1,
+    it = S3IterableDataset.from_prefix(seeded, transform=_keys_of, rank=1,
                                        world_size=2, **opts)
     it2 = pickle.loads(pickle.dumps(it))
     assert list(it2) == ALL_KEYS[1::2]
