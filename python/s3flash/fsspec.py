@@ -346,7 +346,12 @@ class S3FlashFileSystem(AbstractFileSystem):
         directory marker, if any, and OSError(ENOTEMPTY) when objects are under it."""
         bucket, key = self.split_path(path)
         if not key:
-            self._native.delete_bucket(bucket)
+            try:
+                self._native.delete_bucket(bucket)
+            except _s3flash.S3Exception as e:
+                if e.code == "BucketNotEmpty":
+                    raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), path) from e
+                raise
             return
         objects, prefixes, _ = self._native.list_objects(bucket, prefix=key + "/", max_keys=2)
         if any(o[0] != key + "/" for o in objects) or prefixes:
