@@ -392,3 +392,22 @@ def test_spawn_workers(seeded, opts):
     got = list(DataLoader(ds, batch_size=None, num_workers=2,
                           multiprocessing_context="spawn"))
     assert sorted(got) == ALL_KEYS
+
+
+def _fork_probe(r):
+    ok = r.read() == _body(int(r.key[3:7]))  # the first call in a worker rebuilds the client
+    native = r._client.native
+    return os.getpid(), native.pid, native.forks_seen, ok
+
+
+def test_fork_workers_build_their_own_client(seeded, opts):
+    """The parent's client is live (it listed) when the workers fork: each worker's first
+    call builds the worker's own native client."""
+    ds = S3MapDataset.from_prefix(seeded + "019", transform=_fork_probe, **opts)
+    assert len(ds) == 10 and ds[0][3]
+    parent = ds.client.native
+    got = list(_loader(ds))
+    assert len(got) == 10 and all(ok for *_, ok in got)
+    assert {pid for pid, *_ in got}.isdisjoint({os.getpid()}) and len({p for p, *_ in got}) == 2
+    assert all(pid == npid and seen == 1 for pid, npid, seen, _ in got), got
+    assert parent.pid == os.getpid() and parent.forks_seen == 0
