@@ -137,6 +137,12 @@ class S3FlashFileSystem(AbstractFileSystem):
         self.s3client_config = config
         self._client: S3Client = _shared_client(region, endpoint, config)
 
+    def __reduce__(self) -> Any:
+        # a class made by register(**defaults) is not importable: pickle as the base class
+        # with the defaults folded into the options
+        opts = {**self._defaults, **self.storage_options}
+        return _make_instance, (S3FlashFileSystem, self.storage_args, opts)
+
     # -- paths -------------------------------------------------------------------------
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -559,6 +565,10 @@ class S3FlashFileSystem(AbstractFileSystem):
 
     def sign(self, path: str, expiration: int = 100, **kwargs: Any) -> str:
         raise NotImplementedError("presigned URLs: use the s3flash CLI (s3flash presign)")
+
+
+def _make_instance(cls: type, args: Any, kwargs: Dict[str, Any]) -> S3FlashFileSystem:
+    return cls(*args, **kwargs)
 
 
 class S3FlashReadFile(S3Reader):

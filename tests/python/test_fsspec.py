@@ -4,7 +4,7 @@ Lightning's TorchCheckpointIO writing to s3:// through it."""
 
 import io
 import os
-import sys
+import pickle
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -53,10 +53,14 @@ def test_registry_resolves_to_s3flash(endpoint, rgw):
     assert isinstance(fs, S3FlashFileSystem) and path == "b/k/x.ckpt"
     from lightning.fabric.utilities.cloud_io import get_filesystem
     assert isinstance(get_filesystem("s3://b/run/"), S3FlashFileSystem)
-    # defaults given to register() reach instances built without options
+    # defaults given to register() reach instances built without options; pickled (dask,
+    # multiprocessing) an instance keeps them
     cls = s3flash.fsspec.register(endpoint_url=endpoint)
     try:
-        assert fsspec.filesystem("s3").endpoint_url == endpoint
+        fs = fsspec.filesystem("s3")
+        assert fs.endpoint_url == endpoint
+        back = pickle.loads(pickle.dumps(fs))
+        assert type(back) is S3FlashFileSystem and back.endpoint_url == endpoint
     finally:
         s3flash.fsspec.register()
     assert issubclass(cls, S3FlashFileSystem)

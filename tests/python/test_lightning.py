@@ -4,7 +4,6 @@ ckpt_path="last" and from an explicit URI, AsyncCheckpointIO, load_checkpoint's 
 and weights_only, and the README's example (examples/lightning_resume.py)."""
 
 import importlib.util
-import io
 import pickle
 import re
 import sys
