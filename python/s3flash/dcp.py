@@ -509,38 +509,46 @@ def _alloc(n: int) -> Tuple[Any, torch.Tensor]:
 _PLAIN_DTYPES_EXCLUDED = (torch.qint8, torch.quint8, torch.qint32, torch.quint4x2)
 
 
-def _tensor_in_place(mv: memoryview, raw: torch.Tensor) -> torch.Tensor:
-    """The tensor of one ``torch.save(tensor)`` record, its bytes `mv` (`raw`: the same memory
-    as a uint8 tensor). The zip's tensor storage is used where it lies (no copy); anything
-    unusual falls back to torch.load."""
+def _locate_tensor(mv: memoryview, raw: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """Where the tensor of one ``torch.save(tensor)`` record lies in its bytes `mv` (`raw`:
+    the same memory as a uint8 tensor): (a meta tensor with its dtype, shape, strides and
+    storage offset; the uint8 slice of `raw` holding its storage). None when the record is
+    not the plain layout expected (then torch.load reads it)."""
     try:
         f = _MemFile(mv)
         zr = torch._C.PyTorchFileReader(f)
         records = zr.get_all_records()
         data = [r for r in records if r.startswith("data/")]
         order = bytes(zr.get_record("byteorder")).decode() if "byteorder" in records else "little"
-        if len(data) == 1 and order == sys.byteorder:
-            f.seek(0)
-            meta = torch.load(f, map_location="meta", weights_only=True)
-            if (type(meta) is torch.Tensor and meta.layout == torch.strided
-                    and meta.dtype not in _PLAIN_DTYPES_EXCLUDED):
-                nbytes = meta.untyped_storage().nbytes()
-                off = zr.get_record_offset(data[0])
-                if off + nbytes <= len(mv):
-                    b = raw[off:off + nbytes]
-                    esz = meta.element_size()
-                    if b.data_ptr() % esz:
-                        b = b.clone()  # unaligned for the dtype: an aligned copy
-                    try:
-                        storage = b.view(meta.dtype)
-                    except RuntimeError:
-                        storage = b.clone().view(meta.dtype)
-                    # as_strided counts from the start of the underlying buffer, not the view
-                    return storage.as_strided(meta.shape, meta.stride(),
-                                              storage.storage_offset() + meta.storage_offset())
+        if len(data) != 1 or order != sys.byteorder:
+            return None
+        f.seek(0)
+        meta = torch.load(f, map_location="meta", weights_only=True)
+        if (type(meta) is not torch.Tensor or meta.layout != torch.strided
+                or meta.dtype in _PLAIN_DTYPES_EXCLUDED):
+            return None
+        nbytes = meta.untyped_storage().nbytes()
+        off = zr.get_record_offset(data[0])
+        if off + nbytes > len(mv):
+            return None
+        return meta, raw[off:off + nbytes]
     except Exception:  # not the layout expected: let torch.load read it
         log.debug("in-place tensor parse failed; falling back to torch.load", exc_info=True)
-    return torch.load(_MemFile(mv), map_location="cpu", weights_only=True)
+        return None
+
+
+def _storage_view(meta: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The tensor `meta` describes, over the storage bytes `b` (copied only when they are not
+    aligned for the dtype)."""
+    if b.data_ptr() % meta.element_size():
+        b = b.clone()
+    try:
+        storage = b.view(meta.dtype)
+    except RuntimeError:
+        storage = b.clone().view(meta.dtype)
+    # as_strided counts from the start of the underlying buffer, not from the view
+    return storage.as_strided(meta.shape, meta.stride(),
+                              storage.storage_offset() + meta.storage_offset())
 
 
 class S3StorageReader(_PathMixin, StorageReader):
@@ -747,9 +755,24 @@ class S3StorageReader(_PathMixin, StorageReader):
             if req.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(req, io.BytesIO(mv[a:b].tobytes()))
                 continue
-            tensor = _tensor_in_place(mv[a:b], t[a:b])
-            tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
             target = planner.resolve_tensor(req).detach()
+            loc = _locate_tensor(mv[a:b], t[a:b])
+            if loc is not None:
+                meta, raw = loc
+                whole = (all(o == 0 for o in req.storage_offsets)
+                         and tuple(req.lengths) == tuple(meta.shape))
+                if (whole and meta.is_contiguous() and meta.storage_offset() == 0
+                        and target.dtype == meta.dtype and target.is_contiguous()
+                        and target.shape == meta.shape and target.device.type == "cpu"):
+                    # the common case: one memcpy from the fetched range into the tensor
+                    n = target.numel() * target.element_size()
+                    target.reshape(-1).view(torch.uint8).copy_(raw[:n])
+                    planner.commit_tensor(req, target)
+                    continue
+                tensor = _storage_view(meta, raw)
+            else:
+                tensor = torch.load(_MemFile(mv[a:b]), map_location="cpu", weights_only=True)
+            tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
             if target.size() != tensor.size():
                 raise ValueError(f"{req.storage_index}: size {tuple(tensor.size())} in "
                                  f"{self._uri(info.relative_path)}, {tuple(target.size())} "

@@ -368,7 +368,7 @@ def _rank_state(rank, world):
     return model, opt, sharded, full
 
 
-def _two_rank_worker(rank, world, port, endpoint, region, uri, out_dir):
+def _two_rank_worker(rank, world, port, endpoint, region, uri, out_dir, other_keys):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     report = {}
@@ -415,6 +415,17 @@ def _two_rank_worker(rank, world, port, endpoint, region, uri, out_dir):
             report["load_after_failure"] = "loaded"
         except FAILURE as e:
             report["load_after_failure"] = str(e)[:2000]
+
+        # rank 1 is denied (another user's keys): rank 0 writes its data, no .metadata
+        if other_keys:
+            cfg = S3ClientConfig(access_key_id=other_keys[0], secret_access_key=other_keys[1]) \
+                if rank == 1 else None
+            try:
+                dcp.save(sd, storage_writer=S3StorageWriter(
+                    region, uri + "-denied", s3client_config=cfg, endpoint=endpoint))
+                report["denied_save"] = "no error"
+            except FAILURE as e:
+                report["denied_save"] = str(e)[-2000:]
     finally:
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump(report, f)
@@ -422,35 +433,50 @@ def _two_rank_worker(rank, world, port, endpoint, region, uri, out_dir):
 
 
 @pytest.fixture(scope="module")
-def two_ranks(bucket, s3, region, endpoint):
+def two_ranks(bucket, s3, region, endpoint, rgw):
     import torch.multiprocessing as mp
-    prefix = f"two-ranks-{uuid.uuid4().hex[:8]}/"
-    uri = f"s3://{bucket}/{prefix.rstrip('/')}"
+    prefix = f"two-ranks-{uuid.uuid4().hex[:8]}"
+    uri = f"s3://{bucket}/{prefix}"
     out_dir = tempfile.mkdtemp(prefix="s3flash-dcp-")
-    mp.spawn(_two_rank_worker, args=(2, _free_port(), endpoint, region, uri, out_dir),
+    other = (rgw.other_access_key, rgw.other_secret_key) if rgw.other_access_key else None
+    mp.spawn(_two_rank_worker, args=(2, _free_port(), endpoint, region, uri, out_dir, other),
              nprocs=2, join=True)
     reports = []
     for r in range(2):
         with open(os.path.join(out_dir, f"rank{r}.json")) as f:
             reports.append(json.load(f))
-    return reports, keys_under(s3, bucket, prefix), uploads_under(s3, bucket, prefix)
+    return {"reports": reports, "other": other,
+            "keys": keys_under(s3, bucket, prefix + "/"),
+            "uploads": uploads_under(s3, bucket, prefix + "/"),
+            "denied_keys": keys_under(s3, bucket, prefix + "-denied/"),
+            "denied_uploads": uploads_under(s3, bucket, prefix + "-denied/")}
 
 
 def test_two_ranks_save_load_bit_exact(two_ranks):
-    reports, keys, _ = two_ranks
-    for rep in reports:
+    for rep in two_ranks["reports"]:
         assert rep["bit_exact"] is True, rep
         # each rank reads every replicated item and its own shard, merged per object
         assert rep["read_stats"]["ranges"] < rep["read_stats"]["items"], rep
         assert rep["load_requests"] < rep["read_stats"]["items"], rep
     # each rank wrote its own objects (2 at once)
+    keys = two_ranks["keys"]
     assert {k for k in keys if k.startswith("__0_")} and {k for k in keys if k.startswith("__1_")}
 
 
 def test_two_ranks_failed_save_leaves_no_metadata(two_ranks):
-    reports, keys, uploads = two_ranks
-    for rep in reports:
+    for rep in two_ranks["reports"]:
         assert "cannot serialize only_rank1" in rep["failed_save"], rep
         assert "incomplete checkpoint at s3://" in rep["load_after_failure"], rep
+    assert ".metadata" not in two_ranks["keys"]
+    assert two_ranks["uploads"] == []
+
+
+def test_two_ranks_one_denied(two_ranks):
+    if not two_ranks["other"]:
+        pytest.skip("no second RGW user (S3FLASH_TEST_OTHER_*)")
+    for rep in two_ranks["reports"]:
+        assert "AccessDenied" in rep["denied_save"] and "(RANK 1)" in rep["denied_save"], rep
+    keys = two_ranks["denied_keys"]
     assert ".metadata" not in keys
-    assert uploads == []
+    assert keys and all(k.startswith("__0_") for k in keys), keys  # rank 0's data only
+    assert two_ranks["denied_uploads"] == []
