@@ -1,6 +1,5 @@
 """s3flash.dcp: torch.distributed.checkpoint save/load/async_save against RGW, 1 and 2 ranks."""
 
-import io
 import json
 import os
 import socket
