@@ -45,7 +45,8 @@ from ._writer import S3Writer
 
 __all__ = ["S3FlashFileSystem", "register", "unregister"]
 
-PROTOCOLS = ("s3", "s3a")
+PROTOCOLS = ("s3", "s3a")       # taken over by register() only: opt-in at run time
+OWN_PROTOCOL = "s3flash"         # ours from install on (the fsspec.specs entry point)
 _COPY_OBJECT_MAX = 5 << 30
 _STREAM_CHUNK = 8 << 20
 
@@ -86,7 +87,7 @@ class S3FlashFileSystem(AbstractFileSystem):
     native client per (region, endpoint, configuration).
     """
 
-    protocol = PROTOCOLS
+    protocol = PROTOCOLS + (OWN_PROTOCOL,)
     root_marker = ""
     cachable = False
     _defaults: Dict[str, Any] = {}
@@ -149,7 +150,7 @@ class S3FlashFileSystem(AbstractFileSystem):
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         path = stringify_path(path)
-        for p in PROTOCOLS:
+        for p in PROTOCOLS + (OWN_PROTOCOL,):
             if path.startswith(p + "://"):
                 path = path[len(p) + 3:]
                 break

@@ -9,11 +9,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+pip_install() {
+    local flags=()
+    # Debian's own python3 is "externally managed" (PEP 668), as in install-deps.sh
+    if python3 -c 'import os, sys, sysconfig; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+        flags+=(--break-system-packages)
+    fi
+    python3 -m pip install -q "${flags[@]}" "$@"
+}
+
 if [ "${S3FLASH_SKIP_INSTALL:-0}" != 1 ]; then
     # torch pinned, and held there while the rest resolves (lightning asks for torch>=...)
-    python3 -m pip install -q "torch==2.13.0" pytest boto3 meson-python meson ninja
-    python3 -m pip install -q "torch==2.13.0" "lightning==2.6.6" fsspec pandas
-    python3 -m pip install -q --no-build-isolation .
+    pip_install "torch==2.13.0" pytest boto3 meson-python meson ninja
+    pip_install "torch==2.13.0" "lightning==2.6.6" fsspec pandas
+    pip_install --no-build-isolation .
 fi
 # from outside the tree, so that `import s3flash` is the installed package
 exec python3 -m pytest -q -p no:cacheprovider --rootdir tests/python tests/python "$@"

@@ -349,14 +349,6 @@ def test_writer_and_reader_pickle(ck, region, endpoint):
 # ------------------------------------------------------------------------------------------
 # two ranks (gloo, spawn): one session runs every phase, the tests check what it reported
 # ------------------------------------------------------------------------------------------
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _rank_state(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -367,9 +359,10 @@ def _rank_state(rank, world):
     return model, opt, sharded, full
 
 
-def _two_rank_worker(rank, world, port, endpoint, region, uri, out_dir, other_keys):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _two_rank_worker(rank, world, store, endpoint, region, uri, out_dir, other_keys):
+    # a file store, not TCP on a "free" port another process may take between the check
+    # and the bind (a two-rank run failed once that way)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     report = {}
     try:
         from torch.distributed.tensor import Shard, distribute_tensor
@@ -438,7 +431,8 @@ def two_ranks(bucket, s3, region, endpoint, rgw):
     uri = f"s3://{bucket}/{prefix}"
     out_dir = tempfile.mkdtemp(prefix="s3flash-dcp-")
     other = (rgw.other_access_key, rgw.other_secret_key) if rgw.other_access_key else None
-    mp.spawn(_two_rank_worker, args=(2, _free_port(), endpoint, region, uri, out_dir, other),
+    store = os.path.join(out_dir, "pg-store")
+    mp.spawn(_two_rank_worker, args=(2, store, endpoint, region, uri, out_dir, other),
              nprocs=2, join=True)
     reports = []
     for r in range(2):

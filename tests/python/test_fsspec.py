@@ -69,8 +69,8 @@ def test_registry_resolves_to_s3flash(endpoint, rgw):
 def test_entry_point_declared():
     import tomllib
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
-    assert eps["fsspec.specs"] == {"s3": "s3flash.fsspec:S3FlashFileSystem",
-                                   "s3a": "s3flash.fsspec:S3FlashFileSystem"}
+    # s3:// stays s3fs's until register(): only our own protocol is an entry point
+    assert eps["fsspec.specs"] == {"s3flash": "s3flash.fsspec:S3FlashFileSystem"}
     from importlib.metadata import PackageNotFoundError, distribution
     try:
         dist = distribution("s3flash")
@@ -80,7 +80,8 @@ def test_entry_point_declared():
             Path(dist.locate_file("s3flash")).resolve()):
         return  # the package under test is not the installed one (devenv.sh stage)
     got = {e.name: e.value for e in dist.entry_points if e.group == "fsspec.specs"}
-    assert got.get("s3") == "s3flash.fsspec:S3FlashFileSystem"
+    assert got.get("s3flash") == "s3flash.fsspec:S3FlashFileSystem"
+    assert "s3" not in got
 
 
 def test_configuration_from_storage_options(rgw, bucket, monkeypatch):
