@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""s3flash side by side with s3torchconnector, awscrt's S3Client, boto3 and local disk, in one
+session: every scenario with every client, clients alternated, several repetitions, medians and
+min-max, ratios to s3flash. Run it through `bash bench/run.sh [--quick] [--rgw]` (which installs
+the peers and the package and builds the sink); see bench/README.md.
+
+  python3 bench/compare.py [--quick] [--rgw] [--no-sink] [--scenarios save,load,raw,...]
+                           [--sizes 256M,1G,4G] [--repeat 3] [--sink BIN]
+
+Each run is a fresh process (bench/compare/worker.py) so that peak RSS and CPU are its own.
+The worker measures its phase (wall, user+sys of its threads and reaped children, peak RSS via
+VmHWM reset at the phase start) and the server's CPU over the phase from /proc/<pid>/stat.
+Writes bench/results/compare-<date>.md and .png (matplotlib), and prints the table.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from sink_bench import parse_size, run_iperf3  # noqa: E402
+
+MiB = 1 << 20
+WORKER = os.path.join(HERE, "compare", "worker.py")
+BUCKET = "s3flash-compare"
+
+# (client, settings label, extra spec) per scenario; s3flash "defaults" first: the baseline.
+VARIANTS = {
+    "save": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
+             ("s3tc", "defaults", {}), ("s3tc", "tuned", {"tuned": True}),
+             ("boto3", "defaults", {}), ("boto3", "tuned", {"tuned": True}),
+             ("local", "fsync", {})],
+    "load": [("s3flash", "sequential", {"reader": "seq"}),
+             ("s3flash", "range_based", {"reader": "range"}),
+             ("s3tc", "sequential", {"reader": "seq"}),
+             ("s3tc", "sequential tuned", {"reader": "seq", "tuned": True}),
+             ("s3tc", "range_based", {"reader": "range"}),
+             ("boto3", "defaults", {}), ("boto3", "tuned", {"tuned": True}),
+             ("local", "page cache", {})],
+    "raw": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
+            ("awscrt", "defaults", {}), ("awscrt", "tuned", {"tuned": True}),
+            ("boto3", "defaults", {}), ("boto3", "tuned", {"tuned": True})],
+    "dcp": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
+            ("s3tc", "defaults", {}), ("s3tc", "tuned", {"tuned": True}),
+            ("local", "FileSystemWriter", {}), ("local", "FileSystemWriter tuned",
+                                                {"tuned": True})],
+    "lightning": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
+                  ("s3tc", "defaults", {}), ("s3tc", "tuned", {"tuned": True}),
+                  ("local", "TorchCheckpointIO", {})],
+    "dataset": [("s3flash", "iterable", {"kind": "iterable"}),
+                ("s3flash", "iterable prefetch=8", {"kind": "iterable", "tuned": True}),
+                ("s3flash", "map", {"kind": "map"}),
+                ("s3flash", "map prefetch=8", {"kind": "map", "tuned": True}),
+                ("s3tc", "iterable", {"kind": "iterable"}), ("s3tc", "map", {"kind": "map"})],
+}
+
+TUNED_TEXT = """\
+"tuned" settings (bench/compare/worker.py TUNED): s3flash part_size 16 MiB, memory_limit 1 GiB
+(DCP: thread_count 4; datasets: prefetch=8); s3torchconnector throughput_target_gbps 100,
+part_size 16 MiB (DCP: thread_count 4); awscrt throughput_target_gbps 100, part_size 16 MiB;
+boto3 TransferConfig(multipart_chunksize=16 MiB, multipart_threshold=16 MiB, max_concurrency=16),
+max_pool_connections 20. Raw small objects: 8 threads by default, 32 tuned (s3flash and boto3
+calls; awscrt gets every request at once, as its API is asynchronous). "defaults": the
+client's own defaults, with only what the endpoint needs (path style, endpoint, keys)."""
+
+
+def fmt_size(n):
+    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= m and n % m == 0:
+            return f"{n // m} {unit}"
+    return str(n)
+
+
+def proc_cpu(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def rgw_pids():
+    """The Ceph daemons serving RGW (radosgw, ceph-osd, ceph-mon): their CPU counts as the
+    server's. They are shared with whatever else uses this RGW at the time."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() in ("radosgw", "ceph-osd", "ceph-mon"):
+                        pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+class Sink:
+    def __init__(self, exe, threads=2):
+        self.tmp = tempfile.mkdtemp(prefix="s3flash-compare-sink.")
+        pf = os.path.join(self.tmp, "port")
+        self.err = open(os.path.join(self.tmp, "stderr"), "w+")
+        self.p = subprocess.Popen([exe, "--port", "0", "--port-file", pf, "--threads",
+                                   str(threads)], stderr=self.err)
+        for _ in range(200):
+            if os.path.exists(pf):
+                break
+            time.sleep(0.05)
+        with open(pf) as f:
+            self.port = int(f.read())
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(timeout=30)
+        self.err.seek(0)
+        return self.err.read().strip()
+
+
+def run_worker(spec, timeout):
+    """Run one worker; its RESULT lines (dicts). A crash gives one {'error': ...}."""
+    try:
+        p = subprocess.run([sys.executable, WORKER, json.dumps(spec)], capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [{"error": f"timed out after {timeout} s"}]
+    res = [json.loads(ln[7:]) for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not res:
+        res = [{"error": f"exit {p.returncode}: {p.stderr.strip()[-400:]}"}]
+    if any("error" in r for r in res):
+        sys.stderr.write(p.stderr[-3000:])
+    return res
+
+
+def median_range(xs):
+    if not xs:
+        return float("nan"), float("nan"), float("nan")
+    return statistics.median(xs), min(xs), max(xs)
+
+
+class Results:
+    def __init__(self):
+        self.rows = {}    # key -> {"runs": [...], "skip"/"error": str}
+        self.order = []
+
+    def add(self, key, r):
+        if key not in self.rows:
+            self.rows[key] = {"runs": [], "skip": None, "error": None}
+            self.order.append(key)
+        row = self.rows[key]
+        if "skip" in r:
+            row["skip"] = r["skip"]
+        elif "error" in r:
+            row["error"] = r["error"]
+        else:
+            row["runs"].append(r)
+
+
+def physical_limits(a, results):
+    """iperf3 loopback (1 and 2 streams), memcpy bandwidth, local disk write + fsync."""
+    secs = 2 if a.quick else 5
+    for streams in (1, 2):
+        try:
+            gbs = run_iperf3(streams, secs, "1M")
+            results.add(("limit", "-", "-", f"iperf3 -P {streams} -l 1M", "loopback TCP", ""),
+                        {"wall": secs, "bytes": gbs * 1e9 * secs, "cpu": float("nan"),
+                         "server_cpu": 0.0, "rss_peak": 0, "rss_base": 0})
+        except SystemExit as e:
+            print(f"iperf3: {e}", file=sys.stderr)
+    n = (256 if a.quick else 1024) * MiB
+    for r in run_worker({"scenario": "memcpy", "client": "memcpy", "size": n, "prefix": "",
+                         "endpoint": a.endpoints[0]}, 300):
+        results.add(("limit", "-", fmt_size(n), "memcpy", "numpy copyto, pre-faulted", ""), r)
+    path = os.path.join(a.local_dir, f"s3flash-compare-dd-{os.getpid()}")
+    mb = n // MiB
+    t0 = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "conv=fsync"],
+                   check=True, capture_output=True)
+    w = time.perf_counter() - t0
+    os.unlink(path)
+    results.add(("limit", "-", fmt_size(n), "dd conv=fsync", f"disk write ({a.local_dir})", ""),
+                {"wall": w, "bytes": n, "cpu": float("nan"), "server_cpu": 0.0, "rss_peak": 0,
+                 "rss_base": 0})
+
+
+def plan(a):
+    """[(scenario, endpoint, size label, base spec, variants)] in run order."""
+    out = []
+    scen = a.scenarios
+    for ep in a.endpoints:
+        rgw = ep["kind"] == "rgw"
+        sizes = [s for s in a.sizes if not rgw or s <= a.rgw_max]
+        for sc in scen:
+            if sc == "save":
+                for s in sizes:
+                    out.append((sc, ep, fmt_size(s), {"size": s}))
+            elif sc == "load":
+                if not rgw:
+                    continue  # the sink keeps sizes, not bytes: torch.load cannot work there
+                for s in sizes:
+                    out.append((sc, ep, fmt_size(s), {"size": s}))
+            elif sc == "raw":
+                for s in sizes:
+                    out.append((sc, ep, f"1 x {fmt_size(s)}", {"size": s, "shape": "large"}))
+                out.append((sc, ep, f"{a.small_count} x 256 KiB",
+                            {"size": 256 * 1024, "shape": "small", "count": a.small_count}))
+            elif sc == "dcp":
+                out.append((sc, ep, fmt_size(a.dcp_size), {"size": a.dcp_size, "load": rgw}))
+            elif sc == "lightning":
+                out.append((sc, ep, fmt_size(a.ltn_size), {"size": a.ltn_size, "saves": 3}))
+            elif sc == "dataset":
+                n = a.ds_count if not rgw else min(a.ds_count, a.rgw_ds_count)
+                out.append((sc, ep, f"{n} x {fmt_size(a.ds_obj)}",
+                            {"size": a.ds_obj, "count": n, "ds_prefix": "cmp-ds"}))
+    return out
+
+
+def prepare(a, sc, ep, spec):
+    """What a group needs before its runs: the checkpoint to load, the dataset objects."""
+    base = dict(spec, endpoint=ep, prefix="cmp", local_dir=a.local_dir,
+                server_pids=ep["pids"], client="s3flash", tuned=False)
+    if sc == "load":
+        r = run_worker(dict(base, scenario="prepare_load"), 900)[0]
+        if "error" in r:
+            return {"error": r["error"]}
+        return {"want_n": r["n"], "want_bytes": r["bytes"], "local_path": r["path"]}
+    if sc == "dataset" and ep["kind"] == "rgw":
+        r = run_worker(dict(base, scenario="prepare_dataset"), 900)[0]
+        if "error" in r:
+            return {"error": r["error"]}
+    return {}
+
+
+def cleanup(a, ep, sc, extra):
+    if sc == "load" and extra.get("local_path") and os.path.exists(extra["local_path"]):
+        os.unlink(extra["local_path"])
+    if ep["kind"] == "rgw":
+        import boto3
+        from botocore.config import Config
+        c = boto3.client("s3", endpoint_url=ep["url"], region_name=ep["region"],
+                         aws_access_key_id=ep["access_key"],
+                         aws_secret_access_key=ep["secret_key"],
+                         config=Config(s3={"addressing_style": "path"}))
+        for prefix in ("cmp/", "cmp-ds/"):
+            keys = []
+            for page in c.get_paginator("list_objects_v2").paginate(Bucket=ep["bucket"],
+                                                                    Prefix=prefix):
+                keys += [o["Key"] for o in page.get("Contents", [])]
+            for i in range(0, len(keys), 1000):
+                c.delete_objects(Bucket=ep["bucket"], Delete={
+                    "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+def run_all(a, results):
+    groups = plan(a)
+    total = sum(len(VARIANTS[g[0]]) for g in groups) * a.repeat
+    done = 0
+    t_start = time.time()
+    for sc, ep, label, spec in groups:
+        extra = prepare(a, sc, ep, spec)
+        variants = VARIANTS[sc]
+        for rep in range(a.repeat):
+            k = rep % len(variants)  # alternate: each repetition starts with another client
+            for client, settings, vx in variants[k:] + variants[:k]:
+                done += 1
+                key = (sc, ep["name"], label, client, settings)
+                if "error" in extra:
+                    results.add(key + ("",), {"error": "prepare: " + extra["error"]})
+                    continue
+                s = dict(spec, **extra)
+                s.update(tuned=False, scenario=sc, client=client, endpoint=ep, prefix="cmp",
+                         local_dir=a.local_dir,
+                         server_pids=ep["pids"] if client != "local" else [])
+                s.update(vx)
+                t0 = time.time()
+                rs = run_worker(s, a.timeout)
+                for r in rs:
+                    results.add(key + (r.get("phase", "main"),), r)
+                first = rs[0]
+                what = first.get("skip") or first.get("error") or ", ".join(
+                    f"{r.get('phase')} {r['wall']:.2f}s" for r in rs[:3])
+                print(f"[{done}/{total} {time.time() - t_start:.0f}s] {sc} {ep['name']} "
+                      f"{label} {client} {settings}: {what} ({time.time() - t0:.1f}s)",
+                      file=sys.stderr, flush=True)
+                if first.get("skip"):  # not available: no point repeating
+                    variants = [v for v in variants if v[:2] != (client, settings)]
+        cleanup(a, ep, sc, extra)
+
+
+# -- the table -----------------------------------------------------------------------------
+def summarize(results):
+    """One dict per row: medians and ranges; ratios to the s3flash baseline of its group."""
+    out = []
+    for key in results.order:
+        sc, epn, label, client, settings, phase = key
+        row = results.rows[key]
+        d = dict(scenario=sc, endpoint=epn, size=label, client=client, settings=settings,
+                 phase=phase, skip=row["skip"], error=row["error"], n=len(row["runs"]))
+        runs = row["runs"]
+        if runs:
+            walls = [r["wall"] for r in runs]
+            if sc == "lightning":  # every save of every run is one sample
+                pass
+            d["wall"] = median_range(walls)
+            d["gbs"] = median_range([r["bytes"] / r["wall"] / 1e9 for r in runs])
+            d["cpu"] = statistics.median(r["cpu"] for r in runs)
+            d["server_cpu"] = statistics.median(r.get("server_cpu", 0.0) for r in runs)
+            d["rss"] = statistics.median(r["rss_peak"] for r in runs)
+            d["rss_extra"] = statistics.median(r["rss_peak"] - r["rss_base"] for r in runs)
+            d["items"] = runs[0].get("items")
+            d["notes"] = sorted({r.get("note") for r in runs if r.get("note")})
+        out.append(d)
+    base = {}
+    for d in out:
+        if d["client"] == "s3flash" and "wall" in d and d["scenario"] != "limit":
+            g = (d["scenario"], d["endpoint"], d["size"], d["phase"])
+            base.setdefault(g, d)  # the first s3flash row (defaults / sequential / iterable)
+    for d in out:
+        g = (d["scenario"], d["endpoint"], d["size"], d["phase"])
+        b = base.get(g)
+        if b and "wall" in d:
+            d["ratio_wall"] = d["wall"][0] / b["wall"][0]
+            tot = d["cpu"] + d["server_cpu"]
+            btot = b["cpu"] + b["server_cpu"]
+            d["ratio_cpu"] = tot / btot if btot > 0 else float("nan")
+    return out
+
+
+def table(rows):
+    hdr = ("| scenario | endpoint | size | client | settings | phase | runs | wall s, median "
+           "(min–max) | GB/s | CPU s client + server | peak RSS MiB (+ over start) | "
+           "× s3flash wall | × s3flash CPU | notes |")
+    lines = [hdr, "|" + "---|" * 14]
+    for d in rows:
+        if d["scenario"] == "limit":
+            continue
+        head = (f"| {d['scenario']} | {d['endpoint']} | {d['size']} | {d['client']} | "
+                f"{d['settings']} | {d['phase']} | {d['n']} |")
+        if "wall" not in d:
+            why = d["skip"] or ("ERROR " + (d["error"] or "?"))
+            lines.append(head + f" — | — | — | — | — | — | {why} |")
+            continue
+        w, g = d["wall"], d["gbs"]
+        ws = f"{w[0]:.3f}" + (f" ({w[1]:.3f}–{w[2]:.3f})" if d["n"] > 1 else "")
+        gs = f"{g[0]:.2f}" + (f" ({g[1]:.2f}–{g[2]:.2f})" if d["n"] > 1 else "")
+        if d["scenario"] == "dataset" and d.get("items"):
+            gs += f"; {d['items'] / w[0]:.0f} samples/s"
+        rw = f"{d['ratio_wall']:.2f}" if "ratio_wall" in d else "—"
+        rc = f"{d['ratio_cpu']:.2f}" if "ratio_cpu" in d else "—"
+        notes = "; ".join(d["notes"]) + ((" " + d["error"]) if d["error"] else "")
+        lines.append(head + f" {ws} | {gs} | {d['cpu']:.2f} + {d['server_cpu']:.2f} | "
+                     f"{d['rss'] / MiB:.0f} (+{d['rss_extra'] / MiB:.0f}) | {rw} | {rc} | "
+                     f"{notes} |")
+    return "\n".join(lines)
+
+
+def limits_table(rows):
+    lines = ["| what | how | size | GB/s | wall s |", "|---|---|---|---|---|"]
+    for d in rows:
+        if d["scenario"] == "limit" and "wall" in d:
+            lines.append(f"| {d['client']} | {d['settings']} | {d['size']} | "
+                         f"{d['gbs'][0]:.2f} | {d['wall'][0]:.2f} |")
+    return "\n".join(lines)
+
+
+def chart(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    groups = []
+    for d in rows:
+        if d["scenario"] == "limit" or "wall" not in d:
+            continue
+        g = (d["endpoint"], d["scenario"], d["size"], d["phase"])
+        if g not in groups:
+            groups.append(g)
+    if not groups:
+        return
+    ncol = 3
+    nrow = (len(groups) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 3.2 * nrow), squeeze=False)
+    colors = {"s3flash": "tab:green", "s3tc": "tab:orange", "awscrt": "tab:purple",
+              "boto3": "tab:blue", "local": "tab:gray"}
+    for ax, g in zip(axes.flat, groups):
+        ds = [d for d in rows if "wall" in d and (d["endpoint"], d["scenario"], d["size"],
+                                                  d["phase"]) == g]
+        names = [f"{d['client']}\n{d['settings']}" for d in ds]
+        vals = [d["gbs"][0] for d in ds]
+        err = [[d["gbs"][0] - d["gbs"][1] for d in ds], [d["gbs"][2] - d["gbs"][0] for d in ds]]
+        ax.barh(range(len(ds)), vals, xerr=err, color=[colors.get(d["client"], "k") for d in ds])
+        ax.set_yticks(range(len(ds)))
+        ax.set_yticklabels(names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{g[1]} {g[3] if g[3] != 'main' else ''} {g[2]} — {g[0]}", fontsize=9)
+        ax.set_xlabel("GB/s (median; bars min–max)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def versions():
+    out = {}
+    for mod in ("s3flash", "s3torchconnector", "awscrt", "boto3", "torch", "lightning"):
+        try:
+            m = __import__(mod)
+            out[mod] = getattr(m, "__version__", "?")
+        except Exception:  # noqa: BLE001
+            out[mod] = "not installed"
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, 1 repetition")
+    ap.add_argument("--rgw", action="store_true",
+                    help="also against Ceph RGW (S3FLASH_TEST_* environment)")
+    ap.add_argument("--no-sink", action="store_true", help="skip the loopback sink")
+    ap.add_argument("--scenarios", default="save,load,raw,dcp,lightning,dataset")
+    ap.add_argument("--sizes", default=None, help="state dict / large object sizes "
+                    "(default 256M,1G,4G; --quick 64M)")
+    ap.add_argument("--rgw-max", default="1G", help="largest size sent to RGW (default 1G)")
+    ap.add_argument("--repeat", type=int, default=None, help="repetitions (default 3; quick 1)")
+    ap.add_argument("--sink", default=os.path.join(ROOT, "build-cmp", "bench", "s3flash-sink"))
+    ap.add_argument("--local-dir", default="/var/tmp", help="where local-disk runs write")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    ap.add_argument("--no-limits", action="store_true", help="skip iperf3/memcpy/dd")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = ap.parse_args()
+    a.quick_label = "quick" if a.quick else "full"
+    a.sizes = [parse_size(s) for s in (a.sizes or ("64M" if a.quick else "256M,1G,4G"))
+               .split(",")]
+    a.rgw_max = parse_size(a.rgw_max)
+    a.repeat = a.repeat or (1 if a.quick else 3)
+    a.scenarios = [s for s in a.scenarios.split(",") if s]
+    a.small_count = 100 if a.quick else 1000
+    a.dcp_size = 64 * MiB if a.quick else 1 << 30
+    a.ltn_size = 32 * MiB if a.quick else 256 * MiB
+    a.ds_count = 500 if a.quick else 10000
+    a.rgw_ds_count = 500 if a.quick else 2000
+    a.ds_obj = 64 * 1024
+
+    a.endpoints = []
+    sink = None
+    if not a.no_sink:
+        sink = Sink(a.sink)
+        a.endpoints.append(dict(name="sink", kind="sink", url=f"http://127.0.0.1:{sink.port}",
+                                region="us-east-1", access_key="bench", secret_key="bench",
+                                bucket="bench", pids=[sink.p.pid]))
+    if a.rgw:
+        need = ("S3FLASH_TEST_ENDPOINT", "S3FLASH_TEST_ACCESS_KEY", "S3FLASH_TEST_SECRET_KEY")
+        if not all(os.environ.get(k) for k in need):
+            sys.exit("--rgw needs S3FLASH_TEST_ENDPOINT/ACCESS_KEY/SECRET_KEY "
+                     "(source tests/servers/rgw.sh's env, or let run.sh start one)")
+        ep = dict(name="rgw", kind="rgw", url=os.environ["S3FLASH_TEST_ENDPOINT"],
+                  region=os.environ.get("S3FLASH_TEST_REGION", "us-east-1"),
+                  access_key=os.environ["S3FLASH_TEST_ACCESS_KEY"],
+                  secret_key=os.environ["S3FLASH_TEST_SECRET_KEY"], bucket=BUCKET,
+                  pids=rgw_pids())
+        import boto3
+        from botocore.config import Config
+        c = boto3.client("s3", endpoint_url=ep["url"], region_name=ep["region"],
+                         aws_access_key_id=ep["access_key"],
+                         aws_secret_access_key=ep["secret_key"],
+                         config=Config(s3={"addressing_style": "path"}))
+        try:
+            c.create_bucket(Bucket=BUCKET)
+        except c.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        a.endpoints.append(ep)
+    if not a.endpoints:
+        sys.exit("no endpoint (--no-sink without --rgw)")
+
+    results = Results()
+    t0 = time.time()
+    sink_cpu0 = proc_cpu(sink.p.pid) if sink else 0
+    try:
+        if not a.no_limits:
+            physical_limits(a, results)
+        run_all(a, results)
+    finally:
+        proc_cpu_end = proc_cpu(sink.p.pid) if sink else 0
+        sink_report = sink.stop() if sink else ""
+    elapsed = time.time() - t0
+    rows = summarize(results)
+
+    # What the sink saw, against what the runs say they moved there.
+    sent = sum(r["bytes"] for k in results.order if k[1] == "sink" and k[3] != "local"
+               and k[5] in ("main", "upload", "save") and k[0] in ("save", "raw", "dcp",
+                                                                    "lightning")
+               for r in results.rows[k]["runs"] if not (k[0] == "raw" and k[5] == "download"))
+    got = sum(r["bytes"] for k in results.order if k[1] == "sink" and k[3] != "local"
+              and (k[0] == "dataset" or (k[0] == "raw" and k[5] == "download"))
+              for r in results.rows[k]["runs"])
+    date = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    os.makedirs(a.out, exist_ok=True)
+    md_path = os.path.join(a.out, f"compare-{date}.md")
+    png_path = os.path.join(a.out, f"compare-{date}.png")
+    try:
+        chart(rows, png_path)
+    except Exception as e:  # noqa: BLE001
+        print(f"chart: {e}", file=sys.stderr)
+        png_path = None
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    v = versions()
+    text = [f"# s3flash side by side ({a.quick_label} run, {date})", "",
+            f"`python3 bench/compare.py {' '.join(sys.argv[1:])}`; commit {head}; "
+            f"{platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+            + ", ".join(f"{k} {x}" for k, x in v.items())
+            + f"; {a.repeat} repetition(s), clients alternated; {elapsed:.0f} s in all.", "",
+            "## Physical limits, same run", "", limits_table(rows), "",
+            "## Runs", "",
+            "Medians over the repetitions (min–max). GB/s = payload bytes / wall time. "
+            "CPU = user+sys of the client's process tree over the measured phase, + the "
+            "server's (sink or radosgw+ceph-osd+ceph-mon, from /proc) over the same phase. "
+            "Peak RSS = VmHWM over the phase (reset at its start), which includes the state "
+            "dict or buffers built before it; (+N) is the peak over the RSS at the start. "
+            "× s3flash: the client's median wall (or CPU) over s3flash's (defaults / "
+            "sequential / iterable) in the same group: above 1 = slower or costlier than "
+            "s3flash.", "", table(rows), "", TUNED_TEXT, ""]
+    if sink:
+        text += [f"Sink at exit: `{sink_report.splitlines()[-1] if sink_report else '?'}`; "
+                 f"the runs report {sent} bytes uploaded (payload; plus DCP metadata and "
+                 f"retried parts, if any) and {got} bytes downloaded from it; sink CPU over "
+                 f"the session {proc_cpu_end - sink_cpu0:.1f} s.", ""]
+    if png_path:
+        text += [f"![chart]({os.path.basename(png_path)})", ""]
+    md = "\n".join(text)
+    with open(md_path, "w") as f:
+        f.write(md)
+    with open(md_path[:-3] + ".json", "w") as f:
+        json.dump({"rows": rows, "argv": sys.argv[1:]}, f, default=str)
+    print(md)
+    print(f"\nwrote {md_path}" + (f" and {png_path}" if png_path else ""), file=sys.stderr)
+    bad = [d for d in rows if d["error"] or any("MISMATCH" in n for n in d.get("notes", []))]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
