@@ -461,8 +461,15 @@ struct s3f_reader_options {
     uint64_t readahead_max_bytes;
     /* 0: 1 MiB. The cached tail; -1 cast to uint64_t (UINT64_MAX) disables it. */
     uint64_t tail_bytes;
+    /* 1: the caller knows the object (from a listing): its size is known_size and its ETag
+     * known_etag (required), and open sends no HEAD. Every GET carries If-Match with that
+     * ETag, so an object replaced since fails with S3F_ERR_PRECONDITION_FAILED, and a
+     * deleted one with S3F_ERR_NOT_FOUND, at the first read instead of at open. */
+    int known;
+    uint64_t known_size;
+    const char *known_etag;
 };
-/* Open: one HEAD (size and ETag). *out: free with s3f_reader_close. */
+/* Open: one HEAD (size and ETag), none with `known`. *out: free with s3f_reader_close. */
 S3F_API enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket,
                                         const char *key,
                                         const struct s3f_reader_options *opts,

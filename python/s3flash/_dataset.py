@@ -90,10 +90,15 @@ class _DatasetReader(S3Reader):
 
     def __init__(self, client: S3Client, bucket: str, key: str, *,
                  listed_size: Optional[int] = None, reader_type: str = "sequential",
-                 readahead_max: int = 0, tail_bytes: int = 0):
+                 readahead_max: int = 0, tail_bytes: int = 0,
+                 listed_etag: Optional[str] = None):
         super().__init__(client, bucket, key, reader_type=reader_type,
                          readahead_max=readahead_max, tail_bytes=tail_bytes)
         self._listed_size = listed_size
+        self._listed_etag = listed_etag
+        if listed_size is not None and listed_etag:
+            # the engine's reader then opens with no HEAD; the ETag pins the object
+            self._known = (listed_size, listed_etag)
         self._data: Optional[bytes] = None
 
     def _whole_read_ok(self, want: int) -> bool:
@@ -191,16 +196,17 @@ class _DatasetReader(S3Reader):
         return (_rebuild_reader,
                 (c.region, c.endpoint, c.s3client_config, self._bucket, self._key,
                  self._listed_size, self._reader_type, self._readahead_max, self._tail_bytes,
-                 self._pos, self._data, self._closed))
+                 self._pos, self._data, self._closed, self._listed_etag))
 
 
 def _rebuild_reader(region: Optional[str], endpoint: Optional[str], config: S3ClientConfig,
                     bucket: str, key: str, listed_size: Optional[int], reader_type: str,
                     readahead_max: int, tail_bytes: int, pos: int, data: Optional[bytes],
-                    closed: bool) -> _DatasetReader:
+                    closed: bool, listed_etag: Optional[str] = None) -> _DatasetReader:
     r = _DatasetReader(_shared_client(region, endpoint, config), bucket, key,
                        listed_size=listed_size, reader_type=reader_type,
-                       readahead_max=readahead_max, tail_bytes=tail_bytes)
+                       readahead_max=readahead_max, tail_bytes=tail_bytes,
+                       listed_etag=listed_etag)
     r._pos, r._data, r._closed = pos, data, closed
     return r
 
@@ -256,7 +262,8 @@ class _S3DatasetBase:
     def _reader(self, obj: S3BucketKeyData) -> S3Reader:
         client = self._get_client()
         if self._fast_reader:
-            return _DatasetReader(client, obj.bucket, obj.key, listed_size=obj.size)
+            return _DatasetReader(client, obj.bucket, obj.key, listed_size=obj.size,
+                                  listed_etag=obj.etag)
         return self._reader_constructor(client, obj.bucket, obj.key)
 
     def _get_transformed_object(self, obj: S3BucketKeyData) -> Any:

@@ -49,6 +49,7 @@ class S3Reader(io.BufferedIOBase):
         self._pid = 0
         self._pos = 0
         self._closed = False
+        self._known: Optional[tuple] = None  # (size, etag) from a listing: open sends no HEAD
 
     # -- identity ----------------------------------------------------------------------
     @property
@@ -72,9 +73,12 @@ class S3Reader(io.BufferedIOBase):
             return r
         if r is not None:  # opened before fork(): the parent's; reopen here at _pos
             self._native = None
+        kw = {}
+        if self._known is not None:
+            kw = {"size": self._known[0], "etag": self._known[1]}
         r = self._client.native.open_reader(self._bucket, self._key,
                                             readahead_max=self._readahead_max,
-                                            tail_bytes=self._tail_bytes)
+                                            tail_bytes=self._tail_bytes, **kw)
         r.seek(self._pos)
         self._native = r
         self._pid = os.getpid()

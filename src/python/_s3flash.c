@@ -804,19 +804,29 @@ static PyTypeObject ReaderType = {
 
 static PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "key", "readahead_max", "tail_bytes", "version_id",
-                             NULL};
-    const char *bucket, *key, *version = NULL;
+                             "size", "etag", NULL};
+    const char *bucket, *key, *version = NULL, *etag = NULL;
     unsigned long long readahead = 0;
-    long long tail = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|KLz", kwlist, &bucket, &key, &readahead,
-                                     &tail, &version))
+    long long tail = 0, size = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|KLzLz", kwlist, &bucket, &key, &readahead,
+                                     &tail, &version, &size, &etag))
         return NULL;
+    if ((size >= 0) != (etag != NULL)) {
+        PyErr_SetString(PyExc_ValueError, "open_reader: size and etag go together (both known "
+                                          "from a listing, or neither)");
+        return NULL;
+    }
     CLIENT_OR_NULL(self, c);
     struct s3f_reader_options o;
     memset(&o, 0, sizeof(o));
     o.readahead_max_bytes = readahead;
     o.tail_bytes = tail < 0 ? UINT64_MAX : (uint64_t)tail;
     o.version_id = version;
+    if (etag) { /* known: no HEAD at open */
+        o.known = 1;
+        o.known_size = (uint64_t)size;
+        o.known_etag = etag;
+    }
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_reader *r = NULL;

@@ -504,23 +504,34 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     struct s3f__xfer_shared *x;
     if ((st = s3f__xfer_shared_get(c, &x, err)))
         return st;
+    if (opts->known && (!opts->known_etag || !opts->known_etag[0]))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_reader_open", NULL,
+                              "known needs known_etag: without it nothing pins the object");
     struct s3f__op op;
-    st = s3f__op_get(&op, true, bucket, key, opts->version_id, opts->if_match, false, err);
-    if (st == S3F_OK)
-        st = s3f__s3_execute(c, &op.r, err);
-    if (st) {
-        s3f__op_cleanup(&op);
-        return st;
+    memset(&op, 0, sizeof(op));
+    if (!opts->known) {
+        st = s3f__op_get(&op, true, bucket, key, opts->version_id, opts->if_match, false, err);
+        if (st == S3F_OK)
+            st = s3f__s3_execute(c, &op.r, err);
+        if (st) {
+            s3f__op_cleanup(&op);
+            return st;
+        }
+    } else {
+        op.info.size = opts->known_size;
+        s3f__strlcpy(op.info.etag, opts->known_etag, sizeof(op.info.etag));
     }
     struct s3f_reader *rd = calloc(1, sizeof(*rd));
     if (!rd) {
-        s3f__op_cleanup(&op);
+        if (!opts->known)
+            s3f__op_cleanup(&op);
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_reader_open", NULL, "out of memory");
     }
     rd->c = c;
     rd->x = x;
     rd->info = op.info;
-    s3f__op_cleanup(&op);
+    if (!opts->known)
+        s3f__op_cleanup(&op);
     rd->size = rd->info.size;
     rd->bucket = s3f__strdup(bucket);
     rd->key = s3f__strdup(key);

@@ -411,3 +411,24 @@ def test_fork_workers_build_their_own_client(seeded, opts):
     assert {pid for pid, *_ in got}.isdisjoint({os.getpid()}) and len({p for p, *_ in got}) == 2
     assert all(pid == npid and seen == 1 for pid, npid, seen, _ in got), got
     assert parent.pid == os.getpid() and parent.forks_seen == 0
+
+
+def test_listed_items_open_without_head_pinned_to_the_listing(s3, bucket, opts):
+    """A listed item's reader opens with the listing's size and ETag, sending no HEAD: a key
+    deleted since the listing fails at its first read (not at open), and an object replaced
+    since fails on the listing's ETag (If-Match) instead of mixing in the new bytes."""
+    pre = "ds-known/"
+    for k in ("a", "b", "c"):
+        s3.put_object(Bucket=bucket, Key=pre + k, Body=k.encode() * 4096)
+    items = list(S3IterableDataset.from_prefix(f"s3://{bucket}/{pre}", **opts))
+    assert [r.key for r in items] == [pre + "a", pre + "b", pre + "c"]
+    a, b, c = items
+    assert a.read(10) == b"a" * 10  # partial read: the engine's reader, opened known
+    assert a._known == (4096, s3.head_object(Bucket=bucket, Key=pre + "a")["ETag"])
+    s3.delete_object(Bucket=bucket, Key=pre + "b")
+    with pytest.raises(FileNotFoundError):
+        b.read(10)
+    s3.put_object(Bucket=bucket, Key=pre + "c", Body=b"C" * 4096)
+    with pytest.raises(s3flash.S3Exception) as ei:
+        c.read(10)
+    assert "PRECONDITION" in str(getattr(ei.value, "status", "")) or "412" in str(ei.value)
