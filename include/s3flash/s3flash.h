@@ -563,6 +563,23 @@ S3F_API enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket
                                 const char *upload_id, int part_number, const void *data,
                                 size_t len, enum s3f_checksum_algorithm checksum,
                                 struct s3f_part_info *out, struct s3f_error *err);
+/* Upload part `part_number` (1..10000) of `upload_id` by copying bytes [first, last]
+ * (inclusive, at most 5 GiB) of the object src_bucket/src_key on the server
+ * (UploadPartCopy); `last` = UINT64_MAX copies the whole source (at most 5 GiB).
+ * `src_version_id` (optional) names a version of the source; `src_if_match` (optional) is
+ * sent as x-amz-copy-source-if-match, so a source replaced since its ETag was read fails
+ * with S3F_ERR_PRECONDITION_FAILED. A 200 response carrying an error document fails with
+ * that error. `out` (optional) receives part_number, size (0 without a range), the ETag,
+ * last_modified and the part checksum if the server returned one. Strings are borrowed for
+ * the call only. */
+S3F_API enum s3f_status s3f_upload_part_copy(struct s3f_client *c, const char *bucket,
+                                             const char *key, const char *upload_id,
+                                             int part_number, const char *src_bucket,
+                                             const char *src_key, const char *src_version_id,
+                                             uint64_t first, uint64_t last,
+                                             const char *src_if_match,
+                                             struct s3f_part_info *out,
+                                             struct s3f_error *err);
 /* Complete with `n_parts` parts in ascending part_number order. A 200 response carrying an
  * error document fails with that error. `info` receives the final ETag (and checksum). */
 S3F_API enum s3f_status s3f_complete_multipart_upload(struct s3f_client *c, const char *bucket,

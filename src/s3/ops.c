@@ -1,5 +1,6 @@
 /* The S3 operations of the public API, each a request description for the executor. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,7 @@ void s3f__op_cleanup(struct s3f__op *op) {
     s3f__buf_cleanup(&op->query);
     s3f__buf_cleanup(&op->body);
     s3f__buf_cleanup(&op->resp);
+    s3f__buf_cleanup(&op->copy_source);
 }
 
 /* Reset `op` for a new request (its buffers must have been released). */
@@ -76,6 +78,7 @@ static void op_init(struct s3f__op *op, const char *operation, const char *metho
     s3f__buf_init(&op->query, 8192);
     s3f__buf_init(&op->body, XML_BODY_MAX);
     s3f__buf_init(&op->resp, XML_BODY_MAX);
+    s3f__buf_init(&op->copy_source, 8192);
     op->r.info = &op->info;
 }
 
@@ -147,6 +150,88 @@ enum s3f_status s3f__op_upload_part(struct s3f__op *op, const char *bucket, cons
     op->r.body = "";
     op_checksum_header(op, ck, false);
     return S3F_OK;
+}
+
+/* x-amz-copy-source: "/bucket/key" with the key URI-encoded ('/' kept), and
+ * "?versionId=..." when a version is named. */
+static enum s3f_status copy_source_header(struct s3f__op *op, const char *src_bucket,
+                                          const char *src_key, const char *src_version_id,
+                                          const char *src_if_match) {
+    if (s3f__buf_appendf(&op->copy_source, "/%s/", src_bucket) ||
+        s3f__uri_encode(&op->copy_source, src_key, strlen(src_key), true))
+        return S3F_ERR_NO_MEMORY;
+    if (src_version_id && *src_version_id &&
+        (s3f__buf_appends(&op->copy_source, "?versionId=") ||
+         s3f__uri_encode(&op->copy_source, src_version_id, strlen(src_version_id), false)))
+        return S3F_ERR_NO_MEMORY;
+    s3f__s3_request_header(&op->r, "x-amz-copy-source", op->copy_source.data);
+    if (src_if_match && *src_if_match)
+        s3f__s3_request_header(&op->r, "x-amz-copy-source-if-match", src_if_match);
+    op->r.body = "";
+    op->r.body_len = 0;
+    op->r.body_out = &op->resp;
+    op->r.check_200_error = true;
+    return S3F_OK;
+}
+
+enum s3f_status s3f__op_upload_part_copy(struct s3f__op *op, const char *bucket,
+                                         const char *key, const char *upload_id,
+                                         int part_number, const char *src_bucket,
+                                         const char *src_key, const char *src_version_id,
+                                         bool has_range, uint64_t first, uint64_t last,
+                                         const char *src_if_match, struct s3f_error *err) {
+    static const char *op_name = "UploadPartCopy";
+    op_init(op, op_name, "PUT", bucket, key);
+    enum s3f_status st = check_args(op_name, src_bucket, src_key, true, err);
+    if (st)
+        return st;
+    if (part_number < 1 || part_number > 10000)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
+                              "part number %d is outside 1..10000", part_number);
+    if (has_range && (last < first || last - first >= ((uint64_t)5 << 30)))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
+                              "range %" PRIu64 "-%" PRIu64 " is empty or over 5 GiB",
+                              first, last);
+    if (upload_query(&op->query, upload_id, part_number) ||
+        copy_source_header(op, src_bucket, src_key, src_version_id, src_if_match))
+        return oom(err, op_name);
+    op->r.query = op->query.data;
+    if (has_range) {
+        snprintf(op->copy_range, sizeof(op->copy_range), "bytes=%" PRIu64 "-%" PRIu64, first,
+                 last);
+        s3f__s3_request_header(&op->r, "x-amz-copy-source-range", op->copy_range);
+    }
+    return S3F_OK;
+}
+
+enum s3f_status s3f__op_upload_part_copy_result(struct s3f__op *op,
+                                                struct s3f_object_info *info,
+                                                struct s3f_error *err) {
+    enum s3f_status st = s3f__xml_parse_copy_part(op->resp.data, op->resp.len, info, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "UploadPartCopy", sizeof(err->operation));
+    return st;
+}
+
+enum s3f_status s3f__op_copy_object(struct s3f__op *op, const char *bucket, const char *key,
+                                    const char *src_bucket, const char *src_key,
+                                    const char *src_version_id, const char *src_if_match,
+                                    struct s3f_error *err) {
+    op_init(op, "CopyObject", "PUT", bucket, key);
+    enum s3f_status st = check_args("CopyObject", src_bucket, src_key, true, err);
+    if (st)
+        return st;
+    if (copy_source_header(op, src_bucket, src_key, src_version_id, src_if_match))
+        return oom(err, "CopyObject");
+    return S3F_OK;
+}
+
+enum s3f_status s3f__op_copy_object_result(struct s3f__op *op, struct s3f_object_info *info,
+                                           struct s3f_error *err) {
+    enum s3f_status st = s3f__xml_parse_copy_object(op->resp.data, op->resp.len, info, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "CopyObject", sizeof(err->operation));
+    return st;
 }
 
 static const char *checksum_element(enum s3f_checksum_algorithm alg) {
@@ -420,35 +505,22 @@ enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bucket,
                                 const char *src_key, const char *dst_bucket,
                                 const char *dst_key, struct s3f_object_info *info,
                                 struct s3f_error *err) {
-    enum s3f_status st = check_args("CopyObject", src_bucket, src_key, true, err);
-    if (st || (st = check_args("CopyObject", dst_bucket, dst_key, true, err)))
+    enum s3f_status st = check_args("CopyObject", dst_bucket, dst_key, true, err);
+    if (st)
         return st;
-    struct s3f__buf src, body;
-    s3f__buf_init(&src, 8192);
-    s3f__buf_init(&body, XML_BODY_MAX);
-    if (s3f__buf_appendf(&src, "/%s/", src_bucket) ||
-        s3f__uri_encode(&src, src_key, strlen(src_key), true)) {
-        s3f__buf_cleanup(&src);
-        return oom(err, "CopyObject");
-    }
-    struct s3f__s3_request r;
-    request_init(&r, "CopyObject", "PUT", dst_bucket, dst_key);
-    s3f__s3_request_header(&r, "x-amz-copy-source", src.data);
-    r.body = "";
-    r.body_len = 0;
-    r.body_out = &body;
-    r.check_200_error = true;
-    struct s3f_object_info tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    r.info = info ? info : &tmp;
-    memset(r.info, 0, sizeof(*r.info));
-    st = s3f__s3_execute(c, &r, err);
+    struct s3f__op op;
+    st = s3f__op_copy_object(&op, dst_bucket, dst_key, src_bucket, src_key, NULL, NULL, err);
     if (st == S3F_OK)
-        st = s3f__xml_parse_copy_object(body.data, body.len, r.info, err);
+        st = s3f__s3_execute(c, &op.r, err);
+    if (st == S3F_OK) {
+        memset(&op.info, 0, sizeof(op.info));
+        st = s3f__op_copy_object_result(&op, &op.info, err);
+    }
+    if (st == S3F_OK && info)
+        *info = op.info;
     if (st && err && !err->operation[0])
         s3f__strlcpy(err->operation, "CopyObject", sizeof(err->operation));
-    s3f__buf_cleanup(&src);
-    s3f__buf_cleanup(&body);
+    s3f__op_cleanup(&op);
     return st;
 }
 
@@ -634,6 +706,56 @@ enum s3f_status s3f_upload_part(struct s3f_client *c, const char *bucket, const 
         if (ck.alg != S3F_CHECKSUM_NONE)
             s3f__checksum_b64(&ck, out->checksum);
     }
+    s3f__op_cleanup(&op);
+    return st;
+}
+
+enum s3f_status s3f_upload_part_copy(struct s3f_client *c, const char *bucket, const char *key,
+                                     const char *upload_id, int part_number,
+                                     const char *src_bucket, const char *src_key,
+                                     const char *src_version_id, uint64_t first,
+                                     uint64_t last, const char *src_if_match,
+                                     struct s3f_part_info *out, struct s3f_error *err) {
+    enum s3f_status st = check_args("UploadPartCopy", bucket, key, true, err);
+    if (st || (st = check_upload_id("UploadPartCopy", upload_id, err)))
+        return st;
+    bool has_range = last != UINT64_MAX;
+    struct s3f__op op;
+    st = s3f__op_upload_part_copy(&op, bucket, key, upload_id, part_number, src_bucket,
+                                  src_key, src_version_id, has_range, first, last,
+                                  src_if_match, err);
+    if (st == S3F_OK)
+        st = s3f__s3_execute(c, &op.r, err);
+    if (st == S3F_OK) {
+        memset(&op.info, 0, sizeof(op.info));
+        st = s3f__op_upload_part_copy_result(&op, &op.info, err);
+    }
+    if (st == S3F_OK && out) {
+        memset(out, 0, sizeof(*out));
+        out->part_number = part_number;
+        out->size = has_range ? last - first + 1 : 0;
+        out->last_modified = op.info.last_modified;
+        s3f__strlcpy(out->etag, op.info.etag, sizeof(out->etag));
+        out->checksum_algorithm = S3F_CHECKSUM_NONE;
+        static const struct {
+            enum s3f_checksum_algorithm alg;
+            size_t off;
+        } fields[] = {
+            {S3F_CHECKSUM_CRC32C, offsetof(struct s3f_object_info, checksum_crc32c)},
+            {S3F_CHECKSUM_CRC32, offsetof(struct s3f_object_info, checksum_crc32)},
+            {S3F_CHECKSUM_CRC64NVME, offsetof(struct s3f_object_info, checksum_crc64nvme)},
+        };
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+            const char *v = (const char *)&op.info + fields[i].off;
+            if (*v) {
+                s3f__strlcpy(out->checksum, v, sizeof(out->checksum));
+                out->checksum_algorithm = fields[i].alg;
+                break;
+            }
+        }
+    }
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "UploadPartCopy", sizeof(err->operation));
     s3f__op_cleanup(&op);
     return st;
 }

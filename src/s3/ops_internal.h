@@ -30,6 +30,8 @@ struct s3f__op {
     char checksum[S3F__CHECKSUM_B64_MAX];      /* value of the checksum header */
     char full_checksum[S3F__CHECKSUM_B64_MAX]; /* whole-object value on Complete */
     char md5[25];                  /* Content-MD5, base64 */
+    struct s3f__buf copy_source;   /* x-amz-copy-source value (UploadPartCopy, CopyObject) */
+    char copy_range[64];           /* x-amz-copy-source-range value */
 };
 
 /* Free the op's buffers; the op may be built again. Zeroed ops are fine. */
@@ -62,6 +64,35 @@ enum s3f_status s3f__op_create_multipart_result(struct s3f__op *op, char **uploa
 enum s3f_status s3f__op_upload_part(struct s3f__op *op, const char *bucket, const char *key,
                                     const char *upload_id, int part_number,
                                     const struct s3f__checksum *ck, struct s3f_error *err);
+
+/* UploadPartCopy: part `part_number` (1..10000) of `upload_id` is bytes [first, last] of
+ * the object src_bucket/src_key (version `src_version_id` if not NULL), copied by the
+ * server. `has_range` 0 copies the whole source (it must then be at most 5 GiB).
+ * `src_if_match` (may be NULL) is sent as x-amz-copy-source-if-match: a source that
+ * changed fails with 412 (S3F_ERR_PRECONDITION_FAILED). The answer is an XML document and
+ * may be a 200 carrying an <Error> (check_200_error is set). The op keeps its own copy of
+ * the encoded source. S3F_ERR_INVALID_ARGUMENT (names, part number, range), NO_MEMORY. */
+enum s3f_status s3f__op_upload_part_copy(struct s3f__op *op, const char *bucket,
+                                         const char *key, const char *upload_id,
+                                         int part_number, const char *src_bucket,
+                                         const char *src_key, const char *src_version_id,
+                                         bool has_range, uint64_t first, uint64_t last,
+                                         const char *src_if_match, struct s3f_error *err);
+/* After success: parse <CopyPartResult> into *info (etag, checksum_* fields, last_modified;
+ * other fields untouched). S3F_ERR_BAD_RESPONSE without an ETag. */
+enum s3f_status s3f__op_upload_part_copy_result(struct s3f__op *op,
+                                                struct s3f_object_info *info,
+                                                struct s3f_error *err);
+
+/* CopyObject of src_bucket/src_key (version if not NULL) to bucket/key; metadata and
+ * content type are copied (MetadataDirective COPY). `src_if_match` as above. check_200_error
+ * is set; parse with s3f__op_copy_object_result. S3F_ERR_INVALID_ARGUMENT, NO_MEMORY. */
+enum s3f_status s3f__op_copy_object(struct s3f__op *op, const char *bucket, const char *key,
+                                    const char *src_bucket, const char *src_key,
+                                    const char *src_version_id, const char *src_if_match,
+                                    struct s3f_error *err);
+enum s3f_status s3f__op_copy_object_result(struct s3f__op *op, struct s3f_object_info *info,
+                                           struct s3f_error *err);
 
 /* CompleteMultipartUpload of `n` parts (ascending part numbers, 1..10000 of them). Each
  * part's non-empty `checksum` is listed as Checksum<ALG> of `alg` (DEFAULT: CRC32C).

@@ -627,6 +627,12 @@ enum s3f_status s3f__xml_parse_copy_object(const char *body, size_t len,
     return parse_info("CopyObject", "CopyObjectResult", NULL, true, body, len, info, err);
 }
 
+enum s3f_status s3f__xml_parse_copy_part(const char *body, size_t len,
+                                         struct s3f_object_info *info,
+                                         struct s3f_error *err) {
+    return parse_info("UploadPartCopy", "CopyPartResult", NULL, true, body, len, info, err);
+}
+
 /* ---- ListParts ------------------------------------------------------------------------------ */
 struct parts_ctx {
     struct s3f_parts_page *page;

@@ -60,6 +60,12 @@ enum s3f_status s3f__xml_parse_copy_object(const char *body, size_t len,
                                            struct s3f_object_info *info,
                                            struct s3f_error *err);
 
+/* UploadPartCopy (<CopyPartResult>), 200-with-error as above. Sets etag, last_modified and
+ * the checksum_* fields present; leaves the rest of *info. ETag is required. */
+enum s3f_status s3f__xml_parse_copy_part(const char *body, size_t len,
+                                         struct s3f_object_info *info,
+                                         struct s3f_error *err);
+
 /* ListParts (<ListPartsResult>). *out: free with s3f_parts_page_free. part.checksum holds the
  * first Checksum* element of the part, part.checksum_algorithm its algorithm (NONE for SHA-1 /
  * SHA-256). A truncated page needs NextPartNumberMarker. */

@@ -239,6 +239,58 @@ static void test_copy(void) {
               S3F_ERR_BAD_RESPONSE);
 }
 
+static void test_copy_part(void) {
+    size_t len;
+    char *body = load("aws-copy-part.xml", &len);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    s3f__strlcpy(info.content_type, "kept", sizeof(info.content_type));
+    CHECK_INT(s3f__xml_parse_copy_part(body, len, &info, NULL), S3F_OK);
+    CHECK_STR(info.etag, "\"9b2cf535f27731c974343645a3985328\"");
+    CHECK_INT(info.last_modified, 1302554096);
+    CHECK_STR(info.checksum_crc32c, "zaIHQw==");
+    CHECK_STR(info.content_type, "kept"); /* other fields untouched */
+    free(body);
+
+    /* RGW: unquoted ETag, quoted on the way out */
+    const char *rgw = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><CopyPartResult xmlns="
+                      "\"http://s3.amazonaws.com/doc/2006-03-01/\"><LastModified>"
+                      "2026-12-02T17:09:28.475Z</LastModified><ETag>"
+                      "5d41402abc4b2a76b9719d911017c592</ETag></CopyPartResult>";
+    memset(&info, 0, sizeof(info));
+    CHECK_INT(s3f__xml_parse_copy_part(rgw, strlen(rgw), &info, NULL), S3F_OK);
+    CHECK_STR(info.etag, "\"5d41402abc4b2a76b9719d911017c592\"");
+
+    /* 200 with an <Error>: the mapped status, retryable, nothing written */
+    body = load("aws-copy-part-200-error.xml", &len);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    err.http_status = 200;
+    memset(&info, 0, sizeof(info));
+    CHECK_INT(s3f__xml_parse_copy_part(body, len, &info, &err), S3F_ERR_SERVER);
+    CHECK_STR(err.code, "InternalError");
+    CHECK_STR(err.request_id, "656c76696e6727732072657175657374");
+    CHECK(s3f__s3_error_retryable(200, err.code));
+    CHECK_STR(info.etag, "");
+    /* the executor's check_200_error sees the same document as an error */
+    struct s3f_error e2;
+    s3f_error_clear(&e2);
+    CHECK(s3f__xml_parse_error(body, len, &e2));
+    CHECK_STR(e2.code, "InternalError");
+    free(body);
+
+    const char *no_etag = "<CopyPartResult><LastModified>2011-04-11T20:34:56.000Z"
+                          "</LastModified></CopyPartResult>";
+    s3f_error_clear(&err);
+    CHECK_INT(s3f__xml_parse_copy_part(no_etag, strlen(no_etag), &info, &err),
+              S3F_ERR_BAD_RESPONSE);
+    CHECK(strstr(err.message, "UploadPartCopy") != NULL);
+    /* a CopyObject answer is not a CopyPartResult */
+    const char *wrong = "<CopyObjectResult><ETag>\"x\"</ETag></CopyObjectResult>";
+    CHECK_INT(s3f__xml_parse_copy_part(wrong, strlen(wrong), &info, &err),
+              S3F_ERR_BAD_RESPONSE);
+}
+
 static void test_list_parts(void) {
     size_t len;
     char *body = load("aws-list-parts.xml", &len);
@@ -977,6 +1029,7 @@ int main(void) {
     RUN(test_initiate);
     RUN(test_complete);
     RUN(test_copy);
+    RUN(test_copy_part);
     RUN(test_list_parts);
     RUN(test_list_uploads);
     RUN(test_delete_result);
