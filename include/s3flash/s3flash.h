@@ -369,6 +369,42 @@ S3F_API enum s3f_status s3f_upload_file(struct s3f_client *c, const char *bucket
                                         const struct s3f_upload_options *opts,
                                         struct s3f_object_info *info, struct s3f_error *err);
 
+/* Server-side copies of any size (s3f_copy). */
+struct s3f_copy_options {
+    const char *src_version_id;           /* NULL: the current version of the source */
+    /* The copy is pinned to the source's ETag as the first HEAD found it: every request
+     * carries x-amz-copy-source-if-match, so a source replaced during the copy fails with
+     * S3F_ERR_PRECONDITION_FAILED (and nothing is created). If set, the source must have
+     * this ETag from the start. */
+    const char *src_if_match;
+    /* 0: max(the client's part_size_bytes, 128 MiB). Size of each UploadPartCopy, 5 MiB to
+     * 5 GiB; grown when the object would need more than 10,000 parts. A part moves no byte
+     * through the client, only one request, so copies use larger parts than uploads. */
+    uint64_t part_size_bytes;
+    /* 0: the part size. A source of at most this many bytes (capped at CopyObject's 5 GiB),
+     * or one that fits in one part, is copied with one CopyObject; a larger one with
+     * CreateMultipartUpload, UploadPartCopy of each part in parallel, and Complete. */
+    uint64_t multipart_threshold_bytes;
+    s3f_progress_fn progress;             /* after each part (bytes copied so far) */
+    void *progress_user_data;
+};
+
+/* Copy src_bucket/src_key to dst_bucket/dst_key on the server, any size (up to S3's 5 TiB):
+ * one HEAD of the source (size, ETag, content type), then one CopyObject, or a multipart
+ * upload whose parts are UploadPartCopy requests of ranges of the source. The parts go
+ * through the client's request slots like the parts of uploads, so copies share them
+ * fairly with the other transfers. Every request is pinned to the source's ETag. The
+ * content type is carried over; a CopyObject also copies the user metadata (x-amz-meta-*),
+ * a multipart copy does not. On failure the multipart upload is aborted (retried in the
+ * background if the server is away, as for uploads) and no object appears. `info`
+ * (optional) receives the new object's size, ETag, last_modified and content type.
+ * Errors: the source's HEAD fails (S3F_ERR_NOT_FOUND, ACCESS_DENIED...), the source
+ * changed (S3F_ERR_PRECONDITION_FAILED), or a request on the destination failed. */
+S3F_API enum s3f_status s3f_copy(struct s3f_client *c, const char *src_bucket,
+                                 const char *src_key, const char *dst_bucket,
+                                 const char *dst_key, const struct s3f_copy_options *opts,
+                                 struct s3f_object_info *info, struct s3f_error *err);
+
 /* A streaming upload of unknown length (what torch.save writes into). Bytes are copied
  * once into pool buffers; each full part is uploaded while the caller keeps writing, and
  * write blocks only when the client's pool is exhausted. The part size starts at the

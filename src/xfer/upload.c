@@ -1,5 +1,6 @@
-/* Uploads: from memory regions, from a file, and the streaming writer, as one state
- * machine. docs/TRANSFER.md describes the states.
+/* Uploads: from memory regions, from a file, and the streaming writer, and server-side
+ * copies (s3f_copy: parts are UploadPartCopy requests of ranges of the source), as one
+ * state machine. docs/TRANSFER.md describes the states.
  *
  * Threads: the caller's thread prepares parts (checksums, or copies into pool chunks for the
  * writer) and waits; I/O threads run the requests and their completions. Everything under
@@ -35,6 +36,7 @@ static const char *const part_state_names[] = {"FILLING", "PREPARED", "QUEUED", 
 
 enum up_state {
     UP_RUNNING,     /* parts being prepared and sent (CreateMultipartUpload maybe in flight) */
+    UP_VERIFYING,   /* copy: HEAD of the source with If-Match before Complete */
     UP_COMPLETING,  /* CompleteMultipartUpload in flight */
     UP_HEADING,     /* HEAD for the ETag the server did not return with Complete */
     UP_ABORTING,    /* failed; AbortMultipartUpload in flight */
@@ -42,11 +44,11 @@ enum up_state {
     UP_FAILED,      /* nothing was created */
 };
 
-static const char *const up_state_names[] = {"RUNNING", "COMPLETING", "HEADING", "ABORTING",
+static const char *const up_state_names[] = {"RUNNING", "VERIFYING", "COMPLETING", "HEADING", "ABORTING",
                                              "DONE", "FAILED"};
 
-enum src_kind { SRC_MEMORY, SRC_FILE, SRC_CHUNKS };
-enum ctl_kind { CTL_NONE, CTL_CREATE, CTL_COMPLETE, CTL_HEAD, CTL_ABORT };
+enum src_kind { SRC_MEMORY, SRC_FILE, SRC_CHUNKS, SRC_COPY };
+enum ctl_kind { CTL_NONE, CTL_CREATE, CTL_VERIFY, CTL_COMPLETE, CTL_HEAD, CTL_ABORT };
 
 struct upart {
     uint64_t offset;
@@ -71,6 +73,9 @@ struct upload {
     size_t n_iov;
     uint64_t *iov_end;                    /* end offset of each region in the object */
     int fd;                               /* SRC_FILE */
+    char *src_bucket, *src_key;           /* SRC_COPY: the source object, */
+    char *src_version_id, *src_etag;      /* its version (or NULL) and the pinned ETag */
+    uint64_t single_max;                  /* SRC_COPY: up to this size, one CopyObject */
     uint64_t part_size;                   /* known size: the plan; writer: first parts */
     uint64_t part_cap;                    /* writer: largest part */
     s3f_progress_fn progress;
@@ -87,6 +92,7 @@ struct upload {
     bool multipart;                       /* CreateMultipartUpload sent or to be sent */
     bool input_done;                      /* every part is known */
     bool abort_sent;
+    bool verified;                        /* copy: the source still had its ETag at the end */
     bool complete_unparsed;               /* Complete said 200 with a body we could not read */
     struct s3f_error complete_err;        /* ... and what was wrong with it */
     char *upload_id;
@@ -244,6 +250,10 @@ static enum s3f_status build_ctl(struct upload *u, enum ctl_kind kind) {
     case CTL_HEAD:
         st = s3f__op_get(&u->ctl, true, u->bucket, u->key, NULL, NULL, true, NULL);
         break;
+    case CTL_VERIFY:
+        st = s3f__op_get(&u->ctl, true, u->src_bucket, u->src_key, u->src_version_id,
+                         u->src_etag, false, NULL);
+        break;
     case CTL_ABORT:
         st = s3f__op_abort_multipart(&u->ctl, u->bucket, u->key, u->upload_id, NULL);
         break;
@@ -283,6 +293,19 @@ static void advance(struct upload *u, struct actions *act) {
         return;
     if (!u->multipart) {
         set_state(u, UP_DONE);
+        return;
+    }
+    if (u->src == SRC_COPY && !u->verified) {
+        /* Some servers (Ceph RGW) ignore x-amz-copy-source-if-match on UploadPartCopy: a
+         * source replaced during the copy would give an object of two versions. Every
+         * part is copied now; if the source still has the ETag it had at the start, no
+         * part saw another version (a replacement back to the same bytes aside). */
+        if (build_ctl(u, CTL_VERIFY) != S3F_OK) {
+            advance(u, act);
+            return;
+        }
+        set_state(u, UP_VERIFYING);
+        start_ctl(u, CTL_VERIFY, act);
         return;
     }
     if (build_ctl(u, CTL_COMPLETE) != S3F_OK) {
@@ -381,6 +404,9 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     u->outstanding--;
     struct upart *p = &u->parts[q->part];
     release_chunks(u, p);
+    if (st == S3F_OK && u->src == SRC_COPY) /* the ETag is in the XML answer */
+        st = u->multipart ? s3f__op_upload_part_copy_result(&q->op, &q->op.info, &q->err)
+                          : s3f__op_copy_object_result(&q->op, &q->op.info, &q->err);
     if (st == S3F_OK) {
         s3f__strlcpy(p->etag, q->op.info.etag, sizeof(p->etag));
         part_set_state(u, q->part, PART_DONE);
@@ -427,7 +453,15 @@ static bool start_part(struct s3f__sched_entry *e) {
         q->part = i;
         q->off = p->offset;
         q->chunks = p->chunks;
-        if (u->multipart) {
+        if (u->src == SRC_COPY && u->multipart) {
+            st = s3f__op_upload_part_copy(&q->op, u->bucket, u->key, u->upload_id, (int)i + 1,
+                                          u->src_bucket, u->src_key, u->src_version_id, true,
+                                          p->offset, p->offset + p->size - 1, u->src_etag,
+                                          &q->err);
+        } else if (u->src == SRC_COPY) {
+            st = s3f__op_copy_object(&q->op, u->bucket, u->key, u->src_bucket, u->src_key,
+                                     u->src_version_id, u->src_etag, &q->err);
+        } else if (u->multipart) {
             st = s3f__op_upload_part(&q->op, u->bucket, u->key, u->upload_id, (int)i + 1,
                                      &p->ck, &q->err);
         } else {
@@ -483,6 +517,10 @@ static bool start_part(struct s3f__sched_entry *e) {
         r->read_body = p->size ? read_chunks : NULL;
         r->read_ud = q;
         break;
+    case SRC_COPY: /* no body: the server reads the source */
+        r->body = "";
+        r->body_len = 0;
+        break;
     }
     part_set_state(u, i, PART_SENDING);
     u->outstanding++;
@@ -514,6 +552,24 @@ static void ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
                  u->upload_id);
         for (size_t i = 0; i < u->n_parts; i++)
             try_queue(u, i, &act);
+        break;
+    case CTL_VERIFY:
+        if (st == S3F_OK && u->src_etag && strcmp(u->ctl.info.etag, u->src_etag) != 0)
+            st = S3F_ERR_PRECONDITION_FAILED; /* a server that ignored If-Match too */
+        if (st) {
+            struct s3f_error e = u->ctl_err;
+            if (st == S3F_ERR_PRECONDITION_FAILED || st == S3F_ERR_NOT_FOUND) {
+                s3f_error_clear(&e);
+                s3f__error_set(&e, st, "UploadPartCopy", NULL,
+                               "the source s3://%s/%s changed during the copy (its ETag is "
+                               "no longer %s)", u->src_bucket, u->src_key, u->src_etag);
+                e.http_status = u->ctl.r.http_status;
+            }
+            fail(u, st, &e);
+        } else {
+            u->verified = true;
+        }
+        set_state(u, UP_RUNNING);
         break;
     case CTL_COMPLETE: {
         struct s3f_object_info info = u->result;
@@ -599,6 +655,10 @@ static void upload_free(struct upload *u) {
     free(u->bucket);
     free(u->key);
     free(u->content_type);
+    free(u->src_bucket);
+    free(u->src_key);
+    free(u->src_version_id);
+    free(u->src_etag);
     pthread_cond_destroy(&u->cond);
     pthread_mutex_destroy(&u->lock);
     pthread_mutex_destroy(&u->progress_lock);
@@ -731,8 +791,12 @@ static enum s3f_status upload_known(struct upload *u, uint64_t size,
             *err = e;
         return st;
     }
-    u->part_size = ps;
     uint32_t n = s3f__plan_part_count(size, ps);
+    if (u->src == SRC_COPY && size <= u->single_max) { /* one CopyObject */
+        n = 1;
+        ps = size;
+    }
+    u->part_size = ps;
     u->parts = calloc(n, sizeof(*u->parts));
     char *scratch = NULL;
     if (!u->parts || (u->src == SRC_FILE && u->alg != S3F_CHECKSUM_NONE &&
@@ -863,6 +927,77 @@ enum s3f_status s3f_upload_file(struct s3f_client *c, const char *bucket, const 
 #endif
         st = upload_known(u, (uint64_t)sb.st_size, info, err);
     }
+    upload_free(u);
+    return st;
+}
+
+/* ---- server-side copies ------------------------------------------------------------- */
+
+enum s3f_status s3f_copy(struct s3f_client *c, const char *src_bucket, const char *src_key,
+                         const char *dst_bucket, const char *dst_key,
+                         const struct s3f_copy_options *opts, struct s3f_object_info *info,
+                         struct s3f_error *err) {
+    static const struct s3f_copy_options defaults;
+    if (!opts)
+        opts = &defaults;
+    s3f_error_clear(err);
+    enum s3f_status st = s3f__op_check_args("copy", src_bucket, src_key, true, err);
+    if (st)
+        return st;
+    if (opts->part_size_bytes &&
+        (opts->part_size_bytes < S3F__PART_MIN || opts->part_size_bytes > S3F__PART_MAX))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "copy", NULL,
+                              "part_size_bytes must be 5 MiB to 5 GiB, got %" PRIu64,
+                              opts->part_size_bytes);
+    struct s3f_upload_options uo;
+    memset(&uo, 0, sizeof(uo));
+    uo.checksum = S3F_CHECKSUM_NONE; /* the server copies the bytes; nothing to compute */
+    uo.progress = opts->progress;
+    uo.progress_user_data = opts->progress_user_data;
+    struct upload *u;
+    if ((st = upload_new(c, dst_bucket, dst_key, &uo, "copy", &u, err)))
+        return st;
+    u->src = SRC_COPY;
+    u->part_size = opts->part_size_bytes ? opts->part_size_bytes
+                   : u->x->part_size > S3F__COPY_PART_DEFAULT ? u->x->part_size
+                                                               : S3F__COPY_PART_DEFAULT;
+    u->single_max = opts->multipart_threshold_bytes ? opts->multipart_threshold_bytes
+                                                     : u->part_size;
+    if (u->single_max > S3F__PART_MAX)
+        u->single_max = S3F__PART_MAX; /* CopyObject's limit */
+    /* the source: its size, ETag (every request is pinned to it) and content type */
+    struct s3f_object_info src;
+    memset(&src, 0, sizeof(src));
+    st = s3f_head_object(c, src_bucket, src_key, opts->src_version_id, &src, err);
+    if (st == S3F_OK && opts->src_if_match && *opts->src_if_match &&
+        strcmp(opts->src_if_match, src.etag) != 0)
+        st = s3f__error_set(err, S3F_ERR_PRECONDITION_FAILED, "copy", NULL,
+                            "the source's ETag is %s, not %s", src.etag, opts->src_if_match);
+    if (st) {
+        if (err && !err->resource[0])
+            s3f__s3_resource(err->resource, sizeof(err->resource), src_bucket, src_key);
+        goto out;
+    }
+    free(u->content_type);
+    u->content_type = s3f__strdup(src.content_type[0] ? src.content_type
+                                                      : "application/octet-stream");
+    u->src_bucket = s3f__strdup(src_bucket);
+    u->src_key = s3f__strdup(src_key);
+    u->src_etag = src.etag[0] ? s3f__strdup(src.etag) : NULL;
+    u->src_version_id = opts->src_version_id ? s3f__strdup(opts->src_version_id) : NULL;
+    if (!u->content_type || !u->src_bucket || !u->src_key || (src.etag[0] && !u->src_etag) ||
+        (opts->src_version_id && !u->src_version_id)) {
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "copy", NULL, "out of memory");
+        goto out;
+    }
+    struct s3f_object_info res;
+    memset(&res, 0, sizeof(res));
+    st = upload_known(u, src.size, &res, err);
+    if (st == S3F_OK && info) {
+        *info = res;
+        s3f__strlcpy(info->content_type, u->content_type, sizeof(info->content_type));
+    }
+out:
     upload_free(u);
     return st;
 }

@@ -17,6 +17,7 @@ struct s3f_client;
 #define S3F__GIB ((uint64_t)1 << 30)
 #define S3F__PART_MIN (5 * S3F__MIB)        /* S3's minimum part size (all but the last) */
 #define S3F__PART_MAX (5 * S3F__GIB)        /* S3's maximum part size and PutObject size */
+#define S3F__COPY_PART_DEFAULT (128 * S3F__MIB) /* s3f_copy: default part (and one-copy) size */
 #define S3F__MAX_PARTS 10000u
 #define S3F__STREAM_GROWTH_PARTS 1000u      /* unknown length: part size doubles this often */
 #define S3F__POOL_CHUNK ((size_t)1 << 20)   /* granule of the buffer pool */

@@ -630,6 +630,202 @@ static void test_changed_during_download(void) {
     s3f_client_free(c);
 }
 
+/* ---- server-side copies (s3f_copy) ---------------------------------------------------- */
+
+struct copy_progress {
+    uint64_t last, total;
+    int calls;
+    struct s3f_client *other; /* set: replace the source at the first call */
+    const char *src_key;
+    size_t size;
+};
+
+static void copy_progress_cb(void *ud, uint64_t done, uint64_t total) {
+    struct copy_progress *p = ud;
+    if (done < p->last)
+        p->last = UINT64_MAX; /* went backwards: flagged */
+    else
+        p->last = done;
+    p->total = total;
+    if (p->calls++ == 0 && p->other) {
+        /* same size, other bytes: the ranges stay valid, only the ETag differs */
+        struct s3f_error e;
+        unsigned char *b = pattern(p->size, 99);
+        s3f_put_object(p->other, bucket, p->src_key, b, p->size, NULL, NULL, &e);
+        free(b);
+    }
+}
+
+static void test_copy(void) {
+    struct s3f_client *c = client(); /* 5 MiB parts */
+    struct s3f_error e;
+    struct s3f_object_info info;
+    /* sizes around the threshold, which is one part (5 MiB here) */
+    static const size_t sizes[] = {0, 1, PART - 1, PART, PART + 1, 3 * PART + 12345};
+    static const int parts[] = {1, 1, 1, 1, 2, 4};
+    struct s3f_copy_options o = {.part_size_bytes = PART};
+    for (size_t i = 0; i < ARRAY_LEN(sizes); i++) {
+        size_t n = sizes[i];
+        unsigned char *data = pattern(n, 61 + (unsigned)i);
+        char src[64], dst[64];
+        snprintf(src, sizeof(src), "cp/src %zu+ü", n); /* encoded in x-amz-copy-source */
+        snprintf(dst, sizeof(dst), "cp/dst-%zu", n);
+        /* one PutObject, so that a multipart ETag can only come from the copy */
+        struct s3f_upload_options uo = {.content_type = "text/x-s3flash",
+                                        .part_size_bytes = 64 * MIB};
+        CHECK_INT(s3f_upload_buffer(c, bucket, src, data, n, &uo, NULL, &e), S3F_OK);
+        struct copy_progress pr = {0};
+        o.progress = copy_progress_cb;
+        o.progress_user_data = &pr;
+        enum s3f_status st = s3f_copy(c, bucket, src, bucket, dst, &o, &info, &e);
+        if (st)
+            print_err("copy", &e);
+        CHECK_INT(st, S3F_OK);
+        CHECK_INT(info.size, n);
+        CHECK_STR(info.content_type, "text/x-s3flash");
+        check_object(c, dst, data, n, parts[i]);
+        struct s3f_object_info hi;
+        CHECK_INT(s3f_head_object(c, bucket, dst, NULL, &hi, &e), S3F_OK);
+        CHECK_STR(hi.content_type, "text/x-s3flash");
+        CHECK_STR(info.etag, hi.etag);
+        CHECK_INT(pr.last, n); /* progress ends at the size, never goes back */
+        CHECK_INT(pr.calls, parts[i]);
+        free(data);
+    }
+    /* a threshold above the part size: one CopyObject even though it spans parts */
+    size_t n = 3 * PART + 12345;
+    unsigned char *data = pattern(n, 61 + 5);
+    struct s3f_copy_options big = {.part_size_bytes = PART, .multipart_threshold_bytes = n};
+    CHECK_INT(s3f_copy(c, bucket, "cp/src 15740985+ü", bucket, "cp/one", &big, &info, &e),
+              S3F_OK);
+    check_object(c, "cp/one", data, n, 1);
+    /* defaults (128 MiB parts): one CopyObject */
+    CHECK_INT(s3f_copy(c, bucket, "cp/src 15740985+ü", bucket, "cp/def", NULL, &info, &e),
+              S3F_OK);
+    check_object(c, "cp/def", data, n, 1);
+    /* pinned to an ETag the source does not have */
+    struct s3f_copy_options pin = {.part_size_bytes = PART,
+                                   .src_if_match = "\"00000000000000000000000000000000\""};
+    CHECK_INT(s3f_copy(c, bucket, "cp/src 15740985+ü", bucket, "cp/pin", &pin, NULL, &e),
+              S3F_ERR_PRECONDITION_FAILED);
+    CHECK_INT(s3f_head_object(c, bucket, "cp/pin", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
+
+    /* the source replaced mid-copy: the next UploadPartCopy fails its
+     * x-amz-copy-source-if-match (412), the upload is aborted, nothing appears */
+    struct s3f_client *one = client_opts(PART, 0, 1, S3F_CHECKSUM_DEFAULT);
+    struct s3f_client *other = client();
+    CHECK_INT(s3f_upload_buffer(c, bucket, "cpchg/src", data, n, NULL, NULL, &e), S3F_OK);
+    struct copy_progress pr = {.other = other, .src_key = "cpchg/src", .size = n};
+    struct s3f_copy_options chg = {.part_size_bytes = PART, .progress = copy_progress_cb,
+                                   .progress_user_data = &pr};
+    enum s3f_status st = s3f_copy(one, bucket, "cpchg/src", bucket, "cpchg/dst", &chg, NULL, &e);
+    CHECK_INT(st, S3F_ERR_PRECONDITION_FAILED);
+    CHECK_INT(e.http_status, 412);
+    CHECK_STR(e.operation, "UploadPartCopy");
+    CHECK_INT(s3f_head_object(c, bucket, "cpchg/dst", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
+    CHECK_INT(count_uploads(c, "cpchg/"), 0);
+    s3f_client_free(other);
+    s3f_client_free(one);
+
+    /* a missing source: NOT_FOUND from its HEAD, nothing started */
+    CHECK_INT(s3f_copy(c, bucket, "cp/missing", bucket, "cp/x", &o, NULL, &e),
+              S3F_ERR_NOT_FOUND);
+    CHECK(strstr(e.resource, "cp/missing") != NULL);
+    /* a missing destination bucket, one CopyObject and multipart */
+    CHECK_INT(s3f_copy(c, bucket, "cp/src 1+ü", "s3flash-no-such-bucket", "k", &o, NULL, &e),
+              S3F_ERR_NO_SUCH_BUCKET);
+    CHECK_INT(s3f_copy(c, bucket, "cp/src 15740985+ü", "s3flash-no-such-bucket", "k", &o,
+                       NULL, &e),
+              S3F_ERR_NO_SUCH_BUCKET);
+    CHECK_STR(e.operation, "CreateMultipartUpload");
+    /* another user's bucket: denied, single and multipart */
+    const char *oa = getenv("S3FLASH_TEST_OTHER_ACCESS_KEY");
+    const char *os = getenv("S3FLASH_TEST_OTHER_SECRET_KEY");
+    if (oa && os) {
+        struct s3f_client_options co = {.endpoint_url = endpoint, .region = "us-east-1",
+                                        .force_path_style = 1, .access_key_id = oa,
+                                        .secret_access_key = os};
+        struct s3f_client *stranger = NULL;
+        CHECK_INT(s3f_client_new(&co, &stranger, &e), S3F_OK);
+        char theirs[80];
+        snprintf(theirs, sizeof(theirs), "%s-other", bucket);
+        CHECK_INT(s3f_create_bucket(stranger, theirs, &e), S3F_OK);
+        CHECK_INT(s3f_copy(c, bucket, "cp/src 1+ü", theirs, "k", &o, NULL, &e),
+                  S3F_ERR_ACCESS_DENIED);
+        CHECK_INT(s3f_copy(c, bucket, "cp/src 15740985+ü", theirs, "k", &o, NULL, &e),
+                  S3F_ERR_ACCESS_DENIED);
+        /* and they may not read our source */
+        CHECK_INT(s3f_copy(stranger, bucket, "cp/src 1+ü", theirs, "k", &o, NULL, &e),
+                  S3F_ERR_ACCESS_DENIED);
+        struct s3f_list_page *pg = NULL;
+        CHECK_INT(s3f_list_objects_v2(stranger, theirs, NULL, &pg, &e), S3F_OK);
+        CHECK(pg && pg->n_objects == 0);
+        s3f_list_page_free(pg);
+        CHECK_INT(s3f_delete_bucket(stranger, theirs, &e), S3F_OK);
+        s3f_client_free(stranger);
+    }
+    /* bad arguments */
+    struct s3f_copy_options tiny = {.part_size_bytes = 1000};
+    CHECK_INT(s3f_copy(c, bucket, "cp/src 1+ü", bucket, "k", &tiny, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(s3f_copy(c, bucket, "", bucket, "k", NULL, NULL, &e), S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(count_uploads(c, ""), 0);
+    free(data);
+    s3f_client_free(c);
+}
+
+/* UploadPartCopy by hand: ranges, a whole source, a wrong pin. */
+static void test_upload_part_copy(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    size_t n = 2 * PART + 777;
+    unsigned char *data = pattern(n, 71);
+    struct s3f_object_info si;
+    CHECK_INT(s3f_upload_buffer(c, bucket, "upc/src", data, n, NULL, &si, &e), S3F_OK);
+    char *id = NULL;
+    CHECK_INT(s3f_create_multipart_upload(c, bucket, "upc/dst", NULL, &id, &e), S3F_OK);
+    struct s3f_part_info p[3];
+    enum s3f_status st = s3f_upload_part_copy(c, bucket, "upc/dst", id, 1, bucket, "upc/src",
+                                              NULL, 0, PART - 1, si.etag, &p[0], &e);
+    if (st)
+        print_err("UploadPartCopy", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(p[0].size, PART);
+    CHECK(p[0].etag[0] == '"');
+    CHECK_INT(s3f_upload_part_copy(c, bucket, "upc/dst", id, 2, bucket, "upc/src", NULL, PART,
+                                   n - 1, NULL, &p[1], &e),
+              S3F_OK);
+    /* part number and range checked before anything is sent */
+    CHECK_INT(s3f_upload_part_copy(c, bucket, "upc/dst", id, 0, bucket, "upc/src", NULL, 0, 9,
+                                   NULL, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(s3f_upload_part_copy(c, bucket, "upc/dst", id, 3, bucket, "upc/src", NULL, 9, 0,
+                                   NULL, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(s3f_upload_part_copy(c, bucket, "upc/dst", id, 3, bucket, "upc/missing", NULL,
+                                   0, 9, NULL, NULL, &e),
+              S3F_ERR_NOT_FOUND);
+    struct s3f_object_info info;
+    st = s3f_complete_multipart_upload(c, bucket, "upc/dst", id, p, 2, &info, &e);
+    if (st)
+        print_err("complete", &e);
+    CHECK_INT(st, S3F_OK);
+    check_object(c, "upc/dst", data, n, 2);
+    free(id);
+    /* the whole source as one part (no range) */
+    CHECK_INT(s3f_create_multipart_upload(c, bucket, "upc/whole", NULL, &id, &e), S3F_OK);
+    CHECK_INT(s3f_upload_part_copy(c, bucket, "upc/whole", id, 1, bucket, "upc/src", NULL, 0,
+                                   UINT64_MAX, NULL, &p[0], &e),
+              S3F_OK);
+    CHECK_INT(s3f_complete_multipart_upload(c, bucket, "upc/whole", id, p, 1, &info, &e),
+              S3F_OK);
+    check_object(c, "upc/whole", data, n, 1);
+    free(id);
+    CHECK_INT(count_uploads(c, "upc/"), 0);
+    free(data);
+    s3f_client_free(c);
+}
+
 /* A file that cannot be written: $S3FLASH_TEST_FULL_DIR is a 6 MiB tmpfs (test_xfer.py
  * mounts it), so pwrite fails with ENOSPC partway through a 20 MiB object. The download
  * fails with the write error, no file and no temporary file remain, and the pool gets
@@ -992,6 +1188,8 @@ int main(int argc, char **argv) {
     MAYBE(test_memory_bound);
     MAYBE(test_fairness);
     MAYBE(test_progress);
+    MAYBE(test_copy);
+    MAYBE(test_upload_part_copy);
     if (only && strcmp(only, "test_checksums") == 0)
         RUN(test_checksums);
     if (only && strcmp(only, "test_large") == 0)
