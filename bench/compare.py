@@ -542,7 +542,10 @@ def main():
         json.dump({"rows": rows, "argv": sys.argv[1:]}, f, default=str)
     print(md)
     print(f"\nwrote {md_path}" + (f" and {png_path}" if png_path else ""), file=sys.stderr)
-    bad = [d for d in rows if d["error"] or any("MISMATCH" in n for n in d.get("notes", []))]
+    # Exit status 1: an s3flash run failed, or any run read back other bytes or sizes. A
+    # peer's failure is a finding, shown in its row (e.g. s3torchconnector's writes on RGW).
+    bad = [d for d in rows if (d["error"] and d["client"] == "s3flash")
+           or any("MISMATCH" in n or "differ" in n for n in d.get("notes", []))]
     return 1 if bad else 0
 
 

@@ -322,9 +322,10 @@ def scen_load(env, spec):
         rc = (S3ReaderConstructor.range_based() if reader == "range"
               else S3ReaderConstructor.sequential())
         ck = S3Checkpoint(region=env.region, endpoint=env.url,
-                          s3client_config=env.s3tc_config(tuned), reader_constructor=rc)
+                          s3client_config=env.s3tc_config(tuned))
+        # S3Checkpoint.reader() takes no reader constructor: its client's get_object does.
         with Phase() as ph:
-            with ck.reader(env.uri(key)) as r:
+            with ck._client.get_object(env.bucket, key, reader_constructor=rc) as r:
                 got = torch.load(r, weights_only=True)
     elif client == "boto3":
         c = env.boto3(max_pool=20 if tuned else None)
