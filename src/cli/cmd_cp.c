@@ -4,7 +4,7 @@
  *   S3 -> local   s3f_download_file (parallel ranged GETs with If-Match) inside a private
  *                 temporary directory beside the destination, renamed into place; stdout,
  *                 FIFOs and character devices are streamed with one GetObject;
- *   S3 -> S3      CopyObject (server side).
+ *   S3 -> S3      s3f_copy (server side: CopyObject, or UploadPartCopy parts in parallel).
  * With --recursive the objects are planned first (a directory walk or a listing), then a
  * small pool of worker threads runs whole-object transfers on the one shared client, so
  * many files are in flight at once; a failed object is reported and the others go on
@@ -532,7 +532,16 @@ static int run_job(struct cp_run *r, const struct job *j) {
             st = S3F_ERR_CONFIG;
             break;
         }
-        st = s3f_copy_object(c, sb, j->src, db, j->dst, NULL, &err);
+        /* any size: one CopyObject, or UploadPartCopy parts through the engine's request
+         * slots; --part-size sets the part size (and so the threshold), else the
+         * library's default for copies */
+        struct s3f_copy_options co;
+        memset(&co, 0, sizeof(co));
+        co.part_size_bytes = ctx->engine.part_size_bytes;
+        co.progress = cli_progress_cb;
+        co.progress_user_data = &item;
+        cli_progress_item_init(&r->prog, &item, UINT64_MAX);
+        st = s3f_copy(c, sb, j->src, db, j->dst, &co, NULL, &err);
         if (st == S3F_OK)
             cli_progress_item_done(&item, j->size);
         break;

@@ -392,3 +392,59 @@ def test_checksum_end_to_end_on_moto(moto, cli_path, tmp_path, alg, size):  # no
     assert f"{stored} verified" in err, err[-3000:]
     assert sha256_file(out) == sha256(data)
     assert hashlib.sha256(out.read_bytes()).hexdigest() == sha256(data)
+
+
+# ---- S3 -> S3 through s3f_copy ------------------------------------------------------------
+
+def test_s3_to_s3_multipart_copy(cli, s3, bucket, proxy):
+    """--part-size 5M: a 12 MiB object is copied with CreateMultipartUpload and three
+    UploadPartCopy requests (ETag "-3"), pinned to the source's ETag, byte-exact; the
+    content type comes along."""
+    data = os.urandom(12 * MiB)
+    s3.put_object(Bucket=bucket, Key="s2s/src", Body=data, ContentType="application/x-ckpt")
+    r = via(cli, proxy, "cp", "--part-size", "5M", "--concurrency", "2",
+            f"s3://{bucket}/s2s/src", f"s3://{bucket}/s2s/dst")
+    assert r.rc == 0, r.err
+    assert f"copy: s3://{bucket}/s2s/src to s3://{bucket}/s2s/dst" in r.text
+    head = s3.head_object(Bucket=bucket, Key="s2s/dst")
+    assert head["ETag"].strip('"').endswith("-3"), head["ETag"]
+    assert head["ContentType"] == "application/x-ckpt"
+    got = s3.get_object(Bucket=bucket, Key="s2s/dst")["Body"].read()
+    assert sha256(got) == sha256(data)
+    assert requests(proxy, "PUT", "/s2s/dst") == 3  # the three parts, no body through us
+    assert requests(proxy, "GET", "/s2s/src") == 0
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
+def test_s3_to_s3_small_is_one_copy_object(cli, s3, bucket):
+    """Without --part-size an object up to the copy part size (128 MiB) is one CopyObject."""
+    data = os.urandom(12 * MiB)
+    s3.put_object(Bucket=bucket, Key="s2s/one", Body=data)
+    cli.ok("cp", f"s3://{bucket}/s2s/one", f"s3://{bucket}/s2s/one-copy")
+    head = s3.head_object(Bucket=bucket, Key="s2s/one-copy")
+    assert "-" not in head["ETag"]
+    assert sha256(s3.get_object(Bucket=bucket, Key="s2s/one-copy")["Body"].read()) == \
+        sha256(data)
+
+
+def test_s3_to_s3_recursive_multipart(cli, s3, bucket):
+    """--recursive S3 -> S3 with --part-size 5M: small objects by CopyObject, the large
+    one by parts; every byte equal."""
+    want = {"rc/a": os.urandom(1), "rc/b/c": os.urandom(PART + 1), "rc/d": b"",
+            "rc/e": os.urandom(11 * MiB)}
+    for k, v in want.items():
+        s3.put_object(Bucket=bucket, Key=k, Body=v)
+    cli.ok("cp", "--recursive", "--part-size", "5M", f"s3://{bucket}/rc/",
+           f"s3://{bucket}/rc-copy/")
+    for k, v in want.items():
+        dk = "rc-copy/" + k[len("rc/"):]
+        assert s3.get_object(Bucket=bucket, Key=dk)["Body"].read() == v
+    assert s3.head_object(Bucket=bucket, Key="rc-copy/e")["ETag"].strip('"').endswith("-3")
+    assert s3.head_object(Bucket=bucket, Key="rc-copy/b/c")["ETag"].strip('"').endswith("-2")
+
+
+def test_s3_to_s3_missing_source(cli, bucket):
+    r = cli.run("cp", f"s3://{bucket}/s2s/none", f"s3://{bucket}/s2s/x")
+    assert r.rc != 0
+    assert "s2s/none" in r.err
+    assert "404" in r.err or "NoSuchKey" in r.err or "Not Found" in r.err
