@@ -48,6 +48,7 @@ VARIANTS = {
              ("local", "page cache", {})],
     "raw": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
             ("awscrt", "defaults", {}), ("awscrt", "tuned", {"tuned": True}),
+            ("awscrt", "tuned, files in /dev/shm", {"tuned": True, "files": True}),
             ("boto3", "defaults", {}), ("boto3", "tuned", {"tuned": True})],
     "dcp": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
             ("s3tc", "defaults", {}), ("s3tc", "tuned", {"tuned": True}),
@@ -68,7 +69,9 @@ TUNED_TEXT = """\
 (DCP: thread_count 4; datasets: prefetch=8); s3torchconnector throughput_target_gbps 100,
 part_size 16 MiB (DCP: thread_count 4); awscrt throughput_target_gbps 100, part_size 16 MiB;
 boto3 TransferConfig(multipart_chunksize=16 MiB, multipart_threshold=16 MiB, max_concurrency=16),
-max_pool_connections 20. Raw small objects: 8 threads by default, 32 tuned (s3flash and boto3
+max_pool_connections 20. awscrt "files in /dev/shm": the CRT's own fast path
+(send_filepath/recv_filepath: it reads and writes the file itself, no Python in the data
+path), from and to tmpfs; the file is written before the phase. Raw small objects: 8 threads by default, 32 tuned (s3flash and boto3
 calls; awscrt gets every request at once, as its API is asynchronous). "defaults": the
 client's own defaults, with only what the endpoint needs (path style, endpoint, keys)."""
 
@@ -357,7 +360,7 @@ def table(rows):
         rc = f"{d['ratio_cpu']:.2f}" if "ratio_cpu" in d else "—"
         notes = "; ".join(d["notes"]) + ((" " + d["error"]) if d["error"] else "")
         lines.append(head + f" {ws} | {gs} | {d['cpu']:.2f} + {d['server_cpu']:.2f} | "
-                     f"{d['rss'] / MiB:.0f} (+{d['rss_extra'] / MiB:.0f}) | {rw} | {rc} | "
+                     f"{d['rss'] / MiB:.0f} (+{max(d['rss_extra'], 0) / MiB:.0f}) | {rw} | {rc} | "
                      f"{notes} |")
     return "\n".join(lines)
 

@@ -372,21 +372,23 @@ class CrtClient:
         h = HttpHeaders([("Host", self.host)] + list(headers))
         return HttpRequest(method, f"/{self.bucket}/{key}", h, body)
 
-    def put(self, key, buf):
-        """Start a PutObject of `buf` (a memoryview); returns the request's future."""
+    def put(self, key, buf, path=None):
+        """Start a PutObject of `buf` (a memoryview), or of the file `path` (the CRT reads
+        it itself: its fast path); returns the request's future."""
         from awscrt.s3 import S3RequestType
         req = self._req("PUT", key, [("Content-Length", str(len(buf)))],
-                        io.BytesIO(buf))
+                        None if path else io.BytesIO(buf))
         status = {}
 
         def on_headers(status_code, headers, **kw):
             status["code"] = status_code
         r = self.c.make_request(type=S3RequestType.PUT_OBJECT, request=req,
-                                on_headers=on_headers)
+                                on_headers=on_headers, send_filepath=path)
         return r.finished_future, status
 
-    def get(self, key, buf):
-        """Start a GetObject into `buf` (a writable memoryview, large enough)."""
+    def get(self, key, buf, path=None):
+        """Start a GetObject into `buf` (a writable memoryview, large enough), or into the
+        file `path` (written by the CRT)."""
         from awscrt.s3 import S3RequestType
         req = self._req("GET", key)
         status = {"n": 0}
@@ -397,7 +399,13 @@ class CrtClient:
             buf[offset:offset + n] = chunk
             with lock:
                 status["n"] += n
-        r = self.c.make_request(type=S3RequestType.GET_OBJECT, request=req, on_body=on_body)
+        if path:
+            status["path"] = path
+            r = self.c.make_request(type=S3RequestType.GET_OBJECT, request=req,
+                                    recv_filepath=path)
+        else:
+            r = self.c.make_request(type=S3RequestType.GET_OBJECT, request=req,
+                                    on_body=on_body)
         return r.finished_future, status
 
 
@@ -436,18 +444,36 @@ def scen_raw(env, spec):
     elif client == "awscrt":
         c = CrtClient(env, tuned)
         mv = memoryview(src)
-        with Phase("upload") as up:
-            futs = [c.put(k, mv) for k in keys]
-            for f, st in futs:
-                f.result()
-                if st.get("code") != 200:
-                    note += f"PUT status {st.get('code')} "
-        with Phase("download") as dn:
-            futs = [c.get(k, memoryview(dst[i])) for i, k in enumerate(keys)]
-            got = []
-            for f, st in futs:
-                f.result()
-                got.append(st["n"])
+        files = spec.get("files")  # the CRT's file paths: source and targets in /dev/shm
+        tmpdir = None
+        if files:
+            import tempfile
+            tmpdir = tempfile.mkdtemp(prefix="s3flash-compare-crt.", dir="/dev/shm")
+            srcpath = os.path.join(tmpdir, "src")
+            with open(srcpath, "wb") as f:
+                f.write(mv)
+        try:
+            with Phase("upload") as up:
+                futs = [c.put(k, mv, srcpath if files else None) for k in keys]
+                for f, st in futs:
+                    f.result()
+                    if st.get("code") != 200:
+                        note += f"PUT status {st.get('code')} "
+            with Phase("download") as dn:
+                futs = [c.get(k, memoryview(dst[i]),
+                              os.path.join(tmpdir, f"d{i}") if files else None)
+                        for i, k in enumerate(keys)]
+                got = []
+                for f, st in futs:
+                    f.result()
+                    got.append(os.path.getsize(st["path"]) if files else st["n"])
+            if files and env.kind == "rgw" and spec["shape"] == "large":
+                with open(os.path.join(tmpdir, "d0"), "rb") as f:
+                    f.readinto(memoryview(dst[0])[:1 << 20])
+        finally:
+            if tmpdir:
+                import shutil
+                shutil.rmtree(tmpdir, ignore_errors=True)
     elif client == "boto3":
         c = env.boto3(max_pool=max(threads, 20) if tuned else max(threads, 10))
         cfg = boto3_transfer_config(tuned)
@@ -555,6 +581,23 @@ def _dcp_rank(rank, world, spec, outdir):
     dist.destroy_process_group()
 
 
+def _dcp_rank_guarded(rank, world, spec, outdir):
+    try:
+        _dcp_rank(rank, world, spec, outdir)
+    except BaseException as e:
+        inner = e
+        while inner.__cause__ is not None or inner.__context__ is not None:
+            inner = inner.__cause__ or inner.__context__
+        msg = str(inner) or str(e)
+        if "S3Exception" in repr(e) or "CheckpointException" in type(e).__name__:
+            import re
+            m = re.search(r"S3Exception: ([^\n]{0,240})", repr(e) + str(e))
+            msg = m.group(1) if m else msg
+        with open(os.path.join(outdir, f"rank{rank}.err"), "w") as f:
+            f.write(f"{type(inner).__name__}: {msg[:300]}")
+        raise
+
+
 def scen_dcp(env, spec):
     import socket
     import tempfile
@@ -569,7 +612,16 @@ def scen_dcp(env, spec):
     outdir = tempfile.mkdtemp(prefix="s3flash-compare-dcp.")
     world = 2
     t0 = time.perf_counter()
-    mp.spawn(_dcp_rank, args=(world, spec, outdir), nprocs=world, join=True)
+    try:
+        mp.spawn(_dcp_rank_guarded, args=(world, spec, outdir), nprocs=world, join=True)
+    except Exception as e:  # noqa: BLE001  (say what the rank said, not "exit code 1")
+        msgs = []
+        for r in range(world):
+            p = os.path.join(outdir, f"rank{r}.err")
+            if os.path.exists(p):
+                with open(p) as f:
+                    msgs.append(f"rank {r}: " + f.read().strip())
+        raise RuntimeError("; ".join(msgs) or str(e)) from e
     total_wall = time.perf_counter() - t0
     ranks = []
     for r in range(world):
