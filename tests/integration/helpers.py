@@ -14,6 +14,17 @@ def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def read_tree(root):
+    """{path relative to root: bytes} of every file under root."""
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:

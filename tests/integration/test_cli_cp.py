@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from helpers import list_keys, sha256, sha256_file
+from helpers import list_keys, read_tree, sha256, sha256_file
 
 MiB = 1 << 20
 
@@ -122,16 +122,6 @@ def _make_tree(root):
     return files
 
 
-def _read_tree(root):
-    out = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
-
-
 def test_recursive_upload_and_download(cli, s3, bucket, tmp_path):
     src = tmp_path / "tree"
     files = _make_tree(src)
@@ -146,7 +136,7 @@ def test_recursive_upload_and_download(cli, s3, bucket, tmp_path):
         dst = tmp_path / f"back{i}"
         r = cli.ok("cp", "-r", uri, dst)
         assert r.text.count("download: ") == len(files)
-        assert _read_tree(dst) == files
+        assert read_tree(dst) == files
         leftovers = [p for p in dst.rglob("*") if "s3flash-tmp" in p.name]
         assert leftovers == []
 
@@ -157,7 +147,7 @@ def test_recursive_prefix_is_a_directory(cli, s3, bucket, tmp_path):
     s3.put_object(Bucket=bucket, Key="prefixed", Body=b"y")
     dst = tmp_path / "d"
     cli.ok("cp", "-r", f"s3://{bucket}/pre", dst)
-    assert _read_tree(dst) == {"x": b"x"}
+    assert read_tree(dst) == {"x": b"x"}
 
 
 def test_recursive_s3_to_s3(cli, s3, bucket):

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import pytest
 
 from faults import faultproxy_factory, s3_error  # noqa: F401  (fixture)
-from helpers import list_keys, sha256, sha256_file
+from helpers import list_keys, read_tree, sha256, sha256_file
 from test_checksums_moto import _cli_env, _s3, moto  # noqa: F401  (fixture)
 
 MiB = 1 << 20
@@ -246,16 +246,6 @@ def _tree(root):
     return files
 
 
-def _read_tree(root):
-    out = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
-
-
 def test_recursive_many_files_both_directions(cli, s3, bucket, tmp_path):
     src = tmp_path / "src"
     files = _tree(src)
@@ -275,7 +265,7 @@ def test_recursive_many_files_both_directions(cli, s3, bucket, tmp_path):
     lines = r.text.splitlines()
     assert sorted(lines) == sorted(f"download: s3://{bucket}/many/{rel} to {dst / rel}"
                                    for rel in files)
-    back = _read_tree(dst)
+    back = read_tree(dst)
     assert sorted(back) == sorted(files)
     for rel, data in files.items():
         assert sha256(back[rel]) == sha256(data), rel
@@ -301,7 +291,7 @@ def test_recursive_keeps_many_objects_in_flight(cli, s3, bucket, proxy, tmp_path
     r = via(cli, proxy, "cp", "-r", "--concurrency", "8", f"s3://{bucket}/par", dst)
     down = time.monotonic() - t0
     assert r.rc == 0, r
-    assert _read_tree(dst) == files
+    assert read_tree(dst) == files
     assert up < 5 and down < 5, (up, down)
 
 
@@ -315,7 +305,7 @@ def test_recursive_continues_after_a_failed_download(cli, s3, bucket, proxy, tmp
     assert r.rc == 1, r
     assert len(r.err_lines) == 1 and "AccessDenied" in r.err and "rf/k07" in r.err, r
     assert r.text.count("download: ") == 29
-    got = _read_tree(dst)
+    got = read_tree(dst)
     assert sorted(got) == sorted(k[3:] for k in keys if k != "rf/k07")
     for name, data in got.items():
         assert data == keys["rf/" + name]

@@ -370,6 +370,30 @@ def wait_for(cond, timeout=20, what="condition"):
         time.sleep(0.02)
 
 
+def run_through_outage(proxy, argv, env, on_the_wire, what, down_seconds=None, timeout=60):
+    """Run the driver; once on_the_wire() holds, the server dies: every connection reset,
+    new ones refused, for down_seconds (None: until the driver has exited, then it is back).
+    Returns (the Run, when it went down, seconds from then to the driver's exit)."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        wait_for(on_the_wire, what=what)
+        time.sleep(0.3)
+        t_down = time.monotonic()
+        proxy.down("refuse", seconds=down_seconds)
+        out, err = p.communicate(timeout=timeout)
+        t_exit = time.monotonic() - t_down
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if down_seconds is None:
+            proxy.up()
+    r = Run(subprocess.CompletedProcess(p.args, p.returncode, out, err), 0)
+    print(r)
+    return r, t_down, t_exit
+
+
 @pytest.mark.parametrize("how", UPLOAD_PATHS)
 def test_upload_server_killed(rgw, proxy, s3, bucket, src, how):
     """The server dies while parts are on the wire (every connection reset, new ones
@@ -384,21 +408,11 @@ def test_upload_server_killed(rgw, proxy, s3, bucket, src, how):
     key = f"up-killed/{how}"
     proxy.set_faults([{"match": part_puts(key), "action": "throttle",
                        "direction": "request", "bytes_per_second": 3_000_000}])
-    env = driver_env(rgw, proxy.endpoint, FAULT_WAIT_ABORTS_S=30)
-    p = subprocess.Popen(driver_argv(UPLOAD_OP[how], bucket, key, src[0]), env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: count(proxy, "PUT", key, "partNumber=") >= 2, what="parts on the wire")
-        time.sleep(0.3)
-        t_down = time.monotonic()
-        proxy.down("refuse", seconds=3)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    r = Run(subprocess.CompletedProcess(p.args, p.returncode, out, err), 0)
-    print(r)
+    r, t_down, _ = run_through_outage(
+        proxy, driver_argv(UPLOAD_OP[how], bucket, key, src[0]),
+        driver_env(rgw, proxy.endpoint, FAULT_WAIT_ABORTS_S=30),
+        lambda: count(proxy, "PUT", key, "partNumber=") >= 2, "parts on the wire",
+        down_seconds=3)
     assert r.rc == 1, r
     assert r.status in ("S3F_ERR_CONNECT", "S3F_ERR_NETWORK"), r
     assert "UploadPart" in r.kv["error"], r
@@ -422,23 +436,10 @@ def test_upload_server_gone_at_client_free(rgw, proxy, s3, bucket, src):
     key = "up-gone/buffer"
     proxy.set_faults([{"match": part_puts(key), "action": "throttle",
                        "direction": "request", "bytes_per_second": 3_000_000}])
-    p = subprocess.Popen(driver_argv(UPLOAD_OP["buffer"], bucket, key, src[0]),
-                         env=driver_env(rgw, proxy.endpoint), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: count(proxy, "PUT", key, "partNumber=") >= 2, what="parts on the wire")
-        time.sleep(0.3)
-        t_down = time.monotonic()
-        proxy.down("refuse")
-        out, err = p.communicate(timeout=60)
-        t_exit = time.monotonic() - t_down
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        proxy.up()
-    r = Run(subprocess.CompletedProcess(p.args, p.returncode, out, err), 0)
-    print(r)
+    r, _, t_exit = run_through_outage(
+        proxy, driver_argv(UPLOAD_OP["buffer"], bucket, key, src[0]),
+        driver_env(rgw, proxy.endpoint),
+        lambda: count(proxy, "PUT", key, "partNumber=") >= 2, "parts on the wire")
     assert r.rc == 1, r
     assert t_exit < 20, r
     m = re.search(r"AbortMultipartUpload (\S+) failed \(S3F_ERR_(CONNECT|NETWORK)", r.err)
@@ -459,20 +460,11 @@ def test_upload_server_restarts_within_retries(rgw, proxy, s3, bucket, src, how)
     key = f"up-restart/{how}"
     proxy.set_faults([{"match": part_puts(key), "action": "throttle",
                        "direction": "request", "bytes_per_second": 5_000_000}])
-    env = driver_env(rgw, proxy.endpoint, AWS_MAX_ATTEMPTS=10)
-    p = subprocess.Popen(driver_argv(UPLOAD_OP[how], bucket, key, src[0]), env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: count(proxy, "PUT", key, "partNumber=") >= 2, what="parts on the wire")
-        time.sleep(0.3)
-        proxy.down("refuse", seconds=0.5)
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    r = Run(subprocess.CompletedProcess(p.args, p.returncode, out, err), 0)
-    print(r)
+    r, _, _ = run_through_outage(
+        proxy, driver_argv(UPLOAD_OP[how], bucket, key, src[0]),
+        driver_env(rgw, proxy.endpoint, AWS_MAX_ATTEMPTS=10),
+        lambda: count(proxy, "PUT", key, "partNumber=") >= 2, "parts on the wire",
+        down_seconds=0.5)
     assert r.rc == 0, r
     assert proxy.stats()["killed"] >= 1
     assert r.retries(), r
@@ -566,23 +558,10 @@ def test_download_server_killed(rgw, proxy, bucket, dl_object, tmp_path, how):
     dst = tmp_path / "out" / "obj"
     dst.parent.mkdir()
     extra = (SIZE,) if how == "buffer" else ()
-    p = subprocess.Popen(driver_argv(DOWNLOAD_OP[how], bucket, key, dst, *extra),
-                         env=driver_env(rgw, proxy.endpoint), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: count(proxy, "GET", key) >= 2, what="GETs on the wire")
-        time.sleep(0.3)
-        t_down = time.monotonic()
-        proxy.down("refuse")
-        out, err = p.communicate(timeout=30)
-        t_fail = time.monotonic() - t_down
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        proxy.up()
-    r = Run(subprocess.CompletedProcess(p.args, p.returncode, out, err), 0)
-    print(r)
+    r, _, t_fail = run_through_outage(
+        proxy, driver_argv(DOWNLOAD_OP[how], bucket, key, dst, *extra),
+        driver_env(rgw, proxy.endpoint),
+        lambda: count(proxy, "GET", key) >= 2, "GETs on the wire", timeout=30)
     assert r.rc == 1, r
     assert r.status in ("S3F_ERR_CONNECT", "S3F_ERR_NETWORK"), r
     assert "GetObject" in r.kv["error"] or "HeadObject" in r.kv["error"], r

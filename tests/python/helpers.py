@@ -1,6 +1,25 @@
 """Helpers of the Python package tests."""
 
+import contextlib
+
 import torch
+
+
+@contextlib.contextmanager
+def fsspec_registered(**defaults):
+    """s3flash's filesystem is fsspec's s3:// (with these default options) inside the block;
+    fsspec's registry is as it was again after."""
+    import s3flash.fsspec
+    from fsspec.registry import _registry
+    saved = {p: _registry.get(p) for p in s3flash.fsspec.PROTOCOLS}
+    try:
+        yield s3flash.fsspec.register(**defaults)
+    finally:
+        for p, c in saved.items():
+            if c is None:
+                _registry.pop(p, None)
+            else:
+                _registry[p] = c
 
 
 def storage_bytes(t):

@@ -19,20 +19,15 @@ import s3flash.fsspec  # noqa: E402
 from s3flash.fsspec import S3FlashFileSystem  # noqa: E402
 
 from conftest import exists  # noqa: E402
+from helpers import fsspec_registered  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def registered():
-    from fsspec.registry import _registry
-    saved = {p: _registry.get(p) for p in s3flash.fsspec.PROTOCOLS}
-    yield s3flash.fsspec.register()
-    for p, c in saved.items():
-        if c is None:
-            _registry.pop(p, None)
-        else:
-            _registry[p] = c
+    with fsspec_registered() as cls:
+        yield cls
 
 
 @pytest.fixture(scope="module")

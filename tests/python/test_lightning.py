@@ -17,11 +17,10 @@ L = pytest.importorskip("lightning")
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO  # noqa: E402
 
-import s3flash  # noqa: E402
-import s3flash.fsspec  # noqa: E402
 from s3flash.lightning import S3LightningCheckpoint, S3ModelCheckpoint  # noqa: E402
 
 from conftest import exists  # noqa: E402
+from helpers import fsspec_registered  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "lightning_resume.py"
@@ -42,14 +41,8 @@ STEPS = ex.STEPS_PER_EPOCH
 @pytest.fixture(scope="module", autouse=True)
 def s3_fsspec(endpoint):
     """Lightning's own look at s3:// (fsspec) is s3flash's, with the test endpoint."""
-    from fsspec.registry import _registry
-    saved = {p: _registry.get(p) for p in s3flash.fsspec.PROTOCOLS}
-    yield s3flash.fsspec.register(endpoint_url=endpoint)
-    for p, c in saved.items():
-        if c is None:
-            _registry.pop(p, None)
-        else:
-            _registry[p] = c
+    with fsspec_registered(endpoint_url=endpoint) as cls:
+        yield cls
 
 
 @pytest.fixture(scope="module")
