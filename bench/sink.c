@@ -74,9 +74,10 @@ struct opts {
     size_t recv_buf;
     bool verbose;
     bool quiet;
+    uint64_t store_max; /* --store: 0 = discard bodies (the default), else keep up to this */
 };
 static struct opts g_opt = {"127.0.0.1", 0, NULL, 2, 1024, 1000000, 4096, 256u << 10, false,
-                            false};
+                            false, 0};
 
 static atomic_bool g_stop;
 static atomic_int g_nconns;
@@ -228,11 +229,171 @@ static void ob_xml(struct ob *b, const char *s, size_t n)
     ob_put(b, s + run, n - run);
 }
 
-/* ---- the object map: "bucket/key" -> size, sharded, bounded ---- */
+/* ---- store mode (--store MAX): the bytes of objects and parts, in reusable buffers ----
+ * Every buffer is counted by its capacity. held = buffers holding data (objects, parts, bodies
+ * being received); pooled = freed buffers kept for reuse (pages already faulted in: fresh
+ * memory faults slowly). held + pooled never exceeds --store: a buffer that does not fit
+ * evicts pooled ones, and if it still does not fit the request is refused (507). Buffers over
+ * 4 KiB come in size classes of 8 steps per power of two (at most 12.5% slack); a freed
+ * buffer goes back to its class's list. Smaller ones are plain malloc/free. */
+#define POOL_MIN 4096u
+#define POOL_CLASSES (64 * 8)
+struct pooled {
+    struct pooled *next;
+};
+static struct {
+    pthread_mutex_t mu;
+    uint64_t held, pooled, peak;
+    struct pooled *cls[POOL_CLASSES];
+} g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static atomic_uint_fast64_t g_ver; /* store mode: version of each object written (ETag) */
+
+/* The capacity a request for n bytes gets, and its class index (-1: plain malloc). */
+static uint64_t pool_cap(uint64_t n, int *cls)
+{
+    if (n <= POOL_MIN) {
+        *cls = -1;
+        return n ? n : 1;
+    }
+    int e = 63 - __builtin_clzll(n - 1); /* 2^e <= n-1 < 2^(e+1), e >= 12 */
+    int shift = e - 3;
+    uint64_t m = ((n - 1) >> shift) + 1; /* 9..16 */
+    *cls = shift * 8 + (int)(m - 9);
+    return m << shift;
+}
+
+/* A buffer of at least n bytes (*cap set), or NULL when it would exceed --store (or malloc
+ * fails). Thread-safe. */
+static uint8_t *buf_get(uint64_t n, uint64_t *cap)
+{
+    int cls;
+    uint64_t c = pool_cap(n, &cls);
+    uint8_t *p = NULL;
+    pthread_mutex_lock(&g_pool.mu);
+    if (cls >= 0 && g_pool.cls[cls]) {
+        struct pooled *b = g_pool.cls[cls];
+        g_pool.cls[cls] = b->next;
+        g_pool.pooled -= c;
+        p = (uint8_t *)b;
+    } else {
+        /* make room: free pooled buffers, largest classes first */
+        for (int i = POOL_CLASSES - 1; i >= 0 && g_pool.held + g_pool.pooled + c >
+                                                     g_opt.store_max; i--) {
+            while (g_pool.cls[i] && g_pool.held + g_pool.pooled + c > g_opt.store_max) {
+                struct pooled *b = g_pool.cls[i];
+                g_pool.cls[i] = b->next;
+                g_pool.pooled -= (uint64_t)(9 + i % 8) << (i / 8);
+                free(b);
+            }
+        }
+        if (g_pool.held + g_pool.pooled + c > g_opt.store_max) {
+            pthread_mutex_unlock(&g_pool.mu);
+            return NULL;
+        }
+    }
+    g_pool.held += c;
+    if (g_pool.held > g_pool.peak)
+        g_pool.peak = g_pool.held;
+    pthread_mutex_unlock(&g_pool.mu);
+    if (!p && (c > SIZE_MAX || !(p = malloc((size_t)c)))) {
+        pthread_mutex_lock(&g_pool.mu);
+        g_pool.held -= c;
+        pthread_mutex_unlock(&g_pool.mu);
+        return NULL;
+    }
+    *cap = c;
+    return p;
+}
+
+/* Gives back a buffer from buf_get (cap as returned). NULL is ignored. */
+static void buf_put(uint8_t *p, uint64_t cap)
+{
+    if (!p)
+        return;
+    int cls;
+    pool_cap(cap, &cls);
+    pthread_mutex_lock(&g_pool.mu);
+    g_pool.held -= cap;
+    if (cls >= 0) {
+        struct pooled *b = (struct pooled *)(void *)p;
+        b->next = g_pool.cls[cls];
+        g_pool.cls[cls] = b;
+        g_pool.pooled += cap;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&g_pool.mu);
+    free(p);
+}
+
+static void pool_free(void)
+{
+    for (int i = 0; i < POOL_CLASSES; i++)
+        while (g_pool.cls[i]) {
+            struct pooled *b = g_pool.cls[i];
+            g_pool.cls[i] = b->next;
+            free(b);
+        }
+    g_pool.pooled = 0;
+}
+
+/* A stretch of stored bytes: object data, a part, or a body being received. */
+struct seg {
+    uint8_t *p;
+    uint64_t len, cap;
+    uint64_t start; /* offset in its object (blobs only) */
+};
+
+/* An object's bytes: its parts in part-number order (one segment for a PutObject). Shared by
+ * the map and the GETs sending from it; freed when the last reference goes. */
+struct blob {
+    atomic_uint refs;
+    uint32_t nseg;
+    uint64_t size;
+    struct seg seg[];
+};
+
+static struct blob *blob_new(uint32_t nseg)
+{
+    struct blob *b = calloc(1, sizeof(*b) + (size_t)nseg * sizeof(struct seg));
+    if (b) {
+        atomic_init(&b->refs, 1);
+        b->nseg = nseg;
+    }
+    return b;
+}
+
+static void blob_unref(struct blob *b)
+{
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    for (uint32_t i = 0; i < b->nseg; i++)
+        buf_put(b->seg[i].p, b->seg[i].cap);
+    free(b);
+}
+
+/* The index of the segment holding offset off (off < size). */
+static uint32_t blob_seg_at(const struct blob *b, uint64_t off)
+{
+    uint32_t lo = 0, hi = b->nseg; /* answer in [lo, hi) */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (b->seg[mid].start <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    while (lo + 1 < b->nseg && b->seg[lo].len == 0) /* skip empty parts */
+        lo++;
+    return lo;
+}
+
+/* ---- the object map: "bucket/key" -> size (and, in store mode, the bytes), sharded ---- */
 struct obj {
     struct obj *next;
     uint64_t hash;
     uint64_t size;
+    uint64_t ver;       /* store mode: a new number for every write (ETag); else 0 */
+    struct blob *data;  /* store mode: the bytes; else NULL */
     uint32_t nparts; /* 0: single PUT; N: completed from N parts (ETag "...-N") */
     uint32_t klen;
     char key[];
@@ -271,6 +432,7 @@ static void objmap_free(void)
             struct obj *o = s->tab[j], *nx;
             for (; o; o = nx) {
                 nx = o->next;
+                blob_unref(o->data);
                 free(o);
             }
         }
@@ -309,17 +471,28 @@ static void objmap_grow(struct shard *s)
     s->mask = ncap - 1;
 }
 
-/* Records key -> (size, nparts). When the map is full (or memory runs out) the key is not
- * remembered; a warning is printed once. Thread-safe. */
-static void objmap_put(const char *k, size_t n, uint64_t size, uint32_t nparts)
+/* Records key -> (size, nparts, data); the map takes over the reference to data (NULL
+ * outside store mode) and *ver gets the object's version (0 outside store mode). When the map
+ * is full (or memory runs out) the key is not remembered: false, and a warning is printed
+ * once (data is then released). Thread-safe. */
+static bool objmap_put(const char *k, size_t n, uint64_t size, uint32_t nparts,
+                       struct blob *data, uint64_t *ver)
 {
     uint64_t h = hash_bytes(k, n, 0);
     struct shard *s = &g_shards[h >> 58];
+    struct blob *old = NULL;
+    bool ok = true;
+    uint64_t v = g_opt.store_max ? atomic_fetch_add(&g_ver, 1) + 1 : 0;
+    if (ver)
+        *ver = v;
     pthread_mutex_lock(&s->mu);
     struct obj **pp = objmap_slot(s, h, k, n);
     if (*pp) {
         (*pp)->size = size;
         (*pp)->nparts = nparts;
+        (*pp)->ver = v;
+        old = (*pp)->data;
+        (*pp)->data = data;
         goto out;
     }
     if (atomic_fetch_add(&g_nobjs, 1) >= g_opt.max_objects) {
@@ -334,6 +507,8 @@ static void objmap_put(const char *k, size_t n, uint64_t size, uint32_t nparts)
     o->hash = h;
     o->size = size;
     o->nparts = nparts;
+    o->ver = v;
+    o->data = data;
     o->klen = (uint32_t)n;
     memcpy(o->key, k, n);
     o->next = NULL;
@@ -342,14 +517,22 @@ static void objmap_put(const char *k, size_t n, uint64_t size, uint32_t nparts)
         objmap_grow(s);
     goto out;
 full:
+    ok = false;
+    old = data;
     if (!atomic_exchange(&g_objs_full_warned, true))
-        fprintf(stderr, "s3flash-sink: object map full (%zu keys): new keys are accepted but "
-                        "not remembered\n", g_opt.max_objects);
+        fprintf(stderr, "s3flash-sink: object map full (%zu keys): new keys are %s\n",
+                g_opt.max_objects, g_opt.store_max ? "refused (507)"
+                                                   : "accepted but not remembered");
 out:
     pthread_mutex_unlock(&s->mu);
+    blob_unref(old);
+    return ok;
 }
 
-static bool objmap_get(const char *k, size_t n, uint64_t *size, uint32_t *nparts)
+/* Looks key up: its size, part count and version; with data non-NULL also a reference to its
+ * bytes (store mode; the caller unrefs it). */
+static bool objmap_get(const char *k, size_t n, uint64_t *size, uint32_t *nparts, uint64_t *ver,
+                       struct blob **data)
 {
     uint64_t h = hash_bytes(k, n, 0);
     struct shard *s = &g_shards[h >> 58];
@@ -359,6 +542,12 @@ static bool objmap_get(const char *k, size_t n, uint64_t *size, uint32_t *nparts
     if (found) {
         *size = (*pp)->size;
         *nparts = (*pp)->nparts;
+        *ver = (*pp)->ver;
+        if (data) {
+            *data = (*pp)->data;
+            if (*data)
+                atomic_fetch_add(&(*data)->refs, 1);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return found;
@@ -377,16 +566,25 @@ static bool objmap_del(const char *k, size_t n)
         atomic_fetch_sub(&g_nobjs, 1);
     }
     pthread_mutex_unlock(&s->mu);
+    if (o)
+        blob_unref(o->data);
     free(o);
     return o != NULL;
 }
 
 /* Looks the object up; unknown keys whose last "size-" is followed by digits only (to the end)
- * have that size. False: no such key. */
-static bool object_size(const char *k, size_t n, uint64_t *size, uint32_t *nparts)
+ * have that size (not in store mode: there only what was written exists). False: no such
+ * key. data: as for objmap_get. */
+static bool object_size(const char *k, size_t n, uint64_t *size, uint32_t *nparts,
+                        uint64_t *ver, struct blob **data)
 {
-    if (objmap_get(k, n, size, nparts))
+    if (data)
+        *data = NULL;
+    *ver = 0;
+    if (objmap_get(k, n, size, nparts, ver, data))
         return true;
+    if (g_opt.store_max)
+        return false;
     for (size_t i = n; i >= 5; i--) {
         if (memcmp(k + i - 5, "size-", 5) == 0) {
             *nparts = 0;
@@ -403,6 +601,7 @@ struct upload {
     char *key; /* "bucket/key" */
     size_t klen;
     uint64_t *parts; /* parts[i] = size of part i+1, UINT64_MAX if not uploaded */
+    struct seg *pdata; /* store mode: pdata[i] = the bytes of part i+1 (p NULL: none) */
     uint32_t parts_cap;
 };
 static struct {
@@ -416,10 +615,15 @@ static struct {
 
 static void upload_release(struct upload *u)
 {
+    if (u->pdata)
+        for (uint32_t i = 0; i < u->parts_cap; i++)
+            buf_put(u->pdata[i].p, u->pdata[i].cap);
     free(u->key);
     free(u->parts);
+    free(u->pdata);
     u->key = NULL;
     u->parts = NULL;
+    u->pdata = NULL;
     u->parts_cap = 0;
     u->used = false;
     g_up.used--;
@@ -479,11 +683,13 @@ static struct upload *upload_find(const char *id, size_t idlen, const char *k, s
     return u;
 }
 
-/* Records the size of part pn. Returns 0, 404 (no such upload) or 500 (no memory). */
+/* Records the size of part pn, and in store mode its bytes (*data, taken over on success:
+ * then cleared). Returns 0, 404 (no such upload) or 500 (no memory). */
 static int upload_part(const char *id, size_t idlen, const char *k, size_t n, uint32_t pn,
-                       uint64_t size)
+                       uint64_t size, struct seg *data)
 {
     int rc = 0;
+    struct seg old = {0};
     pthread_mutex_lock(&g_up.mu);
     struct upload *u = upload_find(id, idlen, k, n);
     if (!u) {
@@ -501,14 +707,30 @@ static int upload_part(const char *id, size_t idlen, const char *k, size_t n, ui
             rc = 500;
             goto out;
         }
+        u->parts = np;
+        if (g_opt.store_max) {
+            struct seg *nd = realloc(u->pdata, ncap * sizeof(*nd));
+            if (!nd) {
+                rc = 500;
+                goto out;
+            }
+            for (uint32_t j = u->parts_cap; j < ncap; j++)
+                nd[j] = (struct seg){0};
+            u->pdata = nd;
+        }
         for (uint32_t j = u->parts_cap; j < ncap; j++)
             np[j] = UINT64_MAX;
-        u->parts = np;
         u->parts_cap = ncap;
     }
     u->parts[pn - 1] = size;
+    if (u->pdata) {
+        old = u->pdata[pn - 1];
+        u->pdata[pn - 1] = *data;
+        *data = (struct seg){0};
+    }
 out:
     pthread_mutex_unlock(&g_up.mu);
+    buf_put(old.p, old.cap); /* a re-sent part: the bytes it replaces */
     return rc;
 }
 
@@ -532,9 +754,10 @@ static int upload_abort(const char *id, size_t idlen, const char *k, size_t n)
  * or 404 NoSuchUpload, 400 with *code set (InvalidPart, InvalidPartOrder, MalformedXML). */
 static int upload_complete(const char *id, size_t idlen, const char *k, size_t n,
                            const char *body, size_t blen, uint64_t *size, uint32_t *nparts,
-                           const char **code)
+                           uint64_t *ver, const char **code)
 {
     int rc = 0;
+    struct blob *data = NULL;
     uint64_t total = 0;
     uint32_t count = 0, last = 0;
     static const char tag[] = "<PartNumber>";
@@ -579,19 +802,52 @@ static int upload_complete(const char *id, size_t idlen, const char *k, size_t n
         *code = "MalformedXML";
         goto out;
     }
-    upload_release(u);
+    if (u->pdata) {
+        /* the listed parts' bytes, in part-number order, become the object's */
+        data = blob_new(count);
+        if (!data) {
+            rc = 500;
+            *code = "InternalError";
+            goto out;
+        }
+        uint32_t i = 0;
+        uint64_t off = 0;
+        for (p = body;;) {
+            const char *t = memmem(p, (size_t)(end - p), tag, sizeof(tag) - 1);
+            if (!t)
+                break;
+            t += sizeof(tag) - 1;
+            const char *q = t;
+            while (q < end && *q >= '0' && *q <= '9')
+                q++;
+            uint64_t pn = 1;
+            parse_u64(t, (size_t)(q - t), &pn); /* checked in the first pass */
+            data->seg[i] = u->pdata[pn - 1];
+            data->seg[i].start = off;
+            off += data->seg[i].len;
+            u->pdata[pn - 1] = (struct seg){0};
+            i++;
+            p = q;
+        }
+        data->size = off;
+    }
+    upload_release(u); /* frees the parts not listed */
     *size = total;
     *nparts = count;
 out:
     pthread_mutex_unlock(&g_up.mu);
-    if (rc == 0)
-        objmap_put(k, n, total, count);
+    if (rc == 0 && !objmap_put(k, n, total, count, data, ver) && g_opt.store_max) {
+        rc = 507;
+        *code = "InsufficientStorage";
+    }
     return rc;
 }
 
 /* ---- connections ---- */
 enum method { M_OTHER, M_GET, M_HEAD, M_PUT, M_POST, M_DELETE };
 enum state { ST_HEAD, ST_BODY, ST_SEND };
+/* where a chunked body's decoder is: a size line, data, the CRLF after data, trailers */
+enum chstate { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
 
 struct hdrval {
     const char *p;
@@ -613,11 +869,12 @@ struct req {
     struct hdrval upload_id, prefix;
     bool has_part_number;
     uint64_t part_number;
-    bool has_cl, has_te, expect_continue, conn_close, conn_keep_alive;
+    bool has_cl, has_te, te_chunked, aws_chunked, expect_continue, conn_close,
+        conn_keep_alive;
     uint64_t content_length;
     bool has_decoded_len;
     uint64_t decoded_len;
-    struct hdrval range, if_match, copy_source;
+    struct hdrval range, if_match, copy_source, te, content_encoding;
     int ncks;
     struct hdrval ck_name[MAX_CKS], ck_val[MAX_CKS];
     int http_minor;
@@ -635,13 +892,23 @@ struct conn {
     size_t in_len;   /* bytes in in[] */
     size_t scan;     /* where the search for the header end resumes */
     size_t req_used; /* bytes of in[] the current request consumed (header + body prefix) */
+    size_t hdr_end;  /* length of the current request's head in in[] */
     uint64_t body_left;
-    char *cbody; /* CompleteMultipartUpload body, or NULL */
-    size_t cbody_len;
+    bool chunked;            /* the body is chunked (Transfer-Encoding, or aws-chunked stored) */
+    enum chstate ch_state;
+    uint64_t ch_left;        /* data bytes left in the current chunk */
+    uint64_t decoded;        /* chunked: data bytes so far */
+    char *cbody; /* CompleteMultipartUpload / DeleteObjects body, or NULL */
+    size_t cbody_len, cbody_cap;
     bool cbody_toobig;
+    bool storing;            /* store mode: this body's bytes are kept in sb */
+    int store_err;           /* store mode: 507 (over --store) or 500: the body is discarded */
+    uint64_t store_want;     /* what did not fit (for the 507 message) */
+    struct seg sb;           /* store mode: the body received so far */
     struct req rq;
     size_t out_len, out_off;
     uint64_t pat_off, pat_left;
+    struct blob *blob;       /* store mode: a GET sends [pat_off, +pat_left) of this */
     char in[HDR_CAP];
     char out[OUT_CAP];
     char name[HDR_CAP + 1]; /* decoded bucket "/" key */
@@ -682,6 +949,8 @@ static void conn_close(struct conn *c)
     if (c->next)
         c->next->prev = c->prev;
     free(c->cbody);
+    buf_put(c->sb.p, c->sb.cap);
+    blob_unref(c->blob);
     free(c);
     atomic_fetch_sub(&w->load, 1);
     atomic_fetch_sub(&g_nconns, 1);
@@ -808,6 +1077,12 @@ static int parse_head(struct conn *c, size_t hdr_end)
             r->content_length = cl;
         } else if (hv_eq(name, "transfer-encoding")) {
             r->has_te = true;
+            r->te = val;
+            r->te_chunked = hv_eq(val, "chunked");
+        } else if (hv_eq(name, "content-encoding")) {
+            r->content_encoding = val;
+            if (hv_contains_token(val, "aws-chunked"))
+                r->aws_chunked = true;
         } else if (hv_eq(name, "expect")) {
             r->expect_continue = hv_eq(val, "100-continue");
         } else if (hv_eq(name, "connection")) {
@@ -863,8 +1138,8 @@ static int parse_head(struct conn *c, size_t hdr_end)
         size_t n = pct_decode(pp, r->prefix.n, pp);
         r->prefix = (struct hdrval){pp, n};
     }
-    if (r->has_te)
-        return 501;
+    if (r->has_te && !r->te_chunked)
+        return 501; /* only plain "chunked" is understood */
     return 0;
 }
 
@@ -886,6 +1161,7 @@ static const char *reason(int status)
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 505: return "HTTP Version Not Supported";
+    case 507: return "Insufficient Storage";
     default: return "Unknown";
     }
 }
@@ -1014,6 +1290,16 @@ static void respond_empty(struct conn *c, int status, bool echo_cks, const char 
     c->out_len = b.len; /* bounded inputs: cannot overflow OUT_CAP */
 }
 
+/* The ETag body (no quotes) of an object: stable for (name, size) outside store mode; in store
+ * mode the version (a new one for every write) changes it too. "-N" for N parts. */
+static void object_etag(const char *name, size_t n, uint64_t size, uint64_t ver,
+                        uint32_t nparts, char out[48])
+{
+    fake_etag(name, n, size ^ (ver * 0x9e3779b97f4a7c15ULL), out);
+    if (nparts)
+        snprintf(out + 32, 48 - 32, "-%" PRIu32, nparts);
+}
+
 /* Parses a single Range (bytes=a-b, bytes=a-, bytes=-n) for an object of size. Returns 0 with
  * [*a, *b] set, 1 to ignore the header (send the whole object), 2 if unsatisfiable. */
 static int parse_range(struct hdrval v, uint64_t size, uint64_t *a, uint64_t *b)
@@ -1054,16 +1340,17 @@ static int parse_range(struct hdrval v, uint64_t size, uint64_t *a, uint64_t *b)
 static void handle_get_object(struct conn *c)
 {
     struct req *r = &c->rq;
-    uint64_t size;
+    uint64_t size, ver;
     uint32_t nparts;
-    if (!object_size(r->name, r->name_len, &size, &nparts)) {
+    struct blob *data = NULL;
+    if (!object_size(r->name, r->name_len, &size, &nparts, &ver,
+                     r->method == M_GET ? &data : NULL)) {
         respond_error(c, 404, "NoSuchKey", "The specified key does not exist.");
         return;
     }
     char etag[48];
-    fake_etag(r->name, r->name_len, size, etag);
-    if (nparts)
-        snprintf(etag + 32, sizeof(etag) - 32, "-%" PRIu32, nparts);
+    object_etag(r->name, r->name_len, size, ver, nparts, etag);
+    c->blob = data; /* released when the response is done (request_done, conn_close) */
     if (r->if_match.n) {
         struct hdrval m = r->if_match;
         if (m.n >= 2 && m.p[0] == '"' && m.p[m.n - 1] == '"') {
@@ -1094,10 +1381,112 @@ static void handle_get_object(struct conn *c)
     if (rr == 0)
         ob_printf(&o, "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n", a, b, size);
     end_head(c, &o);
-    if (r->method == M_GET) {
+    if (r->method == M_GET && len) {
         c->pat_off = a;
         c->pat_left = len;
     }
+}
+
+/* 507 for a write that store mode cannot keep: over --store (want: the bytes asked for) or,
+ * with want 0, the object map full (--max-objects). */
+static void respond_store_full(struct conn *c, uint64_t want)
+{
+    char msg[256];
+    if (want) {
+        pthread_mutex_lock(&g_pool.mu);
+        uint64_t held = g_pool.held;
+        pthread_mutex_unlock(&g_pool.mu);
+        snprintf(msg, sizeof(msg),
+                 "The sink's --store limit of %" PRIu64 " bytes is reached: %" PRIu64
+                 " bytes are held and this body needs %" PRIu64 " more.",
+                 g_opt.store_max, held, want);
+    } else {
+        snprintf(msg, sizeof(msg),
+                 "The sink's object map is full (--max-objects %zu): the object is not kept.",
+                 g_opt.max_objects);
+    }
+    respond_error(c, 507, "InsufficientStorage", msg);
+}
+
+/* Decodes the five XML entities and &#N; / &#xN; (ASCII) of [s, s+n) into out (n bytes of
+ * room); returns the length. */
+static size_t xml_unescape(const char *s, size_t n, char *out)
+{
+    static const struct { const char *e; char c; } ents[] = {
+        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '&') {
+            bool done = false;
+            for (size_t j = 0; j < sizeof(ents) / sizeof(ents[0]) && !done; j++) {
+                size_t el = strlen(ents[j].e);
+                if (i + el <= n && memcmp(s + i, ents[j].e, el) == 0) {
+                    out[o++] = ents[j].c;
+                    i += el - 1;
+                    done = true;
+                }
+            }
+            const char *semi = memchr(s + i, ';', n - i);
+            if (!done && semi && i + 2 < n && s[i + 1] == '#') {
+                bool hex = s[i + 2] == 'x';
+                const char *d = s + i + (hex ? 3 : 2);
+                unsigned v = 0;
+                bool okd = d < semi;
+                for (; okd && d < semi; d++) {
+                    int h = hex ? hexval(*d) : (*d >= '0' && *d <= '9' ? *d - '0' : -1);
+                    if (h < 0 || v > 0x10FFFF)
+                        okd = false;
+                    else
+                        v = v * (hex ? 16 : 10) + (unsigned)h;
+                }
+                if (okd && v > 0 && v < 128) {
+                    out[o++] = (char)v;
+                    i = (size_t)(semi - s);
+                    done = true;
+                }
+            }
+            if (done)
+                continue;
+        }
+        out[o++] = s[i];
+    }
+    return o;
+}
+
+/* POST /b?delete (DeleteObjects): forgets every <Key> listed (and frees its bytes in store
+ * mode). The result lists nothing (as with <Quiet>true</Quiet>). */
+static void handle_delete_objects(struct conn *c)
+{
+    struct req *r = &c->rq;
+    struct worker *w = c->w;
+    if (c->cbody_toobig) {
+        respond_error(c, 400, "MalformedXML", "The DeleteObjects body is too large.");
+        return;
+    }
+    static const char tag[] = "<Key>", etag_[] = "</Key>";
+    char name[KEY_MAX + 256 + 2];
+    const char *p = c->cbody ? c->cbody : "", *end = p + c->cbody_len;
+    for (;;) {
+        const char *t = memmem(p, (size_t)(end - p), tag, sizeof(tag) - 1);
+        if (!t)
+            break;
+        t += sizeof(tag) - 1;
+        const char *e = memmem(t, (size_t)(end - t), etag_, sizeof(etag_) - 1);
+        if (!e)
+            break;
+        size_t kn = (size_t)(e - t);
+        if (r->bucket_len + 1 + kn <= sizeof(name)) {
+            memcpy(name, r->bucket, r->bucket_len);
+            name[r->bucket_len] = '/';
+            size_t dn = xml_unescape(t, kn, name + r->bucket_len + 1);
+            objmap_del(name, r->bucket_len + 1 + dn);
+        }
+        p = e + sizeof(etag_) - 1;
+    }
+    struct ob x;
+    xml_begin(&x, w);
+    ob_str(&x, "<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"></DeleteResult>");
+    respond_xml(c, 200, x.len, false);
 }
 
 static void handle_list(struct conn *c)
@@ -1149,13 +1538,18 @@ static void handle_complete(struct conn *c)
         respond_error(c, 400, "MalformedXML", "The CompleteMultipartUpload body is too large.");
         return;
     }
-    uint64_t size = 0;
+    uint64_t size = 0, ver = 0;
     uint32_t nparts = 0;
     const char *code = NULL;
     int rc = upload_complete(r->upload_id.p, r->upload_id.n, r->name, r->name_len,
-                             c->cbody ? c->cbody : "", c->cbody_len, &size, &nparts, &code);
+                             c->cbody ? c->cbody : "", c->cbody_len, &size, &nparts, &ver,
+                             &code);
     if (rc == 404) {
         respond_error(c, 404, "NoSuchUpload", "The specified upload does not exist.");
+        return;
+    }
+    if (rc == 507) {
+        respond_store_full(c, 0);
         return;
     }
     if (rc) {
@@ -1163,7 +1557,7 @@ static void handle_complete(struct conn *c)
         return;
     }
     char etag[48];
-    fake_etag(r->name, r->name_len, size, etag);
+    object_etag(r->name, r->name_len, size, ver, 0, etag);
     struct ob x;
     xml_begin(&x, c->w);
     ob_str(&x, "<CompleteMultipartUploadResult "
@@ -1195,15 +1589,20 @@ static void handle_copy(struct conn *c)
         return;
     }
     size_t n = pct_decode(s.p, s.n, src);
-    uint64_t size;
+    uint64_t size, ver;
     uint32_t nparts;
-    if (!object_size(src, n, &size, &nparts)) {
+    struct blob *data = NULL;
+    if (!object_size(src, n, &size, &nparts, &ver, &data)) {
         respond_error(c, 404, "NoSuchKey", "The specified key does not exist.");
         return;
     }
-    objmap_put(r->name, r->name_len, size, 0);
-    char etag[33];
-    fake_etag(r->name, r->name_len, size, etag);
+    /* store mode: the copy shares the source's bytes (the reference taken above) */
+    if (!objmap_put(r->name, r->name_len, size, 0, data, &ver) && g_opt.store_max) {
+        respond_store_full(c, 0);
+        return;
+    }
+    char etag[48];
+    object_etag(r->name, r->name_len, size, ver, 0, etag);
     struct ob x;
     xml_begin(&x, c->w);
     ob_printf(&x, "<CopyObjectResult><LastModified>%s</LastModified><ETag>&quot;%s&quot;</ETag>"
@@ -1219,9 +1618,20 @@ static void finish_request(struct conn *c)
     w->nreq++;
     c->pat_left = 0;
     c->state = ST_SEND;
-    if (g_opt.verbose)
-        fprintf(stderr, "[%d] %.*s %.*s\n", w->idx, (int)r->method_raw.n, r->method_raw.p,
-                (int)r->target.n, r->target.p);
+    if (g_opt.verbose) {
+        /* the request line, and how its body was framed */
+        char cl[32] = "-";
+        if (r->has_cl)
+            snprintf(cl, sizeof(cl), "%" PRIu64, r->content_length);
+        fprintf(stderr, "[%d] %.*s %.*s content-length=%s transfer-encoding=%.*s "
+                        "content-encoding=%.*s body=%" PRIu64 "%s\n",
+                w->idx, (int)r->method_raw.n, r->method_raw.p, (int)r->target.n, r->target.p,
+                cl, r->te.n ? (int)r->te.n : 1, r->te.n ? r->te.p : "-",
+                r->content_encoding.n ? (int)r->content_encoding.n : 1,
+                r->content_encoding.n ? r->content_encoding.p : "-",
+                c->chunked ? c->decoded : r->has_cl ? r->content_length : 0,
+                c->chunked ? " (decoded)" : "");
+    }
     if (r->bucket_len == 0) {
         if (r->method == M_GET || r->method == M_HEAD) {
             struct ob x;
@@ -1270,11 +1680,7 @@ static void finish_request(struct conn *c)
             return;
         case M_POST:
             if (r->q_delete) {
-                struct ob x;
-                xml_begin(&x, w);
-                ob_str(&x, "<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-                           "</DeleteResult>");
-                respond_xml(c, 200, x.len, false);
+                handle_delete_objects(c);
                 return;
             }
             break;
@@ -1292,18 +1698,45 @@ static void finish_request(struct conn *c)
         handle_get_object(c);
         return;
     case M_PUT: {
-        if (!r->has_cl) {
+        /* CopyObject has no body: the CRT (s3torchconnector's DCP writer) sends it without
+         * Content-Length, which HTTP/1.1 allows (no length, no chunking: an empty body) */
+        if (!r->has_cl && !c->chunked && !r->copy_source.n) {
             respond_error(c, 411, "MissingContentLength", "You must provide the Content-Length.");
             return;
         }
         uint64_t size = r->has_decoded_len ? r->decoded_len : r->content_length;
+        if (c->chunked) {
+            if (r->has_decoded_len && c->decoded != r->decoded_len) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "The chunked body has %" PRIu64 " bytes, "
+                         "x-amz-decoded-content-length says %" PRIu64 ".", c->decoded,
+                         r->decoded_len);
+                respond_error(c, 400, "IncompleteBody", msg);
+                return;
+            }
+            size = c->decoded;
+        }
+        if (c->store_err == 507) {
+            respond_store_full(c, c->store_want);
+            return;
+        }
+        if (c->storing) {
+            if (!c->sb.p) { /* an empty body: one byte of buffer stands for it */
+                c->sb.p = buf_get(1, &c->sb.cap);
+                if (!c->sb.p) {
+                    respond_store_full(c, 1);
+                    return;
+                }
+            }
+            size = c->sb.len;
+        }
         if (r->upload_id.n || r->has_part_number) {
             if (r->part_number < 1 || r->part_number > MAX_PARTS || !r->upload_id.n) {
                 respond_error(c, 400, "InvalidArgument", "Part number must be 1 to 10000.");
                 return;
             }
             int rc = upload_part(r->upload_id.p, r->upload_id.n, r->name, r->name_len,
-                                 (uint32_t)r->part_number, size);
+                                 (uint32_t)r->part_number, size, &c->sb);
             if (rc == 404) {
                 respond_error(c, 404, "NoSuchUpload", "The specified upload does not exist.");
                 return;
@@ -1323,9 +1756,24 @@ static void finish_request(struct conn *c)
             handle_copy(c);
             return;
         }
-        objmap_put(r->name, r->name_len, size, 0);
-        char etag[33];
-        fake_etag(r->name, r->name_len, size, etag);
+        struct blob *data = NULL;
+        if (c->storing) {
+            data = blob_new(1);
+            if (!data) {
+                respond_error(c, 500, "InternalError", "Out of memory.");
+                return;
+            }
+            data->seg[0] = c->sb;
+            data->size = c->sb.len;
+            c->sb = (struct seg){0};
+        }
+        uint64_t ver;
+        if (!objmap_put(r->name, r->name_len, size, 0, data, &ver) && g_opt.store_max) {
+            respond_store_full(c, 0);
+            return;
+        }
+        char etag[48];
+        object_etag(r->name, r->name_len, size, ver, 0, etag);
         respond_empty(c, 200, true, etag);
         return;
     }
@@ -1356,6 +1804,17 @@ static void finish_request(struct conn *c)
     respond_error(c, 501, "NotImplemented", "The sink does not implement this request.");
 }
 
+/* A response to a request that could not be read; the connection closes after it. */
+static void fail_request_msg(struct conn *c, int status, const char *code, const char *msg)
+{
+    c->close_after = true;
+    c->state = ST_SEND;
+    c->pat_left = 0;
+    c->rq.key_len = 0;
+    c->rq.method = M_OTHER;
+    respond_error(c, status, code, msg);
+}
+
 /* A response to a request that could not be parsed; the connection closes after it. */
 static void fail_request(struct conn *c, int status)
 {
@@ -1369,7 +1828,8 @@ static void fail_request(struct conn *c, int status)
         respond_error(c, 431, "RequestHeaderSectionTooLarge", "Request header section too large.");
         break;
     case 501:
-        respond_error(c, 501, "NotImplemented", "Transfer-Encoding is not supported.");
+        respond_error(c, 501, "NotImplemented",
+                      "Only Transfer-Encoding: chunked is supported.");
         break;
     case 505:
         respond_error(c, 505, "HttpVersionNotSupported", "Only HTTP/1.0 and 1.1.");
@@ -1385,6 +1845,191 @@ static bool send_small(struct conn *c, const char *s, size_t n)
 {
     ssize_t k = send(c->fd, s, n, MSG_NOSIGNAL);
     return k == (ssize_t)n;
+}
+
+/* ---- request bodies: where their bytes go ---- */
+enum bdst { BD_DISCARD, BD_KEEP, BD_STORE };
+
+/* Grows the store buffer of a body of unknown size (chunked) to take at least `more` bytes.
+ * False (and store_err set: the rest is discarded) when --store does not allow it. */
+static bool store_grow(struct conn *c, uint64_t more)
+{
+    uint64_t ncap = c->sb.cap * 2;
+    if (ncap < c->sb.len + more)
+        ncap = c->sb.len + more;
+    if (ncap < (64u << 10))
+        ncap = 64u << 10;
+    uint64_t cap;
+    uint8_t *p = buf_get(ncap, &cap);
+    if (!p) {
+        c->store_err = 507;
+        c->store_want = ncap;
+        return false;
+    }
+    if (c->sb.len)
+        memcpy(p, c->sb.p, (size_t)c->sb.len);
+    buf_put(c->sb.p, c->sb.cap);
+    c->sb.p = p;
+    c->sb.cap = cap;
+    return true;
+}
+
+/* Where the next body bytes go, at most want of them (*room set, > 0 for want > 0): the kept
+ * body (CompleteMultipartUpload, DeleteObjects), the store buffer, or the discard buffer. */
+static uint8_t *body_dst(struct conn *c, uint64_t want, size_t *room, enum bdst *kind)
+{
+    if (c->cbody) {
+        size_t left = c->cbody_cap - c->cbody_len;
+        if (left) {
+            *room = want < left ? (size_t)want : left;
+            *kind = BD_KEEP;
+            return (uint8_t *)c->cbody + c->cbody_len;
+        }
+        c->cbody_toobig = true; /* a chunked body over COMPLETE_BODY_CAP */
+    } else if (c->storing && !c->store_err &&
+               (c->sb.len < c->sb.cap || store_grow(c, want))) {
+        uint64_t left = c->sb.cap - c->sb.len;
+        *room = (size_t)(want < left ? want : left);
+        *kind = BD_STORE;
+        return c->sb.p + c->sb.len;
+    }
+    *room = want < g_opt.recv_buf ? (size_t)want : g_opt.recv_buf;
+    *kind = BD_DISCARD;
+    return c->w->rbuf;
+}
+
+static void body_got(struct conn *c, enum bdst kind, size_t n)
+{
+    if (kind == BD_KEEP)
+        c->cbody_len += n;
+    else if (kind == BD_STORE)
+        c->sb.len += n;
+    c->w->bytes_in += n;
+}
+
+/* Body bytes that arrived with the head (or a chunk line) in in[]. */
+static void body_take(struct conn *c, const char *p, size_t n)
+{
+    while (n) {
+        size_t room;
+        enum bdst kind;
+        uint8_t *d = body_dst(c, n, &room, &kind);
+        if (kind != BD_DISCARD)
+            memcpy(d, p, room);
+        body_got(c, kind, room);
+        p += room;
+        n -= room;
+    }
+}
+
+/* One step of reading a chunked body (RFC 9112 7.1; also aws-chunked, whose chunk extensions
+ * carry signatures and whose trailers carry checksums: both ignored). Data goes to body_dst;
+ * size lines and trailers are read into in[] after the head, so that bytes of the next
+ * request read with them stay in in[]. Returns 1 on progress (the request may be finished or
+ * failed: c->state says), 0 when the socket has nothing more now, -1 to close. */
+static int chunked_step(struct conn *c, size_t *budget)
+{
+    if (c->ch_state == CH_DATA) {
+        if (c->ch_left == 0) {
+            c->ch_state = CH_DATA_END;
+            return 1;
+        }
+        if (c->in_len > c->req_used) {
+            size_t take = c->in_len - c->req_used;
+            if (take > c->ch_left)
+                take = (size_t)c->ch_left;
+            body_take(c, c->in + c->req_used, take);
+            c->req_used += take;
+            c->ch_left -= take;
+            c->decoded += take;
+            return 1;
+        }
+        if (*budget == 0)
+            return 0;
+        size_t room;
+        enum bdst kind;
+        uint8_t *d = body_dst(c, c->ch_left, &room, &kind);
+        ssize_t n = recv(c->fd, d, room, 0);
+        if (n > 0) {
+            body_got(c, kind, (size_t)n);
+            c->ch_left -= (uint64_t)n;
+            c->decoded += (uint64_t)n;
+            *budget = (size_t)n >= *budget ? 0 : *budget - (size_t)n;
+            return 1;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n < 0 && errno == EINTR)
+            return 1;
+        return -1;
+    }
+    /* a line: a chunk size, the CRLF after a chunk's data, a trailer or the final CRLF */
+    char *b = c->in + c->req_used;
+    size_t avail = c->in_len - c->req_used;
+    char *nl = memchr(b, '\n', avail);
+    if (!nl) {
+        if (c->req_used > c->hdr_end) { /* make room: drop what was consumed after the head */
+            memmove(c->in + c->hdr_end, b, avail);
+            c->in_len = c->hdr_end + avail;
+            c->req_used = c->hdr_end;
+        }
+        if (c->in_len >= sizeof(c->in)) {
+            fail_request_msg(c, 400, "BadRequest",
+                             "A chunk-size or trailer line of the chunked body is too long.");
+            return 1;
+        }
+        ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+            return 1;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n < 0 && errno == EINTR)
+            return 1;
+        return -1;
+    }
+    size_t ll = (size_t)(nl - b);
+    c->req_used += ll + 1;
+    if (ll && b[ll - 1] == '\r')
+        ll--;
+    switch (c->ch_state) {
+    case CH_SIZE: {
+        uint64_t v = 0;
+        size_t i = 0;
+        for (; i < ll && hexval(b[i]) >= 0; i++) {
+            if (v >> 58) {
+                fail_request_msg(c, 400, "BadRequest", "A chunk size is too large.");
+                return 1;
+            }
+            v = v * 16 + (uint64_t)hexval(b[i]);
+        }
+        if (i == 0 || (i < ll && b[i] != ';' && b[i] != ' ' && b[i] != '\t')) {
+            fail_request_msg(c, 400, "BadRequest",
+                             "Malformed chunk-size line in the chunked body.");
+            return 1;
+        }
+        c->ch_left = v;
+        c->ch_state = v ? CH_DATA : CH_TRAILER;
+        return 1;
+    }
+    case CH_DATA_END:
+        if (ll != 0) {
+            fail_request_msg(c, 400, "BadRequest",
+                             "A chunk's data is longer than its size (no CRLF after it).");
+            return 1;
+        }
+        c->ch_state = CH_SIZE;
+        return 1;
+    case CH_TRAILER:
+        if (ll == 0) { /* the end of the body */
+            c->ch_state = CH_DONE;
+            finish_request(c);
+        }
+        return 1;
+    default:
+        return 1;
+    }
 }
 
 /* Looks for a complete head in in[]; on success parses it and moves to ST_BODY (or ST_SEND).
@@ -1411,31 +2056,51 @@ static int try_head(struct conn *c)
     }
     struct req *r = &c->rq;
     c->close_after = r->conn_close || (r->http_minor == 0 && !r->conn_keep_alive);
-    c->body_left = r->has_cl ? r->content_length : 0;
-    c->cbody_len = 0;
+    c->hdr_end = hdr_end;
+    /* Transfer-Encoding: chunked overrides Content-Length (RFC 9112 6.3). An aws-chunked body
+     * (Content-Length = its encoded size) is decoded only when its bytes are stored; else it
+     * is counted as Content-Length bytes and x-amz-decoded-content-length is its size. */
+    c->chunked = r->te_chunked || (g_opt.store_max && r->aws_chunked && r->method == M_PUT);
+    c->ch_state = CH_SIZE;
+    c->ch_left = c->decoded = 0;
+    c->body_left = !c->chunked && r->has_cl ? r->content_length : 0;
+    c->cbody_len = c->cbody_cap = 0;
     c->cbody_toobig = false;
-    if (r->method == M_POST && r->upload_id.n && c->body_left) {
+    c->storing = false;
+    c->store_err = 0;
+    bool keep = r->method == M_POST && (r->upload_id.n || (r->q_delete && r->key_len == 0));
+    if (keep && (c->body_left || c->chunked)) {
         if (c->body_left > COMPLETE_BODY_CAP) {
             c->cbody_toobig = true;
         } else {
+            size_t cap = c->chunked ? COMPLETE_BODY_CAP : (size_t)c->body_left;
             free(c->cbody);
-            c->cbody = malloc(c->body_left);
+            c->cbody = malloc(cap);
             if (!c->cbody)
                 return -1;
+            c->cbody_cap = cap;
         }
     }
-    /* body bytes already in in[] */
+    if (g_opt.store_max && r->method == M_PUT && r->key_len && !r->copy_source.n &&
+        (r->has_cl || c->chunked)) {
+        /* store mode: the body's buffer now (its size known), or as chunks arrive */
+        uint64_t want = c->chunked ? (r->has_decoded_len ? r->decoded_len : 0) : c->body_left;
+        c->storing = true;
+        c->sb = (struct seg){0};
+        if (want && !(c->sb.p = buf_get(want, &c->sb.cap))) {
+            c->store_err = 507; /* answered once the body is read (and discarded) */
+            c->store_want = want;
+        }
+    }
+    /* body bytes already in in[] (a chunked body reads them itself) */
     size_t have = c->in_len - hdr_end;
     size_t take = have < c->body_left ? have : (size_t)c->body_left;
     if (take) {
-        if (c->cbody)
-            memcpy(c->cbody, c->in + hdr_end, take);
-        c->cbody_len = take;
+        body_take(c, c->in + hdr_end, take);
         c->body_left -= take;
         c->req_used += take;
-        c->w->bytes_in += take;
     }
-    if (c->body_left && r->expect_continue &&
+    if ((c->body_left || (c->chunked && !have)) && r->expect_continue &&
         !send_small(c, "HTTP/1.1 100 Continue\r\n\r\n", 25))
         return -1;
     c->state = ST_BODY;
@@ -1451,6 +2116,12 @@ static void request_done(struct conn *c)
     c->scan = 0;
     free(c->cbody);
     c->cbody = NULL;
+    buf_put(c->sb.p, c->sb.cap); /* a body that was not kept (an error) */
+    c->sb = (struct seg){0};
+    c->storing = false;
+    c->chunked = false;
+    blob_unref(c->blob);
+    c->blob = NULL;
     c->state = ST_HEAD;
 }
 
@@ -1485,6 +2156,14 @@ static bool drive(struct conn *c)
             goto close; /* EOF or error */
         }
         case ST_BODY: {
+            if (c->chunked) {
+                int t = chunked_step(c, &budget);
+                if (t < 0)
+                    goto close;
+                if (t == 0)
+                    return set_interest(c, EPOLLIN) || (conn_close(c), false);
+                continue;
+            }
             if (c->body_left == 0) {
                 finish_request(c);
                 continue;
@@ -1492,20 +2171,12 @@ static bool drive(struct conn *c)
             if (budget == 0)
                 return set_interest(c, EPOLLIN) || (conn_close(c), false);
             size_t want;
-            void *dst;
-            if (c->cbody) {
-                dst = c->cbody + c->cbody_len;
-                want = (size_t)c->body_left;
-            } else {
-                dst = w->rbuf;
-                want = c->body_left < g_opt.recv_buf ? (size_t)c->body_left : g_opt.recv_buf;
-            }
+            enum bdst kind;
+            uint8_t *dst = body_dst(c, c->body_left, &want, &kind);
             ssize_t n = recv(c->fd, dst, want, 0);
             if (n > 0) {
                 c->body_left -= (uint64_t)n;
-                if (c->cbody)
-                    c->cbody_len += (size_t)n;
-                w->bytes_in += (uint64_t)n;
+                body_got(c, kind, (size_t)n);
                 budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
                 continue;
             }
@@ -1529,7 +2200,26 @@ static bool drive(struct conn *c)
             if (c->out_off < c->out_len)
                 iov[niov++] = (struct iovec){c->out + c->out_off, c->out_len - c->out_off};
             uint64_t off = c->pat_off, left = c->pat_left;
-            while (left && niov < SEND_IOVS + 1) {
+            if (c->blob && left) { /* stored bytes, across the object's segments */
+                const struct blob *bl = c->blob;
+                for (uint32_t i = blob_seg_at(bl, off); left && niov < SEND_IOVS + 1 &&
+                                                        i < bl->nseg; i++) {
+                    const struct seg *sg = &bl->seg[i];
+                    if (off >= sg->start + sg->len)
+                        continue;
+                    uint64_t in = off - sg->start, len = sg->len - in;
+                    if (len > left)
+                        len = left;
+                    if (len > (1u << 30))
+                        len = 1u << 30;
+                    iov[niov++] = (struct iovec){sg->p + in, (size_t)len};
+                    off += len;
+                    left -= len;
+                    if (off < sg->start + sg->len)
+                        break; /* capped: the rest of this segment in the next sendmsg */
+                }
+            }
+            while (!c->blob && left && niov < SEND_IOVS + 1) {
                 size_t pos = (size_t)(off % PAT_PERIOD);
                 size_t len = left < PAT_PERIOD ? (size_t)left : PAT_PERIOD;
                 iov[niov++] = (struct iovec){g_pat + pos, len};
@@ -1587,8 +2277,13 @@ static void conn_add(struct worker *w, int fd)
     c->close_after = false;
     c->in_len = c->scan = c->req_used = 0;
     c->body_left = 0;
+    c->chunked = false;
     c->cbody = NULL;
-    c->cbody_len = 0;
+    c->cbody_len = c->cbody_cap = 0;
+    c->storing = false;
+    c->store_err = 0;
+    c->sb = (struct seg){0};
+    c->blob = NULL;
     c->out_len = c->out_off = 0;
     c->pat_left = 0;
     c->prev = NULL;
@@ -1707,10 +2402,14 @@ static void usage(FILE *f)
             "  --max-objects N     keys remembered (default 1000000)\n"
             "  --max-uploads N     multipart uploads in progress (default 4096)\n"
             "  --recv-buffer BYTES discard buffer per thread (default 262144)\n"
+            "  --store BYTES       keep the bytes of objects and parts (up to BYTES in all;\n"
+            "                      K/M/G/T suffixes) and serve them back; writes over the\n"
+            "                      limit get 507 (default: bodies are discarded)\n"
             "  --verbose           log every request to stderr\n"
             "  --quiet             no statistics at exit\n"
             "  --help              this text\n"
-            "Objects put are remembered by size; unknown keys ending in size-N have N bytes.\n"
+            "Objects put are remembered by size; unknown keys ending in size-N have N bytes\n"
+            "(not with --store: there only the objects written exist).\n"
             "SIGINT or SIGTERM stops it and prints byte and request counts.\n");
 }
 
@@ -1722,6 +2421,28 @@ static bool opt_num(const char *s, long long lo, long long hi, long long *out)
     if (errno || end == s || *end || v < lo || v > hi)
         return false;
     *out = v;
+    return true;
+}
+
+/* A byte count: decimal digits with an optional K, M, G or T (powers of 1024). */
+static bool opt_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return false;
+    int sh = 0;
+    switch (*end) {
+    case 'K': case 'k': sh = 10; end++; break;
+    case 'M': case 'm': sh = 20; end++; break;
+    case 'G': case 'g': sh = 30; end++; break;
+    case 'T': case 't': sh = 40; end++; break;
+    default: break;
+    }
+    if (*end || v == 0 || v > (UINT64_C(1) << (62 - sh)))
+        return false;
+    *out = (uint64_t)v << sh;
     return true;
 }
 
@@ -1755,6 +2476,8 @@ static int parse_args(int argc, char **argv)
                 g_opt.max_uploads = (uint32_t)v;
             else if (!strcmp(a, "--recv-buffer") && opt_num(val, 4096, 64LL << 20, &v))
                 g_opt.recv_buf = (size_t)v;
+            else if (!strcmp(a, "--store") && opt_bytes(val, &g_opt.store_max))
+                ;
             else {
                 fprintf(stderr, "s3flash-sink: bad option or value: %s %s\n", a, val);
                 return -1;
@@ -1880,9 +2603,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.port_file);
         goto stop;
     }
-    if (!g_opt.quiet)
-        fprintf(stderr, "s3flash-sink: listening on %s:%d with %d threads\n", g_opt.bind_addr,
+    if (!g_opt.quiet) {
+        fprintf(stderr, "s3flash-sink: listening on %s:%d with %d threads", g_opt.bind_addr,
                 port, g_opt.threads);
+        if (g_opt.store_max)
+            fprintf(stderr, ", storing up to %" PRIu64 " bytes", g_opt.store_max);
+        fputc('\n', stderr);
+    }
     int sig;
     sigwait(&set, &sig);
     rc = 0;
@@ -1900,9 +2627,14 @@ stop:
     }
     for (int i = 0; i < g_opt.threads; i++)
         drop_handoffs(&ws[i]);
-    if (!g_opt.quiet)
+    if (!g_opt.quiet) {
+        if (g_opt.store_max)
+            fprintf(stderr, "s3flash-sink: store: %" PRIu64 " bytes held, %" PRIu64
+                            " pooled for reuse, peak %" PRIu64 " of %" PRIu64 "\n",
+                    g_pool.held, g_pool.pooled, g_pool.peak, g_opt.store_max);
         fprintf(stderr, "s3flash-sink: %" PRIu64 " requests, %" PRIu64 " body bytes in, %" PRIu64
                         " body bytes out\n", nreq, bin, bout);
+    }
 out:
     if (ws)
         for (int i = 0; i < g_opt.threads; i++) {
@@ -1925,6 +2657,7 @@ out:
                 upload_release(&g_up.slots[i]);
     free(g_up.slots);
     objmap_free();
+    pool_free();
     free(g_pat);
     return rc;
 }

@@ -349,13 +349,72 @@ def raw_exchange(port, data, expect_close=True):
     return got
 
 
-def test_rejects_chunked_and_missing_length(sink):
+def recv_response(s, buf=b"", head_request=False):
+    """Reads one response (Content-Length framed) from socket s; returns (head, body, rest)."""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, f"connection closed after {buf!r}"
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    m = re.search(rb"\r\nContent-Length: (\d+)", head)
+    n = int(m.group(1)) if m and not head_request else 0
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        assert chunk, "connection closed in a body"
+        rest += chunk
+    return head, rest[:n], rest[n:]
+
+
+def test_chunked_put_and_missing_length(sink):
+    # plain HTTP/1.1 chunked, with a chunk extension and a trailer, then (pipelined on the same
+    # connection, sent in the same write) a HEAD: the bytes after the body belong to the HEAD
+    body = os.urandom(70000)
+    chunks = [body[:1], body[1:65537], body[65537:]]
+    enc = b"".join(b"%x;ext=1\r\n" % len(c) + c + b"\r\n" for c in chunks)
+    enc += b"0\r\nx-amz-checksum-crc32c: AAAAAA==\r\n\r\n"
+    s = socket.create_connection(("127.0.0.1", sink.port), timeout=10)
+    s.sendall(b"PUT /bkt/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+              enc + b"HEAD /bkt/chunked HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, _, rest = recv_response(s)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert b"Connection: close" not in head
+    head2, _, _ = recv_response(s, rest, head_request=True)
+    assert head2.startswith(b"HTTP/1.1 200 ") and b"\r\nContent-Length: 70000\r\n" in head2
+    s.close()
+    r, _ = req(sink, "HEAD", "/bkt/chunked")
+    assert r.status == 200 and r.getheader("Content-Length") == "70000"
+
+    # http.client sends chunked when asked to (no Content-Length): an empty chunked body
+    c = sink.conn()
+    c.request("PUT", "/bkt/chunked2", body=iter([b"abc", b"", b"defg"]),
+              encode_chunked=True)
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200
+    r, _ = req(sink, "HEAD", "/bkt/chunked2", conn=c)
+    assert r.getheader("Content-Length") == "7"
+    c.close()
+
+    # malformed chunk framing: 400 naming it, and the connection closes
+    got = raw_exchange(sink.port, b"PUT /bkt/bad HTTP/1.1\r\nHost: x\r\n"
+                                  b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 400 ") and b"chunk-size line" in got
+    got = raw_exchange(sink.port, b"PUT /bkt/bad HTTP/1.1\r\nHost: x\r\n"
+                                  b"Transfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 400 ") and b"longer than its size" in got
+    assert req(sink, "HEAD", "/bkt/bad")[0].status == 404
+    # other transfer codings are not understood
     got = raw_exchange(sink.port, b"PUT /bkt/c HTTP/1.1\r\nHost: x\r\n"
-                                  b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+                                  b"Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 501 ") and b"Connection: close" in got
     # http.client adds Content-Length: 0 to a PUT without a body: send a raw one
     got = raw_exchange(sink.port, b"PUT /bkt/nolen HTTP/1.1\r\nHost: x\r\n\r\n", False)
     assert got.startswith(b"HTTP/1.1 411 ")
+    # ... except a CopyObject, which has no body (the CRT sends it without Content-Length)
+    got = raw_exchange(sink.port, b"PUT /bkt/copied HTTP/1.1\r\nHost: x\r\n"
+                                  b"x-amz-copy-source: /bkt/chunked\r\n\r\n", False)
+    assert got.startswith(b"HTTP/1.1 200 ") and b"<CopyObjectResult>" in got
+    assert req(sink, "HEAD", "/bkt/copied")[0].getheader("Content-Length") == "70000"
 
 
 def test_header_too_large(sink):
@@ -468,3 +527,188 @@ def test_limits_and_options(tmp_path):
         rc = s.stop(signal.SIGINT)
     assert rc == 0
     assert "object map full" in s.stderr
+
+
+# ---- store mode (--store MAX): the bytes put are kept and served back ----
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = Sink(tmp_path_factory.mktemp("store"), "--threads", "2", "--store", "64M")
+    yield s
+    rc = s.stop()
+    assert rc == 0, s.stderr
+    assert "storing up to 67108864 bytes" in s.stderr
+
+
+def get_range(sink, key, rng):
+    return req(sink, "GET", key, headers={"Range": rng})
+
+
+def test_store_put_get_ranges_head(store):
+    body = os.urandom(3 * PERIOD + 17)       # not the pattern: the stored bytes come back
+    r, _ = req(store, "PUT", "/bkt/s/one", body)
+    assert r.status == 200
+    etag = r.getheader("ETag")
+    r, data = req(store, "HEAD", "/bkt/s/one")
+    assert r.status == 200 and data == b""
+    assert r.getheader("Content-Length") == str(len(body)) and r.getheader("ETag") == etag
+    r, data = req(store, "GET", "/bkt/s/one")
+    assert r.status == 200 and r.getheader("ETag") == etag and data == body
+    n = len(body)
+    for rng, a, b in (("bytes=0-0", 0, 0), ("bytes=5-99999", 5, 99999),
+                      (f"bytes={n - 10}-", n - 10, n - 1), ("bytes=-7", n - 7, n - 1),
+                      (f"bytes=100-{n + 1000}", 100, n - 1), (f"bytes=-{n + 5}", 0, n - 1)):
+        r, data = get_range(store, "/bkt/s/one", rng)
+        assert r.status == 206, rng
+        assert r.getheader("Content-Range") == f"bytes {a}-{b}/{n}", rng
+        assert data == body[a:b + 1], rng
+    r, data = get_range(store, "/bkt/s/one", f"bytes={n}-")
+    assert r.status == 416 and r.getheader("Content-Range") == f"bytes */{n}"
+    assert xml_field(data, "Code") == "InvalidRange"
+
+    # an empty object
+    r, _ = req(store, "PUT", "/bkt/s/empty", b"")
+    assert r.status == 200
+    r, data = req(store, "GET", "/bkt/s/empty")
+    assert r.status == 200 and data == b"" and r.getheader("Content-Length") == "0"
+    assert get_range(store, "/bkt/s/empty", "bytes=0-")[0].status == 416
+
+    # store mode serves only what was written: no size-N objects
+    r, data = req(store, "GET", "/bkt/never-size-100")
+    assert r.status == 404 and xml_field(data, "Code") == "NoSuchKey"
+
+
+def test_store_overwrite_copy_delete(store):
+    req(store, "PUT", "/bkt/s/ow", b"first version")
+    r1, _ = req(store, "HEAD", "/bkt/s/ow")
+    r, _ = req(store, "PUT", "/bkt/s/ow", b"second!!!!!!!")   # the same size
+    assert r.status == 200
+    r2, data = req(store, "GET", "/bkt/s/ow")
+    assert data == b"second!!!!!!!"
+    assert r2.getheader("ETag") != r1.getheader("ETag")       # every write: a new ETag
+    r, data = req(store, "PUT", "/bkt/s/cp", headers={"x-amz-copy-source": "/bkt/s/ow"})
+    assert r.status == 200 and b"<CopyObjectResult>" in data
+    req(store, "PUT", "/bkt/s/ow", b"third")                  # the copy keeps its bytes
+    assert req(store, "GET", "/bkt/s/cp")[1] == b"second!!!!!!!"
+    assert req(store, "GET", "/bkt/s/ow")[1] == b"third"
+    assert req(store, "DELETE", "/bkt/s/ow")[0].status == 204
+    assert req(store, "GET", "/bkt/s/ow")[0].status == 404
+    assert req(store, "HEAD", "/bkt/s/ow")[0].status == 404
+    assert req(store, "GET", "/bkt/s/cp")[1] == b"second!!!!!!!"
+    # DeleteObjects forgets the keys listed (escaped as XML)
+    req(store, "PUT", "/bkt/s/a&b", b"x")
+    body = (b"<Delete><Quiet>true</Quiet><Object><Key>s/cp</Key></Object>"
+            b"<Object><Key>s/a&amp;b</Key></Object></Delete>")
+    r, data = req(store, "POST", "/bkt?delete", body)
+    assert r.status == 200 and b"<DeleteResult" in data
+    assert req(store, "HEAD", "/bkt/s/cp")[0].status == 404
+    assert req(store, "HEAD", "/bkt/s/a%26b")[0].status == 404
+
+
+def test_store_multipart(store):
+    _, data = req(store, "POST", "/bkt/s/mp?uploads")
+    uid = xml_field(data, "UploadId")
+    parts = {n: os.urandom(5 << 20) for n in (1, 2, 3)}
+    parts[4] = os.urandom(1234)
+    for n in (3, 1, 4, 2):                    # any order; part 2 re-sent with other bytes
+        r, _ = req(store, "PUT", f"/bkt/s/mp?partNumber={n}&uploadId={uid}", parts[n])
+        assert r.status == 200
+    parts[2] = os.urandom(5 << 20)
+    r, _ = req(store, "PUT", f"/bkt/s/mp?partNumber=2&uploadId={uid}", parts[2])
+    assert r.status == 200
+    listed = [1, 2, 4]                       # part 3 left out: not part of the object
+    r, data = req(store, "POST", f"/bkt/s/mp?uploadId={uid}",
+                  complete_body([(n, "x") for n in listed]))
+    assert r.status == 200
+    etag = xml_field(data, "ETag").replace("&quot;", '"')
+    want = b"".join(parts[n] for n in listed)
+    r, data = req(store, "GET", "/bkt/s/mp")
+    assert r.status == 200 and r.getheader("ETag") == etag and len(data) == len(want)
+    assert hashlib.sha256(data).digest() == hashlib.sha256(want).digest()
+    r, _ = req(store, "HEAD", "/bkt/s/mp")
+    assert r.getheader("Content-Length") == str(len(want))
+    # ranges across part boundaries
+    p1 = 5 << 20
+    for a, b in ((p1 - 3, p1 + 2), (0, 2 * p1 + 5), (2 * p1 - 1, len(want) - 1)):
+        r, data = get_range(store, "/bkt/s/mp", f"bytes={a}-{b}")
+        assert r.status == 206 and data == want[a:b + 1], (a, b)
+    r, data = get_range(store, "/bkt/s/mp", "bytes=-1300")
+    assert data == want[-1300:]
+    # an aborted upload keeps nothing
+    _, data = req(store, "POST", "/bkt/s/mp2?uploads")
+    uid2 = xml_field(data, "UploadId")
+    req(store, "PUT", f"/bkt/s/mp2?partNumber=1&uploadId={uid2}", b"z" * 1000)
+    assert req(store, "DELETE", f"/bkt/s/mp2?uploadId={uid2}")[0].status == 204
+    assert req(store, "HEAD", "/bkt/s/mp2")[0].status == 404
+    assert req(store, "DELETE", "/bkt/s/mp")[0].status == 204
+
+
+def test_store_chunked_bodies(store):
+    body = os.urandom(200000)
+    c = store.conn()
+    c.request("PUT", "/bkt/s/ch", body=iter([body[:10], body[10:150000], body[150000:]]),
+              encode_chunked=True)
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200
+    r, data = req(store, "GET", "/bkt/s/ch", conn=c)
+    assert data == body
+    c.close()
+    # aws-chunked (SigV4 streaming): Content-Length is the encoded size; the decoded bytes are
+    # the object
+    sig = "0" * 64
+    enc = b"".join(b"%x;chunk-signature=%s\r\n" % (len(x), sig.encode()) + x + b"\r\n"
+                   for x in (body[:65536], body[65536:]))
+    enc += b"0;chunk-signature=" + sig.encode() + b"\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n"
+    hdrs = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(body)),
+            "x-amz-trailer": "x-amz-checksum-crc32"}
+    r, _ = req(store, "PUT", "/bkt/s/awsch", enc, hdrs)
+    assert r.status == 200
+    r, data = req(store, "GET", "/bkt/s/awsch")
+    assert data == body and r.getheader("Content-Length") == str(len(body))
+    hdrs["x-amz-decoded-content-length"] = str(len(body) + 1)
+    r, data = req(store, "PUT", "/bkt/s/awsch", enc, hdrs)
+    assert r.status == 400 and xml_field(data, "Code") == "IncompleteBody"
+    assert req(store, "GET", "/bkt/s/awsch")[1] == body      # unchanged
+
+
+def test_store_limit_and_reuse(tmp_path):
+    s = Sink(tmp_path, "--threads", "1", "--store", "3M")
+    try:
+        big = os.urandom(1 << 20)
+        for i in range(2):
+            assert req(s, "PUT", f"/b/k{i}", big)[0].status == 200
+        r, data = req(s, "PUT", "/b/k2", os.urandom(1536 << 10))
+        assert r.status == 507
+        assert xml_field(data, "Code") == "InsufficientStorage"
+        assert "--store limit of 3145728 bytes" in xml_field(data, "Message")
+        assert req(s, "HEAD", "/b/k2")[0].status == 404           # nothing half-kept
+        # the connection still works, and so does a multipart part or chunked body over it
+        _, data = req(s, "POST", "/b/mp?uploads")
+        uid = xml_field(data, "UploadId")
+        r, data = req(s, "PUT", f"/b/mp?partNumber=1&uploadId={uid}", os.urandom(2 << 20))
+        assert r.status == 507 and "--store" in xml_field(data, "Message")
+        c = s.conn()
+        c.request("PUT", "/b/ch", body=iter([os.urandom(1 << 20)] * 2), encode_chunked=True)
+        r = c.getresponse()
+        assert r.status == 507 and b"--store limit" in r.read()
+        c.close()
+        # freed on delete (and overwrite): the room comes back, and buffers are reused
+        assert req(s, "DELETE", "/b/k0")[0].status == 204
+        for _ in range(5):
+            assert req(s, "PUT", "/b/k1", big)[0].status == 200
+        assert req(s, "PUT", "/b/k2", big)[0].status == 200
+        assert req(s, "GET", "/b/k2")[1] == big
+        for k in ("k1", "k2"):
+            req(s, "DELETE", f"/b/{k}")
+        req(s, "DELETE", f"/b/mp?uploadId={uid}")
+    finally:
+        rc = s.stop()
+    assert rc == 0, s.stderr
+    # everything deleted: nothing held (the accounting balances), the buffers kept for reuse
+    m = re.search(r"store: (\d+) bytes held, (\d+) pooled for reuse, peak (\d+)", s.stderr)
+    assert m, s.stderr
+    assert int(m.group(1)) == 0 and 0 < int(m.group(2)) <= 3 << 20
+    assert int(m.group(3)) <= 3 << 20
+    r = subprocess.run([sink_exe(), "--store", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--store" in r.stderr
