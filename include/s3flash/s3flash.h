@@ -467,6 +467,36 @@ S3F_API enum s3f_status s3f_download_buffer(struct s3f_client *c, const char *bu
                                             const struct s3f_download_options *opts,
                                             struct s3f_object_info *info,
                                             struct s3f_error *err);
+/* Allocates the destination of s3f_download_alloc: `size` bytes (0 for an empty object),
+ * or NULL to fail the call with S3F_ERR_NO_MEMORY (also a way to refuse an object larger
+ * than the caller wants: the GET is then stopped). Called at most once per call, on the
+ * calling thread, with no lock of the client held; it may block (take a lock, Python's GIL). */
+typedef void *(*s3f_alloc_fn)(void *user_data, size_t size);
+
+/* Download a whole object whose size is not known beforehand into memory allocated for it:
+ * one GET without a Range header and no HEAD (what a dataset item of unknown size needs).
+ * The size comes from the response's Content-Length, the ETag from its header (info->etag).
+ * The destination is allocated once, as soon as the response's headers tell the size: by
+ * `alloc(alloc_user_data, size)` if given, else with malloc (free it with free()). The
+ * bytes are written straight into it (those that arrive before it exists are staged and
+ * copied once), so memory holds one copy of the object; the object is not split into
+ * parallel parts (s3f_download_buffer does that when the size is known). A connection
+ * broken mid-body is resumed from the byte it reached with If-Match on the first ETag;
+ * errors are retried as for every request. Options: version_id, if_match as for the other
+ * downloads; verify_checksum: 0 or 1 ask for the object's checksum with the GET
+ * (x-amz-checksum-mode) and verify the whole-object checksum the response carries (CRC32C,
+ * CRC32 or CRC64NVME; a checksum of part checksums, "...-N", is not of the bytes and is
+ * skipped), -1 never; mismatch: S3F_ERR_CHECKSUM with the response's request id. part_size,
+ * fsync and progress are not used. On success *data and *len are the object's bytes and
+ * size and `info` (optional) its metadata. On failure *data is NULL and *len 0; memory from
+ * malloc is freed, memory from `alloc` stays the caller's (tracked through user_data). */
+S3F_API enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket,
+                                           const char *key,
+                                           const struct s3f_download_options *opts,
+                                           s3f_alloc_fn alloc, void *alloc_user_data,
+                                           void **data, size_t *len,
+                                           struct s3f_object_info *info,
+                                           struct s3f_error *err);
 /* Download into the concatenation of `n_iov` regions (the object may be shorter). */
 S3F_API enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket,
                                          const char *key, const struct s3f_iovec *iov,

@@ -29,6 +29,9 @@ MiB = 1024 * 1024
 # whose size the listing gave, up to this size, is one GET into memory instead of the
 # reader's HEAD + GET. Larger objects stream through the reader.
 _WHOLE_READ_MAX = 64 * MiB
+# A first readinto of an item of unknown size takes the one-GET path from this buffer size
+# on (a smaller buffer is a partial read more often than not: the reader serves it)
+_WHOLE_READINTO_MIN = 256 * 1024
 
 
 def identity(obj: Any) -> Any:
@@ -78,12 +81,20 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str,
 
 
 class _DatasetReader(S3Reader):
-    """The sequential S3Reader of a dataset item, told the object's size by the listing.
+    """The sequential S3Reader of a dataset item, told the object's size by the listing
+    (``from_prefix``) or not (``from_objects``).
 
-    ``size`` needs no request. A whole-object ``read()`` (or ``readinto`` of a buffer that
-    holds the object) from position 0 of an object of up to 64 MiB is one GET (the engine's
-    download into memory, parts in parallel), not the reader's HEAD + GET; later reads and
-    seeks are served from those bytes. Anything else is the engine's reader, opened lazily.
+    With a listed size, ``size`` needs no request, and a whole-object ``read()`` (or
+    ``readinto`` of a buffer that holds the object) from position 0 of an object of up to
+    64 MiB is one GET (the engine's download into memory, parts in parallel), not the
+    reader's HEAD + GET. Without one, a first ``read()``/``read(-1)``/``readall()`` from
+    position 0 is one GET without a Range and no HEAD, of any size (the engine's
+    s3f_download_alloc: the size comes from the response, the bytes land in the bytes object
+    returned, one copy in memory); so is a first ``readinto`` of a buffer of at least
+    256 KiB when the object fits in it (a larger object stops that GET after its headers and
+    the reader takes over). Later reads, seeks, ``tell`` and ``size`` are served from those
+    bytes. Anything else (a partial read, a seek or ``size`` first) is the engine's reader,
+    opened lazily with a HEAD.
     Picklable: a reader returned by a DataLoader worker is rebuilt in the main process on a
     client shared per (region, endpoint, config).
     """
@@ -106,6 +117,24 @@ class _DatasetReader(S3Reader):
         return (self._data is None and self._native is None and self._pos == 0
                 and n is not None and n <= _WHOLE_READ_MAX and (want < 0 or want >= n))
 
+    def _unknown_whole_ok(self) -> bool:
+        return (self._data is None and self._native is None and self._pos == 0
+                and self._listed_size is None)
+
+    def _fetch_whole(self, max_size: int = -1) -> bool:
+        """One GET of the whole object of unknown size, no HEAD (s3f_download_alloc); False
+        when it has more than max_size (>= 0) bytes (the GET stopped after its headers)."""
+        got = self._client.native.download_whole(self._bucket, self._key, max_size=max_size)
+        if got is None:
+            return False
+        data, info = got
+        self._data = data
+        self._listed_size = len(data)
+        if info.get("etag"):
+            self._listed_etag = info["etag"]
+            self._known = (len(data), info["etag"])
+        return True
+
     def _fetch_into(self, buf: Any) -> Optional[int]:
         """One GET of the whole object into buf; None if it no longer fits (grew since the
         listing: the caller falls back to the reader)."""
@@ -120,12 +149,10 @@ class _DatasetReader(S3Reader):
         to meet (the object is then read lazily, as without prefetch)."""
         try:
             if self._listed_size is None:
-                self._listed_size = super().size  # opens the reader: one HEAD
-                if self._listed_size > _WHOLE_READ_MAX:
-                    return
-                self._native, native = None, self._native
-                if native is not None:
-                    native.close()
+                if self._unknown_whole_ok() and self._fetch_whole(_WHOLE_READ_MAX):
+                    return  # one GET, no HEAD
+                self._listed_size = super().size  # over 64 MiB: open the reader (a HEAD)
+                return
             if self._whole_read_ok(-1):
                 buf = bytearray(self._listed_size or 0)
                 n = self._fetch_into(buf) if buf else 0
@@ -146,7 +173,9 @@ class _DatasetReader(S3Reader):
         if self._closed:
             raise ValueError("I/O operation on closed S3Reader")
         want = -1 if size is None else size
-        if self._whole_read_ok(want):
+        if want < 0 and self._unknown_whole_ok():
+            self._fetch_whole()
+        elif self._whole_read_ok(want):
             buf = bytearray(self._listed_size or 0)
             n = self._fetch_into(buf) if buf else 0
             if n is not None:
@@ -162,7 +191,9 @@ class _DatasetReader(S3Reader):
         if self._closed:
             raise ValueError("I/O operation on closed S3Reader")
         mv = memoryview(buf).cast("B")
-        if self._data is None and self._whole_read_ok(mv.nbytes):
+        if mv.nbytes >= _WHOLE_READINTO_MIN and self._unknown_whole_ok():
+            self._fetch_whole(mv.nbytes)
+        elif self._data is None and self._whole_read_ok(mv.nbytes):
             n = self._fetch_into(mv) if mv.nbytes else 0
             if n is not None:
                 self._data = bytes(mv[:n])  # later seeks and reads need no request
@@ -174,6 +205,9 @@ class _DatasetReader(S3Reader):
             self._pos += len(chunk)
             return len(chunk)
         return super().readinto(buf)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if self._data is None or self._closed:

@@ -1062,6 +1062,78 @@ static PyObject *Client_download_into(ClientObject *self, PyObject *args) {
     return PyLong_FromUnsignedLongLong(info.size);
 }
 
+/* The destination of download_whole: a bytes object of exactly the object's size, made on
+ * the calling thread (s3f_download_alloc calls its allocator there) with the GIL taken back
+ * for the moment, so the bytes land in the object that is returned: no second copy. */
+struct whole_alloc {
+    PyThreadState *ts;     /* the calling thread's state while the GIL is released */
+    PyObject *bytes;
+    long long max_size;    /* < 0: any size */
+    int too_big;
+};
+
+static void *whole_alloc_bytes(void *ud, size_t size) {
+    struct whole_alloc *a = ud;
+    if ((a->max_size >= 0 && (unsigned long long)size > (unsigned long long)a->max_size) ||
+        size > (size_t)PY_SSIZE_T_MAX) {
+        a->too_big = 1;
+        return NULL;
+    }
+    PyEval_RestoreThread(a->ts);
+    a->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    void *p = a->bytes ? PyBytes_AS_STRING(a->bytes) : NULL;
+    a->ts = PyEval_SaveThread(); /* a MemoryError stays set for the caller */
+    return p;
+}
+
+/* download_whole(bucket, key, max_size=-1) -> (bytes, info) or None: the whole object in
+ * one GET without a Range (no HEAD: the size comes from the response), into a bytes object
+ * made for it. None when the object has more than max_size bytes (>= 0): the GET is then
+ * stopped after its headers. */
+static PyObject *Client_download_whole(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "max_size", NULL};
+    const char *bucket, *key;
+    long long max_size = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|L:download_whole", kwlist, &bucket, &key,
+                                     &max_size))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    struct whole_alloc a = {.max_size = max_size};
+    void *data = NULL;
+    size_t len = 0;
+    a.ts = PyEval_SaveThread();
+    enum s3f_status st = s3f_download_alloc(c, bucket, key, NULL, whole_alloc_bytes, &a, &data,
+                                            &len, &info, &err);
+    PyEval_RestoreThread(a.ts);
+    if (st) {
+        Py_XDECREF(a.bytes);
+        if (a.too_big) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (st == S3F_ERR_NO_MEMORY && PyErr_Occurred())
+            return NULL; /* the MemoryError of the allocation */
+        return raise_s3(st, &err);
+    }
+    if (!a.bytes) { /* cannot happen: success means the allocator ran */
+        PyErr_SetString(PyExc_SystemError, "download_whole: no buffer");
+        return NULL;
+    }
+    PyObject *d = info_to_dict(&info);
+    if (!d) {
+        Py_DECREF(a.bytes);
+        return NULL;
+    }
+    PyObject *r = PyTuple_Pack(2, a.bytes, d);
+    Py_DECREF(a.bytes);
+    Py_DECREF(d);
+    return r;
+}
+
 static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "prefix", "delimiter", "continuation_token",
                              "start_after", "max_keys", NULL};
@@ -1227,6 +1299,10 @@ static PyMethodDef Client_methods[] = {
      "Upload a buffer in place (no copy), parts in parallel."},
     {"download_into", (PyCFunction)Client_download_into, METH_VARARGS,
      "download_into(bucket, key, buffer) -> int\nThe whole object into a writable buffer."},
+    {"download_whole", (PyCFunction)(void (*)(void))Client_download_whole,
+     METH_VARARGS | METH_KEYWORDS,
+     "download_whole(bucket, key, max_size=-1) -> (bytes, info) or None\nThe whole object "
+     "in one GET without a Range (no HEAD); None when it has more than max_size bytes."},
     {"list_objects", (PyCFunction)(void (*)(void))Client_list_objects,
      METH_VARARGS | METH_KEYWORDS,
      "list_objects(bucket, prefix=None, delimiter=None, continuation_token=None, "

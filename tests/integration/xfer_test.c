@@ -1122,6 +1122,156 @@ static void test_large(void) {
     s3f_client_free(c);
 }
 
+
+/* ---- s3f_download_alloc: one GET of an object of unknown size ------------------------- */
+
+struct alloc_count {
+    int calls;
+    size_t size;
+    size_t refuse_over; /* 0: never refuse */
+};
+
+static void *count_alloc(void *ud, size_t size) {
+    struct alloc_count *a = ud;
+    a->calls++;
+    a->size = size;
+    if (a->refuse_over && size > a->refuse_over)
+        return NULL;
+    return malloc(size ? size : 1);
+}
+
+/* Download `key` (expected `n` bytes of `want`) with s3f_download_alloc, both allocators. */
+static void check_alloc_download(struct s3f_client *c, const char *key,
+                                 const unsigned char *want, size_t n) {
+    struct s3f_error e;
+    struct s3f_object_info hi, di;
+    CHECK_INT(s3f_head_object(c, bucket, key, NULL, &hi, &e), S3F_OK);
+    void *data = (void *)1;
+    size_t len = 12345;
+    memset(&di, 0, sizeof(di));
+    enum s3f_status st = s3f_download_alloc(c, bucket, key, NULL, NULL, NULL, &data, &len, &di, &e);
+    if (st)
+        print_err("download_alloc", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK(data != NULL);
+    CHECK_INT(len, n);
+    CHECK_INT(di.size, n);
+    CHECK_STR(di.etag, hi.etag);
+    CHECK(st || n == 0 || memcmp(data, want, n) == 0);
+    free(data);
+    /* the caller's allocator: called once, with the exact size */
+    struct alloc_count a = {0};
+    data = NULL;
+    st = s3f_download_alloc(c, bucket, key, NULL, count_alloc, &a, &data, &len, NULL, &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(a.calls, 1);
+    CHECK_INT(a.size, n);
+    CHECK_INT(len, n);
+    CHECK(st || n == 0 || memcmp(data, want, n) == 0);
+    free(data);
+}
+
+static void test_download_alloc(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    size_t sizes[] = {0, 1, 1000, 64 << 10, 3 * MIB + 7, 2 * PART + 13};
+    for (size_t i = 0; i < ARRAY_LEN(sizes); i++) {
+        size_t n = sizes[i];
+        char key[64];
+        snprintf(key, sizeof(key), "alloc/%zu", n);
+        unsigned char *data = pattern(n, 300 + (unsigned)i);
+        /* the multipart one through the engine, the others as one PutObject */
+        CHECK_INT(s3f_upload_buffer(c, bucket, key, data, n, NULL, NULL, &e), S3F_OK);
+        uint64_t before;
+        struct s3f_client_stats cs;
+        s3f_client_stats(c, &cs, 0);
+        before = cs.requests_started;
+        check_alloc_download(c, key, data, n);
+        s3f_client_stats(c, &cs, 0);
+        /* two calls above, one data request each */
+        CHECK_INT(cs.requests_started - before, 2);
+        printf("  %zu bytes: one GET each\n", n);
+        free(data);
+    }
+    /* an allocator that refuses: S3F_ERR_NO_MEMORY, nothing returned */
+    struct alloc_count a = {.refuse_over = 100};
+    void *data = (void *)1;
+    size_t len = 1;
+    enum s3f_status st =
+        s3f_download_alloc(c, bucket, "alloc/1000", NULL, count_alloc, &a, &data, &len, NULL, &e);
+    CHECK_INT(st, S3F_ERR_NO_MEMORY);
+    CHECK_INT(a.calls, 1);
+    CHECK(data == NULL);
+    CHECK_INT(len, 0);
+    CHECK(strstr(e.resource, "alloc/1000") != NULL);
+    /* a missing key: NoSuchKey, named, with the request id */
+    data = (void *)1;
+    st = s3f_download_alloc(c, bucket, "alloc/missing", NULL, NULL, NULL, &data, &len, NULL, &e);
+    CHECK_INT(st, S3F_ERR_NOT_FOUND);
+    CHECK_STR(e.code, "NoSuchKey");
+    CHECK_INT(e.http_status, 404);
+    CHECK(e.request_id[0] != '\0');
+    CHECK(strstr(e.resource, bucket) != NULL && strstr(e.resource, "alloc/missing") != NULL);
+    CHECK_STR(e.operation, "GetObject");
+    CHECK(data == NULL);
+    print_err("expected", &e);
+    /* If-Match of another ETag: 412 */
+    struct s3f_download_options o = {.if_match = "\"0123456789abcdef0123456789abcdef\""};
+    st = s3f_download_alloc(c, bucket, "alloc/1000", &o, NULL, NULL, &data, &len, NULL, &e);
+    CHECK_INT(st, S3F_ERR_PRECONDITION_FAILED);
+    /* arguments */
+    CHECK_INT(s3f_download_alloc(c, bucket, "k", NULL, NULL, NULL, NULL, &len, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK_INT(s3f_download_alloc(c, bucket, "", NULL, NULL, NULL, &data, &len, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    s3f_client_free(c);
+}
+
+/* Through tests/servers/faultproxy.py, steered by test_download_alloc.py: "ck/good" and
+ * "ck/bad" are answered by the proxy itself with a CRC32 header that matches the body or
+ * not; the first GET of "ck/big" (a real object, uploaded here) is reset mid-body. */
+static void test_download_alloc_proxy(void) {
+    struct s3f_client *c = client();
+    struct s3f_error e;
+    void *data = NULL;
+    size_t len = 0;
+    struct s3f_object_info di;
+    enum s3f_status st = s3f_download_alloc(c, bucket, "ck/good", NULL, NULL, NULL, &data, &len, &di, &e);
+    if (st)
+        print_err("good checksum", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(len, 11);
+    CHECK(st || memcmp(data, "hello world", 11) == 0);
+    free(data);
+    data = NULL;
+    st = s3f_download_alloc(c, bucket, "ck/bad", NULL, NULL, NULL, &data, &len, NULL, &e);
+    CHECK_INT(st, S3F_ERR_CHECKSUM);
+    CHECK(data == NULL);
+    CHECK(strstr(e.message, "CRC32") != NULL);
+    CHECK_STR(e.request_id, "tx-ck-bad");
+    CHECK(strstr(e.resource, "ck/bad") != NULL);
+    print_err("expected", &e);
+    struct s3f_download_options never = {.verify_checksum = -1};
+    st = s3f_download_alloc(c, bucket, "ck/bad", &never, NULL, NULL, &data, &len, NULL, &e);
+    CHECK_INT(st, S3F_OK);
+    free(data);
+    size_t n = 2 * PART + 5;
+    unsigned char *want = pattern(n, 77);
+    CHECK_INT(s3f_put_object(c, bucket, "ck/big", want, n, NULL, NULL, &e), S3F_OK);
+    struct alloc_count a = {0};
+    data = NULL;
+    st = s3f_download_alloc(c, bucket, "ck/big", NULL, count_alloc, &a, &data, &len, &di, &e);
+    if (st)
+        print_err("resumed download", &e);
+    CHECK_INT(st, S3F_OK);
+    CHECK_INT(a.calls, 1);
+    CHECK_INT(len, n);
+    CHECK(st || memcmp(data, want, n) == 0);
+    free(data);
+    free(want);
+    s3f_client_free(c);
+}
+
 /* ---- main ----------------------------------------------------------------------------- */
 
 static void empty_bucket(struct s3f_client *c) {
@@ -1194,6 +1344,9 @@ int main(int argc, char **argv) {
         RUN(test_checksums);
     if (only && strcmp(only, "test_large") == 0)
         RUN(test_large);
+    MAYBE(test_download_alloc);
+    if (only && strcmp(only, "test_download_alloc_proxy") == 0)
+        RUN(test_download_alloc_proxy);
     empty_bucket(c);
     enum s3f_status st = s3f_delete_bucket(c, bucket, &e);
     if (st)

@@ -6,8 +6,11 @@ import json
 import multiprocessing
 import os
 import pickle
+import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import torch
@@ -274,7 +277,7 @@ def test_from_objects(seeded, opts, bucket, constructor):
     many = [f"s3://{bucket}/{k}" for k in ALL_KEYS]
     got = list(_loader(S3IterableDataset.from_objects(many, transform=key_and_check,
                                                       prefetch=8, **opts)))
-    assert sorted(got) == ALL_KEYS   # prefetch without listed sizes: HEAD, then GET
+    assert sorted(got) == ALL_KEYS   # prefetch without listed sizes: one GET each
 
 
 def test_prefetch_errors_surface_at_read(seeded, opts, bucket):
@@ -284,6 +287,62 @@ def test_prefetch_errors_surface_at_read(seeded, opts, bucket):
     with pytest.raises(FileNotFoundError):
         next(it).read()
     assert next(it).read() == _body(2)
+
+
+def _requests_by_method(proxy):
+    """{method: {path: count}} of what went through the proxy, counted at its socket."""
+    out = {}
+    for k, n in proxy.stats()["requests"].items():
+        method, path = k.split(" ", 1)
+        out.setdefault(method, {})[path] = out.get(method, {}).get(path, 0) + n
+    return out
+
+
+def test_from_objects_one_get_per_object_no_head(seeded, bucket, region, endpoint):
+    """from_objects items have no listed size or ETag; a whole read of one is one GET
+    without a Range (the size from the response) and no HEAD. The requests are counted by
+    method at the socket, by tests/servers/faultproxy.py sitting between client and RGW."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+    from faults import start_faultproxy
+    u = urlparse(endpoint)
+    with start_faultproxy(u.hostname, u.port) as proxy:
+        o = {"region": region, "endpoint": proxy.endpoint}
+        uris = [f"s3://{bucket}/{_key(i)}" for i in range(50)]
+        m = S3MapDataset.from_objects(uris[:10], **o)
+        for i in range(10):                            # read(), then from the bytes
+            r = m[i]
+            assert r.read() == _body(i)
+            assert r.size == len(_body(i)) and r.tell() == len(_body(i))
+            assert r.seek(3) == 3 and r.read(5) == _body(i)[3:8] and r.tell() == 8
+            assert r.seek(-2, os.SEEK_END) == len(_body(i)) - 2 and r.read() == _body(i)[-2:]
+            assert r.read() == b""
+        it = S3IterableDataset.from_objects(uris[10:20], transform=lambda r: r.readall(), **o)
+        assert list(it) == [_body(i) for i in range(10, 20)]
+        pre = S3IterableDataset.from_objects(uris[20:30], transform=lambda r: r.read(-1),
+                                             prefetch=4, **o)
+        assert list(pre) == [_body(i) for i in range(20, 30)]
+        ld = _loader(S3IterableDataset.from_objects(uris[30:40], transform=key_and_check, **o))
+        assert sorted(ld) == ALL_KEYS[30:40]           # in forked DataLoader workers
+        m2 = S3MapDataset.from_objects(uris[40:45], **o)
+        for i in range(40, 45):                        # readinto of a buffer that holds it
+            buf = bytearray(1 << 20)
+            r = m2[i - 40]
+            assert r.readinto(buf) == len(_body(i)) and bytes(buf[:len(_body(i))]) == _body(i)
+            assert r.size == len(_body(i)) and r.readinto(buf) == 0
+        whole = _requests_by_method(proxy)
+        proxy.reset()
+        m3 = S3MapDataset.from_objects(uris[45:50], **o)
+        for i in range(45, 50):                        # a partial first read: the reader
+            r = m3[i - 45]
+            assert r.read(10) == _body(i)[:10] and r.read() == _body(i)[10:]
+        partial = _requests_by_method(proxy)
+    gets = whole.get("GET", {})
+    assert set(whole) == {"GET"}, whole                # no HEAD (nor anything else)
+    assert sorted(gets) == sorted(f"/{bucket}/{_key(i)}" for i in range(45)), gets
+    assert set(gets.values()) == {1}, gets             # one GET per object
+    # the other path, for contrast: the reader opens with a HEAD
+    assert sum(partial.get("HEAD", {}).values()) == 5, partial
+    assert sum(partial.get("GET", {}).values()) == 5, partial
 
 
 def test_range_based_constructor_from_prefix(seeded, opts):
