@@ -5,7 +5,11 @@ min-max, ratios to s3flash. Run it through `bash bench/run.sh [--quick] [--rgw]`
 the peers and the package and builds the sink); see bench/README.md.
 
   python3 bench/compare.py [--quick] [--rgw] [--no-sink] [--scenarios save,load,raw,...]
-                           [--sizes 256M,1G,4G] [--repeat 3] [--sink BIN]
+                           [--sizes 256M,1G,4G] [--repeat 3] [--sink BIN] [--store-max B]
+
+Endpoints: "sink" (bench/sink.c discarding bodies: every upload-side row), "sink-store" (the
+same binary with --store, a fresh process per group: load, dcp and dataset read back real
+bytes) and, with --rgw, Ceph RGW.
 
 Each run is a fresh process (bench/compare/worker.py) so that peak RSS and CPU are its own.
 The worker measures its phase (wall, user+sys of its threads and reaped children, peak RSS via
@@ -108,16 +112,22 @@ def rgw_pids():
 
 
 class Sink:
-    def __init__(self, exe, threads=2):
+    """bench/sink.c in a process of its own; store=N: with --store N (it keeps the bytes)."""
+
+    def __init__(self, exe, threads=2, store=0):
         self.tmp = tempfile.mkdtemp(prefix="s3flash-compare-sink.")
         pf = os.path.join(self.tmp, "port")
         self.err = open(os.path.join(self.tmp, "stderr"), "w+")
         self.p = subprocess.Popen([exe, "--port", "0", "--port-file", pf, "--threads",
-                                   str(threads)], stderr=self.err)
+                                   str(threads)] + (["--store", str(store)] if store else []),
+                                  stderr=self.err)
         for _ in range(200):
-            if os.path.exists(pf):
+            if os.path.exists(pf) or self.p.poll() is not None:
                 break
             time.sleep(0.05)
+        if not os.path.exists(pf):
+            self.err.seek(0)
+            sys.exit(f"the sink ({exe}) did not start: {self.err.read().strip()}")
         with open(pf) as f:
             self.port = int(f.read())
 
@@ -194,20 +204,34 @@ def physical_limits(a, results):
                  "rss_base": 0})
 
 
+# Scenarios run against the store-mode sink (sink-store): those that read back what they wrote.
+# Uploads (save, raw, lightning) are measured against the discarding sink only, so that the
+# sink's own copy of the bytes does not slow them.
+STORE_SCENARIOS = ("load", "dcp", "dataset")
+# DCP's save phase against sink-store (it must run, to have something to load) is left out of
+# the table: the sink copies the bytes into memory it may have to fault in first. The save
+# rows are those against the discarding sink.
+STORE_UNTABLED_PHASES = ("save",)
+
+
 def plan(a):
     """[(scenario, endpoint, size label, base spec, variants)] in run order."""
     out = []
     scen = a.scenarios
     for ep in a.endpoints:
         rgw = ep["kind"] == "rgw"
+        store = ep.get("store", False)   # the sink with --store: it keeps the bytes
+        real = rgw or store              # the server returns the bytes that were put
         sizes = [s for s in a.sizes if not rgw or s <= a.rgw_max]
         for sc in scen:
+            if store and sc not in STORE_SCENARIOS:
+                continue
             if sc == "save":
                 for s in sizes:
                     out.append((sc, ep, fmt_size(s), {"size": s}))
             elif sc == "load":
-                if not rgw:
-                    continue  # the sink keeps sizes, not bytes: torch.load cannot work there
+                if not real:
+                    continue  # the discarding sink keeps sizes, not bytes: see sink-store
                 for s in sizes:
                     out.append((sc, ep, fmt_size(s), {"size": s}))
             elif sc == "raw":
@@ -216,13 +240,14 @@ def plan(a):
                 out.append((sc, ep, f"{a.small_count} x 256 KiB",
                             {"size": 256 * 1024, "shape": "small", "count": a.small_count}))
             elif sc == "dcp":
-                out.append((sc, ep, fmt_size(a.dcp_size), {"size": a.dcp_size, "load": rgw}))
+                out.append((sc, ep, fmt_size(a.dcp_size), {"size": a.dcp_size, "load": real}))
             elif sc == "lightning":
                 out.append((sc, ep, fmt_size(a.ltn_size), {"size": a.ltn_size, "saves": 3}))
             elif sc == "dataset":
                 n = a.ds_count if not rgw else min(a.ds_count, a.rgw_ds_count)
                 out.append((sc, ep, f"{n} x {fmt_size(a.ds_obj)}",
-                            {"size": a.ds_obj, "count": n, "ds_prefix": "cmp-ds"}))
+                            {"size": a.ds_obj, "count": n, "ds_prefix": "cmp-ds",
+                             "ds_real": real}))
     return out
 
 
@@ -235,7 +260,7 @@ def prepare(a, sc, ep, spec):
         if "error" in r:
             return {"error": r["error"]}
         return {"want_n": r["n"], "want_bytes": r["bytes"], "local_path": r["path"]}
-    if sc == "dataset" and ep["kind"] == "rgw":
+    if sc == "dataset" and (ep["kind"] == "rgw" or ep.get("store")):
         r = run_worker(dict(base, scenario="prepare_dataset"), 900)[0]
         if "error" in r:
             return {"error": r["error"]}
@@ -262,40 +287,64 @@ def cleanup(a, ep, sc, extra):
                     "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
 
 
+def start_store_sink(a, ep):
+    """A fresh store-mode sink for one group (its port and pid into ep): stopping it after
+    the group frees every byte the group put (the sink lists nothing, so DCP's prefix deletes
+    cannot), and the next group starts from empty memory."""
+    sk = Sink(a.sink, store=a.store_max)
+    ep.update(url=f"http://127.0.0.1:{sk.port}", pids=[sk.p.pid])
+    return sk
+
+
 def run_all(a, results):
     groups = plan(a)
     total = sum(len(VARIANTS[g[0]]) for g in groups) * a.repeat
     done = 0
     t_start = time.time()
     for sc, ep, label, spec in groups:
-        extra = prepare(a, sc, ep, spec)
-        variants = VARIANTS[sc]
-        for rep in range(a.repeat):
-            k = rep % len(variants)  # alternate: each repetition starts with another client
-            for client, settings, vx in variants[k:] + variants[:k]:
-                done += 1
-                key = (sc, ep["name"], label, client, settings)
-                if "error" in extra:
-                    results.add(key + ("",), {"error": "prepare: " + extra["error"]})
-                    continue
-                s = dict(spec, **extra)
-                s.update(tuned=False, scenario=sc, client=client, endpoint=ep, prefix="cmp",
-                         local_dir=a.local_dir,
-                         server_pids=ep["pids"] if client != "local" else [])
-                s.update(vx)
-                t0 = time.time()
-                rs = run_worker(s, a.timeout)
-                for r in rs:
-                    results.add(key + (r.get("phase", "main"),), r)
-                first = rs[0]
-                what = first.get("skip") or first.get("error") or ", ".join(
-                    f"{r.get('phase')} {r['wall']:.2f}s" for r in rs[:3])
-                print(f"[{done}/{total} {time.time() - t_start:.0f}s] {sc} {ep['name']} "
-                      f"{label} {client} {settings}: {what} ({time.time() - t0:.1f}s)",
-                      file=sys.stderr, flush=True)
-                if first.get("skip"):  # not available: no point repeating
-                    variants = [v for v in variants if v[:2] != (client, settings)]
-        cleanup(a, ep, sc, extra)
+        store_sink = start_store_sink(a, ep) if ep.get("store") else None
+        try:
+            run_group(a, results, sc, ep, label, spec, done, total, t_start)
+        finally:
+            if store_sink:
+                rep = store_sink.stop()
+                a.store_reports.append(f"{sc} {label}: " + " / ".join(
+                    ln.replace("s3flash-sink: ", "") for ln in rep.splitlines()[-2:]))
+        done += len(VARIANTS[sc]) * a.repeat
+
+
+def run_group(a, results, sc, ep, label, spec, done, total, t_start):
+    """The runs of one group (scenario, endpoint, size): every client, alternated."""
+    extra = prepare(a, sc, ep, spec)
+    variants = VARIANTS[sc]
+    for rep in range(a.repeat):
+        k = rep % len(variants)  # alternate: each repetition starts with another client
+        for client, settings, vx in variants[k:] + variants[:k]:
+            done += 1
+            key = (sc, ep["name"], label, client, settings)
+            if "error" in extra:
+                results.add(key + ("",), {"error": "prepare: " + extra["error"]})
+                continue
+            s = dict(spec, **extra)
+            s.update(tuned=False, scenario=sc, client=client, endpoint=ep, prefix="cmp",
+                     local_dir=a.local_dir,
+                     server_pids=ep["pids"] if client != "local" else [])
+            s.update(vx)
+            t0 = time.time()
+            rs = run_worker(s, a.timeout)
+            for r in rs:
+                if ep.get("store") and r.get("phase") in STORE_UNTABLED_PHASES:
+                    continue  # uploads are measured against the discarding sink
+                results.add(key + (r.get("phase", "main"),), r)
+            first = rs[0]
+            what = first.get("skip") or first.get("error") or ", ".join(
+                f"{r.get('phase')} {r['wall']:.2f}s" for r in rs[:3])
+            print(f"[{done}/{total} {time.time() - t_start:.0f}s] {sc} {ep['name']} "
+                  f"{label} {client} {settings}: {what} ({time.time() - t0:.1f}s)",
+                  file=sys.stderr, flush=True)
+            if first.get("skip"):  # not available: no point repeating
+                variants = [v for v in variants if v[:2] != (client, settings)]
+    cleanup(a, ep, sc, extra)
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -435,6 +484,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=None, help="repetitions (default 3; quick 1)")
     ap.add_argument("--sink", default=os.path.join(ROOT, "build-cmp", "bench", "s3flash-sink"))
     ap.add_argument("--local-dir", default="/var/tmp", help="where local-disk runs write")
+    ap.add_argument("--store-max", default=None,
+                    help="--store limit of the store-mode sink (sink-store) that the load, "
+                    "dcp and dataset scenarios also run against (default: 1.25 x the most one "
+                    "group stores + 256M); 0: no sink-store")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--no-limits", action="store_true", help="skip iperf3/memcpy/dd")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -452,6 +505,14 @@ def main():
     a.rgw_ds_count = 500 if a.quick else 2000
     a.ds_obj = 64 * 1024
 
+    if a.store_max is None:
+        # DCP: two clients' checkpoints (s3flash, s3tc) and one being overwritten
+        biggest = max([max(a.sizes), 3 * a.dcp_size, a.ds_count * a.ds_obj])
+        a.store_max = int(biggest * 1.25) + 256 * MiB
+    else:
+        a.store_max = parse_size(a.store_max)
+    a.store_reports = []
+
     a.endpoints = []
     sink = None
     if not a.no_sink:
@@ -459,6 +520,11 @@ def main():
         a.endpoints.append(dict(name="sink", kind="sink", url=f"http://127.0.0.1:{sink.port}",
                                 region="us-east-1", access_key="bench", secret_key="bench",
                                 bucket="bench", pids=[sink.p.pid]))
+        if a.store_max and any(sc in STORE_SCENARIOS for sc in a.scenarios):
+            # the same sink binary with --store, one process per group (run_all starts it)
+            a.endpoints.append(dict(name="sink-store", kind="sink", store=True, url=None,
+                                    region="us-east-1", access_key="bench",
+                                    secret_key="bench", bucket="bench", pids=[]))
     if a.rgw:
         need = ("S3FLASH_TEST_ENDPOINT", "S3FLASH_TEST_ACCESS_KEY", "S3FLASH_TEST_SECRET_KEY")
         if not all(os.environ.get(k) for k in need):
@@ -536,6 +602,9 @@ def main():
                  f"the runs report {sent} bytes uploaded (payload; plus DCP metadata and "
                  f"retried parts, if any) and {got} bytes downloaded from it; sink CPU over "
                  f"the session {proc_cpu_end - sink_cpu0:.1f} s.", ""]
+    if a.store_reports:
+        text += [f"Store-mode sink (`--store {a.store_max}`), one process per group, at "
+                 "exit: " + "; ".join(f"`{x}`" for x in a.store_reports), ""]
     if png_path:
         text += [f"![chart]({os.path.basename(png_path)})", ""]
     md = "\n".join(text)

@@ -8,6 +8,9 @@
 #   --rgw     also against Ceph RGW: the S3FLASH_TEST_* environment when set (e.g.
 #             `source /tmp/rgwenv.sh`), else one started here with tests/servers/rgw.sh
 #             (stopped at exit)
+#   --help    this text and compare.py's options, e.g. --scenarios load,dcp (just those),
+#             --sizes 256M,1G, --repeat N, --store-max BYTES (the store-mode sink that the
+#             load, dcp and dataset scenarios also run against; 0: none)
 # Environment: S3FLASH_BENCH_SKIP_INSTALL=1 skips the pip installs; BUILD_DIR (build-cmp).
 #
 # It installs the peers from PyPI with torch held at 2.13.0 (an unpinned torch would pull a
@@ -20,7 +23,13 @@ BUILD_DIR=${BUILD_DIR:-build-cmp}
 PY=${PYTHON:-python3}
 
 want_rgw=0
-for arg in "$@"; do [[ $arg == --rgw ]] && want_rgw=1; done
+for arg in "$@"; do
+    [[ $arg == --rgw ]] && want_rgw=1
+    if [[ $arg == --help || $arg == -h ]]; then
+        sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+        exec "$PY" bench/compare.py --help
+    fi
+done
 
 if [[ ${S3FLASH_BENCH_SKIP_INSTALL:-0} != 1 ]]; then
     constraint=$(mktemp /tmp/torch-constraint.XXXXXX.txt)

@@ -22,6 +22,7 @@ A run that cannot be done (an import that fails: a layer not landed) prints
 import io
 import json
 import os
+import re
 import resource
 import statistics
 import sys
@@ -711,19 +712,41 @@ def dataset_uris(env, spec):
             for i in range(spec["count"])]
 
 
+def ds_object(i, size):
+    """The bytes of dataset object i where the server keeps them (RGW, the sink with --store):
+    its index (8 bytes, little-endian), then 7s; _read_check knows them."""
+    b = bytearray(b"\x07") * size
+    b[:8] = i.to_bytes(8, "little")
+    return b
+
+
 def prepare_dataset(env, spec):
-    """On RGW the objects must exist (the sink answers size-N keys without them)."""
+    """On RGW and the store-mode sink the objects must exist (the discarding sink answers
+    size-N keys without them)."""
     from s3flash import S3Client
     c = S3Client(env.region, endpoint=env.url, s3client_config=env.s3flash_config(False))
-    src = prefault(spec["size"])
     uris = dataset_uris(env, spec)
     with ThreadPoolExecutor(16) as ex:
-        list(ex.map(lambda u: c.upload(env.bucket, u.split("/", 3)[3], src), uris))
+        list(ex.map(lambda iu: c.upload(env.bucket, iu[1].split("/", 3)[3],
+                                        ds_object(iu[0], spec["size"])), enumerate(uris)))
     emit({"phase": "prepare", "items": len(uris)})
 
 
 def _read_all(reader):
-    return len(reader.read())
+    return len(reader.read()), True
+
+
+_DS_KEY = re.compile(r"obj-(\d+)-size-")
+
+
+def _read_check(reader):
+    """Reads the sample and checks it is the object its key names (ds_object)."""
+    data = reader.read()
+    m = _DS_KEY.search(reader.key)
+    ok = (m is not None and len(data) >= 8 and
+          int.from_bytes(data[:8], "little") == int(m.group(1)) and
+          data.count(7, 8) == len(data) - 8)
+    return len(data), ok
 
 
 def scen_dataset(env, spec):
@@ -741,21 +764,28 @@ def scen_dataset(env, spec):
         extra = {}
         cls = (s3torchconnector.S3IterableDataset if kind == "iterable"
                else s3torchconnector.S3MapDataset)
-    kw = dict(region=env.region, endpoint=env.url, transform=_read_all, s3client_config=cfg,
-              **extra)
+    # where the server keeps the bytes (RGW, the store-mode sink) each sample is checked
+    real = spec.get("ds_real", False)
+    kw = dict(region=env.region, endpoint=env.url,
+              transform=_read_check if real else _read_all, s3client_config=cfg, **extra)
     if kind == "iterable":
         kw["enable_sharding"] = True
     ds = cls.from_objects(uris, **kw)
     dl = torch.utils.data.DataLoader(ds, num_workers=spec.get("workers", 4), batch_size=32,
                                      collate_fn=lambda xs: xs)
-    n = got = 0
+    n = got = bad = 0
     with Phase() as ph:
         for batch in dl:
             n += len(batch)
-            got += sum(batch)
+            got += sum(x[0] for x in batch)
+            bad += sum(1 for x in batch if not x[1])
         del dl
     note = "" if n == len(uris) and got == n * spec["size"] else (
         f"MISMATCH {n} samples / {got} bytes")
+    if bad:
+        note += f" content MISMATCH in {bad} samples"
+    elif real:
+        note = note or "content checked"
     emit(ph.result(got, items=n, note=note))
 
 

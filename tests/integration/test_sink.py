@@ -712,3 +712,40 @@ def test_store_limit_and_reuse(tmp_path):
     assert int(m.group(3)) <= 3 << 20
     r = subprocess.run([sink_exe(), "--store", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--store" in r.stderr
+
+
+def test_store_gets_while_overwritten(store):
+    # GETs under way keep the bytes they send while other connections overwrite and delete the
+    # object: each GET returns one whole version (or 404), never a mix or freed memory
+    versions = [bytes([v]) * (4 << 20) for v in range(1, 4)]
+    req(store, "PUT", "/bkt/s/hot", versions[0])
+    stop = threading.Event()
+    bad = []
+
+    def reader():
+        c = store.conn()
+        while not stop.is_set():
+            r, data = req(store, "GET", "/bkt/s/hot", conn=c)
+            if r.status == 404:
+                continue
+            if r.status != 200 or data not in versions:
+                bad.append((r.status, len(data), data[:1], data[-1:]))
+        c.close()
+
+    ts = [threading.Thread(target=reader) for _ in range(4)]
+    for t in ts:
+        t.start()
+    try:
+        c = store.conn()
+        for i in range(30):
+            if i % 5 == 4:
+                assert req(store, "DELETE", "/bkt/s/hot", conn=c)[0].status == 204
+            else:
+                assert req(store, "PUT", "/bkt/s/hot", versions[i % 3], conn=c)[0].status == 200
+        c.close()
+    finally:
+        stop.set()
+        for t in ts:
+            t.join()
+    assert not bad, bad[:3]
+    req(store, "DELETE", "/bkt/s/hot")
