@@ -49,7 +49,7 @@ VARIANTS = {
              ("s3tc", "sequential tuned", {"reader": "seq", "tuned": True}),
              ("s3tc", "range_based", {"reader": "range"}),
              ("boto3", "defaults", {}), ("boto3", "tuned", {"tuned": True}),
-             ("local", "page cache", {})],
+             ("local", "page cache", {}), ("local", "cold (pages dropped)", {"cold": True})],
     "raw": [("s3flash", "defaults", {}), ("s3flash", "tuned", {"tuned": True}),
             ("awscrt", "defaults", {}), ("awscrt", "tuned", {"tuned": True}),
             ("awscrt", "tuned, files in /dev/shm", {"tuned": True, "files": True}),

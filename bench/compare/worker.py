@@ -338,6 +338,14 @@ def scen_load(env, spec):
             got = torch.load(b, weights_only=True)
     elif client == "local":
         path = spec["local_path"]
+        if spec.get("cold"):
+            # the file's pages leave the page cache (written back first): read from the disk
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
         with Phase() as ph:
             with open(path, "rb") as f:
                 got = torch.load(f, weights_only=True)
