@@ -1922,6 +1922,16 @@ static void body_take(struct conn *c, const char *p, size_t n)
     }
 }
 
+/* What a recv() that returned n <= 0 means to a body step: 0 wait for EPOLLIN, 1 try again,
+ * -1 the connection is over (closed or failed). */
+static int recv_failed(ssize_t n) {
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+    if (n < 0 && errno == EINTR)
+        return 1;
+    return -1;
+}
+
 /* One step of reading a chunked body (RFC 9112 7.1; also aws-chunked, whose chunk extensions
  * carry signatures and whose trailers carry checksums: both ignored). Data goes to body_dst;
  * size lines and trailers are read into in[] after the head, so that bytes of the next
@@ -1957,11 +1967,7 @@ static int chunked_step(struct conn *c, size_t *budget)
             *budget = (size_t)n >= *budget ? 0 : *budget - (size_t)n;
             return 1;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
-        if (n < 0 && errno == EINTR)
-            return 1;
-        return -1;
+        return recv_failed(n);
     }
     /* a line: a chunk size, the CRLF after a chunk's data, a trailer or the final CRLF */
     char *b = c->in + c->req_used;
@@ -1983,11 +1989,7 @@ static int chunked_step(struct conn *c, size_t *budget)
             c->in_len += (size_t)n;
             return 1;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
-        if (n < 0 && errno == EINTR)
-            return 1;
-        return -1;
+        return recv_failed(n);
     }
     size_t ll = (size_t)(nl - b);
     c->req_used += ll + 1;
