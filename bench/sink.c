@@ -748,6 +748,22 @@ static int upload_abort(const char *id, size_t idlen, const char *k, size_t n)
     return rc;
 }
 
+/* The next <PartNumber>N</PartNumber> of a CompleteMultipartUpload body at or after *p:
+ * 1 with *pn set and *p past the digits, 0 when there is none, -1 when N is not a number. */
+static int next_part_number(const char **p, const char *end, uint64_t *pn)
+{
+    static const char tag[] = "<PartNumber>";
+    const char *t = memmem(*p, (size_t)(end - *p), tag, sizeof(tag) - 1);
+    if (!t)
+        return 0;
+    t += sizeof(tag) - 1;
+    const char *q = t;
+    while (q < end && *q >= '0' && *q <= '9')
+        q++;
+    *p = q;
+    return parse_u64(t, (size_t)(q - t), pn) ? 1 : -1;
+}
+
 /* Completes an upload from the part numbers listed in the CompleteMultipartUpload body (each
  * <PartNumber>N</PartNumber>, strictly ascending, each uploaded). On success records the object
  * (sum of the listed parts' sizes) and frees the upload. Returns 0 with *size and *nparts set,
@@ -760,7 +776,6 @@ static int upload_complete(const char *id, size_t idlen, const char *k, size_t n
     struct blob *data = NULL;
     uint64_t total = 0;
     uint32_t count = 0, last = 0;
-    static const char tag[] = "<PartNumber>";
     pthread_mutex_lock(&g_up.mu);
     struct upload *u = upload_find(id, idlen, k, n);
     if (!u) {
@@ -768,16 +783,10 @@ static int upload_complete(const char *id, size_t idlen, const char *k, size_t n
         goto out;
     }
     const char *p = body, *end = body + blen;
-    for (;;) {
-        const char *t = memmem(p, (size_t)(end - p), tag, sizeof(tag) - 1);
-        if (!t)
-            break;
-        t += sizeof(tag) - 1;
-        const char *q = t;
-        while (q < end && *q >= '0' && *q <= '9')
-            q++;
-        uint64_t pn;
-        if (!parse_u64(t, (size_t)(q - t), &pn) || pn < 1 || pn > MAX_PARTS) {
+    uint64_t pn;
+    int got;
+    while ((got = next_part_number(&p, end, &pn)) != 0) {
+        if (got < 0 || pn < 1 || pn > MAX_PARTS) {
             rc = 400;
             *code = "MalformedXML";
             goto out;
@@ -795,7 +804,6 @@ static int upload_complete(const char *id, size_t idlen, const char *k, size_t n
         total += u->parts[pn - 1];
         last = (uint32_t)pn;
         count++;
-        p = q;
     }
     if (count == 0) {
         rc = 400;
@@ -812,22 +820,12 @@ static int upload_complete(const char *id, size_t idlen, const char *k, size_t n
         }
         uint32_t i = 0;
         uint64_t off = 0;
-        for (p = body;;) {
-            const char *t = memmem(p, (size_t)(end - p), tag, sizeof(tag) - 1);
-            if (!t)
-                break;
-            t += sizeof(tag) - 1;
-            const char *q = t;
-            while (q < end && *q >= '0' && *q <= '9')
-                q++;
-            uint64_t pn = 1;
-            parse_u64(t, (size_t)(q - t), &pn); /* checked in the first pass */
+        for (p = body; next_part_number(&p, end, &pn) > 0;) { /* checked in the first pass */
             data->seg[i] = u->pdata[pn - 1];
             data->seg[i].start = off;
             off += data->seg[i].len;
             u->pdata[pn - 1] = (struct seg){0};
             i++;
-            p = q;
         }
         data->size = off;
     }
