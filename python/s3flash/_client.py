@@ -103,6 +103,28 @@ class S3Client:
         """Upload a buffer-protocol object in place (no copy), parts in parallel."""
         return self._native.upload(bucket, key, data)
 
+    def upload_file(self, bucket: str, key: str, path: Any, **kwargs: Any) -> Dict[str, Any]:
+        """Upload a local file: parts read with pread by the engine's I/O threads and sent in
+        parallel (no copy in memory, no mapping of the file). A file that cannot be read or
+        that changes during the upload raises OSError (S3IOError) naming it; nothing is
+        created. kwargs: part_size, checksum, content_type."""
+        return self._native.upload_file(bucket, key, path, **kwargs)
+
+    def download_file(self, bucket: str, key: str, path: Any,
+                      **kwargs: Any) -> Dict[str, Any]:
+        """Download an object into a file: parallel ranged GETs written with pwrite into a
+        temporary file beside `path`, renamed into place at the end. On failure nothing is
+        left (no temporary file, `path` untouched); a full disk raises OSError(ENOSPC).
+        kwargs: part_size, verify_checksum, fsync, if_match, version_id."""
+        return self._native.download_file(bucket, key, path, **kwargs)
+
+    def copy(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str,
+             **kwargs: Any) -> Dict[str, Any]:
+        """Server-side copy of any size: one CopyObject, or UploadPartCopy parts in parallel,
+        pinned to the source's ETag. A failed copy creates nothing. kwargs: part_size,
+        multipart_threshold, src_version_id, src_if_match."""
+        return self._native.copy(src_bucket, src_key, dst_bucket, dst_key, **kwargs)
+
     def list_objects(self, bucket: str, prefix: str = "", delimiter: Optional[str] = None,
                      max_keys: int = 0) -> Iterator[ObjectInfo]:
         """Every object under `prefix`, page after page (yields while listing)."""

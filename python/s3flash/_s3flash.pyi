@@ -1,5 +1,6 @@
 """Type stubs of the C extension s3flash._s3flash (src/python/_s3flash.c)."""
 
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 LIBRARY_VERSION: str
@@ -19,6 +20,7 @@ class S3ValueError(S3Exception, ValueError): ...
 class S3TimeoutError(S3Exception, TimeoutError): ...
 class S3ConnectionError(S3Exception, ConnectionError): ...
 class S3MemoryError(S3Exception, MemoryError): ...
+class S3IOError(S3Exception, OSError): ...   # a local file error; errno when known
 
 _Buffer = Any  # any object supporting the buffer protocol
 
@@ -97,6 +99,17 @@ class Client:
     def upload(self, bucket: str, key: str, data: _Buffer, part_size: int = ...,
                checksum: Optional[str] = ...) -> Dict[str, Any]: ...
     def download_into(self, bucket: str, key: str, buffer: _Buffer, /) -> int: ...
+    def upload_file(self, bucket: str, key: str, path: "str | os.PathLike[str]",
+                    part_size: int = ..., checksum: Optional[str] = ...,
+                    content_type: Optional[str] = ...) -> Dict[str, Any]: ...
+    def download_file(self, bucket: str, key: str, path: "str | os.PathLike[str]",
+                      part_size: int = ..., verify_checksum: int = ..., fsync: bool = ...,
+                      if_match: Optional[str] = ...,
+                      version_id: Optional[str] = ...) -> Dict[str, Any]: ...
+    def copy(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str,
+             part_size: int = ..., multipart_threshold: int = ...,
+             src_version_id: Optional[str] = ...,
+             src_if_match: Optional[str] = ...) -> Dict[str, Any]: ...
     def list_objects(
         self, bucket: str, prefix: Optional[str] = ..., delimiter: Optional[str] = ...,
         continuation_token: Optional[str] = ..., start_after: Optional[str] = ...,

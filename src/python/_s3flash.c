@@ -19,9 +19,15 @@
  *
  * Errors raise S3Exception or one of its subclasses, which also derive from the builtin
  * exception that fits (FileNotFoundError, PermissionError, ValueError, TimeoutError,
- * ConnectionError, MemoryError). The message is s3f_error_format's line: operation, resource,
- * S3 error code, HTTP status, message, request id. Never a secret: the library keeps them out
- * of errors, and the secret key given to Client is stored only in C memory, wiped on free.
+ * ConnectionError, MemoryError, OSError). The message is s3f_error_format's line: operation,
+ * resource, S3 error code, HTTP status, message, request id. A local file error (S3F_ERR_IO)
+ * is an OSError with the errno the library's message names (S3IOError; S3NotFoundError for
+ * ENOENT, S3PermissionError for EACCES): a full disk is OSError(ENOSPC). Never a secret: the
+ * library keeps them out of errors, and the secret key given to Client is stored only in C
+ * memory, wiped on free.
+ *
+ * Files are moved by the library (upload_file, download_file: pread/pwrite), never through a
+ * mapping of the file: a full disk or a file truncated meanwhile is an exception, not SIGBUS.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +39,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- exceptions --------------------------------------------------------------------- */
@@ -44,6 +51,7 @@ static PyObject *S3ValueError;        /* + ValueError: bad URI or argument */
 static PyObject *S3TimeoutError;      /* + TimeoutError */
 static PyObject *S3ConnectionError;   /* + ConnectionError */
 static PyObject *S3MemoryError;       /* + MemoryError */
+static PyObject *S3IOError;           /* + OSError: a local file error (errno when known) */
 
 static PyObject *exception_type(enum s3f_status st) {
     switch (st) {
@@ -66,6 +74,8 @@ static PyObject *exception_type(enum s3f_status st) {
         return S3ConnectionError;
     case S3F_ERR_NO_MEMORY:
         return S3MemoryError;
+    case S3F_ERR_IO:
+        return S3IOError;
     default:
         return S3Exception;
     }
@@ -89,21 +99,64 @@ static int set_int_attr(PyObject *obj, const char *name, long value) {
     return rc;
 }
 
-/* Raise the exception for `st` described by `err` (which may be empty). Returns NULL. */
-static PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err) {
+/* The errno whose strerror text the library put in an S3F_ERR_IO message ("cannot write the
+ * file: No space left on device"), the longest that matches; 0 if none does. The library
+ * reports local errors with strerror(), so this recovers the errno for OSError. */
+static int errno_in_message(const char *msg) {
+    int best = 0;
+    size_t best_len = 0;
+    for (int e = 1; e < 200; e++) {
+        const char *t = strerror(e);
+        size_t n = t ? strlen(t) : 0;
+        if (n > best_len && strncmp(t, "Unknown error", 13) != 0 && strstr(msg, t)) {
+            best = e;
+            best_len = n;
+        }
+    }
+    return best;
+}
+
+/* Raise the exception for `st` described by `err` (which may be empty), with `extra`
+ * (optional) appended to the message. A local file error (S3F_ERR_IO) is an OSError whose
+ * errno is the one the message names: S3NotFoundError for ENOENT, S3PermissionError for
+ * EACCES/EPERM, else S3IOError; `path` (optional) becomes its `filename` when the errno is
+ * known (OSError's str() shows errno and filename only then). Returns NULL. */
+static PyObject *raise_s3_ex(enum s3f_status st, const struct s3f_error *err, const char *path,
+                             const char *extra) {
     struct s3f_error e = *err;
     if (e.status == S3F_OK)
         e.status = st;
-    char line[2048];
+    char line[2600];
     if (e.operation[0] || e.message[0] || e.code[0])
         s3f_error_format(&e, line, sizeof(line));
     else
         snprintf(line, sizeof(line), "%s", s3f_strerror(st));
+    if (extra) {
+        size_t n = strlen(line);
+        snprintf(line + n, sizeof(line) - n, "%s", extra);
+    }
     PyObject *type = exception_type(st);
+    int eno = 0;
+    if (st == S3F_ERR_IO) {
+        eno = errno_in_message(e.message);
+        if (eno == ENOENT)
+            type = S3NotFoundError;
+        else if (eno == EACCES || eno == EPERM)
+            type = S3PermissionError;
+    }
     PyObject *msg = PyUnicode_DecodeUTF8(line, (Py_ssize_t)strlen(line), "replace");
     if (!msg)
         return NULL;
-    PyObject *exc = PyObject_CallOneArg(type, msg);
+    PyObject *exc;
+    if (eno && path) { /* OSError(errno, strerror, filename) */
+        PyObject *fn = PyUnicode_DecodeFSDefault(path);
+        exc = fn ? PyObject_CallFunction(type, "iOO", eno, msg, fn) : NULL;
+        Py_XDECREF(fn);
+    } else if (eno) {
+        exc = PyObject_CallFunction(type, "iO", eno, msg);
+    } else {
+        exc = PyObject_CallOneArg(type, msg);
+    }
     Py_DECREF(msg);
     if (!exc)
         return NULL;
@@ -120,6 +173,10 @@ static PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err) {
     PyErr_SetObject(type, exc);
     Py_DECREF(exc);
     return NULL;
+}
+
+static PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err) {
+    return raise_s3_ex(st, err, NULL, NULL);
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -1134,6 +1191,148 @@ static PyObject *Client_download_whole(ClientObject *self, PyObject *args, PyObj
     return r;
 }
 
+/* Size and modification time of a file, for telling whether it changed during an upload;
+ * 0 on success. */
+static int file_identity(const char *path, long long *size, long long *mtime_ns) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return -1;
+    *size = (long long)sb.st_size;
+    *mtime_ns = (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+    return 0;
+}
+
+/* upload_file(bucket, key, path, part_size=0, checksum=None, content_type=None) -> info:
+ * the library's file upload (s3f_upload_file): parts read with pread by the I/O threads, no
+ * mapping of the file (a file truncated meanwhile is an error, never SIGBUS). GIL released.
+ * A failed upload creates nothing. When the file changed during the call, the error says so
+ * and names it. */
+static PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "path", "part_size", "checksum", "content_type",
+                             NULL};
+    const char *bucket, *key, *checksum = NULL, *ctype = NULL;
+    PyObject *pathb = NULL;
+    unsigned long long part = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO&|Kzz:upload_file", kwlist, &bucket, &key,
+                                     PyUnicode_FSConverter, &pathb, &part, &checksum, &ctype))
+        return NULL;
+    PyObject *res = NULL;
+    struct s3f_upload_options o;
+    memset(&o, 0, sizeof(o));
+    o.part_size_bytes = part;
+    o.content_type = ctype;
+    if (parse_checksum(checksum, &o.checksum) < 0)
+        goto out;
+    struct s3f_client *c = client_get(self);
+    if (!c)
+        goto out;
+    const char *path = PyBytes_AS_STRING(pathb);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    long long size0 = -1, mt0 = 0, size1 = -1, mt1 = 0;
+    int id0, id1 = -1;
+    Py_BEGIN_ALLOW_THREADS
+    id0 = file_identity(path, &size0, &mt0);
+    st = s3f_upload_file(c, bucket, key, path, &o, &info, &err);
+    if (st && id0 == 0)
+        id1 = file_identity(path, &size1, &mt1);
+    Py_END_ALLOW_THREADS
+    if (st) {
+        char extra[1400] = "";
+        if (id0 == 0 && (id1 != 0 || size1 != size0 || mt1 != mt0)) {
+            if (id1 != 0)
+                snprintf(extra, sizeof(extra), " (the file %s was removed during the upload)",
+                         path);
+            else
+                snprintf(extra, sizeof(extra),
+                         " (the file %s changed during the upload: %lld bytes at the start, "
+                         "%lld now)", path, size0, size1);
+            if (st != S3F_ERR_IO) { /* e.g. the part's read callback stopped the request */
+                err.status = S3F_ERR_IO;
+                st = S3F_ERR_IO;
+            }
+        }
+        res = raise_s3_ex(st, &err, path, extra[0] ? extra : NULL);
+        goto out;
+    }
+    res = info_to_dict(&info);
+out:
+    Py_XDECREF(pathb);
+    return res;
+}
+
+/* download_file(bucket, key, path, part_size=0, verify_checksum=0, fsync=False,
+ * if_match=None, version_id=None) -> info: the library's download to a file
+ * (s3f_download_file): parts written with pwrite into a temporary file beside `path`,
+ * renamed into place at the end; on failure (a full disk: OSError ENOSPC) the temporary
+ * file is removed and `path` is untouched. GIL released. */
+static PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "path", "part_size", "verify_checksum", "fsync",
+                             "if_match", "version_id", NULL};
+    const char *bucket, *key;
+    PyObject *pathb = NULL;
+    struct s3f_download_options o;
+    memset(&o, 0, sizeof(o));
+    unsigned long long part = 0;
+    int fsync_ = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO&|Kipzz:download_file", kwlist, &bucket,
+                                     &key, PyUnicode_FSConverter, &pathb, &part,
+                                     &o.verify_checksum, &fsync_, &o.if_match, &o.version_id))
+        return NULL;
+    o.part_size_bytes = part;
+    o.fsync = fsync_;
+    PyObject *res = NULL;
+    struct s3f_client *c = client_get(self);
+    if (!c)
+        goto out;
+    const char *path = PyBytes_AS_STRING(pathb);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_download_file(c, bucket, key, path, &o, &info, &err);
+    Py_END_ALLOW_THREADS
+    res = st ? raise_s3_ex(st, &err, path, NULL) : info_to_dict(&info);
+out:
+    Py_XDECREF(pathb);
+    return res;
+}
+
+/* copy(src_bucket, src_key, dst_bucket, dst_key, part_size=0, multipart_threshold=0,
+ * src_version_id=None, src_if_match=None) -> info: a server-side copy of any size (s3f_copy:
+ * one CopyObject, or UploadPartCopy parts in parallel), pinned to the source's ETag. GIL
+ * released. A failed copy creates nothing. */
+static PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"src_bucket", "src_key", "dst_bucket", "dst_key", "part_size",
+                             "multipart_threshold", "src_version_id", "src_if_match", NULL};
+    const char *sb, *sk, *db, *dk;
+    struct s3f_copy_options o;
+    memset(&o, 0, sizeof(o));
+    unsigned long long part = 0, threshold = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssss|KKzz:copy", kwlist, &sb, &sk, &db, &dk,
+                                     &part, &threshold, &o.src_version_id, &o.src_if_match))
+        return NULL;
+    o.part_size_bytes = part;
+    o.multipart_threshold_bytes = threshold;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_copy(c, sb, sk, db, dk, &o, &info, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
 static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "prefix", "delimiter", "continuation_token",
                              "start_after", "max_keys", NULL};
@@ -1297,6 +1496,21 @@ static PyMethodDef Client_methods[] = {
     {"upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
      "upload(bucket, key, data, part_size=0, checksum=None) -> dict\n"
      "Upload a buffer in place (no copy), parts in parallel."},
+    {"upload_file", (PyCFunction)(void (*)(void))Client_upload_file,
+     METH_VARARGS | METH_KEYWORDS,
+     "upload_file(bucket, key, path, part_size=0, checksum=None, content_type=None) -> dict\n"
+     "Upload a local file, parts read with pread in parallel (no mapping). A file that\n"
+     "cannot be read or changes meanwhile raises OSError naming it; nothing is created."},
+    {"download_file", (PyCFunction)(void (*)(void))Client_download_file,
+     METH_VARARGS | METH_KEYWORDS,
+     "download_file(bucket, key, path, part_size=0, verify_checksum=0, fsync=False,\n"
+     "              if_match=None, version_id=None) -> dict\n"
+     "The object into a temporary file beside `path` (pwrite, parts in parallel), renamed\n"
+     "into place; on failure (OSError ENOSPC for a full disk) nothing is left."},
+    {"copy", (PyCFunction)(void (*)(void))Client_copy, METH_VARARGS | METH_KEYWORDS,
+     "copy(src_bucket, src_key, dst_bucket, dst_key, part_size=0, multipart_threshold=0,\n"
+     "     src_version_id=None, src_if_match=None) -> dict\n"
+     "Server-side copy of any size (CopyObject, or UploadPartCopy parts in parallel)."},
     {"download_into", (PyCFunction)Client_download_into, METH_VARARGS,
      "download_into(bucket, key, buffer) -> int\nThe whole object into a writable buffer."},
     {"download_whole", (PyCFunction)(void (*)(void))Client_download_whole,
@@ -1447,7 +1661,10 @@ PyMODINIT_FUNC PyInit__s3flash(void) {
         !(S3ConnectionError = new_exception(m, "S3ConnectionError", PyExc_ConnectionError,
                                             "Could not connect, or the connection broke.")) ||
         !(S3MemoryError = new_exception(m, "S3MemoryError", PyExc_MemoryError,
-                                        "Out of memory in the engine.")))
+                                        "Out of memory in the engine.")) ||
+        !(S3IOError = new_exception(m, "S3IOError", PyExc_OSError,
+                                    "A local file error (errno set when known: ENOSPC for a "
+                                    "full disk).")))
         goto fail;
     Py_INCREF(&ClientType);
     if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0) {
