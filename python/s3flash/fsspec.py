@@ -24,9 +24,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import io
-import mmap
 import os
-import uuid
 from collections import defaultdict
 from datetime import datetime, timezone
 from glob import has_magic
@@ -47,7 +45,6 @@ __all__ = ["S3FlashFileSystem", "register", "unregister"]
 
 PROTOCOLS = ("s3", "s3a")       # taken over by register() only: opt-in at run time
 OWN_PROTOCOL = "s3flash"         # ours from install on (the fsspec.specs entry point)
-_COPY_OBJECT_MAX = 5 << 30
 _STREAM_CHUNK = 8 << 20
 
 
@@ -455,8 +452,10 @@ class S3FlashFileSystem(AbstractFileSystem):
 
     def get_file(self, rpath: str, lpath: Any, callback: Any = DEFAULT_CALLBACK,
                  outfile: Any = None, **kwargs: Any) -> None:
-        """Parallel ranged GETs straight into the mapped destination file (a temporary file
-        renamed into place: a failure leaves no partial file)."""
+        """Parallel ranged GETs written with pwrite into a temporary file beside `lpath`,
+        renamed into place (the engine's download to a file: a failure leaves no partial
+        file; a full disk raises OSError(ENOSPC)). The parent directories of `lpath` are
+        created, as fsspec's own get_file does."""
         if isfilelike(lpath):
             with self.open(rpath, "rb") as f:
                 while True:
@@ -465,37 +464,24 @@ class S3FlashFileSystem(AbstractFileSystem):
                         return
                     lpath.write(chunk)
         bucket, key = self.split_path(rpath)
+        lpath = os.fspath(lpath)
+        if not key:
+            if not self.isdir(rpath):
+                raise _not_found(self._strip_protocol(rpath))
+            os.makedirs(lpath, exist_ok=True)
+            return
+        os.makedirs(os.path.dirname(os.path.abspath(lpath)), exist_ok=True)
         try:
-            size = self._native.head_object(bucket, key)["size"] if key else None
-        except FileNotFoundError:
-            size = None
-        if size is None:
+            info = self._native.download_file(bucket, key, lpath)
+        except _s3flash.S3NotFoundError as e:
+            if e.status == "S3F_ERR_IO":  # a local path that does not exist
+                raise
             if self.isdir(rpath):
                 os.makedirs(lpath, exist_ok=True)
                 return
-            raise _not_found(self._strip_protocol(rpath))
-        lpath = os.fspath(lpath)
-        tmp = os.path.join(os.path.dirname(os.path.abspath(lpath)),
-                           f".{os.path.basename(lpath)}.s3flash-{uuid.uuid4().hex[:8]}")
-        callback.set_size(size)
-        try:
-            with open(tmp, "wb+") as f:
-                if size:
-                    f.truncate(size)
-                    with mmap.mmap(f.fileno(), size) as m:
-                        got = self._native.download_into(bucket, key, m)
-                    if got != size:
-                        raise _s3flash.S3Exception(
-                            f"s3://{bucket}/{key}: changed during the download "
-                            f"({got} bytes, expected {size})")
-            os.replace(tmp, lpath)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        callback.relative_update(size)
+            raise _not_found(self._strip_protocol(rpath)) from None
+        callback.set_size(info["size"])
+        callback.relative_update(info["size"])
 
     # -- writing -----------------------------------------------------------------------
     def pipe_file(self, path: str, value: Any, mode: str = "overwrite", **kwargs: Any) -> None:
@@ -507,7 +493,9 @@ class S3FlashFileSystem(AbstractFileSystem):
 
     def put_file(self, lpath: Any, rpath: str, callback: Any = DEFAULT_CALLBACK,
                  mode: str = "overwrite", **kwargs: Any) -> None:
-        """Upload a local file mapped in memory (no copy), parts in parallel."""
+        """Upload a local file, parts read with pread and sent in parallel (the engine's
+        file upload: no copy in memory, no mapping). A file that cannot be read, or that
+        changes during the upload, raises OSError naming it, and nothing is created."""
         if isfilelike(lpath):
             with self.open(rpath, "wb") as w:
                 while True:
@@ -522,15 +510,10 @@ class S3FlashFileSystem(AbstractFileSystem):
         bucket, key = self._bucket_key(rpath)
         if mode == "create" and self.isfile(rpath):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), rpath)
-        with open(lpath, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            callback.set_size(size)
-            if size == 0:
-                self._native.upload(bucket, key, b"")
-            else:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                    self._native.upload(bucket, key, m)
-        callback.relative_update(size)
+        info = self._native.upload_file(bucket, key, lpath,
+                                        content_type=kwargs.get("ContentType"))
+        callback.set_size(info["size"])
+        callback.relative_update(info["size"])
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         """An empty object. Without truncate, an existing object is an error (as s3fs)."""
@@ -539,27 +522,19 @@ class S3FlashFileSystem(AbstractFileSystem):
         self.pipe_file(path, b"")
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
-        """Server-side CopyObject (objects over 5 GiB stream through the engine)."""
+        """Server-side copy of any size: one CopyObject, or UploadPartCopy parts in parallel
+        for a large object, pinned to the source's ETag (a source replaced meanwhile fails
+        and nothing is created). No byte goes through this process."""
         b1, k1 = self.split_path(path1)
         b2, k2 = self._bucket_key(path2)
         try:
             if not k1:
                 raise _not_found(path1)
-            self._native.copy_object(b1, k1, b2, k2)
+            self._native.copy(b1, k1, b2, k2)
         except FileNotFoundError:
             if self.isdir(path1):
                 return  # a directory of a recursive copy: nothing to create
             raise
-        except _s3flash.S3Exception as e:
-            if e.code not in ("EntityTooLarge", "InvalidRequest") or \
-                    self.info(path1)["size"] <= _COPY_OBJECT_MAX:
-                raise
-            with self.open(path1, "rb") as src, self.open(path2, "wb") as dst:
-                while True:
-                    chunk = src.read(_STREAM_CHUNK)
-                    if not chunk:
-                        break
-                    dst.write(chunk)
 
     def invalidate_cache(self, path: Optional[str] = None) -> None:
         """Nothing is cached: every call asks the server."""
