@@ -43,7 +43,8 @@ def list_uploads(bucket: str, prefix: str = "", older_than: Union[float, timedel
             return out
 
 
-def cleanup_uploads(bucket: str, prefix: str = "", older_than: Union[float, timedelta] = 0,
+def cleanup_uploads(bucket: str, prefix: str = "",
+                    older_than: Optional[Union[float, timedelta]] = None,
                     *, dry_run: bool = False, region: Optional[str] = None,
                     endpoint: Optional[str] = None,
                     s3client_config: Optional[S3ClientConfig] = None,
@@ -51,8 +52,19 @@ def cleanup_uploads(bucket: str, prefix: str = "", older_than: Union[float, time
     """Abort the multipart uploads under `prefix` started more than `older_than` ago
     (seconds or a timedelta); returns them. A process killed during a save leaves its
     upload (and its stored parts, which S3 bills) until this or a lifecycle rule removes
-    it. Give `older_than` a margin larger than your longest save: an upload still running
-    is indistinguishable from a dangling one. `dry_run`: list only."""
+    it. An upload still running is indistinguishable from a dangling one, so `older_than`
+    is required: give it a margin larger than your longest save. ``older_than=0`` aborts
+    every upload under `prefix`, those in progress included (only when nothing is saving
+    there). Without `older_than`: ValueError, nothing is listed or aborted.
+    `dry_run`: list only."""
+    if older_than is None:
+        raise ValueError(
+            "cleanup_uploads: give older_than (seconds or a timedelta), a margin larger than "
+            "the longest save: an upload in progress looks the same as a dangling one and "
+            "would be aborted. older_than=0 aborts every upload under the prefix, those in "
+            "progress included")
+    if _seconds(older_than) < 0:
+        raise ValueError(f"cleanup_uploads: older_than must be >= 0, got {older_than!r}")
     c = client or _shared_client(region, endpoint, s3client_config)
     found = list_uploads(bucket, prefix, older_than, client=c)
     if not dry_run:

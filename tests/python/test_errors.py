@@ -136,4 +136,5 @@ def test_endpoint_argument_is_used(region, bucket):
     with pytest.raises(ConnectionError):
         s3flash.S3Checkpoint(region, dead, cfg).reader(f"s3://{bucket}/k").read()
     with pytest.raises(ConnectionError):
-        s3flash.cleanup_uploads(bucket, endpoint=dead, region=region, s3client_config=cfg)
+        s3flash.cleanup_uploads(bucket, older_than=3600, endpoint=dead, region=region,
+                                s3client_config=cfg)

@@ -85,8 +85,16 @@ def test_cleanup_keeps_other_prefixes_and_young_uploads(region, endpoint, bucket
         from datetime import timedelta
         assert s3flash.cleanup_uploads(bucket, prefix="drop/", older_than=timedelta(hours=1),
                                        region=region, endpoint=endpoint) == []
-        removed = s3flash.cleanup_uploads(bucket, prefix="drop/", region=region,
-                                          endpoint=endpoint)
+        # without older_than it refuses (an upload in progress would be aborted)
+        with pytest.raises(ValueError, match="older_than"):
+            s3flash.cleanup_uploads(bucket, prefix="drop/", region=region, endpoint=endpoint)
+        with pytest.raises(ValueError, match="older_than"):
+            s3flash.cleanup_uploads(bucket, prefix="drop/", dry_run=True, region=region,
+                                    endpoint=endpoint)
+        assert {u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket)
+                .get("Uploads", [])} >= {a, b}
+        removed = s3flash.cleanup_uploads(bucket, prefix="drop/", older_than=0,
+                                          region=region, endpoint=endpoint)
         assert [(u.key, u.upload_id) for u in removed] == [("drop/y", b)]
         left = {u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket)
                 .get("Uploads", [])}
