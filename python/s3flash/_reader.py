@@ -33,7 +33,9 @@ class S3Reader(io.BufferedIOBase):
     The GIL is released while waiting.
 
     After fork(), a reader opened in the parent reopens itself in the child (same position)
-    on its next call.
+    on its next call, pinned to the size and ETag the parent opened: an object replaced
+    in between fails the child's reads (S3Exception, PRECONDITION_FAILED; or not found when
+    deleted), never mixes the new object's bytes with the old.
     """
 
     def __init__(self, client: "S3Client", bucket: str, key: str, *,
@@ -50,6 +52,7 @@ class S3Reader(io.BufferedIOBase):
         self._pos = 0
         self._closed = False
         self._known: Optional[tuple] = None  # (size, etag) from a listing: open sends no HEAD
+        self._info: Optional[Dict[str, Any]] = None  # the parent's info, in a forked child
 
     # -- identity ----------------------------------------------------------------------
     @property
@@ -71,17 +74,24 @@ class S3Reader(io.BufferedIOBase):
         r = self._native
         if r is not None and self._pid == os.getpid():
             return r
-        if r is not None:  # opened before fork(): the parent's; reopen here at _pos
-            self._native = None
         kw = {}
         if self._known is not None:
             kw = {"size": self._known[0], "etag": self._known[1]}
+        if r is not None:
+            # opened before fork(): the parent's. Reopen here at _pos, pinned to the object
+            # the parent opened (its size and ETag, no HEAD): an object replaced since fails
+            # the child's reads (If-Match) instead of mixing new bytes with the old ones.
+            self._native = None
+            self._info = self._info or r.info
+            kw = {"size": r.size, "etag": r.info["etag"]}
         r = self._client.native.open_reader(self._bucket, self._key,
                                             readahead_max=self._readahead_max,
                                             tail_bytes=self._tail_bytes, **kw)
         r.seek(self._pos)
         self._native = r
         self._pid = os.getpid()
+        if self._known is None and "etag" in kw:
+            self._known = (kw["size"], kw["etag"])  # pinned for any later reopen
         return r
 
     def _sync_pos(self) -> None:
@@ -96,8 +106,10 @@ class S3Reader(io.BufferedIOBase):
 
     @property
     def info(self) -> Dict[str, Any]:
-        """Metadata from the HEAD at open: size, etag, content_type, checksums..."""
-        return self._reader().info
+        """Metadata from the HEAD at open: size, etag, content_type, checksums... (in a
+        forked child, the parent's: the child reads the object the parent opened)."""
+        r = self._reader()
+        return self._info if self._info is not None else r.info
 
     @property
     def bytes_read(self) -> int:

@@ -80,6 +80,53 @@ def open_reader_bytes(ckpt, uri, off, n):
         return r.read(n)
 
 
+@pytest.mark.parametrize("new_size", ["same", "larger"])
+def test_fork_reader_stays_pinned_to_parent_object(ckpt, bucket, key, s3, new_size):
+    """A reader opened in the parent and used again in a forked child reads the object the
+    parent opened: replaced in between (by boto3, from the parent), the child's read fails
+    (If-Match on the parent's ETag) instead of returning the new object's bytes after the
+    old ones, or reading to the new size."""
+    old = b"A" * (24 * MiB)
+    s3.put_object(Bucket=bucket, Key=key, Body=old)
+    r = ckpt.reader(f"s3://{bucket}/{key}")
+    assert r.read(100) == b"A" * 100
+    parent_etag = r.info["etag"]
+    go_r, go_w = os.pipe()
+
+    def child():
+        os.close(go_w)
+        assert os.read(go_r, 1) == b"g"  # the object is replaced
+        try:
+            data = r.read(MiB)  # reopens in the child: pinned to the parent's ETag and size
+        except s3flash.S3Exception as e:
+            print("child read failed as expected:", e, flush=True)
+            return e.status in ("S3F_ERR_PRECONDITION_FAILED", "S3F_ERR_NOT_FOUND") and \
+                r.info["etag"] == parent_etag and r.size == len(old)
+        print(f"child read {len(data)} bytes of the replaced object: {data[:8]!r}", flush=True)
+        return False
+
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if child() else 3
+        except BaseException:
+            traceback.print_exc()
+            code = 2
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    body = b"B" * (len(old) if new_size == "same" else 30 * MiB)
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    os.write(go_w, b"g")
+    os.close(go_w)
+    assert _wait(pid) == 0
+    # the parent's own reader is pinned too (it always was): its next read fails as well
+    with pytest.raises(s3flash.S3Exception):
+        r.read()  # the rest: beyond what its read-ahead holds
+    r.close()
+
+
 def test_fork_during_parent_transfer(ckpt, bucket, key):
     """A fork while a writer of the parent is open: the child cannot use that writer (it is
     the parent's), but it can save on its own, and the parent's upload completes."""
