@@ -1206,7 +1206,8 @@ static int file_identity(const char *path, long long *size, long long *mtime_ns)
  * the library's file upload (s3f_upload_file): parts read with pread by the I/O threads, no
  * mapping of the file (a file truncated meanwhile is an error, never SIGBUS). GIL released.
  * A failed upload creates nothing. When the file changed during the call, the error says so
- * and names it. */
+ * and names it; a part whose read found the file short (the request stopped by its read
+ * callback, S3F_ERR_ABORTED) is then reported as the local file error it is (S3IOError). */
 static PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "key", "path", "part_size", "checksum", "content_type",
                              NULL};
@@ -1250,7 +1251,7 @@ static PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject
                 snprintf(extra, sizeof(extra),
                          " (the file %s changed during the upload: %lld bytes at the start, "
                          "%lld now)", path, size0, size1);
-            if (st != S3F_ERR_IO) { /* e.g. the part's read callback stopped the request */
+            if (st == S3F_ERR_ABORTED) { /* a part's read found the file short */
                 err.status = S3F_ERR_IO;
                 st = S3F_ERR_IO;
             }
