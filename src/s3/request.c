@@ -486,6 +486,10 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
         a->http.on_header = on_header;
         a->http.on_body = on_body;
         a->http.cb_ud = a;
+        /* curl silently re-sends a request whose reused connection died before any
+         * response byte: for a request that is not idempotent that would hide a lost
+         * response, so it gets a connection of its own */
+        a->http.fresh_connect = k->idem != S3F__IDEM_IDEMPOTENT;
         log_request(k->c, r, k->url, k->attempt, k->headers);
     }
     a->http.not_before_ns = not_before_ns;

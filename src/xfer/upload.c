@@ -647,9 +647,12 @@ static void ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
             u->complete_err = u->ctl_err;
             st = S3F_OK;
         }
-        if (st && u->ctl.r.lost_response && build_ctl(u, CTL_HEAD) == S3F_OK) {
+        if (st && (u->ctl.r.lost_response || strcmp(u->ctl_err.code, "NoSuchUpload") == 0) &&
+            build_ctl(u, CTL_HEAD) == S3F_OK) {
             /* An earlier attempt may have completed the upload and lost its answer; a
-             * repeat then answers NoSuchUpload (AWS) or fails again. The object decides. */
+             * repeat then answers NoSuchUpload (AWS) or fails again. The object decides.
+             * NoSuchUpload for our own upload id, which we never aborted, is checked even
+             * without a retry the executor saw (a proxy's or a library's own re-send). */
             s3f__log(&u->c->logger, S3F_LOG_WARN,
                      "upload %s: CompleteMultipartUpload failed (%s%s%s) after a lost "
                      "response; checking the object with HEAD",
