@@ -141,7 +141,7 @@ struct s3f__s3_request {
      * only for operations whose class is not IDEMPOTENT; the caller reconciles. */
     bool lost_response;
     int attempts;                 /* attempts sent (1 without retries) */
-    int64_t server_date;          /* Date of the last response (Unix seconds), 0 if none */
+    int64_t server_date;          /* Date of the latest response that had one (Unix s), or 0 */
     /* Request body streamed by a callback instead of `body` (fill up to len bytes at
      * `offset` of the body; return the count or -1). Called on an I/O thread. */
     s3f__http_read_fn read_body;

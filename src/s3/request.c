@@ -509,7 +509,8 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
     enum s3f_status tst = a->http.status;
     int http_status = a->http.http_status;
     r->http_status = http_status;
-    r->server_date = a->date;
+    if (a->date)
+        r->server_date = a->date;
     double ms = (double)(a->http.end_ns - a->http.start_ns) / 1e6;
     s3f__log(&c->logger, S3F_LOG_DEBUG,
              "<- %s %d %s in %.1f ms (%" PRIu64 " bytes received, request id %s)%s%s",

@@ -601,17 +601,17 @@ static void ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     case CTL_CREATE:
         if (st == S3F_OK)
             st = s3f__op_create_multipart_result(&u->ctl, &u->upload_id, &u->ctl_err);
+        if (u->ctl.r.lost_response) { /* an attempt may have made an upload: find it */
+            u->orphan_check = true;
+            u->create_done_s = s3f__wall_time_s();
+            u->create_server_date = u->ctl.r.server_date;
+        }
         if (st) {
             fail(u, st, &u->ctl_err);
             break;
         }
         s3f__log(&u->c->logger, S3F_LOG_DEBUG, "upload %s: multipart upload %s", u->resource,
                  u->upload_id);
-        if (u->ctl.r.lost_response) {
-            u->orphan_check = true;
-            u->create_done_s = s3f__wall_time_s();
-            u->create_server_date = u->ctl.r.server_date;
-        }
         for (size_t i = 0; i < u->n_parts; i++)
             try_queue(u, i, &act);
         break;
@@ -808,8 +808,9 @@ static enum s3f_status upload_new(struct s3f_client *c, const char *bucket, cons
 #define ORPHAN_MARGIN_S 2
 #define ORPHAN_MARGIN_NO_DATE_S 900
 
-/* CreateMultipartUpload was retried after a lost response (caller's thread, no lock held,
- * the upload settled): an earlier attempt may have created an upload that nobody knows.
+/* CreateMultipartUpload was retried after a lost response, and then succeeded or failed
+ * (caller's thread, no lock held, the upload settled): an earlier attempt may have created
+ * an upload that nobody knows.
  * Abort every upload of exactly this key, other than ours, that the server initiated
  * within the window of our attempts: from the first attempt's send to the answer, in the
  * server's clock (the answer's Date tells the skew), widened by ORPHAN_MARGIN_S. Another
@@ -817,6 +818,14 @@ static enum s3f_status upload_new(struct s3f_client *c, const char *bucket, cons
  * writers racing for one key within a second is taken to be one writer retrying. Failures
  * are logged, never the upload's. */
 static void abort_orphans(struct upload *u) {
+    if (!u->upload_id && !u->create_server_date) {
+        /* Create failed and no answer told the server's time: a window 15 minutes wide
+         * could take another writer's upload. Leave it to cleanup_uploads or a rule. */
+        s3f__log(&u->c->logger, S3F_LOG_WARN,
+                 "upload %s: CreateMultipartUpload failed after a lost response; an upload "
+                 "it made may be left (see ListMultipartUploads)", u->resource);
+        return;
+    }
     int64_t lo = u->create_sent_s, hi = u->create_done_s, margin = ORPHAN_MARGIN_NO_DATE_S;
     if (u->create_server_date) {
         int64_t skew = u->create_server_date - u->create_done_s; /* server minus client */

@@ -214,6 +214,21 @@ def test_create_lost_orphan_aborted(rgw, proxy, s3, bucket, src):
     assert_object(s3, bucket, key, src[1])
 
 
+def test_create_lost_then_failed_orphan_aborted(rgw, proxy, s3, bucket, src):
+    """The first Create's answer is lost and the repeat is refused (403): the upload fails,
+    and the upload the first attempt made is still found and aborted. Before: it stayed."""
+    key = "lost-create/failed"
+    proxy.set_faults([
+        {"match": dict(creates(key), nth=1), "action": "drop_response"},
+        s3_error("AccessDenied", 403, dict(creates(key), nth=2)),
+    ])
+    r = run(rgw, proxy, "upload_buffer", bucket, key, src[0])
+    assert r.rc == 1 and r.status == "S3F_ERR_ACCESS_DENIED", r
+    assert count(proxy, "POST", key, "uploads") == 2
+    assert aborts(proxy, key) == 1
+    assert uploads(s3, bucket, key) == []
+
+
 # ---- conditional PutObject ------------------------------------------------------------------
 
 def puts(key):

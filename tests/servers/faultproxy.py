@@ -53,6 +53,7 @@ request (one fault per request: the later ones do not fire on it). Actions:
     respond                 "status": 503, "headers": {...}, "body": "...", or
                             "s3_error": {"code": "SlowDown", "message": "..."} for an S3 error
                             document with x-amz-request-id; answered without forwarding
+                            (with a Date header unless "headers" gives one)
     truncate_response       "at": N | "random"   response head with the true Content-Length,
                             N body bytes, then close (FIN)
     corrupt_response_byte   "at": N | "random", "xor": 1   flip bits of the byte at offset N
@@ -70,6 +71,7 @@ SIGTERM (or SIGINT) stops the proxy cleanly: listeners closed, connections close
 """
 
 import argparse
+import email.utils
 import ipaddress
 import json
 import os
@@ -742,6 +744,7 @@ class Proxy:
                     f"<RequestId>{rid}</RequestId><HostId>faultproxy</HostId></Error>")
             hdrs.setdefault("Content-Type", "application/xml")
             hdrs.setdefault("x-amz-request-id", rid)
+        hdrs.setdefault("Date", email.utils.formatdate(usegmt=True))  # as servers do
         body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         # a body announced with Expect was never sent: the connection cannot be reused
         keep = client_keep and not (expect and framing != "none")
