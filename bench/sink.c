@@ -75,9 +75,10 @@ struct opts {
     bool verbose;
     bool quiet;
     uint64_t store_max; /* --store: 0 = discard bodies (the default), else keep up to this */
+    bool keep_checksums; /* --keep-checksums: whole-object checksums served on HEAD/GET */
 };
 static struct opts g_opt = {"127.0.0.1", 0, NULL, 2, 1024, 1000000, 4096, 256u << 10, false,
-                            false, 0};
+                            false, 0, false};
 
 static atomic_bool g_stop;
 static atomic_int g_nconns;
@@ -841,6 +842,72 @@ out:
     return rc;
 }
 
+/* ---- whole-object checksums (--keep-checksums), for tests ----
+ * The x-amz-checksum-<alg> value given with a PUT, or with a CompleteMultipartUpload that
+ * says x-amz-checksum-type: FULL_OBJECT, is remembered per key and sent back on HEAD and GET,
+ * as S3 does. A write without one forgets it (another object). Off by default: the sink's
+ * GET bodies are a pattern, not the bytes put, so a client verifying them would fail; and a
+ * plain list under one lock is enough for tests, not for benchmarks. */
+struct ckrec {
+    struct ckrec *next;
+    char hdr[64 + CK_VAL_MAX + 8]; /* "x-amz-checksum-crc32c: value" */
+    size_t klen;
+    char key[];
+};
+static pthread_mutex_t g_ck_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ckrec *g_cks;
+
+/* Remember (hdr non-NULL) or forget the checksum of key k. */
+static void ck_set(const char *k, size_t n, const char *hdr)
+{
+    if (!g_opt.keep_checksums)
+        return;
+    pthread_mutex_lock(&g_ck_mu);
+    struct ckrec **pp = &g_cks;
+    while (*pp && !((*pp)->klen == n && memcmp((*pp)->key, k, n) == 0))
+        pp = &(*pp)->next;
+    if (*pp && !hdr) {
+        struct ckrec *x = *pp;
+        *pp = x->next;
+        free(x);
+    } else if (hdr) {
+        struct ckrec *x = *pp;
+        if (!x && (x = calloc(1, sizeof(*x) + n + 1)) != NULL) {
+            memcpy(x->key, k, n);
+            x->klen = n;
+            x->next = g_cks;
+            g_cks = x;
+        }
+        if (x)
+            snprintf(x->hdr, sizeof(x->hdr), "%s", hdr);
+    }
+    pthread_mutex_unlock(&g_ck_mu);
+}
+
+/* The remembered header line of key k into out (empty if none). */
+static void ck_get(const char *k, size_t n, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!g_opt.keep_checksums)
+        return;
+    pthread_mutex_lock(&g_ck_mu);
+    for (struct ckrec *x = g_cks; x; x = x->next)
+        if (x->klen == n && memcmp(x->key, k, n) == 0) {
+            snprintf(out, cap, "%s", x->hdr);
+            break;
+        }
+    pthread_mutex_unlock(&g_ck_mu);
+}
+
+static void ck_free(void)
+{
+    while (g_cks) {
+        struct ckrec *x = g_cks;
+        g_cks = x->next;
+        free(x);
+    }
+}
+
 /* ---- connections ---- */
 enum method { M_OTHER, M_GET, M_HEAD, M_PUT, M_POST, M_DELETE };
 enum state { ST_HEAD, ST_BODY, ST_SEND };
@@ -1335,6 +1402,28 @@ static int parse_range(struct hdrval v, uint64_t size, uint64_t *a, uint64_t *b)
     return 0;
 }
 
+/* The whole-object checksum a write carries, as a header line for ck_set, or NULL: the first
+ * x-amz-checksum-<alg> of an algorithm (not -type, -algorithm, -mode); for a Complete only
+ * with x-amz-checksum-type: FULL_OBJECT (else S3 keeps a checksum of checksums). */
+static const char *req_checksum(const struct req *r, bool complete, char *out, size_t cap)
+{
+    static const char *const algs[] = {"x-amz-checksum-crc32c", "x-amz-checksum-crc32",
+                                       "x-amz-checksum-crc64nvme", "x-amz-checksum-sha256",
+                                       "x-amz-checksum-sha1"};
+    bool full = !complete;
+    const char *line = NULL;
+    for (int i = 0; i < r->ncks; i++) {
+        if (hv_eq(r->ck_name[i], "x-amz-checksum-type"))
+            full = full || (r->ck_val[i].n == 11 && !strncasecmp(r->ck_val[i].p, "FULL_OBJECT", 11));
+        for (size_t j = 0; j < sizeof(algs) / sizeof(algs[0]) && !line; j++)
+            if (hv_eq(r->ck_name[i], algs[j])) {
+                snprintf(out, cap, "%s: %.*s", algs[j], (int)r->ck_val[i].n, r->ck_val[i].p);
+                line = out;
+            }
+    }
+    return full ? line : NULL;
+}
+
 static void handle_get_object(struct conn *c)
 {
     struct req *r = &c->rq;
@@ -1376,6 +1465,12 @@ static void handle_get_object(struct conn *c)
               "Content-Type: application/octet-stream\r\nAccept-Ranges: bytes\r\n"
               "ETag: \"%s\"\r\nLast-Modified: %s\r\n",
               etag, g_last_modified);
+    if (g_opt.keep_checksums) {
+        char ck[sizeof(((struct ckrec *)0)->hdr)];
+        ck_get(r->name, r->name_len, ck, sizeof(ck));
+        if (ck[0])
+            ob_printf(&o, "%s\r\n", ck);
+    }
     if (rr == 0)
         ob_printf(&o, "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64 "\r\n", a, b, size);
     end_head(c, &o);
@@ -1554,7 +1649,8 @@ static void handle_complete(struct conn *c)
         respond_error(c, rc, code, "The CompleteMultipartUpload request was not accepted.");
         return;
     }
-    char etag[48];
+    char etag[48], ck[64 + CK_VAL_MAX + 8];
+    ck_set(r->name, r->name_len, req_checksum(r, true, ck, sizeof(ck)));
     object_etag(r->name, r->name_len, size, ver, 0, etag);
     struct ob x;
     xml_begin(&x, c->w);
@@ -1598,6 +1694,11 @@ static void handle_copy(struct conn *c)
     if (!objmap_put(r->name, r->name_len, size, 0, data, &ver) && g_opt.store_max) {
         respond_store_full(c, 0);
         return;
+    }
+    if (g_opt.keep_checksums) { /* the copy has the source's checksum */
+        char ck[sizeof(((struct ckrec *)0)->hdr)];
+        ck_get(src, n, ck, sizeof(ck));
+        ck_set(r->name, r->name_len, ck[0] ? ck : NULL);
     }
     char etag[48];
     object_etag(r->name, r->name_len, size, ver, 0, etag);
@@ -1770,7 +1871,8 @@ static void finish_request(struct conn *c)
             respond_store_full(c, 0);
             return;
         }
-        char etag[48];
+        char etag[48], ck[64 + CK_VAL_MAX + 8];
+        ck_set(r->name, r->name_len, req_checksum(r, false, ck, sizeof(ck)));
         object_etag(r->name, r->name_len, size, ver, 0, etag);
         respond_empty(c, 200, true, etag);
         return;
@@ -1794,6 +1896,7 @@ static void finish_request(struct conn *c)
             return;
         }
         objmap_del(r->name, r->name_len);
+        ck_set(r->name, r->name_len, NULL);
         respond_empty(c, 204, false, NULL);
         return;
     default:
@@ -2402,6 +2505,10 @@ static void usage(FILE *f)
             "  --max-objects N     keys remembered (default 1000000)\n"
             "  --max-uploads N     multipart uploads in progress (default 4096)\n"
             "  --recv-buffer BYTES discard buffer per thread (default 262144)\n"
+            "  --keep-checksums    remember the x-amz-checksum-<alg> of a PUT or of a\n"
+            "                      FULL_OBJECT CompleteMultipartUpload and send it back on\n"
+            "                      HEAD and GET (for tests; GET bodies do not match it\n"
+            "                      without --store)\n"
             "  --store BYTES       keep the bytes of objects and parts (up to BYTES in all;\n"
             "                      K/M/G/T suffixes) and serve them back; writes over the\n"
             "                      limit get 507 (default: bodies are discarded)\n"
@@ -2458,6 +2565,8 @@ static int parse_args(int argc, char **argv)
             g_opt.verbose = true;
         } else if (!strcmp(a, "--quiet")) {
             g_opt.quiet = true;
+        } else if (!strcmp(a, "--keep-checksums")) {
+            g_opt.keep_checksums = true;
         } else if (i + 1 < argc) {
             const char *val = argv[++i];
             if (!strcmp(a, "--bind"))
@@ -2657,6 +2766,7 @@ out:
                 upload_release(&g_up.slots[i]);
     free(g_up.slots);
     objmap_free();
+    ck_free();
     pool_free();
     free(g_pat);
     return rc;

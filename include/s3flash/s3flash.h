@@ -274,7 +274,11 @@ struct s3f_put_options {
     int content_md5;
     /* 1: sign the payload's SHA-256 instead of UNSIGNED-PAYLOAD. */
     int sign_payload;
-    const char *if_none_match;           /* "*": fail if the key exists (412) */
+    /* "*": fail if the key exists (S3F_ERR_PRECONDITION_FAILED, 412). A 412 that follows an
+     * attempt whose response was lost is checked with a HEAD: an object of our size and
+     * checksum (or, without one, ETag = MD5 of the data) is taken as our own first
+     * attempt's, and the call succeeds with the HEAD's info. */
+    const char *if_none_match;
 };
 
 S3F_API enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,

@@ -163,6 +163,7 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L); /* keys like a/../b are sent as they are */
     curl_easy_setopt(e, CURLOPT_SHARE, t->pool->share);
+    curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, req->fresh_connect ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);

@@ -56,6 +56,9 @@ struct s3f__http_request {
     s3f__http_body_fn on_body;
     void *cb_ud;
     uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies) */
+    bool fresh_connect;           /* on a new connection: curl re-sends a request whose
+                                     reused connection died before any response byte, and
+                                     the caller would never know a response was lost */
     uint64_t not_before_ns;       /* s3f__now_ns() time before which it is not sent (backoff);
                                      0: at once */
 

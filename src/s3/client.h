@@ -68,6 +68,7 @@ struct s3f__s3_attempt {
     char storage_class[32];
     char checksum_crc32c[16], checksum_crc32[16], checksum_crc64nvme[24], checksum_sha256[48];
     int64_t last_modified;
+    int64_t date;                  /* the response's Date (Unix seconds), 0 if none */
     uint64_t content_length;
     bool has_content_length;
     uint64_t total_size;           /* from Content-Range */
@@ -101,6 +102,7 @@ struct s3f__s3_call {
     bool used_retry_token;
     int last_cost;
     bool prep_failed;               /* this attempt could not be built; err says why */
+    int idem;                       /* enum s3f__idem_class of the request */
     char resource[600];
     char range[80];
     char *url;
@@ -133,6 +135,13 @@ struct s3f__s3_request {
     /* Output: response metadata (optional). */
     struct s3f_object_info *info;
     int http_status;              /* set by the executor */
+    /* Set by the executor (s3/idempotency.h): an attempt before the last one failed after
+     * its request was sent in full (a transport failure past connecting, or a 5xx), so the
+     * server may have acted on it and the last answer may be the answer to a repeat. Set
+     * only for operations whose class is not IDEMPOTENT; the caller reconciles. */
+    bool lost_response;
+    int attempts;                 /* attempts sent (1 without retries) */
+    int64_t server_date;          /* Date of the latest response that had one (Unix s), or 0 */
     /* Request body streamed by a callback instead of `body` (fill up to len bytes at
      * `offset` of the body; return the count or -1). Called on an I/O thread. */
     s3f__http_read_fn read_body;

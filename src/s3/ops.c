@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "s3/client.h"
 #include "s3/endpoint.h"
@@ -262,11 +263,21 @@ enum s3f_status s3f__op_complete_multipart(struct s3f__op *op, const char *bucke
             return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
                                   "part numbers must ascend (%d after %d)",
                                   parts[i].part_number, parts[i - 1].part_number);
-        /* ETags are quoted hex: no XML escaping needed beyond quotes */
-        st = s3f__buf_appendf(&op->body, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag>",
-                              parts[i].part_number, parts[i].etag);
-        if (!st && parts[i].checksum[0])
-            st = s3f__buf_appendf(&op->body, "<%s>%s</%s>", elem, parts[i].checksum, elem);
+        /* the ETag as the server gave it (quotes and all), escaped: a server's ETag is
+         * not ours to trust to be hex */
+        st = s3f__buf_appendf(&op->body, "<Part><PartNumber>%d</PartNumber><ETag>",
+                              parts[i].part_number);
+        if (!st)
+            st = s3f__xml_append_escaped(&op->body, parts[i].etag);
+        if (!st)
+            st = s3f__buf_appends(&op->body, "</ETag>");
+        if (!st && parts[i].checksum[0]) {
+            st = s3f__buf_appendf(&op->body, "<%s>", elem);
+            if (!st)
+                st = s3f__xml_append_escaped(&op->body, parts[i].checksum);
+            if (!st)
+                st = s3f__buf_appendf(&op->body, "</%s>", elem);
+        }
         if (!st)
             st = s3f__buf_appends(&op->body, "</Part>");
     }
@@ -322,6 +333,104 @@ enum s3f_status s3f__op_get(struct s3f__op *op, bool head, const char *bucket, c
     if (checksum_mode)
         s3f__s3_request_header(&op->r, "x-amz-checksum-mode", "ENABLED");
     return S3F_OK;
+}
+
+/* ---- identity after a lost response ------------------------------------------------- */
+
+/* The 16 bytes of a 32-digit MD5 hex ETag, quoted or not; false for anything else. */
+static bool etag_md5(const char *etag, uint8_t out[16]) {
+    size_t n = strlen(etag);
+    if (n == 34 && etag[0] == '"' && etag[33] == '"') {
+        etag++;
+        n = 32;
+    }
+    if (n != 32)
+        return false;
+    for (size_t i = 0; i < 16; i++) {
+        int v = 0;
+        for (int j = 0; j < 2; j++) {
+            char ch = etag[2 * i + (size_t)j];
+            int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                    : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                    : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                             : -1;
+            if (d < 0)
+                return false;
+            v = v * 16 + d;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return true;
+}
+
+bool s3f__multipart_etag(const char *const *part_etags, size_t n, char *out, size_t out_len) {
+    if (n == 0 || out_len < 48)
+        return false;
+    uint8_t *all = malloc(n * 16);
+    if (!all)
+        return false;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = etag_md5(part_etags[i], all + i * 16);
+    if (ok) {
+        uint8_t md5[16];
+        char hex[33];
+        s3f__md5(all, n * 16, md5);
+        s3f__hex(md5, 16, hex);
+        snprintf(out, out_len, "\"%s-%zu\"", hex, n);
+    }
+    free(all);
+    return ok;
+}
+
+/* Compare two ETags, quotes and case of hex digits ignored. */
+static bool etag_equal(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na >= 2 && a[0] == '"' && a[na - 1] == '"') {
+        a++;
+        na -= 2;
+    }
+    if (nb >= 2 && b[0] == '"' && b[nb - 1] == '"') {
+        b++;
+        nb -= 2;
+    }
+    return na == nb && strncasecmp(a, b, na) == 0;
+}
+
+static const char *info_checksum(const struct s3f_object_info *info,
+                                 enum s3f_checksum_algorithm alg) {
+    switch (alg) {
+    case S3F_CHECKSUM_CRC32C: return info->checksum_crc32c;
+    case S3F_CHECKSUM_CRC32: return info->checksum_crc32;
+    case S3F_CHECKSUM_CRC64NVME: return info->checksum_crc64nvme;
+    default: return "";
+    }
+}
+
+int s3f__same_object(const struct s3f_object_info *head, const struct s3f_object_info *ours,
+                     enum s3f_checksum_algorithm alg, uint64_t size, const char *etag,
+                     char *why, size_t why_len) {
+    if (head->size != size) {
+        snprintf(why, why_len, "it has %" PRIu64 " bytes, not %" PRIu64, head->size, size);
+        return 0;
+    }
+    const char *theirs = info_checksum(head, alg);
+    const char *mine = ours ? info_checksum(ours, alg) : "";
+    if (theirs[0] && mine[0] && !strchr(theirs, '-') && !strchr(mine, '-')) {
+        if (strcmp(theirs, mine) == 0)
+            return 1;
+        snprintf(why, why_len, "its %s checksum is %s, not %s",
+                 s3f__checksum_algorithm_name(alg), theirs, mine);
+        return 0;
+    }
+    if (etag && etag[0] && head->etag[0]) {
+        if (etag_equal(head->etag, etag))
+            return 1;
+        snprintf(why, why_len, "its ETag is %s, not %s", head->etag, etag);
+        return 0;
+    }
+    snprintf(why, why_len, "it has our size, but neither a checksum nor an ETag to compare");
+    return -1;
 }
 
 /* ---- HeadObject / GetObject ---------------------------------------------------------- */
@@ -449,6 +558,48 @@ static void report_sent_checksum(struct s3f_object_info *info, const struct s3f_
         s3f__strlcpy(field, b64, n);
 }
 
+/* A conditional PutObject (If-None-Match) got 412 on a retry after an attempt whose response
+ * was lost: the first attempt may have written the object, and the 412 is then about our own
+ * write. HEAD decides: size and identity (the checksum we sent, else the ETag S3 gives a
+ * single PUT: the MD5 of the body) equal means the object is ours: S3F_OK, with *info from
+ * the HEAD. Otherwise the 412 stands: someone else wrote the key. */
+static enum s3f_status put_reconcile(struct s3f_client *c, const char *bucket,
+                                     const char *key, const void *data, size_t len,
+                                     const struct s3f__checksum *ck,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    struct s3f_error e412 = *err, he;
+    s3f_error_clear(&he);
+    struct s3f_object_info head, ours;
+    memset(&head, 0, sizeof(head));
+    memset(&ours, 0, sizeof(ours));
+    report_sent_checksum(&ours, ck);
+    uint8_t md5[16];
+    char etag[35];
+    s3f__md5(data ? data : "", len, md5);
+    etag[0] = '"';
+    s3f__hex(md5, 16, etag + 1);
+    etag[33] = '"';
+    etag[34] = '\0';
+    char why[400];
+    int same = -1;
+    enum s3f_status hst = s3f_head_object(c, bucket, key, NULL, &head, &he);
+    if (hst == S3F_OK)
+        same = s3f__same_object(&head, &ours, ck->alg, len, etag, why, sizeof(why));
+    else
+        snprintf(why, sizeof(why), "HEAD failed (%s)", s3f_status_name(hst));
+    if (same == 1) {
+        *info = head;
+        s3f_error_clear(err);
+        return S3F_OK;
+    }
+    *err = e412;
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "someone else wrote the key (checked after a lost response: "
+             "%s)", why);
+    s3f__strlcpy(err->message, msg, sizeof(err->message));
+    return S3F_ERR_PRECONDITION_FAILED;
+}
+
 enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const char *key,
                                const void *data, size_t len, const struct s3f_put_options *opts,
                                struct s3f_object_info *info, struct s3f_error *err) {
@@ -481,6 +632,8 @@ enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const c
     if (opts->if_none_match)
         s3f__s3_request_header(&op.r, "if-none-match", opts->if_none_match);
     st = s3f__s3_execute(c, &op.r, err);
+    if (st == S3F_ERR_PRECONDITION_FAILED && op.r.lost_response && opts->if_none_match)
+        st = put_reconcile(c, bucket, key, data, len, &ck, &op.info, err);
     if (st == S3F_OK) {
         op.info.size = len;
         report_sent_checksum(&op.info, &ck);

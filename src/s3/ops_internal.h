@@ -123,4 +123,24 @@ enum s3f_status s3f__op_get(struct s3f__op *op, bool head, const char *bucket, c
                             const char *version_id, const char *if_match, bool checksum_mode,
                             struct s3f_error *err);
 
+/* ---- identity of an object after a lost response (s3/idempotency.h) ----------------- */
+
+/* The ETag S3 gives an object completed from parts with these ETags: the MD5 of the
+ * concatenated binary part MD5s, "-N", quoted, into out (at least 48 bytes). false when a
+ * part ETag is not a 32-digit MD5 hex (quoted or not): then the server's ETags are not MD5s
+ * (SSE-KMS, some gateways) and nothing can be computed. */
+bool s3f__multipart_etag(const char *const *part_etags, size_t n, char *out, size_t out_len);
+
+/* Whether the object a HEAD described (`head`, asked with x-amz-checksum-mode) is the one
+ * this client wrote: `size` bytes, and then the first identity that can be compared:
+ *   1. the whole-object checksum of algorithm `alg` in `ours` (its checksum_* field, as
+ *      s3f__xfer_report_checksum fills it), when the server keeps one of that algorithm
+ *      that is not a checksum of checksums ("...-N");
+ *   2. else the ETag `etag` (NULL or "": none), quotes ignored.
+ * 1: ours; 0: it differs (`why` says what: sizes, checksums or ETags, both values);
+ * -1: the size matches but there is nothing to compare (why says so). */
+int s3f__same_object(const struct s3f_object_info *head, const struct s3f_object_info *ours,
+                     enum s3f_checksum_algorithm alg, uint64_t size, const char *etag,
+                     char *why, size_t why_len);
+
 #endif

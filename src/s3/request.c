@@ -6,6 +6,7 @@
 
 #include "s3/client.h"
 #include "s3/endpoint.h"
+#include "s3/idempotency.h"
 #include "s3/xml.h"
 
 #define ERROR_BODY_MAX (64u << 10)
@@ -65,6 +66,11 @@ static void on_header(void *ud, const char *name, size_t n, const char *v, size_
         int64_t t;
         if (s3f__time_parse(tmp, &t) == 0)
             a->last_modified = t;
+    } else if (name_is(name, n, "date")) {
+        copy_hdr(tmp, sizeof(tmp), v, vlen);
+        int64_t t;
+        if (s3f__time_parse(tmp, &t) == 0)
+            a->date = t;
     } else if (name_is(name, n, "content-length")) {
         copy_hdr(tmp, sizeof(tmp), v, vlen);
         char *end;
@@ -456,7 +462,13 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
     if (k->delivered > 0 && k->pinned_etag[0] && !k->user_if_match)
         if_match = k->pinned_etag;
     k->prep_failed = false;
-    enum s3f_status st = prepare(k->c, r, range_hdr, if_match, &k->url, &k->headers, k->err);
+    r->attempts = k->attempt;
+    enum s3f_status st =
+        k->idem == S3F__IDEM_UNKNOWN
+            ? s3f__error_set(k->err, S3F_ERR_INTERNAL, r->operation, k->resource,
+                             "operation %s has no idempotency class (s3/idempotency.c)",
+                             r->operation ? r->operation : "(null)")
+            : prepare(k->c, r, range_hdr, if_match, &k->url, &k->headers, k->err);
     if (st) {
         /* complete through the transport, so that `done` is never called synchronously */
         k->prep_failed = true;
@@ -474,6 +486,10 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
         a->http.on_header = on_header;
         a->http.on_body = on_body;
         a->http.cb_ud = a;
+        /* curl silently re-sends a request whose reused connection died before any
+         * response byte: for a request that is not idempotent that would hide a lost
+         * response, so it gets a connection of its own */
+        a->http.fresh_connect = k->idem != S3F__IDEM_IDEMPOTENT;
         log_request(k->c, r, k->url, k->attempt, k->headers);
     }
     a->http.not_before_ns = not_before_ns;
@@ -493,6 +509,8 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
     enum s3f_status tst = a->http.status;
     int http_status = a->http.http_status;
     r->http_status = http_status;
+    if (a->date)
+        r->server_date = a->date;
     double ms = (double)(a->http.end_ns - a->http.start_ns) / 1e6;
     s3f__log(&c->logger, S3F_LOG_DEBUG,
              "<- %s %d %s in %.1f ms (%" PRIu64 " bytes received, request id %s)%s%s",
@@ -581,6 +599,19 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
     }
     k->used_retry_token = true;
     k->last_cost = cost;
+    /* Could the server have acted on this attempt? A 5xx or a 200 carrying an error may
+     * come after it did; a transport failure only once it had the whole request (a refused
+     * connection or a body cut short cannot have been acted on). */
+    bool maybe_acted = tst == S3F_OK ? http_status >= 500 || http_status < 300
+                                     : tst != S3F_ERR_CONNECT &&
+                                           a->http.bytes_sent >= (uint64_t)r->body_len;
+    if (maybe_acted && k->idem != S3F__IDEM_IDEMPOTENT && !r->lost_response) {
+        r->lost_response = true;
+        s3f__log(&c->logger, S3F_LOG_INFO,
+                 "%s %s: the server may have acted on attempt %d (%s): the answer to the "
+                 "next is checked (%s)", r->operation, k->resource, k->attempt,
+                 s3f_status_name(last.status), s3f__idem_class_name(k->idem));
+    }
     uint64_t wait = backoff_ms(k->attempt);
     s3f__log(&c->logger, S3F_LOG_INFO,
              "%s %s: attempt %d failed (%s%s%s), retrying in %" PRIu64 " ms", r->operation,
@@ -600,6 +631,10 @@ void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_
     k->done = done;
     k->done_ud = ud;
     k->attempt = 1;
+    k->idem = (int)s3f__idempotency_of(r);
+    r->lost_response = false;
+    r->attempts = 0;
+    r->server_date = 0;
     k->max_attempts = c->max_attempts > 0 ? c->max_attempts : 3;
     k->range_start = r->has_range ? r->range_start : 0;
     k->range_end = r->has_range ? r->range_end : UINT64_MAX;

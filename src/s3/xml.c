@@ -958,6 +958,26 @@ static enum s3f_status append_escaped(struct s3f__buf *b, const char *key, size_
     return st;
 }
 
+enum s3f_status s3f__xml_append_escaped(struct s3f__buf *b, const char *s) {
+    enum s3f_status st = S3F_OK;
+    for (const char *p = s; *p && !st;) {
+        size_t n = strcspn(p, "&<>\"'");
+        if (n)
+            st = s3f__buf_append(b, p, n);
+        p += n;
+        if (st || !*p)
+            break;
+        switch (*p++) {
+        case '&': st = s3f__buf_appends(b, "&amp;"); break;
+        case '<': st = s3f__buf_appends(b, "&lt;"); break;
+        case '>': st = s3f__buf_appends(b, "&gt;"); break;
+        case '"': st = s3f__buf_appends(b, "&quot;"); break;
+        default: st = s3f__buf_appends(b, "&apos;"); break;
+        }
+    }
+    return st;
+}
+
 enum s3f_status s3f__xml_build_delete(const char *const *keys, size_t n, bool quiet,
                                       struct s3f__buf *out, struct s3f_error *err) {
     if (!out || (n && !keys))

@@ -97,6 +97,10 @@ enum s3f_status s3f__xml_parse_delete_result(const char *body, size_t len, size_
 enum s3f_status s3f__xml_build_delete(const char *const *keys, size_t n, bool quiet,
                                       struct s3f__buf *out, struct s3f_error *err);
 
+/* Append `s` to `b` with & < > " ' as entity references (for element text such as the
+ * ETags of a CompleteMultipartUpload body). S3F_ERR_NO_MEMORY past the buffer's cap. */
+enum s3f_status s3f__xml_append_escaped(struct s3f__buf *b, const char *s);
+
 /* Status for an S3 error code and HTTP status (either may be 0/NULL/""). The code decides
  * first: NoSuchKey, NoSuchUpload, NoSuchVersion -> NOT_FOUND; NoSuchBucket -> NO_SUCH_BUCKET;
  * AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId, AllAccessDisabled,

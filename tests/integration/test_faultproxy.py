@@ -302,6 +302,34 @@ def test_reset_request_body(proxy, upstream):
     c.close()
 
 
+def test_drop_response(proxy, upstream):
+    """The request reaches the upstream whole (it acts on it), the client gets an RST and not
+    one byte of the response; the next request on a new connection goes through."""
+    proxy.set_faults([{"match": {"method": "PUT", "max_count": 1}, "action": "drop_response"}])
+    body = pattern(300000)
+    s = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+    s.sendall(b"PUT /b/dropped HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+              % len(body) + body)
+    got = b""
+    with pytest.raises(ConnectionResetError):
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break  # a FIN would end here: not what is wanted
+            got += d
+    s.close()
+    assert got == b""  # no byte of the response
+    with upstream.lock:
+        assert upstream.puts == [("/b/dropped", body)]  # the server acted
+    log = proxy.stats()["log"]
+    assert log[-1]["action"] == "drop_response" and log[-1]["acted"] is not None
+    assert proxy.stats()["faults"] == {"0:drop_response": 1}
+    c = conn(proxy)
+    c.request("PUT", "/b/dropped", body=pattern(3000))
+    assert json.loads(c.getresponse().read())["len"] == 3000
+    c.close()
+
+
 def test_corrupt_response_byte(proxy):
     proxy.set_faults([{"match": {"path": "/obj/"}, "action": "corrupt_response_byte",
                        "at": 123}])

@@ -323,6 +323,56 @@ def test_multipart_subset_and_abort(sink):
     assert r.status == 404
 
 
+def test_keep_checksums(tmp_path):
+    """--keep-checksums: the whole-object checksum of a PUT, and of a FULL_OBJECT Complete,
+    comes back on HEAD and GET; a Complete without FULL_OBJECT keeps none; a write without a
+    checksum, and a DELETE, forget it; a copy carries it. Off by default. A repeated Complete
+    of a completed upload answers 404 NoSuchUpload (AWS's behaviour) either way."""
+    s = Sink(tmp_path, "--threads", "1", "--keep-checksums")
+    try:
+        r, _ = req(s, "PUT", "/bkt/ck", b"x" * 10, {"x-amz-checksum-crc32c": "AAAAAA=="})
+        assert r.status == 200
+        r, _ = req(s, "HEAD", "/bkt/ck")
+        assert r.getheader("x-amz-checksum-crc32c") == "AAAAAA=="
+        r, data = req(s, "GET", "/bkt/ck")
+        assert r.getheader("x-amz-checksum-crc32c") == "AAAAAA==" and len(data) == 10
+        r, _ = req(s, "PUT", "/bkt/ck2", b"", {"x-amz-copy-source": "/bkt/ck"})
+        assert r.status == 200
+        r, _ = req(s, "HEAD", "/bkt/ck2")
+        assert r.getheader("x-amz-checksum-crc32c") == "AAAAAA=="
+        req(s, "PUT", "/bkt/ck", b"y" * 10)             # another object: no checksum
+        r, _ = req(s, "HEAD", "/bkt/ck")
+        assert r.status == 200 and r.getheader("x-amz-checksum-crc32c") is None
+        req(s, "DELETE", "/bkt/ck2")
+        req(s, "PUT", "/bkt/ck2", b"z")
+        r, _ = req(s, "HEAD", "/bkt/ck2")
+        assert r.getheader("x-amz-checksum-crc32c") is None
+
+        for full, want in ((True, "BBBBBB=="), (False, None)):
+            _, data = req(s, "POST", "/bkt/mpck?uploads")
+            uid = xml_field(data, "UploadId")
+            r, _ = req(s, "PUT", f"/bkt/mpck?partNumber=1&uploadId={uid}", b"a" * 100)
+            hdrs = {"x-amz-checksum-crc32c": "BBBBBB=="}
+            if full:
+                hdrs["x-amz-checksum-type"] = "FULL_OBJECT"
+            body = complete_body([(1, r.getheader("ETag"))])
+            r, _ = req(s, "POST", f"/bkt/mpck?uploadId={uid}", body, hdrs)
+            assert r.status == 200
+            r, _ = req(s, "HEAD", "/bkt/mpck")
+            assert r.getheader("x-amz-checksum-crc32c") == want
+            assert r.getheader("Content-Length") == "100"
+            r, data = req(s, "POST", f"/bkt/mpck?uploadId={uid}", body, hdrs)
+            assert r.status == 404 and xml_field(data, "Code") == "NoSuchUpload"
+    finally:
+        assert s.stop() == 0, s.stderr
+
+
+def test_checksums_not_kept_by_default(sink):
+    req(sink, "PUT", "/bkt/nock", b"x" * 10, {"x-amz-checksum-crc32c": "AAAAAA=="})
+    r, _ = req(sink, "HEAD", "/bkt/nock")
+    assert r.status == 200 and r.getheader("x-amz-checksum-crc32c") is None
+
+
 def test_copy_object(sink):
     req(sink, "PUT", "/bkt/src", b"z" * 4321)
     r, data = req(sink, "PUT", "/bkt/dst", b"", {"x-amz-copy-source": "/bkt/src"})

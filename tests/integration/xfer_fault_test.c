@@ -9,10 +9,13 @@
  *   xfer_fault_test download_buffer BUCKET KEY DST SIZE   s3f_download_buffer, then DST
  *   xfer_fault_test download_file   BUCKET KEY DST        s3f_download_file
  *   xfer_fault_test reader          BUCKET KEY DST [N]    s3f_reader_*, reads of N bytes
+ *   xfer_fault_test put_if_absent   BUCKET KEY SRC        s3f_put_object, If-None-Match: *
  *
  * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION;
  * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
- * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads).
+ * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
+ * FAULT_CHECKSUM (the uploads' checksum: none, crc32c, crc32, crc64nvme; default the
+ * library's).
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
@@ -114,6 +117,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "client: %s\n", line);
         return 2;
     }
+    struct s3f_upload_options uo;
+    memset(&uo, 0, sizeof(uo));
+    const char *ck = getenv("FAULT_CHECKSUM");
+    if (ck && *ck)
+        uo.checksum = !strcmp(ck, "none")       ? S3F_CHECKSUM_NONE
+                      : !strcmp(ck, "crc32")    ? S3F_CHECKSUM_CRC32
+                      : !strcmp(ck, "crc64nvme") ? S3F_CHECKSUM_CRC64NVME
+                                                : S3F_CHECKSUM_CRC32C;
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     enum s3f_status st;
@@ -130,11 +141,11 @@ int main(int argc, char **argv) {
         }
         t0 = now_s();
         if (op[0] == 'u') {
-            st = s3f_upload_buffer(c, bucket, key, data, n, NULL, &info, &e);
+            st = s3f_upload_buffer(c, bucket, key, data, n, &uo, &info, &e);
         } else {
             size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 100000;
             struct s3f_writer *w = NULL;
-            st = s3f_writer_open(c, bucket, key, NULL, &w, &e);
+            st = s3f_writer_open(c, bucket, key, &uo, &w, &e);
             if (st == S3F_OK) {
                 size_t off = 0;
                 enum s3f_status ws = S3F_OK;
@@ -156,8 +167,21 @@ int main(int argc, char **argv) {
         }
         rc = report(st, t0, &e, &info);
         free(data);
+    } else if (strcmp(op, "put_if_absent") == 0) {
+        size_t n = 0;
+        unsigned char *data = read_all(path, &n);
+        if (!data) {
+            fprintf(stderr, "cannot read %s\n", path);
+            s3f_client_free(c);
+            return 2;
+        }
+        struct s3f_put_options po = {.if_none_match = "*", .checksum = uo.checksum};
+        t0 = now_s();
+        st = s3f_put_object(c, bucket, key, data, n, &po, &info, &e);
+        rc = report(st, t0, &e, &info);
+        free(data);
     } else if (strcmp(op, "upload_file") == 0) {
-        st = s3f_upload_file(c, bucket, key, path, NULL, &info, &e);
+        st = s3f_upload_file(c, bucket, key, path, &uo, &info, &e);
         rc = report(st, t0, &e, &info);
     } else if (strcmp(op, "download_buffer") == 0 && argc > 5) {
         size_t n = (size_t)strtoull(argv[5], NULL, 10);

@@ -53,11 +53,16 @@ request (one fault per request: the later ones do not fire on it). Actions:
     respond                 "status": 503, "headers": {...}, "body": "...", or
                             "s3_error": {"code": "SlowDown", "message": "..."} for an S3 error
                             document with x-amz-request-id; answered without forwarding
+                            (with a Date header unless "headers" gives one)
     truncate_response       "at": N | "random"   response head with the true Content-Length,
                             N body bytes, then close (FIN)
     corrupt_response_byte   "at": N | "random", "xor": 1   flip bits of the byte at offset N
     delay                   "seconds": S   latency before the request is forwarded
     throttle                "bytes_per_second": B, "direction": "response" | "request" | "both"
+    drop_response           forward the request, read the whole upstream response (so the
+                            server has acted on the request), then reset the client
+                            connection (RST) without sending any of the response: a
+                            response lost after the server committed
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
 
@@ -66,6 +71,7 @@ SIGTERM (or SIGINT) stops the proxy cleanly: listeners closed, connections close
 """
 
 import argparse
+import email.utils
 import ipaddress
 import json
 import os
@@ -89,7 +95,8 @@ UPSTREAM_TIMEOUT_S = 300      # no byte from the upstream for this long: give up
 LOG_MAX = 2000                # entries kept in the stats log
 
 ACTIONS = {"reset_request_body_at", "reset_response_body_at", "stall", "respond",
-           "truncate_response", "corrupt_response_byte", "delay", "throttle"}
+           "truncate_response", "corrupt_response_byte", "delay", "throttle",
+           "drop_response"}
 
 
 class Abort(Exception):
@@ -737,6 +744,7 @@ class Proxy:
                     f"<RequestId>{rid}</RequestId><HostId>faultproxy</HostId></Error>")
             hdrs.setdefault("Content-Type", "application/xml")
             hdrs.setdefault("x-amz-request-id", rid)
+        hdrs.setdefault("Date", email.utils.formatdate(usegmt=True))  # as servers do
         body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         # a body announced with Expect was never sent: the connection cannot be reused
         keep = client_keep and not (expect and framing != "none")
@@ -773,6 +781,19 @@ class Proxy:
         up_keep = first.startswith("HTTP/1.1") and framing != "close" and \
             (header(headers, "connection") or "").lower() != "close"
         keep = client_keep and framing != "close"
+
+        if action == "drop_response":
+            # the server answered (it acted); the client never sees a byte of it
+            try:
+                for _ in body_segments(up.conn, framing, length):
+                    pass
+            except ProtocolError:
+                up_keep = False
+            self.note_acted(entry)
+            if not up_keep:
+                up.drop()
+            rst(sock)
+            raise Abort("response dropped")
 
         point = action in ("reset_response_body_at", "truncate_response",
                            "corrupt_response_byte") or (

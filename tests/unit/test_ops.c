@@ -1,0 +1,196 @@
+/* The operations layer: every operation it builds has an idempotency class (a source scan
+ * of the builders, so that a new operation cannot forget one), the executor refuses an
+ * operation without one, the CompleteMultipartUpload body escapes what the server gave,
+ * and the identity checks used after a lost response (multipart ETag, size/checksum/ETag). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/idempotency.h"
+#include "s3/ops_internal.h"
+#include "testutil.h"
+
+/* Operation names the sources hand to the request builders: the string literals right
+ * after op_init( / request_init( and in `op_name = "..."` / `name = head ? "..." : "..."`. */
+static size_t scan_names(const char *rel, char names[][64], size_t n, size_t cap) {
+    size_t len;
+    char *src = test_read_file(test_src_path(rel), &len);
+    if (!src) {
+        test_fail(__FILE__, __LINE__, "cannot read %s", rel);
+        return n;
+    }
+    static const char *const marks[] = {"op_init(", "request_init(", "op_name = ",
+                                        "*name = head ?"};
+    for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+        for (const char *p = strstr(src, marks[m]); p; p = strstr(p + 1, marks[m])) {
+            const char *end = p + strcspn(p, ";{");
+            if (strncmp(p, "op_init(struct", 14) == 0 || strncmp(p, "request_init(struct", 19) == 0)
+                continue; /* the definitions */
+            for (const char *q = strchr(p, '"'); q && q < end; q = strchr(q + 1, '"')) {
+                const char *e = strchr(q + 1, '"');
+                if (!e || e > end)
+                    break;
+                size_t l = (size_t)(e - q - 1);
+                if (l && l < 64 && n < cap) {
+                    memcpy(names[n], q + 1, l);
+                    names[n][l] = '\0';
+                    if (strcmp(names[n], "GET") && strcmp(names[n], "PUT") &&
+                        strcmp(names[n], "POST") && strcmp(names[n], "DELETE") &&
+                        strcmp(names[n], "HEAD"))
+                        n++;
+                }
+                q = e;
+            }
+        }
+    }
+    free(src);
+    return n;
+}
+
+static void test_every_operation_has_a_class(void) {
+    static char names[256][64];
+    size_t n = 0;
+    static const char *const files[] = {"src/s3/ops.c", "src/xfer/upload.c", "src/xfer/download.c",
+                                        "src/xfer/reader.c", "src/xfer/janitor.c"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        n = scan_names(files[i], names, n, 256);
+    CHECK(n >= 16); /* the scan itself works: ops.c alone builds 16 operations */
+    for (size_t i = 0; i < n; i++) {
+        if (s3f__idempotency(names[i]) == S3F__IDEM_UNKNOWN)
+            test_fail(__FILE__, __LINE__, "operation \"%s\" has no idempotency class: add it "
+                      "to the table in src/s3/idempotency.c", names[i]);
+        else
+            test_checks_passed++;
+    }
+    /* and the table holds nothing twice */
+    enum s3f__idem_class c;
+    for (size_t i = 0; s3f__idempotency_entry(i, &c); i++) {
+        CHECK(c != S3F__IDEM_UNKNOWN);
+        for (size_t j = i + 1; s3f__idempotency_entry(j, NULL); j++)
+            CHECK(strcmp(s3f__idempotency_entry(i, NULL), s3f__idempotency_entry(j, NULL)));
+    }
+}
+
+static void test_classes(void) {
+    CHECK_INT(s3f__idempotency("CreateMultipartUpload"), S3F__IDEM_RECONCILE);
+    CHECK_INT(s3f__idempotency("CompleteMultipartUpload"), S3F__IDEM_RECONCILE);
+    CHECK_INT(s3f__idempotency("UploadPart"), S3F__IDEM_IDEMPOTENT);
+    CHECK_INT(s3f__idempotency("PutObject"), S3F__IDEM_IDEMPOTENT);
+    CHECK_INT(s3f__idempotency("NoSuchOperation"), S3F__IDEM_UNKNOWN);
+    CHECK_INT(s3f__idempotency(NULL), S3F__IDEM_UNKNOWN);
+    struct s3f__op op;
+    memset(&op, 0, sizeof(op));
+    s3f__op_put_object(&op, "b", "k", NULL, NULL);
+    CHECK_INT(s3f__idempotency_of(&op.r), S3F__IDEM_IDEMPOTENT);
+    s3f__s3_request_header(&op.r, "If-None-Match", "*");
+    CHECK_INT(s3f__idempotency_of(&op.r), S3F__IDEM_CONDITIONAL);
+    s3f__op_cleanup(&op);
+    CHECK_STR(s3f__idem_class_name(S3F__IDEM_CONDITIONAL), "CONDITIONAL");
+}
+
+/* The executor fails a request whose operation has no class, before sending anything. */
+static void test_executor_refuses_unknown(void) {
+    struct s3f_client_options o = {0};
+    o.endpoint_url = "http://127.0.0.1:9"; /* never reached */
+    o.anonymous = 1;
+    o.region = "us-east-1";
+    o.force_path_style = 1;
+    struct s3f_client *c = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    CHECK_INT(s3f_client_new(&o, &c, &err), S3F_OK);
+    if (!c)
+        return;
+    struct s3f__op op;
+    memset(&op, 0, sizeof(op));
+    s3f__op_put_object(&op, "bkt", "key", NULL, NULL);
+    op.r.operation = "BrandNewOperation";
+    CHECK_INT(s3f__s3_execute(c, &op.r, &err), S3F_ERR_INTERNAL);
+    CHECK(strstr(err.message, "no idempotency class") != NULL);
+    CHECK_STR(err.operation, "BrandNewOperation");
+    s3f__op_cleanup(&op);
+    s3f_client_free(c);
+}
+
+static void test_complete_body_escaped(void) {
+    struct s3f_part_info parts[2];
+    memset(parts, 0, sizeof(parts));
+    parts[0].part_number = 1;
+    strcpy(parts[0].etag, "\"0cc175b9c0f1b6a831c399e269772661\"");
+    parts[1].part_number = 2;
+    strcpy(parts[1].etag, "odd<&>'etag");
+    strcpy(parts[1].checksum, "a&b");
+    struct s3f__op op;
+    memset(&op, 0, sizeof(op));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    CHECK_INT(s3f__op_complete_multipart(&op, "b", "k", "id", parts, 2, S3F_CHECKSUM_CRC32C,
+                                         NULL, &err), S3F_OK);
+    char body[1024];
+    size_t n = op.body.len < sizeof(body) - 1 ? op.body.len : sizeof(body) - 1;
+    memcpy(body, op.body.data, n);
+    body[n] = '\0';
+    CHECK(strstr(body, "<ETag>&quot;0cc175b9c0f1b6a831c399e269772661&quot;</ETag>") != NULL);
+    CHECK(strstr(body, "<ETag>odd&lt;&amp;&gt;&apos;etag</ETag>") != NULL);
+    CHECK(strstr(body, "<ChecksumCRC32C>a&amp;b</ChecksumCRC32C>") != NULL);
+    CHECK(strstr(body, "odd<") == NULL);
+    s3f__op_cleanup(&op);
+}
+
+static void test_multipart_etag(void) {
+    /* md5("a"), md5("b"): python3 -c "hashlib.md5(bytes.fromhex(a) + bytes.fromhex(b))" */
+    const char *tags[] = {"\"0cc175b9c0f1b6a831c399e269772661\"",
+                          "92EB5FFEE6AE2FEC3AD71C777531578F"};
+    char out[48];
+    CHECK(s3f__multipart_etag(tags, 2, out, sizeof(out)));
+    CHECK_STR(out, "\"96e024ba2074fe77e8e965ba43a704be-2\"");
+    const char *bad[] = {"\"0cc175b9c0f1b6a831c399e269772661\"", "\"abc-3\""};
+    CHECK(!s3f__multipart_etag(bad, 2, out, sizeof(out)));
+    const char *nothex[] = {"\"0cc175b9c0f1b6a831c399e26977266g\""};
+    CHECK(!s3f__multipart_etag(nothex, 1, out, sizeof(out)));
+    CHECK(!s3f__multipart_etag(tags, 0, out, sizeof(out)));
+}
+
+static void test_same_object(void) {
+    struct s3f_object_info head, ours;
+    memset(&head, 0, sizeof(head));
+    memset(&ours, 0, sizeof(ours));
+    char why[400];
+    head.size = 10;
+    strcpy(head.etag, "\"96e024ba2074fe77e8e965ba43a704be-2\"");
+    /* size first */
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 11, head.etag, why,
+                               sizeof(why)), 0);
+    CHECK(strstr(why, "10 bytes, not 11") != NULL);
+    /* ETag (quotes and case ignored) */
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10,
+                               "96E024BA2074FE77E8E965BA43A704BE-2", why, sizeof(why)), 1);
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, "\"abc-2\"", why,
+                               sizeof(why)), 0);
+    CHECK(strstr(why, "ETag") != NULL);
+    /* nothing to compare */
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, "", why, sizeof(why)),
+              -1);
+    /* the whole-object checksum goes before the ETag */
+    strcpy(head.checksum_crc32c, "AAAAAA==");
+    strcpy(ours.checksum_crc32c, "AAAAAA==");
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, "\"other\"", why,
+                               sizeof(why)), 1);
+    strcpy(ours.checksum_crc32c, "BBBBBB==");
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, head.etag, why,
+                               sizeof(why)), 0);
+    CHECK(strstr(why, "CRC32C checksum is AAAAAA==, not BBBBBB==") != NULL);
+    /* a checksum of checksums is no identity of the bytes: the ETag decides */
+    strcpy(head.checksum_crc32c, "AAAAAA==-2");
+    CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, head.etag, why,
+                               sizeof(why)), 1);
+}
+
+int main(void) {
+    RUN(test_every_operation_has_a_class);
+    RUN(test_classes);
+    RUN(test_executor_refuses_unknown);
+    RUN(test_complete_body_escaped);
+    RUN(test_multipart_etag);
+    RUN(test_same_object);
+    return test_summary();
+}
