@@ -157,3 +157,16 @@ def test_other_etag_fails(rgw, proxy, bucket, dl_object, tmp_path, how):
     # not retried: the answer would be the same (alloc: the reset of its first GET only)
     assert len(r.retries()) == (1 if how == "alloc" else 0), r
     assert "PRECONDITION" not in "".join(r.retries()), r
+
+
+def test_checksum_head_of_other_etag_fails(rgw, proxy, bucket, dl_object, tmp_path):
+    """The download's checksum HEAD (sent with If-Match) comes back with another ETag: the
+    download fails with S3F_ERR_PRECONDITION_FAILED rather than compare the bytes with
+    another object's checksum. Before: S3F_OK."""
+    key, _ = dl_object
+    proxy.set_faults([{"match": {"method": "HEAD", "path": re.escape(key) + "$"},
+                       "action": "etag", "value": '"feedfacefeedfacefeedfacefeedface-4"'}])
+    r, dst = run(rgw, proxy, "buffer", bucket, key, tmp_path, FAULT_VERIFY=1)
+    check_failed(r, dst, "S3F_ERR_PRECONDITION_FAILED")
+    assert "feedface" in r.kv["error"], r
+    assert proxy.stats()["faults_total"] == 1
