@@ -141,9 +141,7 @@ static void asked_range(const struct s3f__s3_attempt *a, char *buf, size_t len) 
         snprintf(buf, len, "bytes %" PRIu64 "-%" PRIu64, a->want_first, last);
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
-#endif
+S3F_PRINTF(4, 5)
 static bool bad_response(struct s3f__s3_attempt *a, enum s3f_status st, bool retryable,
                          const char *fmt, ...) {
     va_list ap;
