@@ -50,10 +50,12 @@ enum s3f_status {
     S3F_ERR_NO_SUCH_BUCKET = 13,
     S3F_ERR_ACCESS_DENIED = 14,   /* AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId */
     S3F_ERR_EXPIRED_CREDENTIALS = 15, /* ExpiredToken, RequestExpired, TokenRefreshRequired */
-    S3F_ERR_PRECONDITION_FAILED = 16, /* 412: If-Match failed (object changed) */
+    S3F_ERR_PRECONDITION_FAILED = 16, /* 412: If-Match failed (object changed), or an
+                                       * answer of another ETag or size than pinned */
     S3F_ERR_THROTTLED = 17,       /* SlowDown / 503 persisted through every attempt */
     S3F_ERR_SERVER = 18,          /* 5xx persisted through every attempt */
-    S3F_ERR_BAD_RESPONSE = 19,    /* malformed XML, truncated body, missing header */
+    S3F_ERR_BAD_RESPONSE = 19,    /* malformed XML, truncated body, missing header, a
+                                   * 206 for another range than asked */
     S3F_ERR_IO = 20,              /* local file error; message has the errno text */
     S3F_ERR_CHECKSUM = 21,        /* data does not match its checksum */
     S3F_ERR_ABORTED = 22,         /* a caller callback asked to stop */
@@ -287,7 +289,9 @@ S3F_API enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket
 
 /* Stream an object (or a range) into `sink`. A connection broken mid-body is resumed from
  * the byte it reached (with If-Match on the first ETag), so `sink` sees every offset once,
- * in order. `info` (optional) receives the object's metadata. */
+ * in order. Every response is checked against what was asked (as for every download; see
+ * "Responses checked" below s3f_download_options). `info` (optional) receives the object's
+ * metadata. */
 S3F_API enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const char *key,
                                const struct s3f_get_options *opts, s3f_write_fn sink,
                                void *sink_user_data, struct s3f_object_info *info,
@@ -461,6 +465,15 @@ struct s3f_download_options {
     void *progress_user_data;
 };
 
+/* Responses checked (every download, the reader, s3f_get_object): each GET's answer is
+ * checked against what was asked before its bytes are used. Its ETag must be the pinned
+ * one (If-Match, or the first response's) and its total size the known one (else
+ * S3F_ERR_PRECONDITION_FAILED, as for a server or gateway that ignores If-Match); a 206
+ * must carry a Content-Range for exactly the range asked with a matching Content-Length
+ * (else S3F_ERR_BAD_RESPONSE, retried); a consistent 206 that ends early is continued with
+ * a request for the rest; a 200 to a ranged GET (the whole object) is used by offset. The
+ * call never returns S3F_OK with missing or foreign bytes. docs/TRANSFER.md has the table. */
+
 /* Download a whole object into `buf`. The size comes from the first ranged GET (no HEAD
  * first); the other parts then go in parallel, each written straight to its place.
  * info->size is the object's size (the bytes written). An object larger than `buf_len`
@@ -485,8 +498,9 @@ typedef void *(*s3f_alloc_fn)(void *user_data, size_t size);
  * bytes are written straight into it (those that arrive before it exists are staged and
  * copied once), so memory holds one copy of the object; the object is not split into
  * parallel parts (s3f_download_buffer does that when the size is known). A connection
- * broken mid-body is resumed from the byte it reached with If-Match on the first ETag;
- * errors are retried as for every request. Options: version_id, if_match as for the other
+ * broken mid-body is resumed from the byte it reached with If-Match on the first ETag and
+ * every answer is checked (see "Responses checked"); errors are retried as for every
+ * request. Options: version_id, if_match as for the other
  * downloads; verify_checksum: 0 or 1 ask for the object's checksum with the GET
  * (x-amz-checksum-mode) and verify the whole-object checksum the response carries (CRC32C,
  * CRC32 or CRC64NVME; a checksum of part checksums, "...-N", is not of the bytes and is
@@ -520,7 +534,8 @@ S3F_API enum s3f_status s3f_download_file(struct s3f_client *c, const char *buck
  * requests in parallel; a jump shrinks the window back. The last bytes of the object
  * (tail_bytes) are fetched once, on the first read near the end, and kept (zip central
  * directories). Large reads go straight into the caller's buffer; others are copied once
- * from the window. Every request carries If-Match with the ETag from open. Not thread-safe:
+ * from the window. Every request carries If-Match with the ETag from open, and every answer
+ * must match that ETag and the size from open (see "Responses checked"). Not thread-safe:
  * one thread uses a reader at a time. */
 struct s3f_reader;
 struct s3f_reader_options {

@@ -75,9 +75,20 @@ struct s3f__s3_attempt {
     bool has_total_size;
     uint64_t range_first;          /* first byte of a 206 response, from Content-Range */
     bool has_range_first;
+    uint64_t range_last;           /* last byte of a 206 response, from Content-Range */
+    bool has_range_last;
     bool body_started;
     uint64_t resp_pos;             /* object offset of the next response byte */
-    bool range_gap;                /* the server answered from past the offset we need */
+    /* With a sink, the response head is checked against the request before the first
+     * body byte reaches the sink (request.c, check_response). */
+    uint64_t want_first;           /* the first object byte this attempt asks for */
+    bool checked;
+    uint64_t resp_end;             /* object offset past the response's last byte, or
+                                    * UINT64_MAX when its length is not announced */
+    bool rest_skipped;             /* a 200 stopped once past the range asked for */
+    enum s3f_status bad;           /* not what was asked: the error, its message */
+    bool bad_retryable;
+    char bad_msg[400];
 };
 
 struct s3f__s3_request;
@@ -98,6 +109,9 @@ struct s3f__s3_call {
     uint64_t range_start, range_end;
     uint64_t delivered;             /* bytes already handed to the sink */
     char pinned_etag[128];          /* ETag of the first response, for resumed GETs */
+    uint64_t pinned_size;           /* object size: the caller's, or the first response's */
+    bool has_pinned_size;
+    int short_responses;            /* consistent responses that ended before the range */
     const char *user_if_match;
     bool used_retry_token;
     int last_cost;
@@ -129,9 +143,16 @@ struct s3f__s3_request {
     void *sink_ud;
     struct s3f__buf *body_out;
     bool check_200_error;         /* a 200 body may be an <Error> document */
-    /* Range for GET with a sink: [range_start, range_end], has_range. */
+    /* Range for GET with a sink: [range_start, range_end], has_range. Every response is
+     * checked against it (status, Content-Range, Content-Length, bytes received, the ETag
+     * against If-Match or the first response's); a consistent but short answer is
+     * continued with a request for the rest. docs/TRANSFER.md lists the checks. */
     bool has_range;
     uint64_t range_start, range_end;
+    /* The object's size when the caller knows it (HEAD, a listing, an earlier response):
+     * every response's total must equal it (else S3F_ERR_PRECONDITION_FAILED). */
+    bool has_object_size;
+    uint64_t object_size;
     /* Output: response metadata (optional). */
     struct s3f_object_info *info;
     int http_status;              /* set by the executor */

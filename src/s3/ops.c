@@ -521,7 +521,7 @@ enum s3f_status s3f_get_object(struct s3f_client *c, const char *bucket, const c
     if (st == S3F_ERR_ABORTED && err)
         s3f__strlcpy(err->message, "the data callback stopped the download",
                      sizeof(err->message));
-    if (st == S3F_ERR_PRECONDITION_FAILED && err && !opts->if_match)
+    if (st == S3F_ERR_PRECONDITION_FAILED && err && !opts->if_match && err->http_status == 412)
         s3f__strlcpy(err->message, "the object changed during the download (ETag differs)",
                      sizeof(err->message));
     if (st)

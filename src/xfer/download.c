@@ -101,7 +101,8 @@ struct download {
     char other_expected[S3F__CHECKSUM_B64_MAX + 8];
     struct s3f__sched_entry entry;
     struct wchunk *wq;          /* DST_FILE: ring of chunks to write, wq_cap = pool size */
-    size_t wq_cap, wq_head, wq_n;
+    size_t wq_cap, wq_head;
+    size_t wq_n;                /* also read without the lock (atomically) by sink_file */
     int write_errno;            /* the caller's pwrite failed (also read by I/O threads) */
 };
 
@@ -141,7 +142,8 @@ static void fail(struct download *d, enum s3f_status st, const struct s3f_error 
         s3f__strlcpy(d->err.operation, "download", sizeof(d->err.operation));
     if (!d->err.resource[0])
         s3f__strlcpy(d->err.resource, d->resource, sizeof(d->err.resource));
-    if (d->status == S3F_ERR_PRECONDITION_FAILED && !d->user_if_match)
+    if (d->status == S3F_ERR_PRECONDITION_FAILED && !d->user_if_match &&
+        d->err.http_status == 412) /* else the executor's message says what differed */
         s3f__strlcpy(d->err.message, "the object changed during the download (ETag differs)",
                      sizeof(d->err.message));
     s3f__log(&d->c->logger, S3F_LOG_DEBUG, "download %s failed: %s %s", d->resource,
@@ -230,8 +232,9 @@ static void stage_queue_locked(struct download *d, struct dreq *q) {
         s3f__pool_release(&d->x->pool, 1, &q->stage);
     } else {
         /* never full: at most pool-size chunks exist */
-        d->wq[(d->wq_head + d->wq_n++) % d->wq_cap] =
+        d->wq[(d->wq_head + d->wq_n) % d->wq_cap] =
             (struct wchunk){q->stage, q->stage_off, q->stage_len};
+        __atomic_store_n(&d->wq_n, d->wq_n + 1, __ATOMIC_RELAXED); /* sink_file reads it */
         pthread_cond_broadcast(&d->cond);
     }
     q->stage = NULL;
@@ -407,6 +410,15 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
                 }
             }
         }
+    } else if (q->bytes != d->parts[q->part].size) {
+        /* the executor checks every response; this is the last guard against a hole */
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        s3f__error_set(&e, S3F_ERR_BAD_RESPONSE, "download", d->resource,
+                       "part %zu at offset %" PRIu64 " got %" PRIu64 " bytes, %" PRIu64
+                       " expected",
+                       q->part, d->parts[q->part].offset, q->bytes, d->parts[q->part].size);
+        fail(d, S3F_ERR_BAD_RESPONSE, &e);
     } else {
         struct dpart *p = &d->parts[q->part];
         p->ck = q->ck;
@@ -521,6 +533,8 @@ static bool start_get(struct s3f__sched_entry *e) {
         r->has_range = true;
         r->range_start = d->parts[part].offset;
         r->range_end = d->parts[part].offset + d->parts[part].size - 1;
+        r->has_object_size = true; /* pinned by the first response, as the ETag */
+        r->object_size = d->size;
         d->parts[part].state = DP_SENDING;
     }
     d->outstanding++;
@@ -637,7 +651,7 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
             /* a file's chunk to write (after a failure: only to give back) */
             struct wchunk w = d->wq[d->wq_head];
             d->wq_head = (d->wq_head + 1) % d->wq_cap;
-            d->wq_n--;
+            __atomic_store_n(&d->wq_n, d->wq_n - 1, __ATOMIC_RELAXED);
             bool write = !d->status;
             pthread_mutex_unlock(&d->lock);
             int e = write ? pwrite_all(d->fd, w.buf, w.len, w.off) : 0;
@@ -1040,7 +1054,8 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     } else if (st) {
         if (err)
             *err = w->req_err;
-        if (st == S3F_ERR_PRECONDITION_FAILED && err && !opts->if_match)
+        if (st == S3F_ERR_PRECONDITION_FAILED && err && !opts->if_match &&
+            err->http_status == 412)
             s3f__strlcpy(err->message, "the object changed during the download (ETag differs)",
                          sizeof(err->message));
     } else if (w->received != w->size) {

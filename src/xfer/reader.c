@@ -203,7 +203,7 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
             s3f__error_set(&s->err, S3F_ERR_BAD_RESPONSE, "GetObject", rd->resource,
                            "the response ended after %" PRIu64 " of %" PRIu64 " bytes",
                            s->filled, s->end - s->start);
-        if (s->status == S3F_ERR_PRECONDITION_FAILED)
+        if (s->status == S3F_ERR_PRECONDITION_FAILED && s->err.http_status == 412)
             s3f__strlcpy(s->err.message, "the object changed while it was read (ETag differs)",
                          sizeof(s->err.message));
     }
@@ -242,6 +242,8 @@ static bool start_seg(struct s3f__sched_entry *e) {
     s->op.r.has_range = true;
     s->op.r.range_start = s->start;
     s->op.r.range_end = s->end - 1;
+    s->op.r.has_object_size = true; /* pinned at open, as the ETag (If-Match) */
+    s->op.r.object_size = rd->size;
     s->in_flight = true;
     rd->outstanding++;
     pthread_mutex_unlock(&rd->lock);

@@ -78,6 +78,18 @@ class UpstreamHandler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(body)
             self.close_connection = True
             return
+        rng = self.headers.get("Range") or ""
+        if rng.startswith("bytes=") and n:  # "bytes=A-B" or "bytes=A-": a 206
+            a, _, b = rng[6:].partition("-")
+            a, b = int(a), min(int(b) if b else n - 1, n - 1)
+            self.send_response(206)
+            self.send_header("Content-Length", str(b - a + 1))
+            self.send_header("Content-Range", f"bytes {a}-{b}/{n}")
+            self.send_header("ETag", '"etag-%d"' % n)
+            self.end_headers()
+            if not head:
+                self.wfile.write(body[a:b + 1])
+            return
         self.send_response(200)
         self.send_header("Content-Length", str(n))
         self.send_header("ETag", '"etag-%d"' % n)
@@ -602,3 +614,83 @@ def test_down_mid_request_body(proxy, upstream):
     proxy.up()
     with upstream.lock:
         assert not any(p == "/b/killed" for p, _ in upstream.puts)
+
+
+# ---- answers well formed but not what was asked -------------------------------------------
+
+def ranged_get(c, path, rng):
+    c.request("GET", path, headers={"Range": rng})
+    r = c.getresponse()
+    return r, r.read()
+
+
+def test_short_range(proxy, tmp_path):
+    proxy.set_faults([{"match": {"method": "GET", "nth": 1}, "action": "short_range",
+                       "bytes": 1000},
+                      {"match": {"method": "GET", "nth": 2}, "action": "short_range"}])
+    c = conn(proxy)
+    r, body = ranged_get(c, "/obj/100000", "bytes=5000-14999")
+    assert r.status == 206 and r.getheader("Content-Range") == "bytes 5000-5999/100000"
+    assert r.getheader("Content-Length") == "1000" and body == pattern(100000)[5000:6000]
+    r, body = ranged_get(c, "/obj/100000", "bytes=0-9999")  # fraction 0.5 by default
+    assert r.getheader("Content-Range") == "bytes 0-4999/100000" and body == pattern(5000)
+    r, body = ranged_get(c, "/obj/100000", "bytes=0-9")  # no rule fires: the real answer
+    assert r.getheader("Content-Range") == "bytes 0-9/100000" and body == pattern(10)
+    c.close()
+    st = proxy.stats()
+    assert st["connections"] == 1  # the rewritten answers keep the connection usable
+    assert [e["range"] for e in st["log"]] == ["bytes=5000-14999", "bytes=0-9999", "bytes=0-9"]
+    assert [e["action"] for e in st["log"]] == ["short_range", "short_range", None]
+
+
+def test_other_range(proxy):
+    proxy.set_faults([{"match": {"method": "GET"}, "action": "other_range", "shift": 100}])
+    c = conn(proxy)
+    r, body = ranged_get(c, "/obj/50000", "bytes=1000-1999")
+    assert r.status == 206 and r.getheader("Content-Range") == "bytes 1100-1999/50000"
+    assert body == pattern(50000)[1100:2000]
+    c.close()
+
+
+def test_whole_object(proxy, tmp_path):
+    proxy.set_faults([{"match": {"method": "GET", "nth": 1}, "action": "whole_object"},
+                      {"match": {"method": "GET", "nth": 2}, "action": "whole_object",
+                       "object_file": str(tmp_path / "obj")}])
+    (tmp_path / "obj").write_bytes(pattern(30000))
+    c = conn(proxy)
+    r, body = ranged_get(c, "/obj/30000", "bytes=100-199")
+    assert r.status == 200 and r.getheader("Content-Range") is None
+    assert len(body) == 30000 and body[100:200] == pattern(30000)[100:200]
+    assert body[:100] == b"\xa5" * 100 and body[200:] == b"\xa5" * 29800  # filler
+    r, body = ranged_get(c, "/obj/30000", "bytes=100-199")
+    assert r.status == 200 and body == pattern(30000)  # the real object from the file
+    c.close()
+
+
+def test_etag_rewritten(proxy):
+    proxy.set_faults([{"match": {"method": "GET", "nth": 1}, "action": "etag"},
+                      {"match": {"method": "GET", "nth": 2}, "action": "etag",
+                       "value": '"other"'},
+                      {"match": {"method": "HEAD"}, "action": "etag", "value": '"h"'}])
+    c = conn(proxy)
+    r, body = ranged_get(c, "/obj/4000", "bytes=10-19")
+    assert r.status == 206 and r.getheader("ETag") == '"' + "0" * 32 + '"'
+    assert r.getheader("Content-Range") == "bytes 10-19/4000" and body == pattern(20)[10:]
+    c.request("GET", "/obj/4000")
+    r = c.getresponse()
+    assert r.getheader("ETag") == '"other"' and r.read() == pattern(4000)
+    c.request("HEAD", "/obj/4000")
+    r = c.getresponse()
+    assert r.getheader("ETag") == '"h"' and r.getheader("Content-Length") == "4000"
+    assert r.read() == b""
+    c.close()
+
+
+def test_range_rewrites_relay_other_answers(proxy):
+    """A rewrite that needs a 206 leaves any other answer as it is."""
+    proxy.set_faults([{"match": {"method": "GET"}, "action": a}
+                      for a in ("short_range", "other_range", "whole_object")][:1])
+    r, body = get(proxy, "/obj/3000")  # a 200: nothing to shorten
+    assert r.status == 200 and body == pattern(3000)
+    r, body = get(proxy, "/chunked/3000")
+    assert r.status == 200 and body == pattern(3000)

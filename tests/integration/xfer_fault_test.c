@@ -10,6 +10,7 @@
  *   xfer_fault_test download_file   BUCKET KEY DST        s3f_download_file
  *   xfer_fault_test reader          BUCKET KEY DST [N]    s3f_reader_*, reads of N bytes
  *   xfer_fault_test put_if_absent   BUCKET KEY SRC        s3f_put_object, If-None-Match: *
+ *   xfer_fault_test download_alloc  BUCKET KEY DST        s3f_download_alloc, then DST
  *
  * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION;
  * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
@@ -222,6 +223,16 @@ int main(int argc, char **argv) {
         if (st == S3F_OK && write_all(path, buf, off) != 0)
             rc = 2;
         free(buf);
+    } else if (strcmp(op, "download_alloc") == 0) {
+        struct s3f_download_options d = {.verify_checksum = (int)atoi(
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+        void *data = NULL;
+        size_t n = 0;
+        st = s3f_download_alloc(c, bucket, key, &d, NULL, NULL, &data, &n, &info, &e);
+        rc = report(st, t0, &e, &info);
+        if (st == S3F_OK && write_all(path, data, n) != 0)
+            rc = 2;
+        free(data);
     } else {
         fprintf(stderr, "unknown operation %s\n", op);
     }

@@ -63,6 +63,22 @@ request (one fault per request: the later ones do not fire on it). Actions:
                             server has acted on the request), then reset the client
                             connection (RST) without sending any of the response: a
                             response lost after the server committed
+  Answers that are well formed but not what was asked (forwarded upstream, the answer
+  rewritten; a response of another kind, such as an error, is relayed as it is):
+    short_range             to a 206 "bytes A-B/T": a shorter consistent 206, "bytes A-B'/T"
+                            with B' < B, its Content-Length and the first B'-A+1 real bytes;
+                            "bytes": N to keep, or "fraction": F of them (default 0.5); at
+                            least 1, at most all but 1
+    other_range             to a 206 "bytes A-B/T": a consistent 206 for another range,
+                            "bytes A+S-B/T" with the real bytes from A+S ("shift": S,
+                            default 1, at most B-A)
+    whole_object            to a 206 "bytes A-B/T": a 200 with Content-Length T, as a server
+                            that ignores Range answers; bytes A-B are the real ones, the others
+                            come from "object_file" (a local file with the object's bytes)
+                            when given, else are "fill" bytes (default 0xA5)
+    etag                    rewrite the ETag response header to "value" (default a quoted 32
+                            hex zeros): a gateway that ignores If-Match, or an object replaced
+Every log entry also carries the request's Range header ("range", or null).
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
 
@@ -97,6 +113,8 @@ LOG_MAX = 2000                # entries kept in the stats log
 ACTIONS = {"reset_request_body_at", "reset_response_body_at", "stall", "respond",
            "truncate_response", "corrupt_response_byte", "delay", "throttle",
            "drop_response"}
+REWRITES = {"short_range", "other_range", "whole_object", "etag"}  # answers rewritten
+ACTIONS |= REWRITES
 
 
 class Abort(Exception):
@@ -536,6 +554,10 @@ class Proxy:
         with self.lock:
             entry["at"] = at
 
+    def note_range(self, entry, value):
+        with self.lock:
+            entry["range"] = value
+
     def note_acted(self, entry):
         """When a point fault (reset, stall, truncation) took effect, on CLOCK_MONOTONIC."""
         with self.lock:
@@ -671,6 +693,7 @@ class Proxy:
         client_keep = version == "HTTP/1.1" and \
             (header(headers, "connection") or "").lower() != "close"
         fault, entry = self.choose(method, path, query)
+        self.note_range(entry, header(headers, "range"))
         action = fault.action if fault else None
         self.log(f"{method} {target}" + (f" -> {action}" if action else ""))
 
@@ -727,6 +750,8 @@ class Proxy:
             rst(sock)
             raise Abort("reset after the (empty) request body")
 
+        if action in REWRITES:
+            return self.relay_rewritten(sock, up, method, fault, entry, client_keep)
         return self.relay_response(sock, up, method, fault, entry, client_keep)
 
     def respond(self, sock, client, fault, framing, length, expect, client_keep):
@@ -853,6 +878,97 @@ class Proxy:
             self.wait(fault.seconds())
         if not up_keep:
             up.drop()
+        return keep
+
+    def relay_rewritten(self, sock, up, method, fault, entry, client_keep):
+        """The upstream's whole response read, then answered rewritten (REWRITES)."""
+        while True:
+            head = up.conn.read_until(b"\r\n\r\n", MAX_HEAD)
+            if not head:
+                up.drop()
+                rst(sock)
+                raise Abort("upstream closed without a response")
+            first, headers = parse_head(head[:-4])
+            try:
+                status = int(first.split(" ", 2)[1])
+            except (IndexError, ValueError):
+                raise ProtocolError(f"bad status line {first!r}") from None
+            if not (100 <= status < 200 and status != 101):
+                break
+        framing, length = response_framing(method, status, headers)
+        body = bytearray()
+        try:
+            for kind, data in body_segments(up.conn, framing, length):
+                if kind == "d":
+                    body += data
+        except ProtocolError:
+            up.drop()
+            rst(sock)
+            raise Abort("upstream broke mid response") from None
+        if framing == "close" or (header(headers, "connection") or "").lower() == "close":
+            up.drop()
+        body = bytes(body)
+        keep = client_keep
+        spec = fault.spec
+        action = fault.action
+        # the headers every rewrite keeps; the body's framing is set anew
+        drop = {"content-length", "transfer-encoding", "connection", "content-range"}
+        out = [(k, v) for k, v in headers if k.lower() not in drop]
+        crange = header(headers, "content-range") or ""
+        m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", crange.strip())
+        if action == "etag":
+            value = spec.get("value", '"' + "0" * 32 + '"')
+            out = [(k, value if k.lower() == "etag" else v) for k, v in out]
+            if crange:
+                out.append(("Content-Range", crange))
+        elif status != 206 or not m or method == "HEAD":
+            out = None  # not a range answer: relayed as it is
+        else:
+            a, b, total = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            if action == "short_range":
+                n = len(body)
+                keep_n = spec.get("bytes")
+                if keep_n is None:
+                    keep_n = int(n * float(spec.get("fraction", 0.5)))
+                keep_n = max(1, min(int(keep_n), n - 1))
+                if n < 2:
+                    out = None
+                else:
+                    body = body[:keep_n]
+                    out.append(("Content-Range", f"bytes {a}-{a + keep_n - 1}/{total}"))
+            elif action == "other_range":
+                shift = max(1, min(int(spec.get("shift", 1)), b - a))
+                if b - a < 1:
+                    out = None
+                else:
+                    body = body[shift:]
+                    out.append(("Content-Range", f"bytes {a + shift}-{b}/{total}"))
+            elif action == "whole_object":
+                first = "HTTP/1.1 200 OK"
+                obj = spec.get("object_file")
+                if obj:
+                    with open(obj, "rb") as f:
+                        whole = f.read()
+                    if len(whole) != total:
+                        raise ProtocolError(f"object_file has {len(whole)} bytes, not {total}")
+                else:
+                    fill = bytes([int(spec.get("fill", 0xA5)) & 0xFF])
+                    whole = fill * a + body + fill * (total - b - 1)
+                body = whole
+        if out is None:
+            out = [(k, v) for k, v in headers if k.lower() not in ("content-length",
+                                                                   "transfer-encoding",
+                                                                   "connection")]
+        if method == "HEAD":
+            cl = header(headers, "content-length")
+            if cl is not None:
+                out.append(("Content-Length", cl))
+        else:
+            out.append(("Content-Length", str(len(body))))
+        if not keep:
+            out.append(("Connection", "close"))
+        self.note_acted(entry)
+        sock.sendall(build_head(first, out) + (body if method != "HEAD" else b""))
         return keep
 
 
