@@ -923,21 +923,29 @@ static void ensure_refresher(struct s3f__credentials_provider *p) {
     p->synced.thread_pid = getpid();
 }
 
-/* Wait on p->wake for at most `s` seconds (lock held). */
-static void wake_wait_s(struct s3f__credentials_provider *p, int64_t s) {
-    if (s > 60)
-        s = 60;
-    if (s < 0)
-        s = 0;
+/* The wall clock in ms, on the same (possibly offset, in tests) clock as
+ * s3f__wall_time_s: a refresh due at second X starts at X.000, not up to a second late. */
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t off = s3f__wall_time_s() - (int64_t)ts.tv_sec; /* 0 unless a test clock offset */
+    return ((int64_t)ts.tv_sec + off) * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait on p->wake until wall second `due` (at most 60 s; lock held). */
+static void wake_wait_until(struct s3f__credentials_provider *p, int64_t due) {
+    int64_t ms = due * 1000 - wall_ms();
+    if (ms > 60000)
+        ms = 60000;
+    if (ms < 1)
+        ms = 1;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)s;
-    if (s == 0) {
-        ts.tv_nsec += 200000000L; /* wall seconds are coarse: look again soon */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&p->wake, &p->lock, &ts);
 }
@@ -958,7 +966,7 @@ static void *refresher_main(void *arg) {
         if (p->synced.kick)
             due = now;
         if (now < due) {
-            wake_wait_s(p, due - now);
+            wake_wait_until(p, due);
             continue;
         }
         p->synced.fetching = true;
