@@ -569,7 +569,10 @@ static enum s3f_status settings_new(const struct s3f__credentials_options *o,
 
     s->container_relative = dupv(&d, env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"));
     s->container_full = dupv(&d, env("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+#ifdef S3F_TEST_HOOKS
+    /* test builds only (meson -Dtest_hooks): the container endpoint's host */
     s->container_host = dupv(&d, env("S3FLASH_CONTAINER_CREDENTIALS_HOST"));
+#endif
     s->container_token_file = dupv(&d, env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
     s->container_token = dupv(&d, env("AWS_CONTAINER_AUTHORIZATION_TOKEN"));
 

@@ -13,7 +13,7 @@
  *      endpoint_url, else https://sts.<region>.amazonaws.com (region: AWS_REGION,
  *      AWS_DEFAULT_REGION, the profile's region; none: https://sts.amazonaws.com)
  *   5. container (ECS, EKS Pod Identity): AWS_CONTAINER_CREDENTIALS_RELATIVE_URI on
- *      http://169.254.170.2 (S3FLASH_CONTAINER_CREDENTIALS_HOST overrides the host for tests),
+ *      http://169.254.170.2 (S3FLASH_CONTAINER_CREDENTIALS_HOST overrides the host in test builds, -Dtest_hooks),
  *      or AWS_CONTAINER_CREDENTIALS_FULL_URI (http only for loopback and the ECS/EKS
  *      addresses); Authorization from AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (read at each
  *      fetch) or AWS_CONTAINER_AUTHORIZATION_TOKEN

@@ -33,7 +33,7 @@ struct s3f__chain_settings {
     /* container */
     char *container_relative;
     char *container_full;
-    char *container_host;     /* S3FLASH_CONTAINER_CREDENTIALS_HOST, else NULL */
+    char *container_host;     /* S3FLASH_CONTAINER_CREDENTIALS_HOST (test builds only), else NULL */
     char *container_token_file;
     char *container_token;
 

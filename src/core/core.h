@@ -66,8 +66,8 @@ static inline bool s3f__log_enabled(const struct s3f__logger *lg, enum s3f_log_l
 /* ---- time --------------------------------------------------------------------------- */
 uint64_t s3f__now_ms(void);        /* monotonic */
 uint64_t s3f__now_ns(void);        /* monotonic */
-int64_t s3f__wall_time_s(void);    /* seconds since the epoch (overridable in tests by
-                                      S3FLASH_TEST_CLOCK_OFFSET_S, added to the clock) */
+int64_t s3f__wall_time_s(void);    /* seconds since the epoch (in test builds,
+                                      -Dtest_hooks, plus S3FLASH_TEST_CLOCK_OFFSET_S) */
 /* "20150830T123600Z" into buf (>= 17 bytes). */
 void s3f__time_amz(int64_t t, char *buf);
 /* Parse ISO-8601 "2015-08-30T12:36:00Z" / "2015-08-30T12:36:00.000Z" / with "+00:00",
