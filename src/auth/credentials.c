@@ -723,7 +723,8 @@ struct s3f__credentials_provider {
         pid_t thread_pid;       /* a forked child has no refresher: it starts its own */
         pthread_t thread;
         bool stop;
-        bool kick;              /* refresh now (s3f__credentials_refresh_now) */
+        bool kick;              /* fetch now: a request waits, or refresh_now */
+        bool demanded;          /* the kick is a request's that has no usable credentials */
         int failures;           /* consecutive background failures */
         int64_t retry_at;       /* wall seconds: no background fetch before */
     } synced;
@@ -958,22 +959,29 @@ static void *refresher_main(void *arg) {
     pthread_mutex_lock(&p->lock);
     while (!p->synced.stop) {
         struct s3f__credentials_snapshot *cur = p->synced.current;
-        if (p->synced.fetching || !cur || cur->creds.expiration == 0) {
+        int64_t now = s3f__wall_time_s();
+        int64_t due;
+        if (p->synced.fetching) {
             pthread_cond_wait(&p->wake, &p->lock);
             continue;
+        } else if (p->synced.kick) {
+            due = now; /* a request has no usable credentials, or refresh_now */
+        } else if (!cur || cur->creds.expiration == 0) {
+            pthread_cond_wait(&p->wake, &p->lock);
+            continue;
+        } else {
+            due = refresh_at(p, cur);
+            if (p->synced.retry_at > due)
+                due = p->synced.retry_at;
         }
-        int64_t now = s3f__wall_time_s();
-        int64_t due = refresh_at(p, cur);
-        if (p->synced.retry_at > due)
-            due = p->synced.retry_at;
-        if (p->synced.kick)
-            due = now;
         if (now < due) {
             wake_wait_until(p, due);
             continue;
         }
         p->synced.fetching = true;
         p->synced.kick = false;
+        bool demanded = p->synced.demanded;
+        p->synced.demanded = false;
         int only = p->synced.chosen;
         pthread_mutex_unlock(&p->lock);
 
@@ -983,17 +991,21 @@ static void *refresher_main(void *arg) {
         enum s3f_status st = fetch_unlocked(p, only, &fresh, &chosen, &ferr);
 
         pthread_mutex_lock(&p->lock);
-        p->synced.background_fetches++;
+        if (!demanded)
+            p->synced.background_fetches++;
         st = fetch_done(p, st, &fresh, chosen, &ferr);
+        if (p->synced.stop)
+            break; /* cancelled by _free */
         now = s3f__wall_time_s();
-        bool again = st != S3F_OK || refresh_at(p, p->synced.current) <= now;
+        cur = p->synced.current;
+        bool again = st != S3F_OK || (cur && cur->creds.expiration && refresh_at(p, cur) <= now);
         if (again) {
             /* failed, or the provider still hands out the credentials due for refresh:
              * try again after a backoff (1, 2, 4 ... 60 s), on this thread's timer */
             int f = p->synced.failures < 6 ? p->synced.failures : 6;
             p->synced.failures++;
             p->synced.retry_at = now + ((int64_t)1 << f);
-            if (st != S3F_OK)
+            if (st != S3F_OK && !demanded)
                 s3f__log(p->logger, S3F_LOG_WARN,
                          "credentials: background refresh failed (%s: %s); retrying in %" PRId64
                          " s, the current credentials stay in use while they are valid",
@@ -1024,33 +1036,46 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
             *out = snapshot_ref(cur);
             break;
         }
-        if (p->synced.fetching) {
-            /* someone fetches already (the refresher, or another request): take its result */
-            uint64_t seen = p->synced.completed;
-            while (p->synced.fetching && p->synced.completed == seen && !p->synced.stop)
-                pthread_cond_wait(&p->cond, &p->lock);
-            cur = p->synced.current;
-            if (p->synced.completed != seen && p->synced.last_status != S3F_OK &&
-                !(cur && !p->synced.invalid && snapshot_usable(p, cur, s3f__wall_time_s()))) {
-                st = p->synced.last_status;
-                if (err)
-                    *err = p->synced.last_err;
-                break;
-            }
-            continue;
+        if (p->synced.stop) {
+            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "the client is being freed");
+            break;
         }
-        /* no usable credentials at all: this thread fetches, the others wait */
-        p->synced.fetching = true;
-        int only = p->synced.chosen;
-        pthread_mutex_unlock(&p->lock);
-        struct s3f__credentials fresh;
-        struct s3f_error ferr;
-        int chosen;
-        st = fetch_unlocked(p, only, &fresh, &chosen, &ferr);
-        pthread_mutex_lock(&p->lock);
-        if ((st = fetch_done(p, st, &fresh, chosen, &ferr))) {
+        /* No usable credentials at all: block until a fetch completes. The refresher
+         * fetches (so a provider, its retries and their backoff never run on this thread,
+         * which may be an I/O thread); without one, this thread fetches. Either way one
+         * fetch serves every waiting caller. */
+        if (!p->synced.fetching) {
+            ensure_refresher(p);
+            if (p->synced.thread_started) {
+                p->synced.kick = true;
+                p->synced.demanded = true;
+                pthread_cond_broadcast(&p->wake);
+            } else {
+                p->synced.fetching = true;
+                int only = p->synced.chosen;
+                pthread_mutex_unlock(&p->lock);
+                struct s3f__credentials fresh;
+                struct s3f_error ferr;
+                int chosen;
+                st = fetch_unlocked(p, only, &fresh, &chosen, &ferr);
+                pthread_mutex_lock(&p->lock);
+                if ((st = fetch_done(p, st, &fresh, chosen, &ferr))) {
+                    if (err)
+                        *err = ferr;
+                    break;
+                }
+                continue;
+            }
+        }
+        uint64_t seen = p->synced.completed;
+        while (p->synced.completed == seen && !p->synced.stop)
+            pthread_cond_wait(&p->cond, &p->lock);
+        cur = p->synced.current;
+        if (p->synced.completed != seen && p->synced.last_status != S3F_OK &&
+            !(cur && !p->synced.invalid && snapshot_usable(p, cur, s3f__wall_time_s()))) {
+            st = p->synced.last_status;
             if (err)
-                *err = ferr;
+                *err = p->synced.last_err;
             break;
         }
     }
