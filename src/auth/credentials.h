@@ -87,8 +87,11 @@ struct s3f__credentials_options {
  * _free), min(refresh_window_s, lifetime / 2) before they expire; a failed refresh is
  * retried after 1, 2, 4 ... 60 s on that thread's timer while the current snapshot stays in
  * use. Only a caller that finds no usable snapshot at all (the first request, credentials
- * that expired before a refresh could succeed, or a token the server rejected) fetches in
- * the foreground, under the provider's lock; the other such callers wait for its result. */
+ * that expired before a refresh could succeed, or a token the server rejected) blocks: it
+ * asks the refresher to fetch now and waits, with every other such caller, for that one
+ * fetch (the thread is then started for any provider of the chain; it idles while the
+ * credentials do not expire). The provider's retries and backoff thus never sleep on a
+ * request's thread. */
 struct s3f__credentials_provider;
 
 /* A provider that always returns these credentials (source "static"); the strings are
@@ -128,8 +131,9 @@ struct s3f__credentials_snapshot {
 };
 
 /* The current snapshot, with a reference the caller drops with s3f__credentials_release.
- * Fetches (in the foreground) only when no usable snapshot exists. Errors as for
- * s3f__credentials_get; *out is NULL then. */
+ * Blocks only when no usable snapshot exists, until the refresher's fetch (or, without a
+ * refresher, this thread's) completes. Errors as for s3f__credentials_get; *out is NULL
+ * then. */
 enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
                                          struct s3f__credentials_snapshot **out,
                                          struct s3f_error *err);
