@@ -192,3 +192,27 @@ def test_expired_token_refreshes_and_resends(rgw, s3, bucket, process_env, tmp_p
     assert "re-sending with new credentials" in p.stderr
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     assert hashlib.sha256(body).digest() == hashlib.sha256(data).digest()
+
+
+def test_expired_token_twice_is_the_error(rgw, s3, bucket, process_env, tmp_path):
+    # the re-send happens once: a second ExpiredToken for the same request is the error,
+    # after exactly two sends and one new fetch
+    u = urlparse(rgw.endpoint)
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(3 * 5 * MIB + 100))
+    env, runs = process_env(sleep_s=0, lifetime_s=3600)
+    key = "expired-twice.bin"
+    with start_faultproxy(u.hostname, u.port) as proxy:
+        proxy.set_faults([s3_error("ExpiredToken", 400,
+                                   match={"method": "PUT", "path": re.escape(key) + "$",
+                                          "query": "partNumber=1&"},
+                                   message="The provided token has expired.")])
+        p, kv = drive(env, proxy.endpoint, "upload_file", bucket, key, src,
+                      FAULT_PART_BYTES=5 * MIB, FAULT_INFLIGHT=1, timeout=120)
+        assert p.returncode == 1 and kv["status"] == "S3F_ERR_EXPIRED_CREDENTIALS", p.stdout
+        part1 = [e for e in proxy.stats()["log"]
+                 if e["method"] == "PUT" and e["path"].endswith("/" + key)
+                 and e["query"].startswith("partNumber=1&")]
+        assert len(part1) == 2
+    assert runs_of(runs) == 2
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []) == []
