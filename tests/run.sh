@@ -18,7 +18,7 @@ build() { # build DIR [meson args...]
     local dir=$1
     shift
     if [ ! -f "$dir/build.ninja" ]; then
-        meson setup "$dir" -Dwerror=true "$@"
+        meson setup "$dir" -Dwerror=true -Dtest_hooks=enabled "$@"
     fi
     ninja -C "$dir" -j2
 }

@@ -49,7 +49,9 @@ enum s3f_status {
     S3F_ERR_NOT_FOUND = 12,       /* NoSuchKey, NoSuchUpload, or a 404 without a body */
     S3F_ERR_NO_SUCH_BUCKET = 13,
     S3F_ERR_ACCESS_DENIED = 14,   /* AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId */
-    S3F_ERR_EXPIRED_CREDENTIALS = 15, /* ExpiredToken, RequestExpired, TokenRefreshRequired */
+    S3F_ERR_EXPIRED_CREDENTIALS = 15, /* ExpiredToken, RequestExpired, TokenRefreshRequired
+                                         (ExpiredToken, TokenRefreshRequired: after new
+                                         credentials and one re-send) */
     S3F_ERR_PRECONDITION_FAILED = 16, /* 412: If-Match failed (object changed), or an
                                        * answer of another ETag or size than pinned */
     S3F_ERR_THROTTLED = 17,       /* SlowDown / 503 persisted through every attempt */
@@ -186,11 +188,14 @@ struct s3f_client_options {
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials
- * themselves are fetched lazily on the first signed request and refreshed before expiry).
+ * themselves are fetched lazily on the first signed request; temporary ones are refreshed
+ * before expiry by a background thread of the client, so requests never wait for a
+ * provider while valid credentials exist; see docs/CONFIGURATION.md).
  * On success *out is set; free it with s3f_client_free. Thread-safe once created. */
 S3F_API enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
                                struct s3f_error *err);
-/* Stop the I/O threads and free the client. Calls in flight must have returned. NULL ok. */
+/* Stop the I/O threads and the credentials refresher (a credential_process it runs is
+ * killed) and free the client. Calls in flight must have returned. NULL ok. */
 S3F_API void s3f_client_free(struct s3f_client *client);
 
 /* The region and endpoint the client resolved (static for the client's lifetime). */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -196,7 +197,8 @@ static enum s3f_status fetch_profile(const struct s3f__chain_settings *s,
 /* Run `/bin/sh -c cmd` with stdout and stderr captured (stdout at most PROCESS_STDOUT_MAX;
  * stderr keeps its first PROCESS_STDERR_MAX bytes). The child runs in its own process group,
  * which is killed on timeout or overflow. *wstatus gets waitpid's status (-1 if unknown). */
-static enum s3f_status run_process(const char *cmd, uint32_t timeout_ms, struct s3f__buf *out,
+static enum s3f_status run_process(const char *cmd, uint32_t timeout_ms,
+                                   const atomic_bool *cancel, struct s3f__buf *out,
                                    struct s3f__buf *errb, int *wstatus, struct s3f_error *err) {
     int op[2] = {-1, -1}, ep[2] = {-1, -1};
     posix_spawn_file_actions_t fa;
@@ -251,7 +253,13 @@ static enum s3f_status run_process(const char *cmd, uint32_t timeout_ms, struct 
                                 "credential_process timed out after %u ms", timeout_ms);
             break;
         }
-        int n = poll(pf, 2, (int)(deadline - now));
+        if (cancel && atomic_load(cancel)) {
+            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, "credential_process",
+                                "credential_process stopped: the client is being freed");
+            break;
+        }
+        uint64_t wait = deadline - now < 100 ? deadline - now : 100; /* look at cancel */
+        int n = poll(pf, 2, (int)wait);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -302,7 +310,7 @@ static enum s3f_status run_process(const char *cmd, uint32_t timeout_ms, struct 
             continue;
         if (w < 0)
             break; /* ECHILD: SIGCHLD ignored, the child was reaped for us */
-        if (s3f__now_ms() >= deadline) {
+        if (s3f__now_ms() >= deadline || (cancel && atomic_load(cancel))) {
             kill(-pid, SIGKILL);
             killed = true;
             if (st == S3F_OK)
@@ -338,7 +346,7 @@ static enum s3f_status fetch_process(const struct s3f__chain_settings *s,
     s3f__buf_init(&eb, PROCESS_STDERR_MAX + 1);
     struct s3f__json_object o = {0};
     int ws = -1;
-    enum s3f_status st = run_process(s->credential_process, s->process_timeout_ms, &ob, &eb,
+    enum s3f_status st = run_process(s->credential_process, s->process_timeout_ms, s->cancel, &ob, &eb,
                                      &ws, err);
     if (st)
         goto out;
@@ -561,7 +569,10 @@ static enum s3f_status settings_new(const struct s3f__credentials_options *o,
 
     s->container_relative = dupv(&d, env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"));
     s->container_full = dupv(&d, env("AWS_CONTAINER_CREDENTIALS_FULL_URI"));
+#ifdef S3F_TEST_HOOKS
+    /* test builds only (meson -Dtest_hooks): the container endpoint's host */
     s->container_host = dupv(&d, env("S3FLASH_CONTAINER_CREDENTIALS_HOST"));
+#endif
     s->container_token_file = dupv(&d, env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
     s->container_token = dupv(&d, env("AWS_CONTAINER_AUTHORIZATION_TOKEN"));
 
@@ -606,7 +617,83 @@ static enum s3f_status settings_new(const struct s3f__credentials_options *o,
     return S3F_OK;
 }
 
-/* ---- the cached provider ------------------------------------------------------------------ */
+/* ---- snapshots ------------------------------------------------------------------------------ */
+
+/* Takes the strings of *c (zeroed on return). NULL when out of memory (c is then wiped). */
+static struct s3f__credentials_snapshot *snapshot_new(struct s3f__credentials *c, uint64_t gen,
+                                                      int64_t now) {
+    struct s3f__credentials_snapshot *s = calloc(1, sizeof(*s));
+    if (!s || pthread_mutex_init(&s->key_lock, NULL) != 0) {
+        free(s);
+        s3f__credentials_cleanup(c);
+        return NULL;
+    }
+    s->creds = *c;
+    memset(c, 0, sizeof(*c));
+    s->generation = gen;
+    s->fetched_at = now;
+    atomic_init(&s->refs, 1);
+    return s;
+}
+
+static struct s3f__credentials_snapshot *snapshot_ref(struct s3f__credentials_snapshot *s) {
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    return s;
+}
+
+void s3f__credentials_release(struct s3f__credentials_snapshot *s) {
+    if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    s3f__credentials_cleanup(&s->creds);
+    explicit_bzero(s->keys, sizeof(s->keys));
+    pthread_mutex_destroy(&s->key_lock);
+    free(s);
+}
+
+enum s3f_status s3f__credentials_signing_key(struct s3f__credentials_snapshot *s,
+                                             const char *date8, const char *region,
+                                             const char *service, uint8_t key[32],
+                                             struct s3f_error *err) {
+    size_t rl = strlen(region), sl = strlen(service);
+    bool cacheable = strlen(date8) == 8 && rl <= S3F__SIGV4_NAME_MAX && sl <= S3F__SIGV4_NAME_MAX;
+    if (cacheable) {
+        pthread_mutex_lock(&s->key_lock);
+        for (size_t i = 0; i < S3F_ARRAY_LEN(s->keys); i++) {
+            const struct s3f__signing_key_slot *k = &s->keys[i];
+            if (k->used && memcmp(k->date, date8, 8) == 0 && strcmp(k->region, region) == 0 &&
+                strcmp(k->service, service) == 0) {
+                memcpy(key, k->key, 32);
+                s->key_hits++;
+                pthread_mutex_unlock(&s->key_lock);
+                return S3F_OK;
+            }
+        }
+        pthread_mutex_unlock(&s->key_lock);
+    }
+    enum s3f_status st = s3f__sigv4_derive_key(s->creds.secret_access_key, date8, region,
+                                               service, key, err);
+    if (st || !cacheable)
+        return st;
+    pthread_mutex_lock(&s->key_lock);
+    struct s3f__signing_key_slot *k = &s->keys[s->next_key++ % S3F_ARRAY_LEN(s->keys)];
+    memcpy(k->date, date8, 8);
+    k->date[8] = '\0';
+    memcpy(k->region, region, rl + 1);
+    memcpy(k->service, service, sl + 1);
+    memcpy(k->key, key, 32);
+    k->used = true;
+    s->key_derivations++;
+    pthread_mutex_unlock(&s->key_lock);
+    return S3F_OK;
+}
+
+/* ---- the provider ---------------------------------------------------------------------------
+ * One immutable snapshot is current at a time. Requests take a reference to it
+ * (s3f__credentials_acquire) and never run a provider while it is usable. Temporary
+ * credentials are refreshed by the provider's refresher thread (started with the first
+ * temporary snapshot) before they stop being usable. Only a caller that finds no usable
+ * snapshot at all (the first request, credentials that expired or were rejected by the
+ * server) fetches in the foreground, while the other such callers wait for its result. */
 
 struct s3f__credentials_provider {
     /* immutable after creation */
@@ -614,19 +701,32 @@ struct s3f__credentials_provider {
     int64_t refresh_window_s;
     int64_t usable_margin_s;
     const struct s3f__logger *logger;
+    atomic_bool cancel;       /* set by _free: a running credential_process is killed */
 
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t cond;      /* a fetch completed (broadcast), or stop */
+    pthread_cond_t wake;      /* the refresher: new snapshot, stop (CLOCK_MONOTONIC) */
     /* synced: guarded by lock */
     struct {
-        struct s3f__credentials cached;
-        bool have;
-        bool refreshing;        /* a thread is fetching, outside the lock */
-        uint64_t generation;    /* completed fetches */
+        struct s3f__credentials_snapshot *current; /* NULL before the first fetch */
+        bool invalid;           /* the server rejected current's token */
+        bool fetching;          /* a thread is fetching, outside the lock */
+        uint64_t completed;     /* fetches completed (success or not) */
+        uint64_t next_gen;      /* generation of the next snapshot */
         enum s3f_status last_status;
         struct s3f_error last_err;
         int chosen;             /* provider of the chain that answered; -1 before */
         uint64_t fetches;
+        uint64_t background_fetches;
+        /* the refresher thread */
+        bool thread_started;
+        pid_t thread_pid;       /* a forked child has no refresher: it starts its own */
+        pthread_t thread;
+        bool stop;
+        bool kick;              /* fetch now: a request waits, or refresh_now */
+        bool demanded;          /* the kick is a request's that has no usable credentials */
+        int failures;           /* consecutive background failures */
+        int64_t retry_at;       /* wall seconds: no background fetch before */
     } synced;
 };
 
@@ -635,18 +735,28 @@ static enum s3f_status provider_alloc(struct s3f__credentials_provider **out,
     struct s3f__credentials_provider *p = calloc(1, sizeof(*p));
     if (!p)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-    if (pthread_mutex_init(&p->lock, NULL) != 0) {
+    pthread_condattr_t ca;
+    bool ca_ok = pthread_condattr_init(&ca) == 0;
+    if (ca_ok)
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int m = pthread_mutex_init(&p->lock, NULL);
+    int c1 = m == 0 ? pthread_cond_init(&p->cond, NULL) : -1;
+    int c2 = c1 == 0 ? pthread_cond_init(&p->wake, ca_ok ? &ca : NULL) : -1;
+    if (ca_ok)
+        pthread_condattr_destroy(&ca);
+    if (c2 != 0) {
+        if (c1 == 0)
+            pthread_cond_destroy(&p->cond);
+        if (m == 0)
+            pthread_mutex_destroy(&p->lock);
         free(p);
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "pthread_mutex_init failed");
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "pthread init failed");
     }
-    if (pthread_cond_init(&p->cond, NULL) != 0) {
-        pthread_mutex_destroy(&p->lock);
-        free(p);
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "pthread_cond_init failed");
-    }
+    atomic_init(&p->cancel, false);
     p->refresh_window_s = DEFAULT_REFRESH_WINDOW_S;
     p->usable_margin_s = USABLE_MARGIN_S;
     p->synced.chosen = -1;
+    p->synced.next_gen = 1;
     *out = p;
     return S3F_OK;
 }
@@ -654,8 +764,18 @@ static enum s3f_status provider_alloc(struct s3f__credentials_provider **out,
 void s3f__credentials_provider_free(struct s3f__credentials_provider *p) {
     if (!p)
         return;
-    s3f__credentials_cleanup(&p->synced.cached);
+    atomic_store(&p->cancel, true);
+    pthread_mutex_lock(&p->lock);
+    p->synced.stop = true;
+    bool join = p->synced.thread_started && p->synced.thread_pid == getpid();
+    pthread_cond_broadcast(&p->wake);
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    if (join)
+        pthread_join(p->synced.thread, NULL);
+    s3f__credentials_release(p->synced.current);
     settings_free(p->settings);
+    pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
     free(p);
@@ -673,11 +793,12 @@ enum s3f_status s3f__credentials_provider_new_static(const char *akid, const cha
     enum s3f_status st = provider_alloc(&p, err);
     if (st)
         return st;
-    if (s3f__credentials_set(&p->synced.cached, akid, secret, token, 0, "static")) {
+    struct s3f__credentials c;
+    if (s3f__credentials_set(&c, akid, secret, token, 0, "static") ||
+        !(p->synced.current = snapshot_new(&c, p->synced.next_gen++, s3f__wall_time_s()))) {
         s3f__credentials_provider_free(p);
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
     }
-    p->synced.have = true;
     *out = p;
     return S3F_OK;
 }
@@ -699,6 +820,7 @@ enum s3f_status s3f__credentials_provider_new_default(const struct s3f__credenti
         goto out;
     if ((st = settings_new(o, c, &p->settings, err)))
         goto out;
+    p->settings->cancel = &p->cancel;
     if (o && o->refresh_window_s)
         p->refresh_window_s = o->refresh_window_s;
     if (p->usable_margin_s > p->refresh_window_s)
@@ -713,104 +835,300 @@ out:
     return st;
 }
 
-/* Whether cached credentials with `exp` have more than `margin` seconds left. */
-static bool valid_for(int64_t exp, int64_t now, int64_t margin) {
-    return exp == 0 || now < exp - margin;
+static int64_t lifetime_of(const struct s3f__credentials_snapshot *s) {
+    int64_t l = s->creds.expiration - s->fetched_at;
+    return l > 0 ? l : 0;
 }
 
-static enum s3f_status copy_out(struct s3f__credentials *out,
-                                const struct s3f__credentials *src, struct s3f_error *err) {
-    if (s3f__credentials_copy(out, src))
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-    return S3F_OK;
+/* Whether requests may still be signed with s: more than min(60 s, lifetime / 8) left. */
+static bool snapshot_usable(const struct s3f__credentials_provider *p,
+                            const struct s3f__credentials_snapshot *s, int64_t now) {
+    if (s->creds.expiration == 0)
+        return true;
+    int64_t margin = lifetime_of(s) / 8;
+    if (margin > p->usable_margin_s)
+        margin = p->usable_margin_s;
+    return now < s->creds.expiration - margin;
+}
+
+/* When the refresher replaces s: min(refresh_window_s, lifetime / 2) before it expires. */
+static int64_t refresh_at(const struct s3f__credentials_provider *p,
+                          const struct s3f__credentials_snapshot *s) {
+    int64_t margin = lifetime_of(s) / 2;
+    if (margin > p->refresh_window_s)
+        margin = p->refresh_window_s;
+    return s->creds.expiration - margin;
+}
+
+/* Run the chain (or the provider that answered before) outside the lock. */
+static enum s3f_status fetch_unlocked(struct s3f__credentials_provider *p, int only,
+                                      struct s3f__credentials *fresh, int *chosen,
+                                      struct s3f_error *ferr) {
+    memset(fresh, 0, sizeof(*fresh));
+    s3f_error_clear(ferr);
+    *chosen = -1;
+    enum s3f_status st = run_chain(p->settings, only, fresh, chosen, ferr);
+    if (st == S3F_OK)
+        s3f__log(p->logger, S3F_LOG_DEBUG, "credentials: from %s%s", fresh->source,
+                 fresh->expiration ? " (temporary)" : "");
+    return st;
+}
+
+/* Under the lock: record the outcome of a fetch, install its snapshot, wake the waiters. */
+static enum s3f_status fetch_done(struct s3f__credentials_provider *p, enum s3f_status st,
+                                  struct s3f__credentials *fresh, int chosen,
+                                  struct s3f_error *ferr) {
+    if (st == S3F_OK) {
+        struct s3f__credentials_snapshot *s =
+            snapshot_new(fresh, p->synced.next_gen++, s3f__wall_time_s());
+        if (s) {
+            s3f__credentials_release(p->synced.current);
+            p->synced.current = s;
+            p->synced.invalid = false;
+            p->synced.chosen = chosen;
+        } else {
+            st = s3f__error_set(ferr, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+        }
+    }
+    p->synced.fetches++;
+    p->synced.completed++;
+    p->synced.fetching = false;
+    p->synced.last_status = st;
+    p->synced.last_err = *ferr;
+    pthread_cond_broadcast(&p->cond);
+    pthread_cond_broadcast(&p->wake);
+    return st;
+}
+
+static void *refresher_main(void *arg);
+
+/* Under the lock: start the refresher if this process has none (lazily, with the first
+ * temporary snapshot; again in a forked child). A failure is logged; requests then fetch
+ * in the foreground once the credentials are no longer usable. */
+static void ensure_refresher(struct s3f__credentials_provider *p) {
+    if (!p->settings || p->synced.stop ||
+        (p->synced.thread_started && p->synced.thread_pid == getpid()))
+        return;
+    p->synced.thread_started = false;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes no signal */
+    int rc = pthread_create(&p->synced.thread, NULL, refresher_main, p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        s3f__log(p->logger, S3F_LOG_WARN,
+                 "credentials: cannot start the refresher thread (%s); refreshing on demand",
+                 strerror(rc));
+        p->synced.thread_pid = getpid(); /* do not try again in this process */
+        p->synced.thread_started = false;
+        return;
+    }
+    p->synced.thread_started = true;
+    p->synced.thread_pid = getpid();
+}
+
+/* The wall clock in ms, on the same (possibly offset, in tests) clock as
+ * s3f__wall_time_s: a refresh due at second X starts at X.000, not up to a second late. */
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t off = s3f__wall_time_s() - (int64_t)ts.tv_sec; /* 0 unless a test clock offset */
+    return ((int64_t)ts.tv_sec + off) * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait on p->wake until wall second `due` (at most 60 s; lock held). */
+static void wake_wait_until(struct s3f__credentials_provider *p, int64_t due) {
+    int64_t ms = due * 1000 - wall_ms();
+    if (ms > 60000)
+        ms = 60000;
+    if (ms < 1)
+        ms = 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+}
+
+static void *refresher_main(void *arg) {
+    struct s3f__credentials_provider *p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!p->synced.stop) {
+        struct s3f__credentials_snapshot *cur = p->synced.current;
+        int64_t now = s3f__wall_time_s();
+        int64_t due;
+        if (p->synced.fetching) {
+            pthread_cond_wait(&p->wake, &p->lock);
+            continue;
+        } else if (p->synced.kick) {
+            due = now; /* a request has no usable credentials, or refresh_now */
+        } else if (!cur || cur->creds.expiration == 0) {
+            pthread_cond_wait(&p->wake, &p->lock);
+            continue;
+        } else {
+            due = refresh_at(p, cur);
+            if (p->synced.retry_at > due)
+                due = p->synced.retry_at;
+        }
+        if (now < due) {
+            wake_wait_until(p, due);
+            continue;
+        }
+        p->synced.fetching = true;
+        p->synced.kick = false;
+        bool demanded = p->synced.demanded;
+        p->synced.demanded = false;
+        int only = p->synced.chosen;
+        pthread_mutex_unlock(&p->lock);
+
+        struct s3f__credentials fresh;
+        struct s3f_error ferr;
+        int chosen;
+        enum s3f_status st = fetch_unlocked(p, only, &fresh, &chosen, &ferr);
+
+        pthread_mutex_lock(&p->lock);
+        if (!demanded)
+            p->synced.background_fetches++;
+        st = fetch_done(p, st, &fresh, chosen, &ferr);
+        if (p->synced.stop)
+            break; /* cancelled by _free */
+        now = s3f__wall_time_s();
+        cur = p->synced.current;
+        bool again = st != S3F_OK || (cur && cur->creds.expiration && refresh_at(p, cur) <= now);
+        if (again) {
+            /* failed, or the provider still hands out the credentials due for refresh:
+             * try again after a backoff (1, 2, 4 ... 60 s), on this thread's timer */
+            int f = p->synced.failures < 6 ? p->synced.failures : 6;
+            p->synced.failures++;
+            p->synced.retry_at = now + ((int64_t)1 << f);
+            if (st != S3F_OK && !demanded)
+                s3f__log(p->logger, S3F_LOG_WARN,
+                         "credentials: background refresh failed (%s: %s); retrying in %" PRId64
+                         " s, the current credentials stay in use while they are valid",
+                         s3f_status_name(st), ferr.message, p->synced.retry_at - now);
+        } else {
+            p->synced.failures = 0;
+            p->synced.retry_at = 0;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
+                                         struct s3f__credentials_snapshot **out,
+                                         struct s3f_error *err) {
+    *out = NULL;
+    if (!p)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no provider");
+    enum s3f_status st = S3F_OK;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        int64_t now = s3f__wall_time_s();
+        struct s3f__credentials_snapshot *cur = p->synced.current;
+        if (cur && (!p->settings || (!p->synced.invalid && snapshot_usable(p, cur, now)))) {
+            if (cur->creds.expiration)
+                ensure_refresher(p);
+            *out = snapshot_ref(cur);
+            break;
+        }
+        if (p->synced.stop) {
+            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "the client is being freed");
+            break;
+        }
+        /* No usable credentials at all: block until a fetch completes. The refresher
+         * fetches (so a provider, its retries and their backoff never run on this thread,
+         * which may be an I/O thread); without one, this thread fetches. Either way one
+         * fetch serves every waiting caller. */
+        if (!p->synced.fetching) {
+            ensure_refresher(p);
+            if (p->synced.thread_started) {
+                p->synced.kick = true;
+                p->synced.demanded = true;
+                pthread_cond_broadcast(&p->wake);
+            } else {
+                p->synced.fetching = true;
+                int only = p->synced.chosen;
+                pthread_mutex_unlock(&p->lock);
+                struct s3f__credentials fresh;
+                struct s3f_error ferr;
+                int chosen;
+                st = fetch_unlocked(p, only, &fresh, &chosen, &ferr);
+                pthread_mutex_lock(&p->lock);
+                if ((st = fetch_done(p, st, &fresh, chosen, &ferr))) {
+                    if (err)
+                        *err = ferr;
+                    break;
+                }
+                continue;
+            }
+        }
+        uint64_t seen = p->synced.completed;
+        while (p->synced.completed == seen && !p->synced.stop)
+            pthread_cond_wait(&p->cond, &p->lock);
+        cur = p->synced.current;
+        if (p->synced.completed != seen && p->synced.last_status != S3F_OK &&
+            !(cur && !p->synced.invalid && snapshot_usable(p, cur, s3f__wall_time_s()))) {
+            st = p->synced.last_status;
+            if (err)
+                *err = p->synced.last_err;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+void s3f__credentials_invalidate(struct s3f__credentials_provider *p, uint64_t generation) {
+    if (!p || !p->settings)
+        return;
+    pthread_mutex_lock(&p->lock);
+    if (p->synced.current && p->synced.current->generation == generation &&
+        !p->synced.invalid) {
+        p->synced.invalid = true;
+        s3f__log(p->logger, S3F_LOG_INFO,
+                 "credentials: the server rejected the token from %s; fetching new ones",
+                 p->synced.current->creds.source);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+void s3f__credentials_refresh_now(struct s3f__credentials_provider *p) {
+    if (!p || !p->settings)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->synced.kick = true;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
 }
 
 enum s3f_status s3f__credentials_get(struct s3f__credentials_provider *p,
                                      struct s3f__credentials *out, struct s3f_error *err) {
     memset(out, 0, sizeof(*out));
-    if (!p)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no provider");
-    enum s3f_status st;
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        int64_t now = s3f__wall_time_s();
-        struct s3f__credentials *cached = &p->synced.cached;
-        if (p->synced.have &&
-            (!p->settings || valid_for(cached->expiration, now, p->refresh_window_s))) {
-            st = copy_out(out, cached, err);
-            goto unlock;
-        }
-        if (!p->synced.refreshing)
-            break;
-        /* Another thread is fetching: use what we have if it is good for a while, else
-         * wait for that fetch and take its outcome. */
-        if (p->synced.have && valid_for(cached->expiration, now, p->usable_margin_s)) {
-            st = copy_out(out, cached, err);
-            goto unlock;
-        }
-        uint64_t gen = p->synced.generation;
-        while (p->synced.refreshing && p->synced.generation == gen)
-            pthread_cond_wait(&p->cond, &p->lock);
-        if (p->synced.generation == gen)
-            continue;
-        now = s3f__wall_time_s();
-        if (p->synced.last_status == S3F_OK && p->synced.have &&
-            valid_for(cached->expiration, now, 0)) {
-            st = copy_out(out, cached, err);
-            goto unlock;
-        }
-        if (p->synced.last_status != S3F_OK) {
-            st = p->synced.last_status;
-            if (err)
-                *err = p->synced.last_err;
-            goto unlock;
-        }
-    }
-
-    /* This thread fetches, outside the lock. */
-    p->synced.refreshing = true;
-    int only = p->synced.chosen;
-    pthread_mutex_unlock(&p->lock);
-
-    struct s3f__credentials fresh = {0};
-    struct s3f_error ferr;
-    s3f_error_clear(&ferr);
-    int chosen = -1;
-    st = run_chain(p->settings, only, &fresh, &chosen, &ferr);
-    if (st == S3F_OK)
-        s3f__log(p->logger, S3F_LOG_DEBUG, "credentials: from %s%s", fresh.source,
-                 fresh.expiration ? " (temporary)" : "");
-
-    pthread_mutex_lock(&p->lock);
-    p->synced.fetches++;
-    p->synced.generation++;
-    p->synced.refreshing = false;
-    p->synced.last_status = st;
-    p->synced.last_err = ferr;
-    if (st == S3F_OK) {
-        s3f__credentials_cleanup(&p->synced.cached);
-        p->synced.cached = fresh;
-        p->synced.have = true;
-        p->synced.chosen = chosen;
-        st = copy_out(out, &p->synced.cached, err);
-    } else if (p->synced.have &&
-               valid_for(p->synced.cached.expiration, s3f__wall_time_s(), p->usable_margin_s)) {
-        s3f__log(p->logger, S3F_LOG_WARN,
-                 "credentials: refresh failed (%s: %s); using the cached ones until they expire",
-                 s3f_status_name(st), ferr.message);
-        st = copy_out(out, &p->synced.cached, err);
-    } else if (err) {
-        *err = ferr;
-    }
-    pthread_cond_broadcast(&p->cond);
-unlock:
-    pthread_mutex_unlock(&p->lock);
+    struct s3f__credentials_snapshot *s;
+    enum s3f_status st = s3f__credentials_acquire(p, &s, err);
+    if (st)
+        return st;
+    if (s3f__credentials_copy(out, &s->creds))
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+    s3f__credentials_release(s);
     return st;
 }
 
 uint64_t s3f__credentials_provider_fetch_count(struct s3f__credentials_provider *p) {
     pthread_mutex_lock(&p->lock);
     uint64_t n = p->synced.fetches;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+uint64_t s3f__credentials_provider_background_count(struct s3f__credentials_provider *p) {
+    pthread_mutex_lock(&p->lock);
+    uint64_t n = p->synced.background_fetches;
     pthread_mutex_unlock(&p->lock);
     return n;
 }

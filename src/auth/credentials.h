@@ -13,7 +13,7 @@
  *      endpoint_url, else https://sts.<region>.amazonaws.com (region: AWS_REGION,
  *      AWS_DEFAULT_REGION, the profile's region; none: https://sts.amazonaws.com)
  *   5. container (ECS, EKS Pod Identity): AWS_CONTAINER_CREDENTIALS_RELATIVE_URI on
- *      http://169.254.170.2 (S3FLASH_CONTAINER_CREDENTIALS_HOST overrides the host for tests),
+ *      http://169.254.170.2 (S3FLASH_CONTAINER_CREDENTIALS_HOST overrides the host in test builds, -Dtest_hooks),
  *      or AWS_CONTAINER_CREDENTIALS_FULL_URI (http only for loopback and the ECS/EKS
  *      addresses); Authorization from AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (read at each
  *      fetch) or AWS_CONTAINER_AUTHORIZATION_TOKEN
@@ -30,9 +30,13 @@
 #ifndef S3F_AUTH_CREDENTIALS_H
 #define S3F_AUTH_CREDENTIALS_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "auth/profile.h"
+#include "auth/sigv4.h"
 #include "core/core.h"
 
 struct s3f__credentials {
@@ -68,16 +72,26 @@ struct s3f__credentials_options {
     /* CA bundle for the https providers. NULL: AWS_CA_BUNDLE, the profile's ca_bundle,
      * else the system default. */
     const char *ca_bundle;
-    /* 0: 300 s. Temporary credentials are refreshed when fewer seconds than this remain. */
+    /* 0: 300 s. Temporary credentials are refreshed in the background when fewer seconds
+     * than this (or than half their lifetime, if shorter) remain. */
     uint32_t refresh_window_s;
     /* Optional; the provider keeps the pointer, which must outlive it. */
     const struct s3f__logger *logger;
 };
 
-/* Thread-safe: any number of threads may call s3f__credentials_get at once. Cached
- * credentials are returned while more than refresh_window_s remain; otherwise one caller
- * fetches (under the provider's lock) while the others wait for its result, or keep using
- * the cached credentials if they are still valid for more than a minute. */
+/* Thread-safe. Credentials are handed out as immutable, reference-counted snapshots
+ * (s3f__credentials_acquire); a request never runs a provider while the current snapshot
+ * is usable (more than min(60 s, lifetime / 8) left, and not rejected by the server).
+ * Temporary credentials are refreshed in the background, by one refresher thread per
+ * provider (started with the first temporary snapshot, again in a forked child; stopped by
+ * _free), min(refresh_window_s, lifetime / 2) before they expire; a failed refresh is
+ * retried after 1, 2, 4 ... 60 s on that thread's timer while the current snapshot stays in
+ * use. Only a caller that finds no usable snapshot at all (the first request, credentials
+ * that expired before a refresh could succeed, or a token the server rejected) blocks: it
+ * asks the refresher to fetch now and waits, with every other such caller, for that one
+ * fetch (the thread is then started for any provider of the chain; it idles while the
+ * credentials do not expire). The provider's retries and backoff thus never sleep on a
+ * request's thread. */
 struct s3f__credentials_provider;
 
 /* A provider that always returns these credentials (source "static"); the strings are
@@ -96,7 +110,53 @@ enum s3f_status s3f__credentials_provider_new_default(const struct s3f__credenti
                                                       struct s3f__credentials_provider **out,
                                                       struct s3f_error *err);
 
-/* Current credentials, fetching or refreshing them when needed. *out receives a copy the
+/* One generation of credentials. Immutable except the signing-key cache (own lock); freed
+ * when the provider and every holder have released it. */
+struct s3f__signing_key_slot {
+    bool used;
+    char date[9];
+    char region[S3F__SIGV4_NAME_MAX + 1];
+    char service[S3F__SIGV4_NAME_MAX + 1];
+    uint8_t key[32]; /* secret: wiped when the snapshot is freed */
+};
+struct s3f__credentials_snapshot {
+    struct s3f__credentials creds;
+    uint64_t generation; /* 1, 2, ... per provider: which credentials signed a request */
+    int64_t fetched_at;  /* wall seconds */
+    atomic_uint refs;
+    pthread_mutex_t key_lock;
+    struct s3f__signing_key_slot keys[4]; /* guarded by key_lock */
+    unsigned next_key;
+    uint64_t key_hits, key_derivations;   /* for tests */
+};
+
+/* The current snapshot, with a reference the caller drops with s3f__credentials_release.
+ * Blocks only when no usable snapshot exists, until the refresher's fetch (or, without a
+ * refresher, this thread's) completes. Errors as for s3f__credentials_get; *out is NULL
+ * then. */
+enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
+                                         struct s3f__credentials_snapshot **out,
+                                         struct s3f_error *err);
+void s3f__credentials_release(struct s3f__credentials_snapshot *s); /* NULL ok */
+
+/* The server rejected the token of snapshot `generation` (ExpiredToken,
+ * TokenRefreshRequired, InvalidToken): when it is still the current one, the next acquire
+ * fetches new credentials instead of handing it out. No-op for a static provider. */
+void s3f__credentials_invalidate(struct s3f__credentials_provider *p, uint64_t generation);
+
+/* Ask the refresher (when running: temporary credentials were fetched) to refresh now
+ * rather than at the scheduled time; returns at once. No-op for a static provider. */
+void s3f__credentials_refresh_now(struct s3f__credentials_provider *p);
+
+/* The SigV4 signing key of the snapshot's secret for (date8 "YYYYMMDD", region, service),
+ * derived once and cached in the snapshot (so per credentials generation). Errors as for
+ * s3f__sigv4_derive_key. */
+enum s3f_status s3f__credentials_signing_key(struct s3f__credentials_snapshot *s,
+                                             const char *date8, const char *region,
+                                             const char *service, uint8_t key[32],
+                                             struct s3f_error *err);
+
+/* Current credentials, fetching them when no usable ones exist. *out receives a copy the
  * caller frees with s3f__credentials_cleanup (on failure *out is zeroed). Errors:
  * S3F_ERR_NO_CREDENTIALS (no provider configured; the message lists what was tried),
  * S3F_ERR_CREDENTIALS (a configured provider failed: bad process output, STS error with
@@ -106,10 +166,13 @@ enum s3f_status s3f__credentials_provider_new_default(const struct s3f__credenti
 enum s3f_status s3f__credentials_get(struct s3f__credentials_provider *p,
                                      struct s3f__credentials *out, struct s3f_error *err);
 
-/* Number of fetches the provider has made (successful or not); for tests and logs. */
+/* Number of fetches the provider has made (successful or not), and how many of them the
+ * refresher thread made; for tests and logs. */
 uint64_t s3f__credentials_provider_fetch_count(struct s3f__credentials_provider *p);
+uint64_t s3f__credentials_provider_background_count(struct s3f__credentials_provider *p);
 
-/* Free the provider and wipe its cached credentials. No call may be in flight. NULL ok. */
+/* Stop the refresher (a credential_process it runs is killed), free the provider and drop
+ * its snapshot (wiped once the last holder releases it). No call may be in flight. NULL ok. */
 void s3f__credentials_provider_free(struct s3f__credentials_provider *p);
 
 #endif

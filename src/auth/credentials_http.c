@@ -1,6 +1,8 @@
 /* The network providers of the default chain: web identity (STS
- * AssumeRoleWithWebIdentity), the ECS/EKS container endpoint, and EC2 IMDSv2. Each request
- * is one blocking libcurl easy transfer with its own timeouts and a 64 KiB response cap. */
+ * AssumeRoleWithWebIdentity), the ECS/EKS container endpoint, and EC2 IMDSv2. One small
+ * HTTP helper (http_perform) serves them all: one blocking libcurl easy transfer with its
+ * own timeouts, a 64 KiB response cap, no redirects, http/https only, and the transport's
+ * CURLcode map (s3f__http_status_of_curl). It runs on the provider's refresher thread. */
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <expat.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "auth/credentials_internal.h"
+#include "http/http.h"
 
 #define OP "credentials"
 #define HTTP_BODY_MAX ((size_t)64 << 10)
@@ -129,39 +132,40 @@ static enum s3f_status http_perform(const struct s3f__chain_settings *s,
     }
     uint64_t t0 = s3f__now_ms();
     CURLcode rc = curl_easy_perform(h);
-    switch (rc) {
-    case CURLE_OK:
+    /* the transport's CURLcode map (http/http.c), with this helper's own cases: its body
+     * cap (a write error) and a URL the caller built */
+    const char *detail = ebuf[0] ? ebuf : curl_easy_strerror(rc);
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL)
+        st = S3F_ERR_INVALID_ARGUMENT;
+    else
+        st = s3f__http_status_of_curl((int)rc);
+    switch (st) {
+    case S3F_OK:
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &rs->status);
         break;
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT:
-        st = S3F_ERR_CONNECT;
-        snprintf(why, why_len, "connect failed: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    case S3F_ERR_CONNECT:
+        snprintf(why, why_len, "connect failed: %s", detail);
         break;
-    case CURLE_OPERATION_TIMEDOUT:
-        st = S3F_ERR_TIMEOUT;
-        snprintf(why, why_len, "timed out: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    case S3F_ERR_TIMEOUT:
+        snprintf(why, why_len, "timed out: %s", detail);
         break;
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CERTPROBLEM:
-        st = S3F_ERR_TLS;
-        snprintf(why, why_len, "TLS: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    case S3F_ERR_TLS:
+        snprintf(why, why_len, "TLS: %s", detail);
         break;
-    case CURLE_WRITE_ERROR:
+    case S3F_ERR_ABORTED:
         st = S3F_ERR_BAD_RESPONSE;
         snprintf(why, why_len, "response larger than %zu bytes", HTTP_BODY_MAX);
         break;
-    case CURLE_URL_MALFORMAT:
-    case CURLE_UNSUPPORTED_PROTOCOL:
+    case S3F_ERR_INVALID_ARGUMENT:
         st = S3F_ERR_INVALID_URI;
-        snprintf(why, why_len, "invalid URL: %s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        snprintf(why, why_len, "invalid URL: %s", detail);
+        break;
+    case S3F_ERR_NO_MEMORY:
+        snprintf(why, why_len, "out of memory");
         break;
     default:
         st = S3F_ERR_NETWORK;
-        snprintf(why, why_len, "%s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        snprintf(why, why_len, "%s", detail);
         break;
     }
     s3f__log(s->logger, S3F_LOG_DEBUG, "credentials: %s %s -> %ld%s%s (%llu ms)", rq->method,
@@ -184,6 +188,10 @@ static bool retryable(enum s3f_status st, long http_status) {
     return st == S3F_ERR_CONNECT || st == S3F_ERR_TIMEOUT || st == S3F_ERR_NETWORK;
 }
 
+/* Between the attempts of one fetch. Fetches run on the provider's refresher thread (see
+ * credentials.c), never on a data (I/O) thread, so this short sleep (50, 100, 200 ... ms)
+ * delays no transfer; only a provider whose refresher could not start fetches on the
+ * requesting thread. */
 static void backoff(int attempt) {
     s3f__sleep_ms((uint64_t)((50u << attempt) * (0.5 + s3f__random_unit())));
 }

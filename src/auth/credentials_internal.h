@@ -3,6 +3,7 @@
 #ifndef S3F_AUTH_CREDENTIALS_INTERNAL_H
 #define S3F_AUTH_CREDENTIALS_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "auth/credentials.h"
@@ -32,7 +33,7 @@ struct s3f__chain_settings {
     /* container */
     char *container_relative;
     char *container_full;
-    char *container_host;     /* S3FLASH_CONTAINER_CREDENTIALS_HOST, else NULL */
+    char *container_host;     /* S3FLASH_CONTAINER_CREDENTIALS_HOST (test builds only), else NULL */
     char *container_token_file;
     char *container_token;
 
@@ -47,6 +48,7 @@ struct s3f__chain_settings {
     uint32_t timeout_ms;
     uint32_t process_timeout_ms;
     const struct s3f__logger *logger;
+    atomic_bool *cancel;      /* the provider's: set when it is freed (stop a fetch early) */
 };
 
 /* A provider of the chain. Returns S3F_OK with *out filled, S3F_ERR_NO_CREDENTIALS when it

@@ -158,15 +158,31 @@ static enum s3f_status derive_key(const char *secret, const char *date8, const c
     memcpy(k, "AWS4", 4);
     memcpy(k + 4, secret, n);
     uint8_t a[32], b[32];
-    s3f__hmac_sha256(k, n + 4, date8, 8, a);
+    int rc = s3f__hmac_sha256(k, n + 4, date8, 8, a);
     wipe(k, n + 4);
     free(k);
-    s3f__hmac_sha256(a, sizeof(a), region, strlen(region), b);
-    s3f__hmac_sha256(b, sizeof(b), service, strlen(service), a);
-    s3f__hmac_sha256(a, sizeof(a), "aws4_request", 12, key);
+    rc = rc ? rc : s3f__hmac_sha256(a, sizeof(a), region, strlen(region), b);
+    rc = rc ? rc : s3f__hmac_sha256(b, sizeof(b), service, strlen(service), a);
+    rc = rc ? rc : s3f__hmac_sha256(a, sizeof(a), "aws4_request", 12, key);
     wipe(a, sizeof(a));
     wipe(b, sizeof(b));
+    if (rc) {
+        wipe(key, 32);
+        return s3f__error_set(err, S3F_ERR_INTERNAL, OP, NULL, "HMAC-SHA256 failed (OpenSSL)");
+    }
     return S3F_OK;
+}
+
+enum s3f_status s3f__sigv4_derive_key(const char *secret, const char *date8, const char *region,
+                                      const char *service, uint8_t key[32],
+                                      struct s3f_error *err) {
+    if (!secret || !*secret || !date8 || strlen(date8) < 8 || !region || !service)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL,
+                              "signing key: missing secret, date, region or service");
+    enum s3f_status st = check_scope_name(region, "region", err);
+    if (st || (st = check_scope_name(service, "service", err)))
+        return st;
+    return derive_key(secret, date8, region, service, key, err);
 }
 
 /* X-Amz-Date and the credential scope of cfg (already checked). */
@@ -549,18 +565,23 @@ static enum s3f_status finish(const struct s3f__sigv4_request *req,
         return buf_fail(st, err);
 
     char creq_hash[65];
-    s3f__sha256_hex(p->creq.data, p->creq.len, creq_hash);
+    if (s3f__sha256_hex(p->creq.data, p->creq.len, creq_hash))
+        return s3f__error_set(err, S3F_ERR_INTERNAL, OP, NULL, "SHA-256 failed (OpenSSL)");
     st = s3f__buf_appendf(&p->sts, S3F__SIGV4_ALGORITHM "\n%s\n%s\n%s", amz_date, scope,
                           creq_hash);
     if (st)
         return buf_fail(st, err);
 
     uint8_t key[32], mac[32];
-    if ((st = derive_key(creds->secret_access_key, amz_date, cfg->region, cfg->service, key,
-                         err)))
+    if (cfg->signing_key)
+        memcpy(key, cfg->signing_key, sizeof(key));
+    else if ((st = derive_key(creds->secret_access_key, amz_date, cfg->region, cfg->service,
+                              key, err)))
         return st;
-    s3f__hmac_sha256(key, sizeof(key), p->sts.data, p->sts.len, mac);
+    int rc = s3f__hmac_sha256(key, sizeof(key), p->sts.data, p->sts.len, mac);
     wipe(key, sizeof(key));
+    if (rc)
+        return s3f__error_set(err, S3F_ERR_INTERNAL, OP, NULL, "HMAC-SHA256 failed (OpenSSL)");
     s3f__hex(mac, sizeof(mac), sig);
     return S3F_OK;
 }
@@ -767,15 +788,19 @@ enum s3f_status s3f__sigv4_chunk_signer_init(struct s3f__sigv4_chunk_signer *cs,
     return st;
 }
 
-void s3f__sigv4_sign_chunk(const struct s3f__sigv4_chunk_signer *cs, const char *prev_signature,
-                           const char *chunk_sha256_hex, char out[65]) {
+int s3f__sigv4_sign_chunk(const struct s3f__sigv4_chunk_signer *cs, const char *prev_signature,
+                          const char *chunk_sha256_hex, char out[65]) {
     char sts[64 + S3F__SIGV4_SCOPE_MAX + 3 * 65];
     int n = snprintf(sts, sizeof(sts), "AWS4-HMAC-SHA256-PAYLOAD\n%s\n%s\n%.64s\n%s\n%.64s",
                      cs->amz_date, cs->scope, prev_signature, S3F__SIGV4_EMPTY_SHA256,
                      chunk_sha256_hex);
     uint8_t mac[32];
-    s3f__hmac_sha256(cs->signing_key, sizeof(cs->signing_key), sts, (size_t)n, mac);
+    if (s3f__hmac_sha256(cs->signing_key, sizeof(cs->signing_key), sts, (size_t)n, mac)) {
+        memset(out, 0, 65);
+        return -1;
+    }
     s3f__hex(mac, sizeof(mac), out);
+    return 0;
 }
 
 void s3f__sigv4_chunk_signer_cleanup(struct s3f__sigv4_chunk_signer *cs) {

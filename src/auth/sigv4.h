@@ -4,7 +4,7 @@
  * The signer is pure: it takes the request as it will go on the wire and returns what to
  * add to it. It never logs. The secret key and the signing key derived from it never appear
  * in any string it returns, in error messages, or in memory it leaves behind (intermediate
- * keys are wiped). Thread-safe: no shared state. */
+ * keys are wiped). Thread-safe: no shared state (a cached signing key is the caller's). */
 #ifndef S3F_AUTH_SIGV4_H
 #define S3F_AUTH_SIGV4_H
 
@@ -75,7 +75,20 @@ struct s3f__sigv4_config {
      * it out of the signature; it is still returned to be sent (header) or still appended to
      * the query before X-Amz-Signature (presign). */
     bool omit_session_token;
+    /* Optional: the signing key for these credentials and the date, region and service of
+     * this config, as s3f__sigv4_derive_key returns it (callers cache it per credentials
+     * generation, date, region and service: see s3f__credentials_signing_key). NULL: the
+     * signer derives it (4 HMACs). Never logged; the signer's copy is wiped. */
+    const uint8_t *signing_key;
 };
+
+/* The SigV4 signing key: HMAC chain "AWS4"+secret -> date8 ("YYYYMMDD") -> region ->
+ * service -> "aws4_request". Secret: the caller wipes it. Errors: S3F_ERR_INVALID_ARGUMENT
+ * (empty secret, bad date, region or service), S3F_ERR_NO_MEMORY, S3F_ERR_INTERNAL (OpenSSL
+ * failed). */
+enum s3f_status s3f__sigv4_derive_key(const char *secret, const char *date8, const char *region,
+                                      const char *service, uint8_t key[32],
+                                      struct s3f_error *err);
 
 /* Output of header signing. Headers to add to the request, in this order (see
  * s3f__sigv4_signed_headers): X-Amz-Security-Token (if any), X-Amz-Date,
@@ -145,9 +158,10 @@ enum s3f_status s3f__sigv4_chunk_signer_init(struct s3f__sigv4_chunk_signer *cs,
 
 /* Signature of one chunk: HMAC of "AWS4-HMAC-SHA256-PAYLOAD\n" date "\n" scope "\n"
  * prev_signature "\n" sha256("") "\n" chunk_sha256_hex, as lowercase hex into out. Both
- * inputs are 64 hex digits (the seed signature for the first chunk). Cannot fail. */
-void s3f__sigv4_sign_chunk(const struct s3f__sigv4_chunk_signer *cs, const char *prev_signature,
-                           const char *chunk_sha256_hex, char out[65]);
+ * inputs are 64 hex digits (the seed signature for the first chunk). Returns 0, or -1
+ * when OpenSSL fails (out is then empty: send nothing). */
+int s3f__sigv4_sign_chunk(const struct s3f__sigv4_chunk_signer *cs, const char *prev_signature,
+                          const char *chunk_sha256_hex, char out[65]);
 
 /* Wipe the signing key. */
 void s3f__sigv4_chunk_signer_cleanup(struct s3f__sigv4_chunk_signer *cs);

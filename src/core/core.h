@@ -66,8 +66,8 @@ static inline bool s3f__log_enabled(const struct s3f__logger *lg, enum s3f_log_l
 /* ---- time --------------------------------------------------------------------------- */
 uint64_t s3f__now_ms(void);        /* monotonic */
 uint64_t s3f__now_ns(void);        /* monotonic */
-int64_t s3f__wall_time_s(void);    /* seconds since the epoch (overridable in tests by
-                                      S3FLASH_TEST_CLOCK_OFFSET_S, added to the clock) */
+int64_t s3f__wall_time_s(void);    /* seconds since the epoch (in test builds,
+                                      -Dtest_hooks, plus S3FLASH_TEST_CLOCK_OFFSET_S) */
 /* "20150830T123600Z" into buf (>= 17 bytes). */
 void s3f__time_amz(int64_t t, char *buf);
 /* Parse ISO-8601 "2015-08-30T12:36:00Z" / "2015-08-30T12:36:00.000Z" / with "+00:00",
@@ -90,16 +90,22 @@ enum s3f_status s3f__uri_encode(struct s3f__buf *out, const char *s, size_t len,
 char *s3f__uri_decode(const char *s, size_t len);
 
 /* ---- hashes (OpenSSL) and checksums (ISA-L) ------------------------------------------ */
-void s3f__sha256(const void *data, size_t len, uint8_t out[32]);
-void s3f__sha256_hex(const void *data, size_t len, char out[65]);
-void s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
-                      uint8_t out[32]);
-void s3f__md5(const void *data, size_t len, uint8_t out[16]);
+/* Each returns 0, or -1 when OpenSSL fails (the output is then zeroed): callers turn that
+ * into a status (S3F_ERR_INTERNAL), never send what came out. */
+int s3f__sha256(const void *data, size_t len, uint8_t out[32]);
+int s3f__sha256_hex(const void *data, size_t len, char out[65]);
+int s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
+                     uint8_t out[32]);
+/* MD5 fails on a FIPS host (the provider has none): s3f__md5_available says whether it
+ * works here (tried once; in test builds S3FLASH_TEST_NO_MD5=1 says no), and callers send
+ * a CRC32C checksum instead of Content-MD5 when it does not. */
+bool s3f__md5_available(void);
+int s3f__md5(const void *data, size_t len, uint8_t out[16]);
 /* Streaming SHA-256. */
 struct s3f__sha256_ctx { void *evp; };
 int s3f__sha256_init(struct s3f__sha256_ctx *c);
-void s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len);
-void s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]); /* also frees */
+int s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len);
+int s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]); /* also frees */
 
 /* CRC32C / CRC32 (ISO-HDLC) with ISA-L; `crc` is the running value (start with 0).
  * CRC64NVME, combining CRCs and the algorithm-generic checksum: core/checksum.h. */

@@ -1,35 +1,89 @@
-/* SHA-256, HMAC and MD5 through OpenSSL; CRC32C and CRC32 through ISA-L. */
+/* SHA-256, HMAC and MD5 through OpenSSL; CRC32C and CRC32 through ISA-L. Every OpenSSL
+ * result is checked: a failure returns -1 and leaves the output zeroed, never garbage. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/md5.h>
 
 #include <isa-l/crc.h>
 
 #include "core.h"
 
-void s3f__sha256(const void *data, size_t len, uint8_t out[32]) {
-    unsigned int n = 32;
-    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+static int digest(const EVP_MD *md, const void *data, size_t len, uint8_t *out,
+                  unsigned int want) {
+    unsigned int n = want;
+    if (!md || EVP_Digest(data, len, out, &n, md, NULL) != 1 || n != want) {
+        memset(out, 0, want);
+        return -1;
+    }
+    return 0;
 }
 
-void s3f__sha256_hex(const void *data, size_t len, char out[65]) {
+int s3f__sha256(const void *data, size_t len, uint8_t out[32]) {
+    return digest(EVP_sha256(), data, len, out, 32);
+}
+
+int s3f__sha256_hex(const void *data, size_t len, char out[65]) {
     uint8_t d[32];
-    s3f__sha256(data, len, d);
+    int rc = s3f__sha256(data, len, d);
+    if (rc) {
+        memset(out, 0, 65);
+        return rc;
+    }
     s3f__hex(d, 32, out);
+    return 0;
 }
 
-void s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
-                      uint8_t out[32]) {
+int s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
+                     uint8_t out[32]) {
     unsigned int n = 32;
-    HMAC(EVP_sha256(), key, (int)key_len, data, len, out, &n);
+    if (key_len > (size_t)INT32_MAX ||
+        !HMAC(EVP_sha256(), key, (int)key_len, data, len, out, &n) || n != 32) {
+        memset(out, 0, 32);
+        return -1;
+    }
+    return 0;
 }
 
-void s3f__md5(const void *data, size_t len, uint8_t out[16]) {
-    unsigned int n = 16;
-    EVP_Digest(data, len, out, &n, EVP_md5(), NULL);
+/* 1: MD5 works, 0: not (a FIPS provider), -1: not tried yet. */
+static atomic_int md5_state = -1;
+
+bool s3f__md5_available(void) {
+    int s = atomic_load_explicit(&md5_state, memory_order_acquire);
+    if (s >= 0)
+        return s == 1;
+    bool ok = true;
+#ifdef S3F_TEST_HOOKS
+    /* test builds only (meson -Dtest_hooks=true): behave as on a FIPS host */
+    const char *no = getenv("S3FLASH_TEST_NO_MD5");
+    if (no && *no && strcmp(no, "0") != 0)
+        ok = false;
+#endif
+    if (ok) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+        EVP_MD *md = EVP_MD_fetch(NULL, "MD5", NULL);
+        ok = md != NULL;
+        EVP_MD_free(md);
+#endif
+        uint8_t d[16];
+        ok = ok && digest(EVP_md5(), "", 0, d, 16) == 0;
+    }
+    atomic_store_explicit(&md5_state, ok ? 1 : 0, memory_order_release);
+    return ok;
+}
+
+int s3f__md5(const void *data, size_t len, uint8_t out[16]) {
+    if (!s3f__md5_available()) {
+        memset(out, 0, 16);
+        return -1;
+    }
+    return digest(EVP_md5(), data, len, out, 16);
 }
 
 int s3f__sha256_init(struct s3f__sha256_ctx *c) {
+    c->evp = NULL;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx)
         return -1;
@@ -41,15 +95,18 @@ int s3f__sha256_init(struct s3f__sha256_ctx *c) {
     return 0;
 }
 
-void s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len) {
-    EVP_DigestUpdate((EVP_MD_CTX *)c->evp, data, len);
+int s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len) {
+    return c->evp && EVP_DigestUpdate((EVP_MD_CTX *)c->evp, data, len) == 1 ? 0 : -1;
 }
 
-void s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]) {
+int s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]) {
     unsigned int n = 32;
-    EVP_DigestFinal_ex((EVP_MD_CTX *)c->evp, out, &n);
+    int rc = c->evp && EVP_DigestFinal_ex((EVP_MD_CTX *)c->evp, out, &n) == 1 && n == 32 ? 0 : -1;
+    if (rc)
+        memset(out, 0, 32);
     EVP_MD_CTX_free((EVP_MD_CTX *)c->evp);
     c->evp = NULL;
+    return rc;
 }
 
 /* ISA-L's crc32_iscsi takes and returns the raw register (no final inversion handled by the

@@ -246,6 +246,10 @@ static enum s3f_status map_curl(CURLcode c) {
     }
 }
 
+enum s3f_status s3f__http_status_of_curl(int curl_code) {
+    return map_curl((CURLcode)curl_code);
+}
+
 static void complete(struct io_thread *t, struct s3f__http_request *req, CURLcode code) {
     req->end_ns = s3f__now_ns();
     req->curl_code = (int)code;

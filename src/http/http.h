@@ -97,6 +97,12 @@ enum s3f_status s3f__http_perform(struct s3f__http_pool *pool, struct s3f__http_
 
 /* Whether a transport failure may succeed when retried (reset, timeout, refused...). */
 bool s3f__http_error_retryable(const struct s3f__http_request *req);
+
+/* The one CURLcode -> status map of the library (the transport's, and the credentials
+ * providers' easy transfers): CONNECT (resolve, connect), TIMEOUT, TLS, ABORTED (a callback
+ * stopped it, also CURLE_WRITE_ERROR), IO (read callback), NO_MEMORY, INVALID_ARGUMENT
+ * (malformed URL), else NETWORK. */
+enum s3f_status s3f__http_status_of_curl(int curl_code);
 /* Whether a transport failure was a timeout (costs more retry tokens). */
 bool s3f__http_error_is_timeout(const struct s3f__http_request *req);
 

@@ -117,6 +117,8 @@ struct s3f__s3_call {
     int last_cost;
     bool prep_failed;               /* this attempt could not be built; err says why */
     int idem;                       /* enum s3f__idem_class of the request */
+    uint64_t creds_generation;      /* credentials snapshot that signed this attempt */
+    bool token_resent;              /* re-sent once after ExpiredToken & co. */
     char resource[600];
     char range[80];
     char *url;

@@ -617,16 +617,24 @@ enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const c
     struct s3f__checksum ck;
     if ((st = checksum_start(opts->checksum, &ck, "PutObject", err)))
         return st;
+    /* without MD5 (a FIPS host) the integrity check Content-MD5 asked for is a CRC32C */
+    bool md5 = opts->content_md5 && s3f__md5_available();
+    if (opts->content_md5 && !md5 && ck.alg == S3F_CHECKSUM_NONE)
+        (void)s3f__checksum_init(&ck, S3F_CHECKSUM_CRC32C);
     s3f__checksum_update(&ck, data, len);
     struct s3f__op op;
     s3f__op_put_object(&op, bucket, key, opts->content_type, &ck);
     op.r.body = data ? data : "";
     op.r.body_len = len;
     op.r.sign_payload = opts->sign_payload != 0;
-    if (opts->content_md5) {
-        uint8_t md5[16];
-        s3f__md5(data ? data : "", len, md5);
-        s3f__base64(md5, 16, op.md5);
+    if (md5) {
+        uint8_t d[16];
+        if (s3f__md5(data ? data : "", len, d)) {
+            s3f__op_cleanup(&op);
+            return s3f__error_set(err, S3F_ERR_INTERNAL, "PutObject", NULL,
+                                  "MD5 failed (OpenSSL)");
+        }
+        s3f__base64(d, 16, op.md5);
         s3f__s3_request_header(&op.r, "content-md5", op.md5);
     }
     if (opts->if_none_match)
@@ -701,10 +709,20 @@ enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
         s3f__buf_reset(&body);
         if ((st = s3f__xml_build_delete(keys + off, n, true, &body, err)))
             break;
+        /* S3 requires Content-MD5 or an x-amz-checksum-* here; on a FIPS host (no MD5)
+         * send the CRC32C of the body */
         uint8_t md5[16];
-        char md5_b64[25];
-        s3f__md5(body.data, body.len, md5);
-        s3f__base64(md5, 16, md5_b64);
+        char md5_b64[25], crc_b64[9];
+        bool use_md5 = s3f__md5_available();
+        if (use_md5 && s3f__md5(body.data, body.len, md5)) {
+            st = s3f__error_set(err, S3F_ERR_INTERNAL, "DeleteObjects", bucket,
+                                "MD5 failed (OpenSSL)");
+            break;
+        }
+        if (use_md5)
+            s3f__base64(md5, 16, md5_b64);
+        else
+            s3f__crc32_b64(s3f__crc32c(0, body.data, body.len), crc_b64);
         struct s3f__s3_request r;
         request_init(&r, "DeleteObjects", "POST", bucket, NULL);
         r.query = "delete=";
@@ -712,7 +730,12 @@ enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
         r.body_len = body.len;
         r.body_out = &resp;
         r.check_200_error = true;
-        s3f__s3_request_header(&r, "content-md5", md5_b64);
+        if (use_md5) {
+            s3f__s3_request_header(&r, "content-md5", md5_b64);
+        } else {
+            s3f__s3_request_header(&r, "x-amz-sdk-checksum-algorithm", "CRC32C");
+            s3f__s3_request_header(&r, "x-amz-checksum-crc32c", crc_b64);
+        }
         s3f__s3_request_header(&r, "content-type", "application/xml");
         if ((st = s3f__s3_execute(c, &r, err)))
             break;

@@ -445,8 +445,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     struct curl_slist *hl = NULL;
     struct s3f__sigv4_signed sig;
     memset(&sig, 0, sizeof(sig));
-    struct s3f__credentials creds;
-    memset(&creds, 0, sizeof(creds));
+    struct s3f__credentials_snapshot *snap = NULL;
     if (!url) {
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, r->operation, resource, "out of memory");
         goto out;
@@ -469,15 +468,20 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     }
 
     char payload_hash[65] = "UNSIGNED-PAYLOAD";
-    if (r->sign_payload)
-        s3f__sha256_hex(r->body ? r->body : "", r->body ? r->body_len : 0, payload_hash);
+    if (r->sign_payload &&
+        s3f__sha256_hex(r->body ? r->body : "", r->body ? r->body_len : 0, payload_hash)) {
+        st = s3f__error_set(err, S3F_ERR_INTERNAL, r->operation, resource,
+                            "SHA-256 failed (OpenSSL)");
+        goto out;
+    }
 
     for (size_t i = 1; i < nh; i++) { /* host is set by curl from the URL */
         if ((st = add_header(&hl, hdrs[i].name, hdrs[i].value)))
             goto oom;
     }
     if (!c->anonymous) {
-        st = s3f__credentials_get(c->creds, &creds, err);
+        /* an immutable snapshot: no provider runs here while usable credentials exist */
+        st = s3f__credentials_acquire(c->creds, &snap, err);
         if (st) {
             if (err) {
                 s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
@@ -500,8 +504,10 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .n_headers = nh,
             .payload_hash = payload_hash,
         };
-        struct s3f__sigv4_credentials sc = {creds.access_key_id, creds.secret_access_key,
-                                            creds.session_token};
+        r->call.creds_generation = snap->generation;
+        struct s3f__sigv4_credentials sc = {snap->creds.access_key_id,
+                                            snap->creds.secret_access_key,
+                                            snap->creds.session_token};
         struct s3f__sigv4_config cfg = {
             .region = ep.signing_region ? ep.signing_region : c->region,
             .service = ep.signing_name ? ep.signing_name : "s3",
@@ -509,9 +515,24 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .normalize_path = false,
             .add_content_sha256_header = true,
         };
-        st = s3f__sigv4_sign_headers(&sreq, &sc, &cfg, &sig, err);
-        if (st)
+        /* the signing key, derived once per (date, region, service, credentials) */
+        char amz_date[17];
+        uint8_t key[32];
+        s3f__time_amz(cfg.time, amz_date);
+        amz_date[8] = '\0';
+        st = s3f__credentials_signing_key(snap, amz_date, cfg.region, cfg.service, key, err);
+        if (st == S3F_OK) {
+            cfg.signing_key = key;
+            st = s3f__sigv4_sign_headers(&sreq, &sc, &cfg, &sig, err);
+        }
+        explicit_bzero(key, sizeof(key));
+        if (st) {
+            if (err) {
+                s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
+                s3f__strlcpy(err->resource, resource, sizeof(err->resource));
+            }
             goto out;
+        }
         if ((st = add_header(&hl, "x-amz-date", sig.amz_date)) ||
             (st = add_header(&hl, "x-amz-content-sha256", payload_hash)) ||
             (sig.security_token &&
@@ -543,7 +564,7 @@ oom:
         s3f__error_set(err, st, r->operation, resource, "header too long");
 out:
     s3f__sigv4_signed_cleanup(&sig);
-    s3f__credentials_cleanup(&creds);
+    s3f__credentials_release(snap); /* the headers hold copies of the token */
     curl_slist_free_all(hl);
     free(path);
     free(url);
@@ -614,6 +635,19 @@ static void error_from_response(struct s3f__s3_request *r, struct s3f__s3_attemp
  *        -> finish | start_attempt again after a backoff (a transport timer, no sleep). */
 
 static void attempt_done(struct s3f__http_request *req, void *ud);
+
+/* Whether this failure is the server rejecting the session token (ExpiredToken,
+ * TokenRefreshRequired, InvalidToken) of a signed request not re-sent for it yet. */
+static bool token_rejected(const struct s3f_client *c, const struct s3f__s3_call *k,
+                           const struct s3f_error *last) {
+    static const char *const codes[] = {"ExpiredToken", "TokenRefreshRequired", "InvalidToken"};
+    if (c->anonymous || !c->creds || k->token_resent || !last->code[0])
+        return false;
+    for (size_t i = 0; i < S3F_ARRAY_LEN(codes); i++)
+        if (strcmp(last->code, codes[i]) == 0)
+            return true;
+    return false;
+}
 
 static void attempt_release(struct s3f__s3_call *k) {
     s3f__buf_cleanup(&k->a.err_body);
@@ -800,6 +834,19 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
         return;
     }
     attempt_release(k);
+
+    if (token_rejected(c, k, &last)) {
+        /* the credentials' token expired early or was revoked: new credentials, re-sent
+         * once, now (no backoff, no retry token: this is not a server fault) */
+        s3f__log(&c->logger, S3F_LOG_INFO, "%s %s: %s; re-sending with new credentials",
+                 r->operation, k->resource, last.code);
+        s3f__credentials_invalidate(c->creds, k->creds_generation);
+        k->token_resent = true;
+        k->attempt++;
+        k->max_attempts++;
+        start_attempt(r, 0);
+        return;
+    }
 
     bool give_up = !retryable || k->attempt >= k->max_attempts;
     if (!give_up && !retry_acquire(c, cost)) {

@@ -117,7 +117,8 @@ enum s3f_status s3f__s3_error_status(int http_status, const char *code);
  * throttling codes (SlowDown, Throttling, ThrottlingException, RequestThrottled, ...), HTTP
  * 500, 502, 503, 504, and 429. Not retried: RequestTimeTooSkewed (standard mode retries it
  * only after correcting its clock offset, which s3flash does not do: a skewed clock must be
- * fixed), ExpiredToken (the credentials layer refreshes and re-sends once), and every other
+ * fixed), ExpiredToken (the executor, s3/request.c, fetches new credentials and re-sends
+ * once, as for TokenRefreshRequired and InvalidToken), and every other
  * 4xx, 501 NotImplemented included. */
 bool s3f__s3_error_retryable(int http_status, const char *code);
 

@@ -12,15 +12,17 @@
  *   xfer_fault_test put_if_absent   BUCKET KEY SRC        s3f_put_object, If-None-Match: *
  *   xfer_fault_test download_alloc  BUCKET KEY DST        s3f_download_alloc, then DST
  *
- * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION;
+ * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION
+ * (FAULT_CHAIN_CREDS=1: ignore the keys, use the default credentials chain);
  * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
  * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
  * FAULT_CHECKSUM (the uploads' checksum: none, crc32c, crc32, crc64nvme; default the
- * library's).
+ * library's), FAULT_REPEAT (upload_file: that many uploads in a row, timed together).
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
- * "size=N etag=..."; for the writer also "write_status=NAME at=OFFSET" of the first failed
+ * "size=N etag=...", then "requests_started=N" (the client's stats); for the writer
+ * also "write_status=NAME at=OFFSET" of the first failed
  * write. Exits 0 on S3F_OK, 1 on a failed transfer, 2 on a usage or local error. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +107,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "set S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY\n");
         return 2;
     }
+    if (getenv("FAULT_CHAIN_CREDS")) /* the default chain (a profile's credential_process) */
+        o.access_key_id = o.secret_access_key = NULL;
     o.force_path_style = 1;
     o.part_size_bytes = env_ull("FAULT_PART_BYTES", 5 * MIB);
     o.stall_timeout_ms = (uint32_t)env_ull("FAULT_STALL_MS", 0);
@@ -126,6 +130,17 @@ int main(int argc, char **argv) {
                       : !strcmp(ck, "crc32")    ? S3F_CHECKSUM_CRC32
                       : !strcmp(ck, "crc64nvme") ? S3F_CHECKSUM_CRC64NVME
                                                 : S3F_CHECKSUM_CRC32C;
+    if (getenv("FAULT_CHAIN_CREDS")) {
+        /* fetch the credentials before the clock starts, as a long-lived process has them */
+        char src[64];
+        if (s3f_client_credentials_source(c, src, sizeof(src), NULL, 0, &e) != S3F_OK) {
+            char line[1600];
+            s3f_error_format(&e, line, sizeof(line));
+            fprintf(stderr, "credentials: %s\n", line);
+            s3f_client_free(c);
+            return 2;
+        }
+    }
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     enum s3f_status st;
@@ -182,7 +197,11 @@ int main(int argc, char **argv) {
         rc = report(st, t0, &e, &info);
         free(data);
     } else if (strcmp(op, "upload_file") == 0) {
-        st = s3f_upload_file(c, bucket, key, path, &uo, &info, &e);
+        /* FAULT_REPEAT=N: N uploads of the file (to the same key) by this client */
+        unsigned long long n = env_ull("FAULT_REPEAT", 1);
+        st = S3F_OK;
+        for (unsigned long long i = 0; i < (n ? n : 1) && st == S3F_OK; i++)
+            st = s3f_upload_file(c, bucket, key, path, &uo, &info, &e);
         rc = report(st, t0, &e, &info);
     } else if (strcmp(op, "download_buffer") == 0 && argc > 5) {
         size_t n = (size_t)strtoull(argv[5], NULL, 10);
@@ -251,6 +270,10 @@ int main(int argc, char **argv) {
         printf("pending_aborts_left=%u\n", cs.pending_aborts);
         fflush(stdout);
     }
+    struct s3f_client_stats fs;
+    s3f_client_stats(c, &fs, 0);
+    printf("requests_started=%llu\n", (unsigned long long)fs.requests_started);
+    fflush(stdout);
     s3f_client_free(c);
     return rc;
 }
