@@ -144,11 +144,14 @@ struct s3f_client_options {
     int max_attempts;
     /* 0: 10000 ms. Time allowed to establish a connection (DNS, TCP and TLS). */
     uint32_t connect_timeout_ms;
-    /* 0: 30000 ms. A request that moves no byte for this long is aborted and retried. */
+    /* 0: 30000 ms. A request that moves no byte for this long is aborted and retried. The
+     * clock starts when the request has a connection: time spent waiting for one (more
+     * requests than connections) is not counted. */
     uint32_t stall_timeout_ms;
     /* 0: 2. Threads that drive the HTTP connections. */
     uint32_t io_threads;
-    /* 0: 64. Upper bound of open connections across all I/O threads. */
+    /* 0: 64. Upper bound of open connections across all I/O threads (HTTP/1.1, one
+     * request per connection; requests beyond it wait in the client's queue). */
     uint32_t max_connections;
     /* CA bundle file for TLS. NULL: AWS_CA_BUNDLE, the profile's `ca_bundle`, else the
      * system default. */

@@ -474,6 +474,8 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
         a->http.on_header = on_header;
         a->http.on_body = on_body;
         a->http.cb_ud = a;
+        /* control: Create/Complete/Abort, HEAD, List...; data: PUTs and GETs to a sink */
+        a->http.control = strcmp(r->method, "PUT") != 0 && !r->sink;
         log_request(k->c, r, k->url, k->attempt, k->headers);
     }
     a->http.not_before_ns = not_before_ns;

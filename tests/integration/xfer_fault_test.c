@@ -12,7 +12,8 @@
  *
  * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION;
  * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
- * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads).
+ * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
+ * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads).
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
@@ -105,6 +106,8 @@ int main(int argc, char **argv) {
     o.part_size_bytes = env_ull("FAULT_PART_BYTES", 5 * MIB);
     o.stall_timeout_ms = (uint32_t)env_ull("FAULT_STALL_MS", 0);
     o.max_inflight_requests = (uint32_t)env_ull("FAULT_INFLIGHT", 0);
+    o.max_connections = (uint32_t)env_ull("FAULT_CONNECTIONS", 0);
+    o.io_threads = (uint32_t)env_ull("FAULT_IO_THREADS", 0);
     struct s3f_client *c = NULL;
     struct s3f_error e;
     s3f_error_clear(&e);
