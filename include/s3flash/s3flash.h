@@ -191,7 +191,9 @@ struct s3f_client_options {
  * On success *out is set; free it with s3f_client_free. Thread-safe once created. */
 S3F_API enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
                                struct s3f_error *err);
-/* Stop the I/O threads and free the client. Calls in flight must have returned. NULL ok. */
+/* Stop the I/O threads and free the client. Calls in flight must have returned. NULL ok.
+ * Aborts of failed uploads still pending (server away) get one last try of at most 3 s
+ * each, 5 s in all; an upload id still left is named in a WARN log line. */
 S3F_API void s3f_client_free(struct s3f_client *client);
 
 /* The region and endpoint the client resolved (static for the client's lifetime). */

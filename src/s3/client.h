@@ -138,6 +138,10 @@ struct s3f__s3_request {
      * `offset` of the body; return the count or -1). Called on an I/O thread. */
     s3f__http_read_fn read_body;
     void *read_ud;
+    /* Limits of this request: attempts (0: the client's max_attempts) and the time each
+     * attempt may take in all, connection included (0: none beyond the stall timeout). */
+    int max_attempts;
+    uint32_t timeout_ms;
     /* private: the executor's state */
     struct s3f__s3_call call;
 };

@@ -489,6 +489,7 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
         log_request(k->c, r, k->url, k->attempt, k->headers);
     }
     a->http.not_before_ns = not_before_ns;
+    a->http.timeout_ms = r->timeout_ms;
     s3f__http_submit(k->c->http, &a->http, attempt_done, r);
 }
 
@@ -612,7 +613,7 @@ void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_
     k->done = done;
     k->done_ud = ud;
     k->attempt = 1;
-    k->max_attempts = c->max_attempts > 0 ? c->max_attempts : 3;
+    k->max_attempts = r->max_attempts > 0 ? r->max_attempts : c->max_attempts > 0 ? c->max_attempts : 3;
     k->range_start = r->has_range ? r->range_start : 0;
     k->range_end = r->has_range ? r->range_end : UINT64_MAX;
     s3f__s3_resource(k->resource, sizeof(k->resource), r->bucket, r->key);

@@ -18,7 +18,8 @@
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
  * "size=N etag=..."; for the writer also "write_status=NAME at=OFFSET" of the first failed
- * write. Exits 0 on S3F_OK, 1 on a failed transfer, 2 on a usage or local error. */
+ * write; last "client_free_s=SECONDS", the time s3f_client_free took. Exits 0 on S3F_OK,
+ * 1 on a failed transfer, 2 on a usage or local error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,8 @@ int main(int argc, char **argv) {
         printf("pending_aborts_left=%u\n", cs.pending_aborts);
         fflush(stdout);
     }
+    double t_free = now_s();
     s3f_client_free(c);
+    printf("client_free_s=%.3f\n", now_s() - t_free);
     return rc;
 }
