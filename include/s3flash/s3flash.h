@@ -328,8 +328,11 @@ S3F_API enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *buc
  * ------------------------------------------------------------------------------------- */
 
 /* Progress of one transfer: `done` bytes of `total` (UINT64_MAX while unknown: writers,
- * downloads before the first response). Called from I/O threads (and the caller's),
- * never concurrently for one transfer, after each part; must be quick. */
+ * downloads before the first response). Called on the caller's thread only (the one in
+ * the transfer call, or in s3f_writer_write and s3f_writer_close), never on an I/O thread
+ * and never concurrently for one transfer, when parts have completed since the last call
+ * (parts that complete while it runs are reported together by the next call). It may
+ * block without stalling the transfer's requests: they go on meanwhile. */
 typedef void (*s3f_progress_fn)(void *user_data, uint64_t done, uint64_t total);
 
 /* One memory region (as POSIX's struct iovec); uploads only read it. */

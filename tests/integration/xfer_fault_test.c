@@ -13,13 +13,16 @@
  * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION;
  * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
  * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
- * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads).
+ * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_PROGRESS_BLOCK_MS
+ * (upload_buffer, download_buffer: a progress callback that blocks that long on its first
+ * call; prints "progress_calls=N progress_off_main=M", M the calls not on the main thread).
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
  * "size=N etag=..."; for the writer also "write_status=NAME at=OFFSET" of the first failed
  * write; last "client_free_s=SECONDS", the time s3f_client_free took. Exits 0 on S3F_OK,
  * 1 on a failed transfer, 2 on a usage or local error. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +73,34 @@ static int write_all(const char *path, const unsigned char *p, size_t n) {
     return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
+/* FAULT_PROGRESS_BLOCK_MS: a progress callback that blocks that long on its first call
+ * (a stopped terminal, a busy GIL); it counts its calls and those not on the main thread. */
+static pthread_t main_thread;
+static unsigned progress_calls, progress_off_main;
+static void blocking_progress(void *ud, uint64_t done, uint64_t total) {
+    (void)ud;
+    (void)done;
+    (void)total;
+    if (!pthread_equal(pthread_self(), main_thread))
+        progress_off_main++;
+    if (progress_calls++ == 0) {
+        unsigned long long ms = strtoull(getenv("FAULT_PROGRESS_BLOCK_MS"), NULL, 10);
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+}
+
+static s3f_progress_fn progress_fn(void) {
+    const char *v = getenv("FAULT_PROGRESS_BLOCK_MS");
+    return v && *v ? blocking_progress : NULL;
+}
+
 static int report(enum s3f_status st, double t0, const struct s3f_error *e,
                   const struct s3f_object_info *info) {
     printf("status=%s\n", s3f_status_name(st));
+    if (progress_fn())
+        printf("progress_calls=%u progress_off_main=%u\n", progress_calls, progress_off_main);
     printf("elapsed=%.3f\n", now_s() - t0);
     if (st) {
         char line[1600];
@@ -92,6 +120,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *op = argv[1], *bucket = argv[2], *key = argv[3], *path = argv[4];
+    main_thread = pthread_self();
     struct s3f_client_options o = {0};
     o.endpoint_url = getenv("S3FLASH_TEST_ENDPOINT");
     o.access_key_id = getenv("S3FLASH_TEST_ACCESS_KEY");
@@ -134,7 +163,8 @@ int main(int argc, char **argv) {
         }
         t0 = now_s();
         if (op[0] == 'u') {
-            st = s3f_upload_buffer(c, bucket, key, data, n, NULL, &info, &e);
+            struct s3f_upload_options uo = {.progress = progress_fn()};
+            st = s3f_upload_buffer(c, bucket, key, data, n, &uo, &info, &e);
         } else {
             size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 100000;
             struct s3f_writer *w = NULL;
@@ -167,7 +197,8 @@ int main(int argc, char **argv) {
         size_t n = (size_t)strtoull(argv[5], NULL, 10);
         unsigned char *buf = malloc(n + 16);
         struct s3f_download_options d = {.verify_checksum = (int)atoi(
-                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0"),
+                                         .progress = progress_fn()};
         st = s3f_download_buffer(c, bucket, key, buf, n + 16, &d, &info, &e);
         rc = report(st, t0, &e, &info);
         /* the bytes are handed over only on success */
