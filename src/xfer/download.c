@@ -74,7 +74,7 @@ struct download {
     s3f_progress_fn progress;
     void *progress_ud;
     pthread_mutex_t progress_lock;
-    uint64_t progress_done;          /* what the last progress call said (caller's thread) */
+    size_t progress_parts;           /* parts_done as the last progress call saw it */
     uint64_t start_ns;
 
     pthread_mutex_t lock;
@@ -188,7 +188,7 @@ static void advance(struct download *d) {
     }
 }
 
-/* Call the progress callback if bytes_done moved since the last call. Only on the caller's
+/* Call the progress callback if parts completed since the last call. Only on the caller's
  * thread (download_run), never on an I/O thread: the I/O threads only count bytes_done
  * and wake the caller, so a callback that blocks delays no request. */
 static void report_progress(struct download *d) {
@@ -197,8 +197,8 @@ static void report_progress(struct download *d) {
     pthread_mutex_lock(&d->progress_lock);
     pthread_mutex_lock(&d->lock);
     uint64_t done = d->bytes_done, total = d->state == DL_FIRST ? UINT64_MAX : d->size;
-    bool moved = done != d->progress_done;
-    d->progress_done = done;
+    bool moved = d->parts_done != d->progress_parts;
+    d->progress_parts = d->parts_done;
     pthread_mutex_unlock(&d->lock);
     if (moved)
         d->progress(d->progress_ud, done, total);
@@ -659,7 +659,7 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
             }
             continue;
         }
-        if (d->progress && d->bytes_done != d->progress_done) {
+        if (d->progress && d->parts_done != d->progress_parts) {
             pthread_mutex_unlock(&d->lock);
             report_progress(d);
             pthread_mutex_lock(&d->lock);

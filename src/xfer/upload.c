@@ -81,8 +81,7 @@ struct upload {
     s3f_progress_fn progress;
     void *progress_ud;
     pthread_mutex_t progress_lock;        /* progress calls never overlap */
-    /* what the last progress call said (caller's threads, under progress_lock) */
-    uint64_t progress_done, progress_total;
+    size_t progress_parts;                /* parts_done as the last progress call saw it */
     uint64_t start_ns;
     size_t cur;                           /* writer: the part being filled */
     uint64_t written;                     /* writer: bytes written (writer thread) */
@@ -332,16 +331,12 @@ static void progress_now(struct upload *u, uint64_t *done, uint64_t *total) {
                            : UINT64_MAX;
 }
 
-/* Whether the progress moved since the last call (u->lock held). */
+/* Whether parts completed since the last call (u->lock held). */
 static bool progress_moved(struct upload *u) {
-    if (!u->progress)
-        return false;
-    uint64_t done, total;
-    progress_now(u, &done, &total);
-    return done != u->progress_done;
+    return u->progress && u->parts_done != u->progress_parts;
 }
 
-/* Call the progress callback if the progress moved. Only on the caller's threads (the one
+/* Call the progress callback if parts completed since the last call. Only on the caller's threads (the one
  * waiting in upload_wait, or in s3f_writer_write), never on an I/O thread: the I/O
  * threads only count bytes_done and wake the waiter, so a callback that blocks (a stopped
  * terminal, a GIL held elsewhere) delays no request. */
@@ -352,9 +347,8 @@ static void report_progress(struct upload *u) {
     pthread_mutex_lock(&u->lock);
     uint64_t done, total;
     progress_now(u, &done, &total);
-    bool moved = done != u->progress_done;
-    u->progress_done = done;
-    u->progress_total = total;
+    bool moved = progress_moved(u);
+    u->progress_parts = u->parts_done;
     pthread_mutex_unlock(&u->lock);
     if (moved)
         u->progress(u->progress_ud, done, total);

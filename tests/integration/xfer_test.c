@@ -689,7 +689,8 @@ static void test_copy(void) {
         CHECK_STR(hi.content_type, "text/x-s3flash");
         CHECK_STR(info.etag, hi.etag);
         CHECK_INT(pr.last, n); /* progress ends at the size, never goes back */
-        CHECK_INT(pr.calls, parts[i]);
+        /* once per part, or fewer (parts that complete while it runs count together) */
+        CHECK(pr.calls >= 1 && pr.calls <= parts[i]);
         free(data);
     }
     /* a threshold above the part size: one CopyObject even though it spans parts */
