@@ -15,7 +15,9 @@
  * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
  * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_PROGRESS_BLOCK_MS
  * (upload_buffer, download_buffer: a progress callback that blocks that long on its first
- * call; prints "progress_calls=N progress_off_main=M", M the calls not on the main thread).
+ * call; prints "progress_calls=N progress_off_main=M", M the calls not on the main thread),
+ * FAULT_HEAD_DURING=N (upload_buffer: a HeadObject of KEY from another thread once N data
+ * requests are in flight; prints "head_status=NAME head_attempts=N").
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
@@ -23,6 +25,7 @@
  * write; last "client_free_s=SECONDS", the time s3f_client_free took. Exits 0 on S3F_OK,
  * 1 on a failed transfer, 2 on a usage or local error. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +99,31 @@ static s3f_progress_fn progress_fn(void) {
     return v && *v ? blocking_progress : NULL;
 }
 
+/* FAULT_HEAD_DURING=N: while the transfer has N data requests in flight, another thread
+ * sends one HeadObject of the transfer's key; prints "head_status=NAME head_attempts=N". */
+struct head_during {
+    struct s3f_client *c;
+    const char *bucket, *key;
+    unsigned when;
+    enum s3f_status st;
+    int attempts;
+};
+
+static void *head_during_main(void *arg) {
+    struct head_during *h = arg;
+    struct s3f_client_stats cs;
+    double until = now_s() + 60;
+    do {
+        usleep(1000);
+        s3f_client_stats(h->c, &cs, 0);
+    } while (cs.inflight_requests < h->when && now_s() < until);
+    struct s3f_error e;
+    s3f_error_clear(&e);
+    h->st = s3f_head_object(h->c, h->bucket, h->key, NULL, NULL, &e);
+    h->attempts = e.attempts ? e.attempts : 1; /* set on failure (404 included) */
+    return NULL;
+}
+
 static int report(enum s3f_status st, double t0, const struct s3f_error *e,
                   const struct s3f_object_info *info) {
     printf("status=%s\n", s3f_status_name(st));
@@ -164,7 +192,16 @@ int main(int argc, char **argv) {
         t0 = now_s();
         if (op[0] == 'u') {
             struct s3f_upload_options uo = {.progress = progress_fn()};
+            struct head_during hd = {c, bucket, key, (unsigned)env_ull("FAULT_HEAD_DURING", 0),
+                                     S3F_OK, 0};
+            pthread_t ht;
+            bool head = hd.when && pthread_create(&ht, NULL, head_during_main, &hd) == 0;
             st = s3f_upload_buffer(c, bucket, key, data, n, &uo, &info, &e);
+            if (head) {
+                pthread_join(ht, NULL);
+                printf("head_status=%s head_attempts=%d\n", s3f_status_name(hd.st),
+                       hd.attempts);
+            }
         } else {
             size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 100000;
             struct s3f_writer *w = NULL;
