@@ -62,7 +62,8 @@ struct s3f__http_request {
     s3f__http_header_fn on_header;
     s3f__http_body_fn on_body;
     void *cb_ud;
-    uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies) */
+    uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies);
+                                     counted from the moment it has a connection slot */
     uint64_t not_before_ns;       /* s3f__now_ns() time before which it is not sent (backoff);
                                      0: at once */
     bool control;                 /* a small control request (Create/Complete/Abort
