@@ -148,11 +148,14 @@ struct s3f_client_options {
     int max_attempts;
     /* 0: 10000 ms. Time allowed to establish a connection (DNS, TCP and TLS). */
     uint32_t connect_timeout_ms;
-    /* 0: 30000 ms. A request that moves no byte for this long is aborted and retried. */
+    /* 0: 30000 ms. A request that moves no byte for this long is aborted and retried. The
+     * clock starts when the request has a connection: time spent waiting for one (more
+     * requests than connections) is not counted. */
     uint32_t stall_timeout_ms;
     /* 0: 2. Threads that drive the HTTP connections. */
     uint32_t io_threads;
-    /* 0: 64. Upper bound of open connections across all I/O threads. */
+    /* 0: 64. Upper bound of open connections across all I/O threads (HTTP/1.1, one
+     * request per connection; requests beyond it wait in the client's queue). */
     uint32_t max_connections;
     /* CA bundle file for TLS. NULL: AWS_CA_BUNDLE, the profile's `ca_bundle`, else the
      * system default. */
@@ -195,7 +198,9 @@ struct s3f_client_options {
 S3F_API enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
                                struct s3f_error *err);
 /* Stop the I/O threads and the credentials refresher (a credential_process it runs is
- * killed) and free the client. Calls in flight must have returned. NULL ok. */
+ * killed) and free the client. Calls in flight must have returned. NULL ok. Aborts of
+ * failed uploads still pending (server away) get one last try of at most 3 s each, 5 s in
+ * all; an upload id still left is named in a WARN log line. */
 S3F_API void s3f_client_free(struct s3f_client *client);
 
 /* The region and endpoint the client resolved (static for the client's lifetime). */
@@ -336,8 +341,11 @@ S3F_API enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *buc
  * ------------------------------------------------------------------------------------- */
 
 /* Progress of one transfer: `done` bytes of `total` (UINT64_MAX while unknown: writers,
- * downloads before the first response). Called from I/O threads (and the caller's),
- * never concurrently for one transfer, after each part; must be quick. */
+ * downloads before the first response). Called on the caller's thread only (the one in
+ * the transfer call, or in s3f_writer_write and s3f_writer_close), never on an I/O thread
+ * and never concurrently for one transfer, when parts have completed since the last call
+ * (parts that complete while it runs are reported together by the next call). It may
+ * block without stalling the transfer's requests: they go on meanwhile. */
 typedef void (*s3f_progress_fn)(void *user_data, uint64_t done, uint64_t total);
 
 /* One memory region (as POSIX's struct iovec); uploads only read it. */

@@ -109,6 +109,20 @@ static const struct cli_command commands[] = {
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
 
+/* The endpoint URL as an error may show it: user information (user:password@) hidden. */
+static void endpoint_shown(const char *url, char *out, size_t len) {
+    const char *sep = strstr(url, "://");
+    const char *auth = sep ? sep + 3 : url;
+    const char *at = NULL;
+    for (const char *p = auth; *p && !strchr("/?#", *p); p++)
+        if (*p == '@')
+            at = p;
+    if (at)
+        snprintf(out, len, "%.*s***%s", (int)(auth - url), url, at);
+    else
+        snprintf(out, len, "%s", url);
+}
+
 struct s3f_client *cli_client(struct cli_ctx *ctx) {
     if (ctx->client)
         return ctx->client;
@@ -137,7 +151,9 @@ struct s3f_client *cli_client(struct cli_ctx *ctx) {
             err.status = st;
         if (!err.operation[0])
             snprintf(err.operation, sizeof(err.operation), "%s", "client");
-        cli_report(&err, opts.endpoint_url);
+        char shown[512];
+        endpoint_shown(opts.endpoint_url, shown, sizeof(shown));
+        cli_report(&err, opts.endpoint_url ? shown : NULL);
         ctx->client = NULL;
         ctx->client_failed = 1;
         return NULL;

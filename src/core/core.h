@@ -121,5 +121,9 @@ double s3f__random_unit(void);
 bool s3f__strieq(const char *a, const char *b);
 /* Trim ASCII whitespace in place; returns the start within s. */
 char *s3f__trim(char *s);
+/* `url` for a log or an error message: user information (user:password@) replaced by
+ * "***@", so a password given in an endpoint URL never leaves the process. Truncated to
+ * out_len - 1 bytes. */
+void s3f__url_redact(const char *url, char *out, size_t out_len);
 
 #endif /* S3F_CORE_H */

@@ -1,4 +1,5 @@
 /* Hex, base64, percent-encoding. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,4 +119,25 @@ char *s3f__uri_decode(const char *s, size_t len) {
     }
     o[j] = '\0';
     return o;
+}
+
+void s3f__url_redact(const char *url, char *out, size_t out_len) {
+    if (!out_len)
+        return;
+    if (!url) {
+        out[0] = '\0';
+        return;
+    }
+    const char *sep = strstr(url, "://");
+    const char *auth = sep ? sep + 3 : url;
+    size_t auth_len = strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (size_t i = 0; i < auth_len; i++)
+        if (auth[i] == '@')
+            at = auth + i;
+    if (!at) {
+        s3f__strlcpy(out, url, out_len);
+        return;
+    }
+    snprintf(out, out_len, "%.*s***%s", (int)(auth - url), url, at);
 }

@@ -3,7 +3,14 @@
  * Each I/O thread owns one CURLM (and so one connection cache) and a queue of submitted
  * requests. Submitters push onto the least-loaded thread's queue and wake it with
  * curl_multi_wakeup(). DNS entries and TLS sessions are shared between the threads through
- * a CURLSH. Easy handles are recycled per thread. */
+ * a CURLSH. Easy handles are recycled per thread.
+ *
+ * Admission: a thread hands curl at most as many requests as it has connections
+ * (`conn_limit`, its share of max_connections), so no request waits inside libcurl for a
+ * connection (where its stall clock would run). The others wait in the thread's own queues:
+ * control requests (`control`: small metadata requests) first, and data requests may use
+ * only `conn_limit - reserved` connections, so the reserved ones are always free for control
+ * requests (a CompleteMultipartUpload is not stuck behind the parts of other transfers). */
 #include "http/http.h"
 
 #include <inttypes.h>
@@ -22,6 +29,13 @@ struct io_thread {
     bool stop;
     /* owned by the I/O thread */
     struct s3f__http_request *delayed; /* waiting for not_before_ns, sorted by it */
+    /* ready, waiting for a connection (FIFO each) */
+    struct s3f__http_request *wait_control, **wait_control_tail;
+    struct s3f__http_request *wait_data, **wait_data_tail;
+    uint32_t conn_limit;      /* requests handed to curl at most (its connection limit) */
+    uint32_t data_limit;      /* of which data requests at most (conn_limit - reserved) */
+    uint32_t running;         /* requests handed to curl now */
+    uint32_t running_data;    /* of which data requests */
     CURL *free_easy[64];
     int n_free_easy;
     atomic_int load; /* queued + running, read by submitters to pick a thread */
@@ -115,13 +129,29 @@ static int on_seek(void *ud, curl_off_t offset, int origin) {
 
 /* The stall timeout: no byte moved, either way, for stall_timeout_ms. curl's low-speed
  * check (kept as a backstop) averages the speed over the last 5 s, so alone it fired about
- * 5 s late. Called at least every 100 ms while the request runs (io_main's poll). */
+ * 5 s late. Called at least every 100 ms while the request runs (io_main's poll).
+ *
+ * The clock starts when the request has a connection and is about to send (curl's
+ * pretransfer time is set), or when a first byte moved: not at submission, not while the
+ * connection is being made (connect_timeout_ms covers that). */
 static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow) {
     struct s3f__http_request *req = ud;
     (void)dltotal;
     (void)ultotal;
     uint64_t moved = (uint64_t)dlnow + (uint64_t)ulnow, now = s3f__now_ns();
+    if (!req->moving) {
+        curl_off_t pretransfer_us = 0;
+        if (moved == 0 &&
+            (curl_easy_getinfo(req->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_us) !=
+                 CURLE_OK ||
+             pretransfer_us <= 0))
+            return 0;
+        req->moving = true;
+        req->moved = moved;
+        req->moved_ns = now;
+        return 0;
+    }
     if (moved != req->moved) {
         req->moved = moved;
         req->moved_ns = now;
@@ -164,6 +194,10 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L); /* keys like a/../b are sent as they are */
     curl_easy_setopt(e, CURLOPT_SHARE, t->pool->share);
     curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, req->fresh_connect ? 1L : 0L);
+    /* HTTP/1.1 only: one request per connection, as admission and the stall clock assume.
+     * An HTTPS endpoint that negotiated HTTP/2 would multiplex every part over one
+     * connection (one TCP window for all of them). */
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
@@ -182,7 +216,8 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall_s > 0 ? stall_s : 1L);
     req->stall_ns = (uint64_t)o->stall_timeout_ms * 1000000ull;
     req->moved = 0;
-    req->moved_ns = s3f__now_ns();
+    req->moved_ns = 0;
+    req->moving = false; /* the stall clock starts in on_xferinfo */
     req->stalled = false;
     curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, req);
@@ -277,9 +312,71 @@ static void complete(struct io_thread *t, struct s3f__http_request *req, CURLcod
     done(req, ud); /* req may be freed from here on */
 }
 
+/* Queue a ready request for a connection, or complete it now if it cannot be sent. */
+static void enqueue_ready(struct io_thread *t, struct s3f__http_request *q, bool stop) {
+    q->next = NULL;
+    if (!q->url) {
+        if (!q->error[0])
+            s3f__strlcpy(q->error, "request could not be built", sizeof(q->error));
+        complete(t, q, CURLE_URL_MALFORMAT);
+    } else if (stop) {
+        s3f__strlcpy(q->error, "client is shutting down", sizeof(q->error));
+        complete(t, q, CURLE_ABORTED_BY_CALLBACK);
+    } else if (q->control) {
+        *t->wait_control_tail = q;
+        t->wait_control_tail = &q->next;
+    } else {
+        *t->wait_data_tail = q;
+        t->wait_data_tail = &q->next;
+    }
+}
+
+/* Hand a waiting request to curl (it has a connection slot). */
+static void start_request(struct io_thread *t, struct s3f__http_request *q) {
+    if (!setup_easy(t, q)) {
+        complete(t, q, CURLE_OUT_OF_MEMORY);
+        return;
+    }
+    q->start_ns = s3f__now_ns();
+    CURLMcode mc = curl_multi_add_handle(t->multi, q->easy);
+    if (mc != CURLM_OK) {
+        s3f__strlcpy(q->error, curl_multi_strerror(mc), sizeof(q->error));
+        curl_easy_setopt(q->easy, CURLOPT_SHARE, NULL);
+        easy_release(t, q->easy);
+        q->easy = NULL;
+        complete(t, q, CURLE_FAILED_INIT);
+        return;
+    }
+    t->running++;
+    if (!q->control)
+        t->running_data++;
+}
+
+/* Admission: control requests first, into any free slot; data requests into the slots
+ * not reserved for control requests. */
+static void admit(struct io_thread *t) {
+    while (t->wait_control && t->running < t->conn_limit) {
+        struct s3f__http_request *q = t->wait_control;
+        t->wait_control = q->next;
+        if (!t->wait_control)
+            t->wait_control_tail = &t->wait_control;
+        q->next = NULL;
+        start_request(t, q);
+    }
+    while (t->wait_data && t->running < t->conn_limit && t->running_data < t->data_limit) {
+        struct s3f__http_request *q = t->wait_data;
+        t->wait_data = q->next;
+        if (!t->wait_data)
+            t->wait_data_tail = &t->wait_data;
+        q->next = NULL;
+        start_request(t, q);
+    }
+}
+
 static void *io_main(void *arg) {
     struct io_thread *t = arg;
-    int running = 0;
+    t->wait_control_tail = &t->wait_control;
+    t->wait_data_tail = &t->wait_data;
     for (;;) {
         pthread_mutex_lock(&t->lock);
         struct s3f__http_request *q = t->queue_head;
@@ -287,9 +384,9 @@ static void *io_main(void *arg) {
         bool stop = t->stop;
         pthread_mutex_unlock(&t->lock);
 
-        /* requests whose backoff has not elapsed wait in `delayed` */
+        /* requests whose backoff has not elapsed wait in `delayed`; the others wait for a
+         * connection */
         uint64_t now = s3f__now_ns();
-        struct s3f__http_request *ready = NULL, **ready_tail = &ready;
         while (q) {
             struct s3f__http_request *next = q->next;
             q->next = NULL;
@@ -300,50 +397,34 @@ static void *io_main(void *arg) {
                 q->next = *pp;
                 *pp = q;
             } else {
-                *ready_tail = q;
-                ready_tail = &q->next;
+                enqueue_ready(t, q, stop);
             }
             q = next;
         }
         while (t->delayed && (stop || t->delayed->not_before_ns <= now)) {
             struct s3f__http_request *d = t->delayed;
             t->delayed = d->next;
-            d->next = NULL;
-            *ready_tail = d;
-            ready_tail = &d->next;
+            enqueue_ready(t, d, stop);
         }
-        q = ready;
-        while (q) {
-            struct s3f__http_request *next = q->next;
-            q->next = NULL;
-            if (!q->url) {
-                if (!q->error[0])
-                    s3f__strlcpy(q->error, "request could not be built", sizeof(q->error));
-                complete(t, q, CURLE_URL_MALFORMAT);
-            } else if (stop) {
-                s3f__strlcpy(q->error, "client is shutting down", sizeof(q->error));
-                complete(t, q, CURLE_ABORTED_BY_CALLBACK);
-            } else if (!setup_easy(t, q)) {
-                complete(t, q, CURLE_OUT_OF_MEMORY);
-            } else {
-                q->start_ns = s3f__now_ns();
-                CURLMcode mc = curl_multi_add_handle(t->multi, q->easy);
-                if (mc != CURLM_OK) {
-                    s3f__strlcpy(q->error, curl_multi_strerror(mc), sizeof(q->error));
-                    curl_easy_setopt(q->easy, CURLOPT_SHARE, NULL);
-                    easy_release(t, q->easy);
-                    q->easy = NULL;
-                    complete(t, q, CURLE_FAILED_INIT);
-                } else {
-                    running++;
-                }
+        if (stop) {
+            /* nothing waiting is sent any more */
+            while (t->wait_control || t->wait_data) {
+                struct s3f__http_request *w = t->wait_control ? t->wait_control : t->wait_data;
+                if (w == t->wait_control)
+                    t->wait_control = w->next;
+                else
+                    t->wait_data = w->next;
+                enqueue_ready(t, w, true);
             }
-            q = next;
+            t->wait_control_tail = &t->wait_control;
+            t->wait_data_tail = &t->wait_data;
         }
-        if (stop && running == 0 && !t->delayed)
+        admit(t);
+        if (stop && t->running == 0 && !t->delayed)
             break;
 
-        curl_multi_perform(t->multi, &running);
+        int still_running = 0;
+        curl_multi_perform(t->multi, &still_running);
         CURLMsg *msg;
         int left;
         while ((msg = curl_multi_info_read(t->multi, &left))) {
@@ -352,10 +433,17 @@ static void *io_main(void *arg) {
             struct s3f__http_request *req = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&req);
             CURLcode rc = msg->data.result;
+            t->running--;
+            if (!req->control)
+                t->running_data--;
             complete(t, req, rc);
         }
-        if (running > 0 || !stop) {
-            int wait_ms = running > 0 ? 100 : 1000;
+        /* slots freed: start the next ones at once, not after the poll */
+        /* (curl_multi_poll returns at once for the handles just added: their timer is 0) */
+        if (!stop)
+            admit(t);
+        if (t->running > 0 || !stop) {
+            int wait_ms = t->running > 0 ? 100 : 1000;
             if (t->delayed) {
                 uint64_t now2 = s3f__now_ns();
                 uint64_t due = t->delayed->not_before_ns;
@@ -499,9 +587,12 @@ enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
     if (!pool->threads)
         goto oom;
     long per_thread = (long)((pool->opts.max_connections + pool->n_threads - 1) / pool->n_threads);
+    uint32_t reserved = per_thread >= 16 ? 2 : per_thread >= 4 ? 1 : 0;
     for (uint32_t i = 0; i < pool->n_threads; i++) {
         struct io_thread *t = &pool->threads[i];
         t->pool = pool;
+        t->conn_limit = (uint32_t)per_thread;
+        t->data_limit = (uint32_t)per_thread - reserved;
         pthread_mutex_init(&t->lock, NULL);
         t->multi = curl_multi_init();
         if (!t->multi)

@@ -2,7 +2,13 @@
  *
  * A request is a `struct s3f__http_request` owned by the caller. It is submitted to the pool
  * and completes on an I/O thread; `s3f__http_perform` waits for it. Connections are kept
- * per I/O thread and reused; DNS and TLS sessions are shared across threads.
+ * per I/O thread and reused; DNS and TLS sessions are shared across threads. HTTP/1.1 only.
+ *
+ * Each I/O thread hands curl at most as many requests as it has connections (its share of
+ * max_connections); the rest wait in the thread's queue, where no time-out runs. A few of
+ * each thread's connections (1 from 4 per thread, 2 from 16) are reserved for control
+ * requests (`control`), which also go first. The stall time-out of a request starts only
+ * when it has a connection and its bytes start to move.
  *
  * Thread-safety: the pool may be used from any number of threads. A request must not be
  * touched by the caller between submit and completion, except through its callbacks, which
@@ -21,7 +27,8 @@ struct s3f__http_pool_options {
     uint32_t io_threads;         /* 0: 2 */
     uint32_t max_connections;    /* 0: 64, across all threads */
     uint32_t connect_timeout_ms; /* 0: 10000 */
-    uint32_t stall_timeout_ms;   /* 0: 30000 (checked about every 100 ms) */
+    uint32_t stall_timeout_ms;   /* 0: 30000 (checked about every 100 ms, from the moment
+                                    the request has a connection) */
     const char *ca_bundle;       /* NULL: system default */
     bool tls_insecure;
     const struct s3f__logger *logger; /* must outlive the pool */
@@ -55,12 +62,16 @@ struct s3f__http_request {
     s3f__http_header_fn on_header;
     s3f__http_body_fn on_body;
     void *cb_ud;
-    uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies) */
+    uint32_t timeout_ms;          /* 0: no overall limit (the stall timeout still applies);
+                                     counted from the moment it has a connection slot */
     bool fresh_connect;           /* on a new connection: curl re-sends a request whose
                                      reused connection died before any response byte, and
                                      the caller would never know a response was lost */
     uint64_t not_before_ns;       /* s3f__now_ns() time before which it is not sent (backoff);
                                      0: at once */
+    bool control;                 /* a small control request (Create/Complete/Abort
+                                     MultipartUpload, HEAD, List...): may use the connections
+                                     reserved for them and goes before waiting data requests */
 
     /* ---- output, valid after completion ---- */
     enum s3f_status status;       /* S3F_OK when an HTTP response was fully received */
@@ -77,6 +88,7 @@ struct s3f__http_request {
     uint64_t stall_ns;            /* the stall timeout */
     uint64_t moved;               /* bytes moved, up and down, as of moved_ns */
     uint64_t moved_ns;
+    bool moving;                  /* the stall clock runs (a connection, bytes about to move) */
     bool stalled;                 /* stopped by the stall check */
     s3f__http_done_fn done;
     void *done_ud;

@@ -80,7 +80,9 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
     }
     if (endpoint) {
         if (strncmp(endpoint, "http://", 7) != 0 && strncmp(endpoint, "https://", 8) != 0) {
-            st = s3f__error_set(err, S3F_ERR_INVALID_URI, "configuration", endpoint,
+            char shown[512];
+            s3f__url_redact(endpoint, shown, sizeof(shown));
+            st = s3f__error_set(err, S3F_ERR_INVALID_URI, "configuration", shown,
                                 "endpoint URL must start with http:// or https://");
             goto fail;
         }
@@ -182,8 +184,10 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
     };
     if ((st = s3f__http_pool_new(&ho, &c->http, err)))
         goto fail;
+    char shown[512];
+    s3f__url_redact(c->endpoint_url ? c->endpoint_url : "(AWS)", shown, sizeof(shown));
     s3f__log(&c->logger, S3F_LOG_DEBUG, "client: region %s, endpoint %s, %s, %d attempts",
-             c->region, c->endpoint_url ? c->endpoint_url : "(AWS)",
+             c->region, shown,
              c->force_path_style ? "path style forced" : "virtual-hosted style where possible", c->max_attempts);
     *out = c;
     return S3F_OK;

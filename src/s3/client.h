@@ -136,6 +136,7 @@ struct s3f__s3_request {
     const char *query;            /* wire-encoded, without '?', or NULL */
     struct s3f__header headers[S3F_MAX_EXTRA_HEADERS];
     size_t n_headers;
+    const char *header_overflow;  /* the first header past S3F_MAX_EXTRA_HEADERS: an error */
     const void *body;
     size_t body_len;
     bool sign_payload;            /* sign SHA-256 of the body instead of UNSIGNED-PAYLOAD */
@@ -169,11 +170,17 @@ struct s3f__s3_request {
      * `offset` of the body; return the count or -1). Called on an I/O thread. */
     s3f__http_read_fn read_body;
     void *read_ud;
+    /* Limits of this request: attempts (0: the client's max_attempts) and the time each
+     * attempt may take in all, connection included (0: none beyond the stall timeout). */
+    int max_attempts;
+    uint32_t timeout_ms;
     /* private: the executor's state */
     struct s3f__s3_call call;
 };
 
-/* Add an extra header (name and value must outlive the request). */
+/* Add an extra header (name and value must outlive the request). Past
+ * S3F_MAX_EXTRA_HEADERS the request fails when it is sent (S3F_ERR_INVALID_ARGUMENT naming
+ * the header), never silently without it. */
 void s3f__s3_request_header(struct s3f__s3_request *r, const char *name, const char *value);
 
 /* Start `r` asynchronously with retries (backoff timers live on the I/O threads; no thread

@@ -20,6 +20,8 @@ void s3f__s3_request_header(struct s3f__s3_request *r, const char *name, const c
         r->headers[r->n_headers].name = name;
         r->headers[r->n_headers].value = value;
         r->n_headers++;
+    } else if (!r->header_overflow) {
+        r->header_overflow = name; /* the request fails in prepare, naming it */
     }
 }
 
@@ -371,13 +373,17 @@ static void retry_refund(struct s3f_client *c, int amount) {
 
 /* Full-jitter exponential backoff: random(0,1) * min(2^(attempt-1), 20) seconds. The
  * base can be scaled down for tests with S3FLASH_RETRY_BASE_MS (default 1000). */
+static uint64_t backoff_base_ms = 1000;
+static pthread_once_t backoff_once = PTHREAD_ONCE_INIT;
+static void backoff_init(void) {
+    const char *b = getenv("S3FLASH_RETRY_BASE_MS");
+    uint64_t v = b && *b ? strtoull(b, NULL, 10) : 1000;
+    backoff_base_ms = v ? v : 1;
+}
+
 static uint64_t backoff_ms(int attempt) {
-    static uint64_t base = 0;
-    if (!base) {
-        const char *b = getenv("S3FLASH_RETRY_BASE_MS");
-        uint64_t v = b && *b ? strtoull(b, NULL, 10) : 1000;
-        base = v ? v : 1;
-    }
+    pthread_once(&backoff_once, backoff_init); /* read by every I/O thread */
+    uint64_t base = backoff_base_ms;
     uint64_t cap = base << (attempt - 1 < 16 ? attempt - 1 : 16);
     if (cap > MAX_BACKOFF_MS)
         cap = MAX_BACKOFF_MS;
@@ -424,6 +430,10 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     enum s3f_status st;
     char resource[600];
     s3f__s3_resource(resource, sizeof(resource), r->bucket, r->key);
+    if (r->header_overflow)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, r->operation, resource,
+                              "too many headers: %s would be past the %d allowed",
+                              r->header_overflow, S3F_MAX_EXTRA_HEADERS);
     struct s3f__endpoint ep;
     memset(&ep, 0, sizeof(ep));
     struct s3f__endpoint_params ep_params = {
@@ -719,9 +729,12 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
          * response byte: for a request that is not idempotent that would hide a lost
          * response, so it gets a connection of its own */
         a->http.fresh_connect = k->idem != S3F__IDEM_IDEMPOTENT;
+        /* control: Create/Complete/Abort, HEAD, List...; data: PUTs and GETs to a sink */
+        a->http.control = strcmp(r->method, "PUT") != 0 && !r->sink;
         log_request(k->c, r, k->url, k->attempt, k->headers);
     }
     a->http.not_before_ns = not_before_ns;
+    a->http.timeout_ms = r->timeout_ms;
     s3f__http_submit(k->c->http, &a->http, attempt_done, r);
 }
 
@@ -905,7 +918,7 @@ void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_
     r->lost_response = false;
     r->attempts = 0;
     r->server_date = 0;
-    k->max_attempts = c->max_attempts > 0 ? c->max_attempts : 3;
+    k->max_attempts = r->max_attempts > 0 ? r->max_attempts : c->max_attempts > 0 ? c->max_attempts : 3;
     k->range_start = r->has_range ? r->range_start : 0;
     k->range_end = r->has_range ? r->range_end : UINT64_MAX;
     k->pinned_size = r->object_size;

@@ -74,6 +74,7 @@ struct download {
     s3f_progress_fn progress;
     void *progress_ud;
     pthread_mutex_t progress_lock;
+    size_t progress_parts;           /* parts_done as the last progress call saw it */
     uint64_t start_ns;
 
     pthread_mutex_t lock;
@@ -189,14 +190,20 @@ static void advance(struct download *d) {
     }
 }
 
+/* Call the progress callback if parts completed since the last call. Only on the caller's
+ * thread (download_run), never on an I/O thread: the I/O threads only count bytes_done
+ * and wake the caller, so a callback that blocks delays no request. */
 static void report_progress(struct download *d) {
     if (!d->progress)
         return;
     pthread_mutex_lock(&d->progress_lock);
     pthread_mutex_lock(&d->lock);
     uint64_t done = d->bytes_done, total = d->state == DL_FIRST ? UINT64_MAX : d->size;
+    bool moved = d->parts_done != d->progress_parts;
+    d->progress_parts = d->parts_done;
     pthread_mutex_unlock(&d->lock);
-    d->progress(d->progress_ud, done, total);
+    if (moved)
+        d->progress(d->progress_ud, done, total);
     pthread_mutex_unlock(&d->progress_lock);
 }
 
@@ -436,9 +443,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     if (queue)
         s3f__sched_add(&d->x->sched, &d->entry, queue);
     s3f__sched_done(&d->x->sched);
-    if (st == S3F_OK)
-        report_progress(d);
-    callback_exit(d);
+    callback_exit(d); /* the caller's thread reports the progress (report_progress) */
 }
 
 static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
@@ -666,6 +671,12 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
                 fail(d, S3F_ERR_IO, &ferr);
                 advance(d);
             }
+            continue;
+        }
+        if (d->progress && d->parts_done != d->progress_parts) {
+            pthread_mutex_unlock(&d->lock);
+            report_progress(d);
+            pthread_mutex_lock(&d->lock);
             continue;
         }
         if ((d->state == DL_DONE || d->state == DL_FAILED) && d->outstanding == 0 &&

@@ -5,7 +5,13 @@
  * they succeed, S3 says the upload is gone, or S3F__ABORT_GIVE_UP_S passed. The caller's
  * error is reported at once; only the cleanup goes on in the background. s3f_client_free
  * stops the thread, tries each pending abort once more, and logs a WARN naming every upload
- * id still left (ListMultipartUploads finds them; s3flash.cleanup_uploads removes them). */
+ * id still left (ListMultipartUploads finds them; s3flash.cleanup_uploads removes them).
+ *
+ * Every try is one request with a deadline (TRY_TIMEOUT_MS, connection included; no
+ * retries: the janitor's backoff is the retry); each last try gets LAST_TRY_TIMEOUT_MS and
+ * all of them together LAST_TRY_BUDGET_MS, so s3f_client_free returns within about
+ * TRY_TIMEOUT_MS + LAST_TRY_BUDGET_MS (10 s) however the server fails (gone, refusing, or
+ * accepting and never answering). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -13,10 +19,14 @@
 #include <time.h>
 
 #include "s3/client.h"
+#include "s3/ops_internal.h"
 #include "xfer/xfer.h"
 
 #define BACKOFF_FIRST_MS 1000u
 #define BACKOFF_MAX_MS 30000u
+#define TRY_TIMEOUT_MS 5000u      /* a background try */
+#define LAST_TRY_TIMEOUT_MS 3000u /* one last try at s3f_client_free */
+#define LAST_TRY_BUDGET_MS 5000u  /* all the last tries together */
 
 struct s3f__abort_job {
     struct s3f__abort_job *next;
@@ -57,10 +67,26 @@ bool s3f__janitor_worth_retrying(enum s3f_status st) {
     }
 }
 
-/* One attempt (with the client's own retries). True when the job is finished. */
-static bool try_abort(struct s3f_client *c, struct s3f__abort_job *a, bool last) {
+/* One request, no retry, at most timeout_ms. */
+static enum s3f_status abort_once(struct s3f_client *c, struct s3f__abort_job *a,
+                                  uint32_t timeout_ms, struct s3f_error *e) {
+    struct s3f__op op;
+    enum s3f_status st = s3f__op_abort_multipart(&op, a->bucket, a->key, a->upload_id, e);
+    if (st == S3F_OK) {
+        op.r.max_attempts = 1;
+        op.r.timeout_ms = timeout_ms;
+        st = s3f__s3_execute(c, &op.r, e);
+    }
+    s3f__op_cleanup(&op);
+    return st;
+}
+
+/* One try (timeout_ms at most). True when the job is finished. */
+static bool try_abort(struct s3f_client *c, struct s3f__abort_job *a, bool last,
+                      uint32_t timeout_ms) {
     struct s3f_error e;
-    enum s3f_status st = s3f_abort_multipart_upload(c, a->bucket, a->key, a->upload_id, &e);
+    s3f_error_clear(&e);
+    enum s3f_status st = abort_once(c, a, timeout_ms, &e);
     if (st == S3F_OK || st == S3F_ERR_NOT_FOUND) {
         s3f__log(&c->logger, S3F_LOG_INFO,
                  "upload s3://%s/%s: multipart upload %s aborted%s after %.1f s", a->bucket,
@@ -100,9 +126,21 @@ static void *janitor_main(void *arg) {
         j->jobs = NULL;
         pthread_mutex_unlock(&j->lock);
         while (list) {
+            pthread_mutex_lock(&j->lock);
+            bool stopping = j->stopping;
+            pthread_mutex_unlock(&j->lock);
+            if (stopping) { /* the client closes: the rest get their last try there */
+                while (list) {
+                    struct s3f__abort_job *a = list;
+                    list = a->next;
+                    a->next = keep;
+                    keep = a;
+                }
+                break;
+            }
             struct s3f__abort_job *a = list;
             list = a->next;
-            if (try_abort(x->client, a, false)) {
+            if (try_abort(x->client, a, false, TRY_TIMEOUT_MS)) {
                 job_free(a);
                 pthread_mutex_lock(&j->lock);
                 j->n_jobs--;
@@ -198,12 +236,24 @@ void s3f__janitor_stop(struct s3f__xfer_shared *x) {
     pthread_mutex_unlock(&j->lock);
     if (join)
         pthread_join(j->thread, NULL);
-    /* no thread now: a last try for what is left */
+    /* no thread now: a last try for what is left, all of them within LAST_TRY_BUDGET_MS */
     struct s3f__abort_job *a = j->jobs;
     j->jobs = NULL;
+    uint64_t deadline = s3f__now_ns() + (uint64_t)LAST_TRY_BUDGET_MS * 1000000u;
     while (a) {
         struct s3f__abort_job *next = a->next;
-        try_abort(x->client, a, true);
+        uint64_t now = s3f__now_ns();
+        uint64_t left_ms = now < deadline ? (deadline - now) / 1000000u : 0;
+        if (left_ms >= 100) {
+            try_abort(x->client, a, true,
+                      left_ms < LAST_TRY_TIMEOUT_MS ? (uint32_t)left_ms : LAST_TRY_TIMEOUT_MS);
+        } else {
+            s3f__log(&x->client->logger, S3F_LOG_WARN,
+                     "upload s3://%s/%s: AbortMultipartUpload %s not tried (no time left "
+                     "while the client closes); its parts stay until ListMultipartUploads "
+                     "finds them or a lifecycle rule removes them",
+                     a->bucket, a->key, a->upload_id);
+        }
         job_free(a);
         a = next;
     }

@@ -81,6 +81,7 @@ struct upload {
     s3f_progress_fn progress;
     void *progress_ud;
     pthread_mutex_t progress_lock;        /* progress calls never overlap */
+    size_t progress_parts;                /* parts_done as the last progress call saw it */
     uint64_t start_ns;
     size_t cur;                           /* writer: the part being filled */
     uint64_t written;                     /* writer: bytes written (writer thread) */
@@ -331,16 +332,34 @@ static void do_actions(struct upload *u, const struct actions *act) {
         s3f__sched_add(&u->x->sched, &u->entry, act->queued);
 }
 
+/* Progress, as the next call should report it (u->lock held). */
+static void progress_now(struct upload *u, uint64_t *done, uint64_t *total) {
+    *done = u->bytes_done;
+    *total = u->input_done ? u->parts[u->n_parts - 1].offset + u->parts[u->n_parts - 1].size
+                           : UINT64_MAX;
+}
+
+/* Whether parts completed since the last call (u->lock held). */
+static bool progress_moved(struct upload *u) {
+    return u->progress && u->parts_done != u->progress_parts;
+}
+
+/* Call the progress callback if parts completed since the last call. Only on the caller's threads (the one
+ * waiting in upload_wait, or in s3f_writer_write), never on an I/O thread: the I/O
+ * threads only count bytes_done and wake the waiter, so a callback that blocks (a stopped
+ * terminal, a GIL held elsewhere) delays no request. */
 static void report_progress(struct upload *u) {
     if (!u->progress)
         return;
     pthread_mutex_lock(&u->progress_lock);
     pthread_mutex_lock(&u->lock);
-    uint64_t done = u->bytes_done;
-    uint64_t total = u->input_done ? u->parts[u->n_parts - 1].offset + u->parts[u->n_parts - 1].size
-                                   : UINT64_MAX;
+    uint64_t done, total;
+    progress_now(u, &done, &total);
+    bool moved = progress_moved(u);
+    u->progress_parts = u->parts_done;
     pthread_mutex_unlock(&u->lock);
-    u->progress(u->progress_ud, done, total);
+    if (moved)
+        u->progress(u->progress_ud, done, total);
     pthread_mutex_unlock(&u->progress_lock);
 }
 
@@ -435,9 +454,7 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     free(q);
     do_actions(u, &act);
     s3f__sched_done(&u->x->sched);
-    if (st == S3F_OK)
-        report_progress(u);
-    callback_exit(u);
+    callback_exit(u); /* the waiter reports the progress (report_progress) */
 }
 
 /* Scheduler callback: send the next queued part. */
@@ -887,9 +904,18 @@ static void abort_orphans(struct upload *u) {
 static enum s3f_status upload_wait(struct upload *u, struct s3f_object_info *info,
                                    struct s3f_error *err) {
     pthread_mutex_lock(&u->lock);
-    while (!((u->state == UP_DONE || u->state == UP_FAILED) && u->outstanding == 0 &&
-             u->callbacks == 0))
+    for (;;) {
+        if (progress_moved(u)) {
+            pthread_mutex_unlock(&u->lock);
+            report_progress(u);
+            pthread_mutex_lock(&u->lock);
+            continue;
+        }
+        if ((u->state == UP_DONE || u->state == UP_FAILED) && u->outstanding == 0 &&
+            u->callbacks == 0)
+            break;
         pthread_cond_wait(&u->cond, &u->lock);
+    }
     enum s3f_status st = u->state == UP_DONE ? S3F_OK : u->status;
     bool orphans = u->orphan_check;
     u->orphan_check = false;
@@ -1335,6 +1361,7 @@ enum s3f_status s3f_writer_write(struct s3f_writer *w, const void *data, size_t 
         src += n;
         len -= n;
     }
+    report_progress(u); /* of the parts sent meanwhile, on this (the caller's) thread */
     return S3F_OK;
 }
 

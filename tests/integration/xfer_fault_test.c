@@ -17,13 +17,20 @@
  * FAULT_PART_BYTES (default 5 MiB), FAULT_STALL_MS (stall timeout, default the library's),
  * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
  * FAULT_CHECKSUM (the uploads' checksum: none, crc32c, crc32, crc64nvme; default the
- * library's), FAULT_REPEAT (upload_file: that many uploads in a row, timed together).
+ * library's), FAULT_REPEAT (upload_file: that many uploads in a row, timed together),
+ * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_PROGRESS_BLOCK_MS
+ * (upload_buffer, download_buffer: a progress callback that blocks that long on its first
+ * call; prints "progress_calls=N progress_off_main=M", M the calls not on the main thread),
+ * FAULT_HEAD_DURING=N (upload_buffer: a HeadObject of KEY from another thread once N data
+ * requests are in flight; prints "head_status=NAME head_attempts=N").
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
  * "size=N etag=...", then "requests_started=N" (the client's stats); for the writer
- * also "write_status=NAME at=OFFSET" of the first failed
- * write. Exits 0 on S3F_OK, 1 on a failed transfer, 2 on a usage or local error. */
+ * also "write_status=NAME at=OFFSET" of the first failed write; last "client_free_s=SECONDS", the time s3f_client_free took. Exits 0 on S3F_OK,
+ * 1 on a failed transfer, 2 on a usage or local error. */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,9 +81,59 @@ static int write_all(const char *path, const unsigned char *p, size_t n) {
     return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
+/* FAULT_PROGRESS_BLOCK_MS: a progress callback that blocks that long on its first call
+ * (a stopped terminal, a busy GIL); it counts its calls and those not on the main thread. */
+static pthread_t main_thread;
+static unsigned progress_calls, progress_off_main;
+static void blocking_progress(void *ud, uint64_t done, uint64_t total) {
+    (void)ud;
+    (void)done;
+    (void)total;
+    if (!pthread_equal(pthread_self(), main_thread))
+        progress_off_main++;
+    if (progress_calls++ == 0) {
+        unsigned long long ms = strtoull(getenv("FAULT_PROGRESS_BLOCK_MS"), NULL, 10);
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+}
+
+static s3f_progress_fn progress_fn(void) {
+    const char *v = getenv("FAULT_PROGRESS_BLOCK_MS");
+    return v && *v ? blocking_progress : NULL;
+}
+
+/* FAULT_HEAD_DURING=N: while the transfer has N data requests in flight, another thread
+ * sends one HeadObject of the transfer's key; prints "head_status=NAME head_attempts=N". */
+struct head_during {
+    struct s3f_client *c;
+    const char *bucket, *key;
+    unsigned when;
+    enum s3f_status st;
+    int attempts;
+};
+
+static void *head_during_main(void *arg) {
+    struct head_during *h = arg;
+    struct s3f_client_stats cs;
+    double until = now_s() + 60;
+    do {
+        usleep(1000);
+        s3f_client_stats(h->c, &cs, 0);
+    } while (cs.inflight_requests < h->when && now_s() < until);
+    struct s3f_error e;
+    s3f_error_clear(&e);
+    h->st = s3f_head_object(h->c, h->bucket, h->key, NULL, NULL, &e);
+    h->attempts = e.attempts ? e.attempts : 1; /* set on failure (404 included) */
+    return NULL;
+}
+
 static int report(enum s3f_status st, double t0, const struct s3f_error *e,
                   const struct s3f_object_info *info) {
     printf("status=%s\n", s3f_status_name(st));
+    if (progress_fn())
+        printf("progress_calls=%u progress_off_main=%u\n", progress_calls, progress_off_main);
     printf("elapsed=%.3f\n", now_s() - t0);
     if (st) {
         char line[1600];
@@ -96,6 +153,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *op = argv[1], *bucket = argv[2], *key = argv[3], *path = argv[4];
+    main_thread = pthread_self();
     struct s3f_client_options o = {0};
     o.endpoint_url = getenv("S3FLASH_TEST_ENDPOINT");
     o.access_key_id = getenv("S3FLASH_TEST_ACCESS_KEY");
@@ -113,6 +171,8 @@ int main(int argc, char **argv) {
     o.part_size_bytes = env_ull("FAULT_PART_BYTES", 5 * MIB);
     o.stall_timeout_ms = (uint32_t)env_ull("FAULT_STALL_MS", 0);
     o.max_inflight_requests = (uint32_t)env_ull("FAULT_INFLIGHT", 0);
+    o.max_connections = (uint32_t)env_ull("FAULT_CONNECTIONS", 0);
+    o.io_threads = (uint32_t)env_ull("FAULT_IO_THREADS", 0);
     struct s3f_client *c = NULL;
     struct s3f_error e;
     s3f_error_clear(&e);
@@ -157,7 +217,17 @@ int main(int argc, char **argv) {
         }
         t0 = now_s();
         if (op[0] == 'u') {
+            uo.progress = progress_fn();
+            struct head_during hd = {c, bucket, key, (unsigned)env_ull("FAULT_HEAD_DURING", 0),
+                                     S3F_OK, 0};
+            pthread_t ht;
+            bool head = hd.when && pthread_create(&ht, NULL, head_during_main, &hd) == 0;
             st = s3f_upload_buffer(c, bucket, key, data, n, &uo, &info, &e);
+            if (head) {
+                pthread_join(ht, NULL);
+                printf("head_status=%s head_attempts=%d\n", s3f_status_name(hd.st),
+                       hd.attempts);
+            }
         } else {
             size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 100000;
             struct s3f_writer *w = NULL;
@@ -207,7 +277,8 @@ int main(int argc, char **argv) {
         size_t n = (size_t)strtoull(argv[5], NULL, 10);
         unsigned char *buf = malloc(n + 16);
         struct s3f_download_options d = {.verify_checksum = (int)atoi(
-                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0"),
+                                         .progress = progress_fn()};
         st = s3f_download_buffer(c, bucket, key, buf, n + 16, &d, &info, &e);
         rc = report(st, t0, &e, &info);
         /* the bytes are handed over only on success */
@@ -274,6 +345,8 @@ int main(int argc, char **argv) {
     s3f_client_stats(c, &fs, 0);
     printf("requests_started=%llu\n", (unsigned long long)fs.requests_started);
     fflush(stdout);
+    double t_free = now_s();
     s3f_client_free(c);
+    printf("client_free_s=%.3f\n", now_s() - t_free);
     return rc;
 }

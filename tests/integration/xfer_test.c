@@ -689,7 +689,8 @@ static void test_copy(void) {
         CHECK_STR(hi.content_type, "text/x-s3flash");
         CHECK_STR(info.etag, hi.etag);
         CHECK_INT(pr.last, n); /* progress ends at the size, never goes back */
-        CHECK_INT(pr.calls, parts[i]);
+        /* once per part, or fewer (parts that complete while it runs count together) */
+        CHECK(pr.calls >= 1 && pr.calls <= parts[i]);
         free(data);
     }
     /* a threshold above the part size: one CopyObject even though it spans parts */
@@ -998,14 +999,16 @@ static void test_progress(void) {
     struct s3f_upload_options uo = {.progress = on_progress, .progress_user_data = &up};
     struct s3f_error e;
     CHECK_INT(s3f_upload_buffer(c, bucket, "prog/obj", data, n, &uo, NULL, &e), S3F_OK);
-    CHECK_INT(up.calls, 5);
+    /* once per part, or fewer: parts done while the caller's thread runs the callback
+     * are reported together */
+    CHECK(up.calls >= 1 && up.calls <= 5);
     CHECK_INT(up.last, n);
     CHECK_INT(up.total, n);
     CHECK_INT(up.backwards, 0);
     struct s3f_download_options dopt = {.progress = on_progress, .progress_user_data = &down};
     unsigned char *buf = malloc(n);
     CHECK_INT(s3f_download_buffer(c, bucket, "prog/obj", buf, n, &dopt, NULL, &e), S3F_OK);
-    CHECK_INT(down.calls, 5);
+    CHECK(down.calls >= 1 && down.calls <= 5);
     CHECK_INT(down.last, n);
     CHECK_INT(down.total, n);
     CHECK_INT(down.backwards, 0);

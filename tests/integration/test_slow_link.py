@@ -1,0 +1,67 @@
+"""Time-outs that measure the network, not the queue: a slow but steady link, with more
+requests ready than connections, must finish without one spurious stall retry.
+
+The link is the fault proxy's `throttle` (a few MB/s per connection) between the engine
+(tests/integration/xfer_fault_test.c) and Ceph RGW. The client gets 1 connection, 8
+requests in flight and a 2 s stall timeout: each 5 MiB part takes about 1.3 s on the wire, so
+the third and fourth parts wait for the connection longer than the stall timeout. Before the I/O
+threads admitted requests themselves, they waited inside libcurl with their stall clocks
+running, were aborted as stalled the moment they got a connection, and were sent again.
+The proxy's request log shows every request: each part must be on the wire exactly once.
+"""
+import re
+from collections import Counter
+
+import pytest
+
+from test_engine_faults import (assert_object, check_download, dl_object, download,  # noqa: F401
+                                gets, module_proxy, part_puts, proxy, src, upload)
+
+RATE = 4_000_000          # bytes per second per connection: 1.3 s a 5 MiB part
+LINK = dict(FAULT_STALL_MS=2000, FAULT_CONNECTIONS=1, FAULT_IO_THREADS=1, FAULT_INFLIGHT=8)
+# Not slower, nor a shorter stall timeout: the stall clock of an upload counts the bytes
+# handed to the kernel, and the proxy takes in a whole request body before it forwards it
+# at RATE, so after the last byte is sent nothing moves until the answer comes (1.3 s).
+
+
+def per_part(proxy, method, key):
+    """Requests per part number, from the proxy's log."""
+    n = Counter()
+    for e in proxy.stats()["log"]:
+        m = re.search(r"partNumber=(\d+)", e["query"])
+        if e["method"] == method and e["path"].endswith("/" + key) and m:
+            n[int(m.group(1))] += 1
+    return n
+
+
+@pytest.mark.parametrize("how", ["buffer", "file", "writer"])
+def test_upload_slow_link_no_spurious_stall(rgw, proxy, s3, bucket, src, how):
+    key = f"slow-link/{how}"
+    proxy.set_faults([{"match": part_puts(key), "action": "throttle", "direction": "request",
+                       "bytes_per_second": RATE}])
+    r = upload(rgw, proxy, how, bucket, key, src[0], **LINK)
+    assert r.rc == 0, r
+    assert r.retries() == [], r
+    assert "S3F_ERR_TIMEOUT" not in r.err, r
+    assert per_part(proxy, "PUT", key) == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert proxy.stats()["connections"] <= 1 + 1  # the client's 1 (+ 1 if it was closed)
+    assert_object(s3, bucket, key, src[1])
+
+
+@pytest.mark.parametrize("how", ["buffer", "file", "reader"])
+def test_download_slow_link_no_spurious_stall(rgw, proxy, bucket, dl_object, tmp_path, how):
+    key, data = dl_object
+    proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
+                       "bytes_per_second": RATE}])
+    dst = tmp_path / "out" / "obj"
+    dst.parent.mkdir()
+    r = download(rgw, proxy, how, bucket, key, dst, **LINK)
+    check_download(r, how, dst, data)
+    assert r.retries() == [], r
+    assert "S3F_ERR_TIMEOUT" not in r.err, r
+    # buffer and file: 4 ranged GETs of 5 MiB, each sent once; the reader's read-ahead
+    # segments vary in size, so only its retries (none, above) are checked
+    gets_seen = [e for e in proxy.stats()["log"]
+                 if e["method"] == "GET" and e["path"].endswith("/" + key)]
+    if how != "reader":
+        assert len(gets_seen) == 4, gets_seen
