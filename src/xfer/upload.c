@@ -127,6 +127,9 @@ struct upreq {
     uint64_t off;                         /* object offset of the body */
     void **chunks;                        /* SRC_CHUNKS: the part's chunks */
     struct s3f_error err;
+    int read_errno;                       /* SRC_FILE: pread failed (errno), or -1: the
+                                           * file ended early (it shrank) */
+    uint64_t read_at;                     /* file offset of that read */
 };
 
 /* What to do once u->lock is released. */
@@ -407,7 +410,11 @@ static long read_file(void *ud, char *buf, size_t len, uint64_t offset) {
     do {
         n = pread(q->u->fd, buf, len, (off_t)(q->off + offset));
     } while (n < 0 && errno == EINTR);
-    return n > 0 ? (long)n : -1; /* 0: the file shrank */
+    if (n > 0)
+        return (long)n;
+    q->read_errno = n < 0 ? errno : -1; /* 0: the file shrank; part_done says so */
+    q->read_at = q->off + offset;
+    return -1;
 }
 
 static long read_chunks(void *ud, char *buf, size_t len, uint64_t offset) {
@@ -445,6 +452,20 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         }
     } else {
         part_set_state(u, q->part, PART_PREPARED);
+        if (q->read_errno) { /* the transport saw an aborted read: say why */
+            const char *op = u->multipart ? "UploadPart" : "PutObject";
+            st = S3F_ERR_IO;
+            s3f_error_clear(&q->err);
+            if (q->read_errno < 0)
+                s3f__error_set(&q->err, st, op, u->resource,
+                               "the source file ended at offset %" PRIu64 ", before part %zu "
+                               "did: it shrank during the upload",
+                               q->read_at, q->part + 1);
+            else
+                s3f__error_set(&q->err, st, op, u->resource,
+                               "reading the source file at offset %" PRIu64 ": %s",
+                               q->read_at, strerror(q->read_errno));
+        }
         fail(u, st, &q->err);
     }
     advance(u, &act);

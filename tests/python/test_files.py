@@ -139,6 +139,7 @@ def test_put_file_truncated_source_raises(s3, bucket, endpoint, rgw, tmp_path):
     assert res["truncated"], res  # the stall was seen and the file truncated during it
     assert res["type"] == "S3IOError" and res["is_oserror"], res
     assert str(src) in res["message"] and "changed during the upload" in res["message"], res
+    assert "shrank during the upload" in res["message"], res  # the library says why
     assert stats["faults_total"] == 1
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=key)
     assert s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []) == []
