@@ -14,10 +14,16 @@
 #include "http/http.h"
 
 #include <inttypes.h>
+#include <linux/sockios.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 struct io_thread {
     struct s3f__http_pool *pool;
@@ -38,6 +44,10 @@ struct io_thread {
     uint32_t running_data;    /* of which data requests */
     CURL *free_easy[64];
     int n_free_easy;
+    /* the sockets curl opened for this thread's multi handle (its connections), to find a
+     * request's socket by local port: curl tells a socket only after a transfer ends */
+    curl_socket_t socks[128];
+    int n_socks;
     atomic_int load; /* queued + running, read by submitters to pick a thread */
 };
 
@@ -127,13 +137,64 @@ static int on_seek(void *ud, curl_off_t offset, int origin) {
     return CURL_SEEKFUNC_OK;
 }
 
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+    struct io_thread *t = ud;
+    (void)purpose;
+    curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd != CURL_SOCKET_BAD && t->n_socks < (int)S3F_ARRAY_LEN(t->socks))
+        t->socks[t->n_socks++] = fd;
+    return fd;
+}
+
+static int on_close_socket(void *ud, curl_socket_t fd) {
+    struct io_thread *t = ud;
+    for (int i = 0; i < t->n_socks; i++)
+        if (t->socks[i] == fd) {
+            t->socks[i] = t->socks[--t->n_socks];
+            break;
+        }
+    return close(fd);
+}
+
+static int socket_port(curl_socket_t fd) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -1;
+}
+
+/* Bytes the kernel still holds in the request's socket send queue (not yet acknowledged
+ * by the peer), or -1 when it cannot tell. The socket is the thread's one bound to the
+ * request's local port. */
+static int64_t send_queue(const struct io_thread *t, CURL *e) {
+    long port = 0;
+    if (curl_easy_getinfo(e, CURLINFO_LOCAL_PORT, &port) != CURLE_OK || port <= 0)
+        return -1;
+    for (int i = 0; i < t->n_socks; i++) {
+        int n = 0;
+        if (socket_port(t->socks[i]) == port)
+            return ioctl(t->socks[i], SIOCOUTQ, &n) == 0 ? n : -1;
+    }
+    return -1;
+}
+
 /* The stall timeout: no byte moved, either way, for stall_timeout_ms. curl's low-speed
  * check (kept as a backstop) averages the speed over the last 5 s, so alone it fired about
  * 5 s late. Called at least every 100 ms while the request runs (io_main's poll).
  *
  * The clock starts when the request has a connection and is about to send (curl's
  * pretransfer time is set), or when a first byte moved: not at submission, not while the
- * connection is being made (connect_timeout_ms covers that). */
+ * connection is being made (connect_timeout_ms covers that).
+ *
+ * curl's upload count is what it handed to the kernel: on a slow link the last few MiB of a
+ * body (the send buffer) are still on their way when it stops moving. So while curl's counts
+ * stand still, bytes leaving the socket's send queue (SIOCOUTQ) count as movement too: 4 MiB
+ * at 2 MB/s is 2 s that would otherwise read as a stall. */
 static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow) {
     struct s3f__http_request *req = ud;
@@ -154,6 +215,13 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     }
     if (moved != req->moved) {
         req->moved = moved;
+        req->moved_ns = now;
+        req->unsent = -1;
+        return 0;
+    }
+    int64_t unsent = req->unsent != 0 ? send_queue(req->io, req->easy) : 0;
+    if (unsent >= 0 && unsent != req->unsent) {
+        req->unsent = unsent; /* a first look, or the queue drained some: the link moves */
         req->moved_ns = now;
     } else if (now - req->moved_ns >= req->stall_ns) {
         req->stalled = true;
@@ -186,6 +254,7 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     if (!e)
         return false;
     req->easy = e;
+    req->io = t;
     curl_easy_setopt(e, CURLOPT_PRIVATE, req);
     curl_easy_setopt(e, CURLOPT_URL, req->url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->headers);
@@ -217,8 +286,13 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     req->stall_ns = (uint64_t)o->stall_timeout_ms * 1000000ull;
     req->moved = 0;
     req->moved_ns = 0;
+    req->unsent = -1;
     req->moving = false; /* the stall clock starts in on_xferinfo */
     req->stalled = false;
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, t);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, t);
     curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, req);
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);

@@ -84,10 +84,12 @@ struct s3f__http_request {
 
     /* ---- private to the transport ---- */
     CURL *easy;
+    struct io_thread *io;         /* the I/O thread running it */
     uint64_t body_pos;
     uint64_t stall_ns;            /* the stall timeout */
     uint64_t moved;               /* bytes moved, up and down, as of moved_ns */
     uint64_t moved_ns;
+    int64_t unsent;               /* the socket's send queue (SIOCOUTQ) as last seen; -1 unknown */
     bool moving;                  /* the stall clock runs (a connection, bytes about to move) */
     bool stalled;                 /* stopped by the stall check */
     s3f__http_done_fn done;

@@ -19,9 +19,10 @@ from test_engine_faults import (assert_object, check_download, dl_object, downlo
 
 RATE = 4_000_000          # bytes per second per connection: 1.3 s a 5 MiB part
 LINK = dict(FAULT_STALL_MS=2000, FAULT_CONNECTIONS=1, FAULT_IO_THREADS=1, FAULT_INFLIGHT=8)
-# Not slower, nor a shorter stall timeout: the stall clock of an upload counts the bytes
-# handed to the kernel, and the proxy takes in a whole request body before it forwards it
-# at RATE, so after the last byte is sent nothing moves until the answer comes (1.3 s).
+# Not slower, nor a shorter stall timeout: here the proxy's socket buffer takes in a whole
+# request body before the proxy forwards it at RATE, so after the last byte is sent nothing
+# moves that the client can see until the answer comes (1.3 s). The test at the end keeps
+# the body in the client's own send queue instead, as a slow link does.
 
 
 def per_part(proxy, method, key):
@@ -65,3 +66,21 @@ def test_download_slow_link_no_spurious_stall(rgw, proxy, bucket, dl_object, tmp
                  if e["method"] == "GET" and e["path"].endswith("/" + key)]
     if how != "reader":
         assert len(gets_seen) == 4, gets_seen
+
+
+def test_upload_last_bytes_on_a_slow_link_are_not_a_stall(rgw, proxy, s3, bucket, src):
+    """On a slow link the last bytes of a part wait in the client's send queue after libcurl
+    has handed them all to the kernel: about 4 MiB (the send buffer) at 2 MB/s is 2 s in which
+    libcurl's counters do not move. The stall clock must see the send queue drain (SIOCOUTQ),
+    not fire after 1 s and send the part again. The proxy reads the body at the link's rate
+    through a small receive buffer, so the bytes in flight stay in the client's queue."""
+    key = "slow-link/send-queue"
+    proxy.set_faults([{"match": part_puts(key), "action": "throttle", "direction": "request",
+                       "bytes_per_second": 2_000_000, "client_rcvbuf": 65536}])
+    r = upload(rgw, proxy, "buffer", bucket, key, src[0], FAULT_STALL_MS=1000,
+               FAULT_CONNECTIONS=1, FAULT_IO_THREADS=1, FAULT_INFLIGHT=1)
+    assert r.rc == 0, r
+    assert "S3F_ERR_TIMEOUT" not in r.err, r
+    assert r.retries() == [], r
+    assert per_part(proxy, "PUT", key) == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert_object(s3, bucket, key, src[1])

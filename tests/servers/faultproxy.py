@@ -58,7 +58,11 @@ request (one fault per request: the later ones do not fire on it). Actions:
                             N body bytes, then close (FIN)
     corrupt_response_byte   "at": N | "random", "xor": 1   flip bits of the byte at offset N
     delay                   "seconds": S   latency before the request is forwarded
-    throttle                "bytes_per_second": B, "direction": "response" | "request" | "both"
+    throttle                "bytes_per_second": B, "direction": "response" | "request" | "both";
+                            "client_rcvbuf": N shrinks the client connection's receive buffer
+                            to N bytes first, so that a throttled request body waits in the
+                            client's send queue (unacknowledged), as on a slow link, instead
+                            of in the proxy's socket buffer
     drop_response           forward the request, read the whole upstream response (so the
                             server has acted on the request), then reset the client
                             connection (RST) without sending any of the response: a
@@ -701,6 +705,8 @@ class Proxy:
             return self.respond(sock, client, fault, framing, length, expect, client_keep)
         if action == "delay":
             self.wait(fault.seconds())
+        if action == "throttle" and fault.spec.get("client_rcvbuf"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(fault.spec["client_rcvbuf"]))
 
         # request body faults: where in the body they act
         req_at = None
