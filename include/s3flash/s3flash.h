@@ -180,7 +180,9 @@ struct s3f_client_options {
      * file and downloads to memory or a file use no pool memory. At least 16 MiB. */
     uint64_t memory_limit_bytes;
     /* 0: ceil(throughput_target_gbps / 0.4), the AWS CRT's estimate of one connection to
-     * S3, at least 4 and at most max_connections (25 for 10 Gbit/s). Data requests the
+     * S3, at least 4 and at most the connections data requests may use (max_connections
+     * less the 1 per I/O thread kept for control requests from 4 per thread, 2 from 16)
+     * (25 for 10 Gbit/s). Data requests the
      * client keeps in flight across all its transfers; slots go round-robin between the
      * transfers that have work, so a small transfer is not stuck behind a large one. On
      * loopback a handful fill the link: measure. */

@@ -698,6 +698,13 @@ oom:
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, "http", NULL, "out of memory");
 }
 
+uint32_t s3f__http_pool_data_connections(const struct s3f__http_pool *pool) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pool->n_threads; i++)
+        n += pool->threads[i].data_limit;
+    return n;
+}
+
 void s3f__http_pool_free(struct s3f__http_pool *pool) {
     if (pool)
         pool_destroy(pool, pool->n_threads);

@@ -36,6 +36,9 @@ struct s3f__http_pool_options {
 
 enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
                                    struct s3f__http_pool **out, struct s3f_error *err);
+/* Connections data requests may use across all threads: max_connections less those kept
+ * for control requests (1 per thread from 4 per thread, 2 from 16). */
+uint32_t s3f__http_pool_data_connections(const struct s3f__http_pool *pool);
 /* Stops the threads (requests still queued complete with S3F_ERR_ABORTED) and frees. */
 void s3f__http_pool_free(struct s3f__http_pool *pool);
 

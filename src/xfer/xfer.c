@@ -40,7 +40,8 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
     x->max_inflight = o->max_inflight_requests
                           ? o->max_inflight_requests
-                          : s3f__plan_inflight(x->target_gbps, o->max_connections);
+                          : s3f__plan_inflight(x->target_gbps,
+                                               s3f__http_pool_data_connections(c->http));
     x->checksum = o->checksum == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : o->checksum;
     if (s3f__pool_init(&x->pool, S3F__POOL_CHUNK, x->memory_limit)) {
         free(x);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "http/http.h"
 #include "xfer/xfer.h"
 
 #define MIB S3F__MIB
@@ -114,10 +115,35 @@ static void test_inflight(void) {
     CHECK_INT(s3f__plan_inflight(100, 0), 250);
 }
 
+static uint32_t data_connections(uint32_t io_threads, uint32_t max_connections) {
+    struct s3f__http_pool_options o = {.io_threads = io_threads,
+                                       .max_connections = max_connections};
+    struct s3f__http_pool *pool = NULL;
+    struct s3f_error e;
+    CHECK_INT(s3f__http_pool_new(&o, &pool, &e), S3F_OK);
+    uint32_t n = pool ? s3f__http_pool_data_connections(pool) : 0;
+    if (pool)
+        s3f__http_pool_free(pool);
+    return n;
+}
+
+/* The connections kept for control requests are not counted as data slots: the default
+ * in-flight count must not plan for more data requests than can be on the wire. */
+static void test_data_connections(void) {
+    CHECK_INT(data_connections(1, 1), 1);
+    CHECK_INT(data_connections(1, 3), 3);
+    CHECK_INT(data_connections(1, 4), 3);
+    CHECK_INT(data_connections(2, 8), 6);
+    CHECK_INT(data_connections(1, 16), 14);
+    CHECK_INT(data_connections(2, 64), 60);
+    CHECK_INT(s3f__plan_inflight(10, data_connections(1, 4)), 3);
+}
+
 int main(void) {
     RUN(test_known_sizes);
     RUN(test_growth);
     RUN(test_stream);
     RUN(test_inflight);
+    RUN(test_data_connections);
     return test_summary();
 }
