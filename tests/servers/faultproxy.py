@@ -792,8 +792,9 @@ class Proxy:
         sock.sendall(build_head(f"HTTP/1.1 {status} {reason}", out) + body)
         return keep
 
-    def relay_response(self, sock, up, method, fault, entry, client_keep):
-        action = fault.action if fault else None
+    def response_head(self, sock, up):
+        """The upstream's response head, past any 1xx (a stray 100 Continue: the proxy sent
+        its own): (head bytes, status line, headers, status)."""
         while True:
             head = up.conn.read_until(b"\r\n\r\n", MAX_HEAD)
             if not head:
@@ -805,9 +806,12 @@ class Proxy:
                 status = int(first.split(" ", 2)[1])
             except (IndexError, ValueError):
                 raise ProtocolError(f"bad status line {first!r}") from None
-            if 100 <= status < 200 and status != 101:
-                continue  # a stray 100 Continue: the proxy sent its own
-            break
+            if not (100 <= status < 200 and status != 101):
+                return head, first, headers, status
+
+    def relay_response(self, sock, up, method, fault, entry, client_keep):
+        action = fault.action if fault else None
+        head, first, headers, status = self.response_head(sock, up)
         framing, length = response_framing(method, status, headers)
         up_keep = first.startswith("HTTP/1.1") and framing != "close" and \
             (header(headers, "connection") or "").lower() != "close"
@@ -888,19 +892,7 @@ class Proxy:
 
     def relay_rewritten(self, sock, up, method, fault, entry, client_keep):
         """The upstream's whole response read, then answered rewritten (REWRITES)."""
-        while True:
-            head = up.conn.read_until(b"\r\n\r\n", MAX_HEAD)
-            if not head:
-                up.drop()
-                rst(sock)
-                raise Abort("upstream closed without a response")
-            first, headers = parse_head(head[:-4])
-            try:
-                status = int(first.split(" ", 2)[1])
-            except (IndexError, ValueError):
-                raise ProtocolError(f"bad status line {first!r}") from None
-            if not (100 <= status < 200 and status != 101):
-                break
+        head, first, headers, status = self.response_head(sock, up)
         framing, length = response_framing(method, status, headers)
         body = bytearray()
         try:
