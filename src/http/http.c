@@ -170,17 +170,21 @@ static int socket_port(curl_socket_t fd) {
 
 /* Bytes the kernel still holds in the request's socket send queue (not yet acknowledged
  * by the peer), or -1 when it cannot tell. The socket is the thread's one bound to the
- * request's local port. */
-static int64_t send_queue(const struct io_thread *t, CURL *e) {
+ * request's local port (remembered, and checked again each time: curl may have moved the
+ * request to a new connection). */
+static int64_t send_queue(struct s3f__http_request *req) {
+    const struct io_thread *t = req->io;
     long port = 0;
-    if (curl_easy_getinfo(e, CURLINFO_LOCAL_PORT, &port) != CURLE_OK || port <= 0)
+    int n = 0;
+    if (curl_easy_getinfo(req->easy, CURLINFO_LOCAL_PORT, &port) != CURLE_OK || port <= 0)
         return -1;
-    for (int i = 0; i < t->n_socks; i++) {
-        int n = 0;
-        if (socket_port(t->socks[i]) == port)
-            return ioctl(t->socks[i], SIOCOUTQ, &n) == 0 ? n : -1;
+    if (req->sock < 0 || socket_port(req->sock) != port) {
+        req->sock = -1;
+        for (int i = 0; i < t->n_socks && req->sock < 0; i++)
+            if (socket_port(t->socks[i]) == port)
+                req->sock = t->socks[i];
     }
-    return -1;
+    return req->sock >= 0 && ioctl(req->sock, SIOCOUTQ, &n) == 0 ? n : -1;
 }
 
 /* The stall timeout: no byte moved, either way, for stall_timeout_ms. curl's low-speed
@@ -219,7 +223,7 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
         req->unsent = -1;
         return 0;
     }
-    int64_t unsent = req->unsent != 0 ? send_queue(req->io, req->easy) : 0;
+    int64_t unsent = req->unsent != 0 ? send_queue(req) : 0;
     if (unsent >= 0 && unsent != req->unsent) {
         req->unsent = unsent; /* a first look, or the queue drained some: the link moves */
         req->moved_ns = now;
@@ -287,6 +291,7 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     req->moved = 0;
     req->moved_ns = 0;
     req->unsent = -1;
+    req->sock = -1;
     req->moving = false; /* the stall clock starts in on_xferinfo */
     req->stalled = false;
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);

@@ -93,6 +93,7 @@ struct s3f__http_request {
     uint64_t moved;               /* bytes moved, up and down, as of moved_ns */
     uint64_t moved_ns;
     int64_t unsent;               /* the socket's send queue (SIOCOUTQ) as last seen; -1 unknown */
+    int sock;                     /* its socket as last found, -1 none */
     bool moving;                  /* the stall clock runs (a connection, bytes about to move) */
     bool stalled;                 /* stopped by the stall check */
     s3f__http_done_fn done;
