@@ -141,6 +141,17 @@ def stall_detection_s(proxy, r, key):
     return fired[0] - acted[0]
 
 
+def assert_stall_detected(r, d):
+    """The engine's own stall clock fired (its message, not curl's 5 s low-speed check,
+    "Operation too slow"), not before the stall timeout, and the transfer did not wait out
+    the proxy's 20 s stall. No upper bound on the detection time itself: on a loaded machine
+    that is a wall-clock guess."""
+    assert any("(stall timeout)" in ln for ln in r.retries()), r
+    assert not any("Operation too slow" in ln for ln in r.retries()), r
+    assert d >= STALL_TIMEOUT_S - 0.1, d
+    assert r.elapsed < 15, r
+
+
 UPLOAD_OP = {"buffer": "upload_buffer", "file": "upload_file", "writer": "writer"}
 DOWNLOAD_OP = {"buffer": "download_buffer", "file": "download_file", "reader": "reader"}
 
@@ -267,8 +278,7 @@ def test_upload_stall(rgw, proxy, s3, bucket, src, how):
     # "a request that moves no byte for this long is aborted": within a second of it
     d = stall_detection_s(proxy, r, key)
     print(f"stall detected after {d:.2f} s (stall timeout {STALL_TIMEOUT_S} s)")
-    assert STALL_TIMEOUT_S - 0.1 <= d <= STALL_TIMEOUT_S + 1.5, d
-    assert r.elapsed < 8, r
+    assert_stall_detected(r, d)
     assert_object(s3, bucket, key, src[1])
 
 
@@ -356,7 +366,10 @@ def test_upload_retries_exhausted(rgw, proxy, s3, bucket, src, how, fault):
     # died before any response byte
     assert 3 <= count(proxy, "PUT", key, "partNumber=2&") <= 6
     assert count(proxy, "DELETE", key) == 3  # the abort: 503, 503, then done
-    assert r.elapsed < 3 * (STALL_TIMEOUT_S + 1.5) + 2, r
+    if fault == "stall":  # three times the engine's stall clock, never curl's backstop
+        assert sum("(stall timeout)" in ln for ln in r.retries()) == 2, r
+        assert "(stall timeout)" in r.kv["error"], r
+    assert r.elapsed < 30, r
     assert_nothing(s3, bucket, key)
 
 
@@ -510,8 +523,7 @@ def test_download_stall(rgw, proxy, bucket, dl_object, tmp_path, how):
     assert any("S3F_ERR_TIMEOUT" in ln for ln in r.retries()), r
     d = stall_detection_s(proxy, r, key)
     print(f"stall detected after {d:.2f} s (stall timeout {STALL_TIMEOUT_S} s)")
-    assert STALL_TIMEOUT_S - 0.1 <= d <= STALL_TIMEOUT_S + 1.5, d
-    assert r.elapsed < 8, r
+    assert_stall_detected(r, d)
 
 
 @pytest.mark.parametrize("how", DOWNLOAD_PATHS)

@@ -303,7 +303,9 @@ def test_reset_request_body(proxy, upstream):
         c.request("PUT", "/b/up", body=pattern(2 << 20))
         c.getresponse().read()
     c.close()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10  # the upstream sees the cut connection (an event)
+    while not upstream.partial and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert upstream.puts == []  # the upstream never got a whole body
     assert upstream.partial == [("/b/up", 1000)]  # but the first N bytes of it
     assert proxy.stats()["faults"] == {"0:reset_request_body_at": 1}
@@ -523,12 +525,20 @@ def test_refuses_a_non_loopback_upstream():
     assert "loopback" in r.stderr
 
 
+
+def wait_acted(p, timeout=10):
+    """Until the proxy has acted on a fault (its log): the event a test waits for."""
+    deadline = time.monotonic() + timeout
+    while not any(e.get("acted") for e in p.stats()["log"]):
+        assert time.monotonic() < deadline, "the proxy never acted"
+        time.sleep(0.01)
+
 def test_sigterm_during_a_stall(upstream):
     p = start_faultproxy("127.0.0.1", upstream.server_address[1])
     p.set_faults([{"action": "stall", "seconds": 60}])
     c = conn(p, timeout=30)
     c.request("GET", "/obj/100")
-    time.sleep(0.3)
+    wait_acted(p)
     t0 = time.monotonic()
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(10) == 0
@@ -605,7 +615,7 @@ def test_down_mid_request_body(proxy, upstream):
     c.putheader("Content-Length", "100000")
     c.endheaders()
     c.send(pattern(5000))
-    time.sleep(0.2)
+    wait_acted(proxy)
     proxy.down("refuse")
     with pytest.raises((ConnectionError, http.client.RemoteDisconnected, OSError)):
         c.send(pattern(95000))
