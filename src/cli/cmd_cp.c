@@ -5,11 +5,12 @@
  *                 temporary directory beside the destination, renamed into place; stdout,
  *                 FIFOs and character devices are streamed with one GetObject;
  *   S3 -> S3      s3f_copy (server side: CopyObject, or UploadPartCopy parts in parallel).
- * With --recursive the objects are planned first (a directory walk or a listing), then a
- * small pool of worker threads runs whole-object transfers on the one shared client, so
- * many files are in flight at once; a failed object is reported and the others go on
- * (exit status 1 at the end), as the AWS CLI does. Output lines and error lines of the
- * workers are serialized with the progress bar's lock. */
+ * With --recursive the objects are planned first (a directory walk or a listing, filtered
+ * by --exclude/--include), then the job pool of transfer.c runs whole-object transfers on
+ * the one shared client, so many files are in flight at once; a failed object is reported
+ * and the others go on (exit status 1 at the end), as the AWS CLI does. mv is cp that
+ * removes each source once its copy succeeded. Downloaded files get the object's
+ * Last-Modified as their times (sync compares them). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
