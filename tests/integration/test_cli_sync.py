@@ -188,6 +188,16 @@ def test_download_sets_mtime_and_second_sync_copies_nothing(cli, s3, bucket, pro
     assert data_requests(proxy, bucket, pre) == {}
 
 
+def test_cp_download_takes_last_modified(cli, s3, bucket, tmp_path):
+    """cp too (as aws s3 cp): the file's mtime and atime are the object's LastModified."""
+    key = f"cpm-{uid()}/obj"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"x" * 100)
+    out = tmp_path / "obj"
+    cli.ok("cp", f"s3://{bucket}/{key}", out)
+    st = out.stat()
+    assert st.st_mtime == st.st_atime == last_modified(s3, bucket, key)
+
+
 def test_download_rules(cli, s3, bucket, proxy, tmp_path):
     pre = f"dlr-{uid()}"
     objs = {"size.txt": b"object", "newer.txt": b"object", "older.txt": b"object"}
