@@ -352,6 +352,19 @@ def test_mv_failed_copy_keeps_source(cli, s3, bucket, proxy, tmp_path):
     assert list_keys(s3, bucket, pre + "/") == [f"{pre}/obj"]
 
 
+def test_mv_failed_delete_is_reported(cli, s3, bucket, proxy):
+    """The copy succeeded, the source's DeleteObject is refused: exit 1, the error names the
+    source and what S3 said, and both objects are there (nothing lost)."""
+    pre = f"mvd-{uid()}"
+    s3.put_object(Bucket=bucket, Key=f"{pre}/src", Body=b"data")
+    proxy.set_faults([s3_error("AccessDenied", 403, {"method": "DELETE"})])
+    r = via(cli, proxy, "mv", f"s3://{bucket}/{pre}/src", f"s3://{bucket}/{pre}/dst")
+    assert r.rc == 1, r
+    assert "AccessDenied" in r.err and f"s3://{bucket}/{pre}/src" in r.err, r
+    assert r.text == ""
+    assert sorted(list_keys(s3, bucket, pre + "/")) == [f"{pre}/dst", f"{pre}/src"]
+
+
 def test_mv_recursive_partial_failure(cli, s3, bucket, proxy, tmp_path):
     pre = f"mvr-{uid()}"
     src = tmp_path / "src"
