@@ -14,25 +14,33 @@ static const struct cli_opt_spec ls_opts[] = {
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
+/* Options shared by cp, mv and sync (the transfer engine's settings), and by the commands
+ * that select objects (--exclude/--include, --dryrun). */
+#define ENGINE_OPTS                                                                          \
+    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",                                               \
+     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},                      \
+    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",                                              \
+     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},          \
+    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",                                         \
+     "buffer pool of stdin uploads, at least 16M (default 512M)"},                           \
+    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",                                                  \
+     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"}
+
+#define FILTER_OPTS(when)                                                                    \
+    {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",                                                \
+     "leave out what matches (path relative to the source" when ")"},                        \
+    {"include", 0, 1, OPT_INCLUDE, "PATTERN",                                                \
+     "take back in what matches; the last matching --exclude/--include wins"},               \
+    {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"}
+
 static const struct cli_opt_spec cp_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
      "copy a local directory to a prefix, or a prefix to a local directory"},
     {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
      "Content-Type of uploaded objects (default application/octet-stream)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
-    {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",
-     "leave out what matches (path relative to the source; with -r)"},
-    {"include", 0, 1, OPT_INCLUDE, "PATTERN",
-     "take back in what matches; the last matching --exclude/--include wins"},
-    {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"},
-    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
-     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
-    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",
-     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},
-    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",
-     "buffer pool of stdin uploads, at least 16M (default 512M)"},
-    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",
-     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"},
+    FILTER_OPTS("; with -r"),
+    ENGINE_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -42,19 +50,8 @@ static const struct cli_opt_spec mv_opts[] = {
     {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
      "Content-Type of uploaded objects (default application/octet-stream)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
-    {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",
-     "leave out what matches (path relative to the source; with -r)"},
-    {"include", 0, 1, OPT_INCLUDE, "PATTERN",
-     "take back in what matches; the last matching --exclude/--include wins"},
-    {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"},
-    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
-     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
-    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",
-     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},
-    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",
-     "buffer pool of stdin uploads, at least 16M (default 512M)"},
-    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",
-     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"},
+    FILTER_OPTS("; with -r"),
+    ENGINE_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -67,30 +64,15 @@ static const struct cli_opt_spec sync_opts[] = {
     {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
      "Content-Type of uploaded objects (default application/octet-stream)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request"},
-    {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",
-     "leave out what matches (path relative to the source)"},
-    {"include", 0, 1, OPT_INCLUDE, "PATTERN",
-     "take back in what matches; the last matching --exclude/--include wins"},
-    {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"},
-    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
-     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
-    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",
-     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},
-    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",
-     "buffer pool of stdin uploads, at least 16M (default 512M)"},
-    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",
-     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"},
+    FILTER_OPTS(""),
+    ENGINE_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
 static const struct cli_opt_spec rm_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL, "delete every key under the prefix"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
-    {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",
-     "leave out what matches (path relative to the source; with -r)"},
-    {"include", 0, 1, OPT_INCLUDE, "PATTERN",
-     "take back in what matches; the last matching --exclude/--include wins"},
-    {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"},
+    FILTER_OPTS("; with -r"),
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
