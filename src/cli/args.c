@@ -67,10 +67,15 @@ int cli_usage_error(const struct cli_command *cmd, const char *fmt, ...) {
     return CLI_EXIT_USAGE;
 }
 
-static void record(struct cli_args *out, const struct cli_opt_spec *spec, const char *value) {
+/* Count an option and keep its value; --exclude/--include are also kept in order. -1 when
+ * there are more filters than struct cli_filter holds. */
+static int record(struct cli_args *out, const struct cli_opt_spec *spec, const char *value) {
     out->set[spec->id]++;
     if (spec->takes_value)
         out->value[spec->id] = value;
+    if (spec->id == OPT_EXCLUDE || spec->id == OPT_INCLUDE)
+        return cli_filter_add(&out->filter, spec->id == OPT_INCLUDE, value);
+    return 0;
 }
 
 int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
@@ -110,7 +115,9 @@ int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
             } else if (eq) {
                 return cli_usage_error(*cmd, "option '--%s' takes no value", spec->long_name);
             }
-            record(out, spec, value);
+            if (record(out, spec, value) != 0)
+                return cli_usage_error(*cmd, "too many --exclude/--include (at most %d)",
+                                       CLI_FILTER_MAX);
             continue;
         }
         if (!end_of_opts && a[0] == '-' && a[1] != '\0') {
@@ -132,7 +139,9 @@ int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
                         return cli_usage_error(*cmd, "option '-%c' needs a value (%s)", *p,
                                                spec->value_name);
                     }
-                    record(out, spec, value);
+                    if (record(out, spec, value) != 0)
+                        return cli_usage_error(*cmd, "too many --exclude/--include (at most %d)",
+                                               CLI_FILTER_MAX);
                     break;
                 }
                 record(out, spec, NULL);

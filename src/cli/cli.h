@@ -14,6 +14,8 @@
 
 #include <s3flash/s3flash.h>
 
+#include "filter.h"
+
 #if defined(__GNUC__)
 #define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -63,6 +65,12 @@ enum cli_opt_id {
     OPT_WRITER,
     OPT_KEEP,
     OPT_NO_VERIFY,
+    OPT_EXCLUDE,          /* cp, mv, rm, sync: kept in order in cli_args.filter */
+    OPT_INCLUDE,
+    OPT_DELETE,           /* sync */
+    OPT_EXACT_TIMESTAMPS, /* sync */
+    OPT_SIZE_ONLY,        /* sync */
+    OPT_DRYRUN,           /* cp, mv, rm, sync */
     OPT_COUNT_,
 };
 
@@ -84,6 +92,7 @@ struct cli_args {
     const char *value[OPT_COUNT_];           /* last value of each value option */
     const char *pos[CLI_MAX_POSITIONALS];    /* positional arguments after the command */
     size_t n_pos;
+    struct cli_filter filter;                /* --exclude/--include, in command-line order */
 };
 
 struct cli_command;
@@ -145,6 +154,8 @@ struct cli_command {
 int cli_cmd_ls(struct cli_ctx *ctx);
 int cli_cmd_cp(struct cli_ctx *ctx);
 int cli_cmd_rm(struct cli_ctx *ctx);
+int cli_cmd_mv(struct cli_ctx *ctx);
+int cli_cmd_sync(struct cli_ctx *ctx);
 int cli_cmd_cat(struct cli_ctx *ctx);
 int cli_cmd_mb(struct cli_ctx *ctx);
 int cli_cmd_rb(struct cli_ctx *ctx);
@@ -237,6 +248,12 @@ enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const cha
 enum s3f_status cli_list_all_sizes(struct s3f_client *c, const char *bucket,
                                    const char *prefix, int page_size, struct cli_strlist *keys,
                                    struct cli_sizes *sizes, struct s3f_error *err);
+
+/* Call fn for every object under `prefix` (all pages, in listing order); fn returns 0 to go
+ * on, non-zero when out of memory (the call then fails with S3F_ERR_NO_MEMORY). */
+enum s3f_status cli_list_each(struct s3f_client *c, const char *bucket, const char *prefix,
+                              int page_size, int (*fn)(void *user, const struct s3f_list_entry *e),
+                              void *user, struct s3f_error *err);
 
 /* Value of --page-size (0 when not given); -1 after printing a usage error. */
 int cli_page_size(const struct cli_ctx *ctx);

@@ -1,4 +1,5 @@
-/* s3flash rm: delete one object, or (--recursive) every object under a prefix. */
+/* s3flash rm: delete one object, or (--recursive) every object under a prefix that the
+ * --exclude/--include rules select. --dryrun prints what would be deleted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,22 @@ static int rm_recursive(struct cli_ctx *ctx, const char *uri, const char *bucket
     s3f_error_clear(&err);
     int rc = CLI_EXIT_OK;
     enum s3f_status st = cli_list_all(c, bucket, prefix, page_size, &keys, &err);
+    /* --exclude/--include on the path relative to the prefix */
+    const struct cli_filter *filter = &ctx->args->filter;
+    size_t kept = 0, pl = strlen(prefix);
+    for (size_t i = 0; st == S3F_OK && i < keys.n; i++) {
+        if (cli_filter_selects(filter, keys.items[i] + pl))
+            keys.items[kept++] = keys.items[i];
+        else
+            free(keys.items[i]);
+    }
+    if (st == S3F_OK)
+        keys.n = kept;
+    if (st == S3F_OK && ctx->args->set[OPT_DRYRUN]) {
+        for (size_t i = 0; i < keys.n && !ctx->quiet; i++)
+            printf("(dryrun) delete: s3://%s/%s\n", bucket, keys.items[i]);
+        cli_strlist_free(&keys);
+    }
     for (size_t i = 0; st == S3F_OK && i < keys.n; i += DELETE_BATCH) {
         size_t n = keys.n - i < DELETE_BATCH ? keys.n - i : DELETE_BATCH;
         size_t failed = 0;
@@ -78,8 +95,15 @@ int cli_cmd_rm(struct cli_ctx *ctx) {
             return rc;
         return rm_recursive(ctx, uri, bucket, key);
     }
+    if (ctx->args->filter.n)
+        return cli_usage_error(ctx->cmd, "--exclude and --include need --recursive");
     int rc = cli_parse_s3_object(ctx, uri, bucket, key);
     if (rc != CLI_EXIT_OK)
         return rc;
+    if (ctx->args->set[OPT_DRYRUN]) {
+        if (!ctx->quiet)
+            printf("(dryrun) delete: %s\n", uri);
+        return CLI_EXIT_OK;
+    }
     return rm_one(ctx, uri, bucket, key);
 }

@@ -14,26 +14,65 @@ static const struct cli_opt_spec ls_opts[] = {
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
+/* Options shared by cp, mv and sync (the transfer engine's settings), and by the commands
+ * that select objects (--exclude/--include, --dryrun). */
+#define ENGINE_OPTS                                                                          \
+    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",                                               \
+     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},                      \
+    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",                                              \
+     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},          \
+    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",                                         \
+     "buffer pool of stdin uploads, at least 16M (default 512M)"},                           \
+    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",                                                  \
+     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"}
+
+#define FILTER_OPTS(when)                                                                    \
+    {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",                                                \
+     "leave out what matches (path relative to the source" when ")"},                        \
+    {"include", 0, 1, OPT_INCLUDE, "PATTERN",                                                \
+     "take back in what matches; the last matching --exclude/--include wins"},               \
+    {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"}
+
 static const struct cli_opt_spec cp_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
      "copy a local directory to a prefix, or a prefix to a local directory"},
     {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
      "Content-Type of uploaded objects (default application/octet-stream)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
-    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
-     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
-    {"concurrency", 0, 1, OPT_CONCURRENCY, "N",
-     "requests in flight, 1..256 (default 25); -r: objects in flight too (max 64)"},
-    {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",
-     "buffer pool of stdin uploads, at least 16M (default 512M)"},
-    {"checksum", 0, 1, OPT_CHECKSUM, "ALG",
-     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"},
+    FILTER_OPTS("; with -r"),
+    ENGINE_OPTS,
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_opt_spec mv_opts[] = {
+    {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
+     "move a local directory to a prefix, or a prefix to a local directory or prefix"},
+    {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
+     "Content-Type of uploaded objects (default application/octet-stream)"},
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
+    FILTER_OPTS("; with -r"),
+    ENGINE_OPTS,
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
+static const struct cli_opt_spec sync_opts[] = {
+    {"delete", 0, 0, OPT_DELETE, NULL,
+     "after the copies, delete what the destination has and the source lacks"},
+    {"size-only", 0, 0, OPT_SIZE_ONLY, NULL, "copy when missing or the size differs, only"},
+    {"exact-timestamps", 0, 0, OPT_EXACT_TIMESTAMPS, NULL,
+     "S3 -> local: download a same-sized object unless the times are equal"},
+    {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
+     "Content-Type of uploaded objects (default application/octet-stream)"},
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request"},
+    FILTER_OPTS(""),
+    ENGINE_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
 static const struct cli_opt_spec rm_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL, "delete every key under the prefix"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
+    FILTER_OPTS("; with -r"),
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -76,7 +115,9 @@ static const struct cli_command commands[] = {
      "multipart above one part, ranged GETs in parallel, a progress bar on a terminal.\n"
      "Downloads are renamed into place on success: a failed or interrupted download never\n"
      "leaves a partial file. --recursive keeps many objects in flight; a failed object is\n"
-     "reported, the others go on, and the exit status is 1.\n"
+     "reported, the others go on, and the exit status is 1. --exclude/--include PATTERN\n"
+     "(with --recursive) select by the path relative to the source, as the AWS CLI: '*'\n"
+     "matches across '/', and the last matching rule wins.\n"
      "Checksums: uploads send the --checksum value of every part and of the whole object\n"
      "(the server verifies it: AWS S3, MinIO); downloads compare the bytes with the\n"
      "server's stored whole-object checksum (of that algorithm as they arrive, of another\n"
@@ -85,9 +126,27 @@ static const struct cli_command commands[] = {
      "(If-Match) checked. SIZE: bytes, or with K, M, G, T (powers of 1024; Ki/KiB, MB...\n"
      "mean the same): 8M = 8 MiB.",
      cp_opts, 2, 2, cli_cmd_cp},
+    {"mv", "SRC DST [--recursive] [--exclude PATTERN] [--include PATTERN] [--dryrun]",
+     "Move local -> S3, S3 -> local or S3 -> S3 (server side).",
+     "Copies as cp does, then deletes each source (the local file, or the object with\n"
+     "DeleteObject) once its copy succeeded: a failed copy keeps its source. With\n"
+     "--recursive many objects are in flight; a failed one is reported, the others go\n"
+     "on, and the exit status is 1.",
+     mv_opts, 2, 2, cli_cmd_mv},
+    {"sync", "SRC DST [--delete] [--size-only] [--exact-timestamps] [--exclude PATTERN] "
+             "[--include PATTERN] [--dryrun]",
+     "Copy what is missing or changed from a directory or prefix to another.",
+     "Local -> S3, S3 -> local or S3 -> S3, as 'aws s3 sync': an object is copied when it\n"
+     "is missing at the destination or its size differs; at equal sizes, uploads and S3\n"
+     "copies when the source is newer, downloads when the local file is newer than the\n"
+     "object (--exact-timestamps: when the times differ at all). --size-only: the size\n"
+     "alone. Downloaded files get the object's Last-Modified as their time, so a second\n"
+     "sync copies nothing. --delete removes, after the copies, what the destination has\n"
+     "and the source lacks (except what --exclude leaves out).",
+     sync_opts, 2, 2, cli_cmd_sync},
     {"rm", "s3://bucket/key | --recursive s3://bucket/prefix", "Delete objects.",
      "With --recursive, every key under the prefix (as a directory: 'prefix/') is listed,\n"
-     "then deleted with DeleteObjects in batches of 1000.",
+     "filtered by --exclude/--include, then deleted with DeleteObjects in batches of 1000.",
      rm_opts, 1, 1, cli_cmd_rm},
     {"cat", "s3://bucket/key", "Write an object to stdout.", NULL, no_opts, 1, 1, cli_cmd_cat},
     {"stat", "s3://bucket/key", "Show an object's metadata (HeadObject).",

@@ -236,9 +236,28 @@ enum s3f_status cli_list_all(struct s3f_client *c, const char *bucket, const cha
     return cli_list_all_sizes(c, bucket, prefix, page_size, keys, NULL, err);
 }
 
+struct sizes_acc {
+    struct cli_strlist *keys;
+    struct cli_sizes *sizes;
+};
+
+static int sizes_acc_add(void *user, const struct s3f_list_entry *e) {
+    struct sizes_acc *a = user;
+    if (cli_strlist_push(a->keys, e->key) != 0)
+        return -1;
+    return a->sizes ? sizes_push(a->sizes, e->size) : 0;
+}
+
 enum s3f_status cli_list_all_sizes(struct s3f_client *c, const char *bucket,
                                    const char *prefix, int page_size, struct cli_strlist *keys,
                                    struct cli_sizes *sizes, struct s3f_error *err) {
+    struct sizes_acc a = {.keys = keys, .sizes = sizes};
+    return cli_list_each(c, bucket, prefix, page_size, sizes_acc_add, &a, err);
+}
+
+enum s3f_status cli_list_each(struct s3f_client *c, const char *bucket, const char *prefix,
+                              int page_size, int (*fn)(void *user, const struct s3f_list_entry *e),
+                              void *user, struct s3f_error *err) {
     char *token = NULL;
     enum s3f_status st = S3F_OK;
     for (;;) {
@@ -252,8 +271,7 @@ enum s3f_status cli_list_all_sizes(struct s3f_client *c, const char *bucket,
         if (st != S3F_OK)
             break;
         for (size_t i = 0; i < page->n_objects; i++) {
-            if (cli_strlist_push(keys, page->objects[i].key) != 0 ||
-                (sizes && sizes_push(sizes, page->objects[i].size) != 0)) {
+            if (fn(user, &page->objects[i]) != 0) {
                 st = S3F_ERR_NO_MEMORY;
                 cli_error_set(err, st, "ListObjectsV2", NULL, "out of memory");
                 break;
