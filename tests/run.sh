@@ -2,9 +2,11 @@
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), then
-# runs the C tests again under ASan+UBSan (LeakSanitizer on), and stops the servers.
+# runs the C tests again under ASan+UBSan (LeakSanitizer on), then the unit tests and the
+# engine's threaded C integration tests under ThreadSanitizer, and stops the servers.
 #   tests/run.sh            everything
-#   S3FLASH_SKIP_ASAN=1     skip the sanitizer pass
+#   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
+#   S3FLASH_SKIP_TSAN=1     skip the ThreadSanitizer pass
 #   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,5 +52,17 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     meson test -C build-asan --suite unit --print-errorlogs
     S3FLASH_BUILD_DIR="$root/build-asan" python3 -m pytest -q -p no:cacheprovider tests/integration
+fi
+# ThreadSanitizer: the library's threads (I/O threads, transfers, the janitor, the credential
+# refresher) under the unit tests and the engine's C integration programs against RGW
+if [ "${S3FLASH_SKIP_TSAN:-0}" != 1 ]; then
+    build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -Dpython=disabled
+    export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1"
+    meson test -C build-tsan --suite unit --print-errorlogs
+    # XFER_TEST_NO_RACE: leaves out the one case that races the client against RGW
+    XFER_TEST_NO_RACE=1 S3FLASH_BUILD_DIR="$root/build-tsan" python3 -m pytest -q \
+        -p no:cacheprovider tests/integration/test_xfer.py tests/integration/test_transport.py \
+        tests/integration/test_janitor_deadline.py tests/integration/test_progress_blocking.py \
+        tests/integration/test_lost_responses.py
 fi
 echo "all tests passed"

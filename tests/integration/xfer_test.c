@@ -660,6 +660,24 @@ static void copy_progress_cb(void *ud, uint64_t done, uint64_t total) {
     }
 }
 
+static void copy_source_replaced(struct s3f_client *c, const unsigned char *data, size_t n) {
+    struct s3f_error e;
+    struct s3f_client *one = client_opts(PART, 0, 1, S3F_CHECKSUM_DEFAULT);
+    struct s3f_client *other = client();
+    CHECK_INT(s3f_upload_buffer(c, bucket, "cpchg/src", data, n, NULL, NULL, &e), S3F_OK);
+    struct copy_progress pr = {.other = other, .src_key = "cpchg/src", .size = n};
+    struct s3f_copy_options chg = {.part_size_bytes = PART, .progress = copy_progress_cb,
+                                   .progress_user_data = &pr};
+    enum s3f_status st = s3f_copy(one, bucket, "cpchg/src", bucket, "cpchg/dst", &chg, NULL, &e);
+    CHECK_INT(st, S3F_ERR_PRECONDITION_FAILED);
+    CHECK_INT(e.http_status, 412);
+    CHECK_STR(e.operation, "UploadPartCopy");
+    CHECK_INT(s3f_head_object(c, bucket, "cpchg/dst", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
+    CHECK_INT(count_uploads(c, "cpchg/"), 0);
+    s3f_client_free(other);
+    s3f_client_free(one);
+}
+
 static void test_copy(void) {
     struct s3f_client *c = client(); /* 5 MiB parts */
     struct s3f_error e;
@@ -716,21 +734,13 @@ static void test_copy(void) {
     CHECK_INT(s3f_head_object(c, bucket, "cp/pin", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
 
     /* the source replaced mid-copy: the next UploadPartCopy fails its
-     * x-amz-copy-source-if-match (412), the upload is aborted, nothing appears */
-    struct s3f_client *one = client_opts(PART, 0, 1, S3F_CHECKSUM_DEFAULT);
-    struct s3f_client *other = client();
-    CHECK_INT(s3f_upload_buffer(c, bucket, "cpchg/src", data, n, NULL, NULL, &e), S3F_OK);
-    struct copy_progress pr = {.other = other, .src_key = "cpchg/src", .size = n};
-    struct s3f_copy_options chg = {.part_size_bytes = PART, .progress = copy_progress_cb,
-                                   .progress_user_data = &pr};
-    enum s3f_status st = s3f_copy(one, bucket, "cpchg/src", bucket, "cpchg/dst", &chg, NULL, &e);
-    CHECK_INT(st, S3F_ERR_PRECONDITION_FAILED);
-    CHECK_INT(e.http_status, 412);
-    CHECK_STR(e.operation, "UploadPartCopy");
-    CHECK_INT(s3f_head_object(c, bucket, "cpchg/dst", NULL, NULL, &e), S3F_ERR_NOT_FOUND);
-    CHECK_INT(count_uploads(c, "cpchg/"), 0);
-    s3f_client_free(other);
-    s3f_client_free(one);
+     * x-amz-copy-source-if-match (412), the upload is aborted, nothing appears. The
+     * replacement (a 15 MiB PutObject from the progress callback) must land before the
+     * copy's 3 remaining server-side parts: under ThreadSanitizer the client side is so much
+     * slower that it does not, so the TSan pass (XFER_TEST_NO_RACE=1) leaves this case out. */
+    if (!getenv("XFER_TEST_NO_RACE"))
+        copy_source_replaced(c, data, n);
+
 
     /* a missing source: NOT_FOUND from its HEAD, nothing started */
     CHECK_INT(s3f_copy(c, bucket, "cp/missing", bucket, "cp/x", &o, NULL, &e),
