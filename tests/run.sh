@@ -2,7 +2,8 @@
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), then
-# runs the C tests again under ASan+UBSan (LeakSanitizer on), then the unit tests and the
+# runs the C tests again under ASan+UBSan (LeakSanitizer on) and the Python tests of the C
+# paths with the extension built that way, then the unit tests and the
 # engine's threaded C integration tests under ThreadSanitizer, and stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
@@ -52,6 +53,14 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     meson test -C build-asan --suite unit --print-errorlogs
     S3FLASH_BUILD_DIR="$root/build-asan" python3 -m pytest -q -p no:cacheprovider tests/integration
+    # the Python extension under ASan+UBSan: the ASan runtime preloaded into an ordinary
+    # python3 (leak checks off: the interpreter keeps its memory at exit), the Python tests
+    # that drive the C paths (reader, writer, files, errors, round trips, fork)
+    PYTHONPATH=$(bash tests/python/devenv.sh build-asan) \
+        LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
+        python3 -m pytest -q -p no:cacheprovider --rootdir tests/python tests/python/test_io.py \
+        tests/python/test_files.py tests/python/test_errors.py tests/python/test_roundtrip.py \
+        tests/python/test_fork.py tests/python/test_lazy_load.py
 fi
 # ThreadSanitizer: the library's threads (I/O threads, transfers, the janitor, the credential
 # refresher) under the unit tests and the engine's C integration programs against RGW
