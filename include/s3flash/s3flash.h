@@ -135,6 +135,16 @@ struct s3f_client_options {
     /* 1: always path-style (http://host/bucket/key). 0: virtual-hosted style where the
      * bucket name is DNS-safe and the endpoint is not an IP address, else path style. */
     int force_path_style;
+    /* AWS endpoint variants (ignored with a custom endpoint, where FIPS and dual-stack are
+     * refused as the AWS SDKs do). 1: on, -1: off, 0: from the environment and profile:
+     * FIPS (s3-fips.REGION.amazonaws.com): AWS_USE_FIPS_ENDPOINT, the profile's
+     * use_fips_endpoint; dual-stack IPv4/IPv6 (s3.dualstack.REGION...):
+     * AWS_USE_DUALSTACK_ENDPOINT, the profile's use_dualstack_endpoint or
+     * s3.use_dualstack_endpoint; Transfer Acceleration (BUCKET.s3-accelerate.amazonaws.com,
+     * virtual-hosted buckets only): the profile's s3.use_accelerate_endpoint. */
+    int use_fips_endpoint;
+    int use_dualstack_endpoint;
+    int use_accelerate_endpoint;
     /* 1: send unsigned requests and never look for credentials. */
     int anonymous;
     /* Explicit static credentials; when access_key_id is NULL the default chain is used:

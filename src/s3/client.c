@@ -14,6 +14,13 @@ static bool truthy(const char *v) {
     return v && (s3f__strieq(v, "true") || strcmp(v, "1") == 0 || s3f__strieq(v, "yes"));
 }
 
+/* An endpoint variant: the option (1 on, -1 off), else the environment, else the profile. */
+static bool endpoint_flag(int option, const char *from_env, const char *from_profile) {
+    if (option)
+        return option > 0;
+    return truthy(from_env ? from_env : from_profile);
+}
+
 static const char *cfg_get(const struct s3f_client *c, const char *key) {
     return c->config ? s3f__aws_config_get(c->config, key) : NULL;
 }
@@ -95,6 +102,15 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
     const char *addressing = c->config ? s3f__aws_config_get(c->config, "s3.addressing_style") : NULL;
     c->force_path_style = opts->force_path_style || truthy(env("S3FLASH_FORCE_PATH_STYLE")) ||
                           (addressing && strcmp(addressing, "path") == 0);
+
+    c->use_fips = endpoint_flag(opts->use_fips_endpoint, env("AWS_USE_FIPS_ENDPOINT"),
+                                cfg_get(c, "use_fips_endpoint"));
+    const char *dual = cfg_get(c, "s3.use_dualstack_endpoint");
+    c->use_dual_stack = endpoint_flag(opts->use_dualstack_endpoint,
+                                      env("AWS_USE_DUALSTACK_ENDPOINT"),
+                                      dual ? dual : cfg_get(c, "use_dualstack_endpoint"));
+    c->accelerate = endpoint_flag(opts->use_accelerate_endpoint, NULL,
+                                  cfg_get(c, "s3.use_accelerate_endpoint"));
 
     /* retries */
     c->max_attempts = 3;
@@ -244,4 +260,17 @@ enum s3f_status s3f_client_credentials_source(struct s3f_client *c, char *buf, s
     }
     s3f__credentials_cleanup(&creds);
     return st;
+}
+
+struct s3f__endpoint_params s3f__client_endpoint_params(const struct s3f_client *c,
+                                                        const char *bucket) {
+    return (struct s3f__endpoint_params){
+        .region = c->region,
+        .bucket = bucket,
+        .endpoint_url = c->endpoint_url,
+        .force_path_style = c->force_path_style,
+        .use_fips = c->use_fips,
+        .use_dual_stack = c->use_dual_stack,
+        .accelerate = c->accelerate,
+    };
 }

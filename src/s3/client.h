@@ -10,6 +10,7 @@
 #include "auth/sigv4.h"
 #include "core/core.h"
 #include "http/http.h"
+#include "s3/endpoint.h"
 
 /* AWS standard retry mode token bucket. Guarded by its own lock. */
 struct s3f__retry_bucket {
@@ -39,6 +40,7 @@ struct s3f_client {
     char *region;
     char *endpoint_url;       /* NULL: AWS */
     bool force_path_style;
+    bool use_fips, use_dual_stack, accelerate; /* AWS endpoint variants */
     bool anonymous;
     int max_attempts;
     char *ca_bundle;
@@ -192,6 +194,10 @@ void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_
  * message, request id, attempts) and returns its status. */
 enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
                                 struct s3f_error *err);
+
+/* The endpoint resolver's inputs for a request to `bucket` (NULL: none) by this client. */
+struct s3f__endpoint_params s3f__client_endpoint_params(const struct s3f_client *c,
+                                                        const char *bucket);
 
 /* "s3://bucket/key" into buf. */
 void s3f__s3_resource(char *buf, size_t len, const char *bucket, const char *key);

@@ -1063,9 +1063,7 @@ enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char
     s3f__s3_resource(resource, sizeof(resource), bucket, key);
     struct s3f__endpoint ep;
     memset(&ep, 0, sizeof(ep));
-    struct s3f__endpoint_params p = {.region = c->region, .bucket = bucket,
-                                     .endpoint_url = c->endpoint_url,
-                                     .force_path_style = c->force_path_style};
+    struct s3f__endpoint_params p = s3f__client_endpoint_params(c, bucket);
     struct s3f__credentials creds;
     memset(&creds, 0, sizeof(creds));
     char *base = NULL, *query = NULL, *path = NULL;

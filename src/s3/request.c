@@ -436,12 +436,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
                               r->header_overflow, S3F_MAX_EXTRA_HEADERS);
     struct s3f__endpoint ep;
     memset(&ep, 0, sizeof(ep));
-    struct s3f__endpoint_params ep_params = {
-        .region = c->region,
-        .bucket = r->bucket,
-        .endpoint_url = c->endpoint_url,
-        .force_path_style = c->force_path_style,
-    };
+    struct s3f__endpoint_params ep_params = s3f__client_endpoint_params(c, r->bucket);
     st = s3f__endpoint_resolve(&ep_params, &ep, err);
     if (st) {
         if (err) {

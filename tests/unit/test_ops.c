@@ -2,7 +2,9 @@
  * of the builders, so that a new operation cannot forget one), the executor refuses an
  * operation without one, the CompleteMultipartUpload body escapes what the server gave,
  * and the identity checks used after a lost response (multipart ETag, size/checksum/ETag). */
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "s3/idempotency.h"
@@ -111,6 +113,110 @@ static void test_executor_refuses_unknown(void) {
     s3f_client_free(c);
 }
 
+/* The host a client with these settings presigns a GET for (no network); "" when the
+ * endpoint cannot be resolved. */
+static void presigned_host(const struct s3f_client_options *o, char *host, size_t len) {
+    struct s3f_client *c = NULL;
+    struct s3f_error err;
+    char *url = NULL;
+    host[0] = '\0';
+    CHECK_INT(s3f_client_new(o, &c, &err), S3F_OK);
+    if (!c)
+        return;
+    if (s3f_presign(c, "GET", "bkt", "k", 60, &url, &err) == S3F_OK && url) { /* else "" */
+        const char *h = strstr(url, "://");
+        size_t n = h ? strcspn(h + 3, "/?") : 0;
+        if (h && n < len) {
+            memcpy(host, h + 3, n);
+            host[n] = '\0';
+        }
+        free(url);
+    }
+    s3f_client_free(c);
+}
+
+/* FIPS, dual-stack and Transfer Acceleration reach the endpoint resolver from the options,
+ * the environment (AWS_USE_FIPS_ENDPOINT, AWS_USE_DUALSTACK_ENDPOINT) and the profile
+ * (use_fips_endpoint, s3.use_dualstack_endpoint, s3.use_accelerate_endpoint); an option of
+ * -1 turns one off whatever the environment says. */
+static void test_endpoint_variants(void) {
+    char dir[] = "/tmp/s3f-variants-XXXXXX", cfg[64], host[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cfg, sizeof(cfg), "%s/config", dir);
+    setenv("AWS_CONFIG_FILE", cfg, 1);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
+    unsetenv("AWS_PROFILE");
+    unsetenv("AWS_ENDPOINT_URL");
+    unsetenv("AWS_ENDPOINT_URL_S3");
+    FILE *f = fopen(cfg, "w");
+    if (f) {
+        fputs("[default]\n", f);
+        fclose(f);
+    }
+    struct s3f_client_options o;
+    memset(&o, 0, sizeof(o));
+    o.region = "us-west-2";
+    o.access_key_id = "AKIDEXAMPLE";
+    o.secret_access_key = "secret";
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3.us-west-2.amazonaws.com");
+    o.use_fips_endpoint = 1;
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3-fips.us-west-2.amazonaws.com");
+    o.use_dualstack_endpoint = 1;
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3-fips.dualstack.us-west-2.amazonaws.com");
+    memset(&o, 0, sizeof(o));
+    o.region = "us-west-2";
+    o.access_key_id = "AKIDEXAMPLE";
+    o.secret_access_key = "secret";
+    o.use_accelerate_endpoint = 1;
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3-accelerate.amazonaws.com");
+    o.use_accelerate_endpoint = 0;
+    /* the environment */
+    setenv("AWS_USE_DUALSTACK_ENDPOINT", "true", 1);
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3.dualstack.us-west-2.amazonaws.com");
+    o.use_dualstack_endpoint = -1; /* off, whatever the environment says */
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3.us-west-2.amazonaws.com");
+    o.use_dualstack_endpoint = 0;
+    unsetenv("AWS_USE_DUALSTACK_ENDPOINT");
+    /* the profile */
+    f = fopen(cfg, "w");
+    if (f) {
+        fputs("[default]\nuse_fips_endpoint = true\ns3 =\n  use_accelerate_endpoint = true\n",
+              f);
+        fclose(f);
+    }
+    presigned_host(&o, host, sizeof(host));
+    /* FIPS and Accelerate together are refused by the resolver: the client says so */
+    CHECK_STR(host, "");
+    f = fopen(cfg, "w");
+    if (f) {
+        fputs("[default]\ns3 =\n  use_dualstack_endpoint = true\n", f);
+        fclose(f);
+    }
+    presigned_host(&o, host, sizeof(host));
+    CHECK_STR(host, "bkt.s3.dualstack.us-west-2.amazonaws.com");
+    /* a custom endpoint: FIPS is refused, as by the AWS SDKs */
+    o.endpoint_url = "http://127.0.0.1:9";
+    o.use_fips_endpoint = 1;
+    struct s3f_client *c = NULL;
+    struct s3f_error err;
+    char *url = NULL;
+    if (s3f_client_new(&o, &c, &err) == S3F_OK) {
+        CHECK_INT(s3f_presign(c, "GET", "bkt", "k", 60, &url, &err), S3F_ERR_INVALID_ARGUMENT);
+        free(url);
+        s3f_client_free(c);
+    }
+    unlink(cfg);
+    rmdir(dir);
+    unsetenv("AWS_CONFIG_FILE");
+    unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+}
+
 static void test_complete_body_escaped(void) {
     struct s3f_part_info parts[2];
     memset(parts, 0, sizeof(parts));
@@ -189,6 +295,7 @@ int main(void) {
     RUN(test_every_operation_has_a_class);
     RUN(test_classes);
     RUN(test_executor_refuses_unknown);
+    RUN(test_endpoint_variants);
     RUN(test_complete_body_escaped);
     RUN(test_multipart_etag);
     RUN(test_same_object);
