@@ -564,28 +564,6 @@ void s3f__http_submit(struct s3f__http_pool *pool, struct s3f__http_request *req
     curl_multi_wakeup(best->multi);
 }
 
-static void perform_done(struct s3f__http_request *req, void *ud) {
-    (void)ud;
-    pthread_mutex_lock(&req->wait_lock);
-    req->finished = true;
-    pthread_cond_signal(&req->wait_cond);
-    pthread_mutex_unlock(&req->wait_lock);
-}
-
-enum s3f_status s3f__http_perform(struct s3f__http_pool *pool, struct s3f__http_request *req) {
-    pthread_mutex_init(&req->wait_lock, NULL);
-    pthread_cond_init(&req->wait_cond, NULL);
-    req->finished = false;
-    s3f__http_submit(pool, req, perform_done, NULL);
-    pthread_mutex_lock(&req->wait_lock);
-    while (!req->finished)
-        pthread_cond_wait(&req->wait_cond, &req->wait_lock);
-    pthread_mutex_unlock(&req->wait_lock);
-    pthread_cond_destroy(&req->wait_cond);
-    pthread_mutex_destroy(&req->wait_lock);
-    return req->status;
-}
-
 bool s3f__http_error_retryable(const struct s3f__http_request *req) {
     switch (req->status) {
     case S3F_ERR_CONNECT:

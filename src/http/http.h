@@ -1,7 +1,8 @@
 /* The HTTP transport: libcurl multi handles driven by a small pool of I/O threads.
  *
  * A request is a `struct s3f__http_request` owned by the caller. It is submitted to the pool
- * and completes on an I/O thread; `s3f__http_perform` waits for it. Connections are kept
+ * and completes on an I/O thread, which calls its `done` (the s3 layer's executor waits
+ * there, or goes on asynchronously). Connections are kept
  * per I/O thread and reused; DNS and TLS sessions are shared across threads. HTTP/1.1 only.
  *
  * Each I/O thread hands curl at most as many requests as it has connections (its share of
@@ -99,9 +100,6 @@ struct s3f__http_request {
     s3f__http_done_fn done;
     void *done_ud;
     struct s3f__http_request *next;
-    pthread_mutex_t wait_lock;
-    pthread_cond_t wait_cond;
-    bool finished;
 };
 
 /* Queue the request; `done` runs on an I/O thread when it completes (always, also on
@@ -110,8 +108,6 @@ struct s3f__http_request {
  * asynchronously. */
 void s3f__http_submit(struct s3f__http_pool *pool, struct s3f__http_request *req,
                       s3f__http_done_fn done, void *ud);
-/* Submit and wait. Returns req->status. */
-enum s3f_status s3f__http_perform(struct s3f__http_pool *pool, struct s3f__http_request *req);
 
 /* Whether a transport failure may succeed when retried (reset, timeout, refused...). */
 bool s3f__http_error_retryable(const struct s3f__http_request *req);
