@@ -20,6 +20,9 @@
 #include <string.h>
 
 #include "checksum.h"
+#ifdef S3F_HAVE_ISAL_CRC64_ROCKSOFT
+#include <isa-l/crc64.h>
+#endif
 #include "core.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -235,6 +238,7 @@ TARGET_VPCLMUL static uint64_t crc64_vpclmul(uint64_t reg, const uint8_t *p, siz
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static _Atomic int crc64_impl = S3F__CRC64_TABLE;
 static int crc64_best = S3F__CRC64_TABLE;
+static unsigned crc64_avail = 1u << S3F__CRC64_TABLE; /* the implementations this CPU runs */
 
 static void init_all(void) {
     gf2_init(&gf_crc32c);
@@ -249,10 +253,17 @@ static void init_all(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) {
         crc64_best = S3F__CRC64_PCLMUL;
+        crc64_avail |= 1u << S3F__CRC64_PCLMUL;
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("vpclmulqdq"))
+            __builtin_cpu_supports("vpclmulqdq")) {
             crc64_best = S3F__CRC64_VPCLMUL;
+            crc64_avail |= 1u << S3F__CRC64_VPCLMUL;
+        }
     }
+#endif
+#ifdef S3F_HAVE_ISAL_CRC64_ROCKSOFT
+    crc64_best = S3F__CRC64_ISAL; /* ISA-L picks its own best code for the CPU */
+    crc64_avail |= 1u << S3F__CRC64_ISAL;
 #endif
     atomic_store_explicit(&crc64_impl, crc64_best, memory_order_relaxed);
 }
@@ -263,6 +274,10 @@ static inline void ensure_init(void) {
 
 static uint64_t crc64_raw(uint64_t reg, const uint8_t *p, size_t len) {
     switch (atomic_load_explicit(&crc64_impl, memory_order_relaxed)) {
+#ifdef S3F_HAVE_ISAL_CRC64_ROCKSOFT
+    case S3F__CRC64_ISAL: /* ISA-L inverts on the way in and out; reg is already inverted */
+        return ~crc64_rocksoft_refl(~reg, p, len);
+#endif
 #ifdef S3F_CRC_X86
     case S3F__CRC64_VPCLMUL:
         return crc64_vpclmul(reg, p, len);
@@ -288,7 +303,8 @@ enum s3f__crc64_impl s3f__crc64nvme_impl(void) {
 
 int s3f__crc64nvme_set_impl(enum s3f__crc64_impl impl) {
     ensure_init();
-    if ((int)impl < S3F__CRC64_TABLE || (int)impl > crc64_best)
+    if ((int)impl < S3F__CRC64_TABLE || (int)impl > S3F__CRC64_ISAL ||
+        !(crc64_avail & (1u << impl)))
         return -1;
     atomic_store_explicit(&crc64_impl, (int)impl, memory_order_relaxed);
     return 0;
@@ -302,6 +318,8 @@ const char *s3f__crc64nvme_impl_name(enum s3f__crc64_impl impl) {
         return "pclmulqdq";
     case S3F__CRC64_VPCLMUL:
         return "avx512-vpclmulqdq";
+    case S3F__CRC64_ISAL:
+        return "isa-l crc64_rocksoft_refl";
     }
     return "unknown";
 }

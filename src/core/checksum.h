@@ -18,13 +18,16 @@
  * check("123456789") = 0xae8b14860a799888. `crc` is the running value (start with 0). */
 uint64_t s3f__crc64nvme(uint64_t crc, const void *data, size_t len);
 
-/* Implementations of s3f__crc64nvme, fastest last. */
+/* Implementations of s3f__crc64nvme, preferred last. */
 enum s3f__crc64_impl {
     S3F__CRC64_TABLE = 0,   /* slice-by-8, portable */
     S3F__CRC64_PCLMUL = 1,  /* 128-bit carry-less multiply folding (x86-64 PCLMULQDQ) */
     S3F__CRC64_VPCLMUL = 2, /* 512-bit folding (AVX-512 + VPCLMULQDQ) */
+    S3F__CRC64_ISAL = 3,    /* ISA-L's crc64_rocksoft_refl (ISA-L 2.31+; CRC-64/Rocksoft is
+                               CRC-64/NVME), when the build found it */
 };
-/* The implementation s3f__crc64nvme uses (the fastest this CPU runs, unless forced). */
+/* The implementation s3f__crc64nvme uses (ISA-L's when built with one that has it, else the
+ * fastest of ours this CPU runs, unless forced). */
 enum s3f__crc64_impl s3f__crc64nvme_impl(void);
 /* Force an implementation (for tests and benchmarks; not thread-safe against concurrent
  * s3f__crc64nvme calls). Returns 0, or -1 (nothing changed) if this CPU or build lacks it. */

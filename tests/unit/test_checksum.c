@@ -176,9 +176,10 @@ static void test_crc64_impls(void) {
         return;
     fill_random(buf, max + 64);
     int tried = 0;
-    for (int impl = S3F__CRC64_TABLE; impl <= S3F__CRC64_VPCLMUL; impl++) {
+    for (int impl = S3F__CRC64_TABLE; impl <= S3F__CRC64_ISAL; impl++) {
         if (s3f__crc64nvme_set_impl((enum s3f__crc64_impl)impl) != 0) {
-            printf("  %s: not on this CPU, skipped\n", s3f__crc64nvme_impl_name(impl));
+            printf("  %s: not on this CPU or in this build, skipped\n",
+                   s3f__crc64nvme_impl_name(impl));
             continue;
         }
         tried++;
@@ -218,8 +219,9 @@ static void test_crc64_large(void) {
     fill_random(buf, n);
     uint64_t want = ref_crc64nvme(buf, n);
     enum s3f__crc64_impl best = s3f__crc64nvme_impl();
-    for (int impl = S3F__CRC64_TABLE; impl <= (int)best; impl++) {
-        CHECK_INT(s3f__crc64nvme_set_impl((enum s3f__crc64_impl)impl), 0);
+    for (int impl = S3F__CRC64_TABLE; impl <= S3F__CRC64_ISAL; impl++) {
+        if (s3f__crc64nvme_set_impl((enum s3f__crc64_impl)impl) != 0)
+            continue; /* not on this CPU or in this build */
         CHECK(s3f__crc64nvme(0, buf, n) == want);
         CHECK(s3f__crc64nvme(0, buf + 1, n - 1) == ref_crc64nvme(buf + 1, n - 1));
     }
