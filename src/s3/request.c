@@ -8,12 +8,10 @@
 #include "s3/client.h"
 #include "s3/endpoint.h"
 #include "s3/idempotency.h"
+#include "s3/retry.h"
 #include "s3/xml.h"
 
 #define ERROR_BODY_MAX (64u << 10)
-#define RETRY_COST 5
-#define RETRY_TIMEOUT_COST 10
-#define MAX_BACKOFF_MS 20000u
 
 void s3f__s3_request_header(struct s3f__s3_request *r, const char *name, const char *value) {
     if (r->n_headers < S3F_MAX_EXTRA_HEADERS) {
@@ -351,45 +349,6 @@ static int on_body(void *ud, const char *data, size_t len) {
     return 0;
 }
 
-/* ---- retries ------------------------------------------------------------------------ */
-
-static bool retry_acquire(struct s3f_client *c, int cost) {
-    bool ok;
-    pthread_mutex_lock(&c->retry.lock);
-    ok = c->retry.tokens >= cost;
-    if (ok)
-        c->retry.tokens -= cost;
-    pthread_mutex_unlock(&c->retry.lock);
-    return ok;
-}
-
-static void retry_refund(struct s3f_client *c, int amount) {
-    pthread_mutex_lock(&c->retry.lock);
-    c->retry.tokens += amount;
-    if (c->retry.tokens > c->retry.capacity)
-        c->retry.tokens = c->retry.capacity;
-    pthread_mutex_unlock(&c->retry.lock);
-}
-
-/* Full-jitter exponential backoff: random(0,1) * min(2^(attempt-1), 20) seconds. The
- * base can be scaled down for tests with S3FLASH_RETRY_BASE_MS (default 1000). */
-static uint64_t backoff_base_ms = 1000;
-static pthread_once_t backoff_once = PTHREAD_ONCE_INIT;
-static void backoff_init(void) {
-    const char *b = getenv("S3FLASH_RETRY_BASE_MS");
-    uint64_t v = b && *b ? strtoull(b, NULL, 10) : 1000;
-    backoff_base_ms = v ? v : 1;
-}
-
-static uint64_t backoff_ms(int attempt) {
-    pthread_once(&backoff_once, backoff_init); /* read by every I/O thread */
-    uint64_t base = backoff_base_ms;
-    uint64_t cap = base << (attempt - 1 < 16 ? attempt - 1 : 16);
-    if (cap > MAX_BACKOFF_MS)
-        cap = MAX_BACKOFF_MS;
-    return (uint64_t)(s3f__random_unit() * (double)cap);
-}
-
 /* ---- building the request ------------------------------------------------------------ */
 
 static void log_request(struct s3f_client *c, const struct s3f__s3_request *r, const char *url,
@@ -666,7 +625,7 @@ static void finish(struct s3f__s3_request *r, enum s3f_status st) {
     struct s3f__s3_call *k = &r->call;
     attempt_release(k);
     if (st == S3F_OK)
-        retry_refund(k->c, k->used_retry_token ? k->last_cost : 1);
+        s3f__retry_refund(k->c, k->used_retry_token ? k->last_cost : 1);
     s3f__s3_done_fn done = k->done;
     void *ud = k->done_ud;
     done(r, st, ud); /* r may be gone from here on */
@@ -758,7 +717,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
              a->http.error[0] ? ": " : "", a->http.error);
 
     bool retryable = false;
-    int cost = RETRY_COST;
+    int cost = S3F__RETRY_COST;
     bool resumed = k->delivered > 0; /* this attempt asked for the rest of a broken body */
     int sc;
     struct s3f_error last;
@@ -794,7 +753,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
         if (tst == S3F_ERR_ABORTED && a->bad)
             retryable = a->bad_retryable;
         if (s3f__http_error_is_timeout(&a->http))
-            cost = RETRY_TIMEOUT_COST;
+            cost = S3F__RETRY_TIMEOUT_COST;
     } else if (http_status >= 300 || http_status < 200) {
         error_from_response(r, a, a->err_body.data, a->err_body.len, http_status, &last);
         retryable = s3f__s3_error_retryable(http_status, last.code);
@@ -857,7 +816,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
     }
 
     bool give_up = !retryable || k->attempt >= k->max_attempts;
-    if (!give_up && !retry_acquire(c, cost)) {
+    if (!give_up && !s3f__retry_acquire(c, cost)) {
         s3f__log(&c->logger, S3F_LOG_WARN, "%s %s: retry quota exhausted, not retrying",
                  r->operation, k->resource);
         give_up = true;
@@ -890,7 +849,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
                  "next is checked (%s)", r->operation, k->resource, k->attempt,
                  s3f_status_name(last.status), s3f__idem_class_name(k->idem));
     }
-    uint64_t wait = backoff_ms(k->attempt);
+    uint64_t wait = s3f__retry_backoff_ms(k->attempt);
     s3f__log(&c->logger, S3F_LOG_INFO,
              "%s %s: attempt %d failed (%s%s%s), retrying in %" PRIu64 " ms", r->operation,
              k->resource, k->attempt, last.code[0] ? last.code : s3f_status_name(last.status),

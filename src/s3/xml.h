@@ -1,5 +1,5 @@
 /* S3 XML: response documents parsed with expat, the DeleteObjects request body, and the
- * mapping of S3 error codes to s3f_status and to retry decisions.
+ * mapped statuses of error documents (s3/retry.h has the mapping).
  *
  * Every parser takes the whole body (`body`, `len`; it need not be NUL-terminated), accepts
  * the S3 namespace or none (element prefixes are ignored), refuses DTDs, and answers
@@ -101,25 +101,6 @@ enum s3f_status s3f__xml_build_delete(const char *const *keys, size_t n, bool qu
  * ETags of a CompleteMultipartUpload body). S3F_ERR_NO_MEMORY past the buffer's cap. */
 enum s3f_status s3f__xml_append_escaped(struct s3f__buf *b, const char *s);
 
-/* Status for an S3 error code and HTTP status (either may be 0/NULL/""). The code decides
- * first: NoSuchKey, NoSuchUpload, NoSuchVersion -> NOT_FOUND; NoSuchBucket -> NO_SUCH_BUCKET;
- * AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId, AllAccessDisabled,
- * AccountProblem, NotSignedUp, InvalidSecurity, RequestTimeTooSkewed -> ACCESS_DENIED;
- * ExpiredToken, RequestExpired, TokenRefreshRequired -> EXPIRED_CREDENTIALS;
- * PreconditionFailed -> PRECONDITION_FAILED; InvalidRange -> INVALID_RANGE; SlowDown and the
- * AWS throttling codes -> THROTTLED; InternalError, ServiceUnavailable -> SERVER. Then the
- * HTTP status: 404 -> NOT_FOUND, 403 -> ACCESS_DENIED, 412 -> PRECONDITION_FAILED,
- * 416 -> INVALID_RANGE, 429 -> THROTTLED, 5xx -> SERVER. Else S3F_ERR_S3. */
-enum s3f_status s3f__s3_error_status(int http_status, const char *code);
-
-/* Whether AWS standard retry mode retries this error: the transient codes InternalError,
- * ServiceUnavailable, RequestTimeout, RequestTimeoutException, PriorRequestNotComplete, the
- * throttling codes (SlowDown, Throttling, ThrottlingException, RequestThrottled, ...), HTTP
- * 500, 502, 503, 504, and 429. Not retried: RequestTimeTooSkewed (standard mode retries it
- * only after correcting its clock offset, which s3flash does not do: a skewed clock must be
- * fixed), ExpiredToken (the executor, s3/request.c, fetches new credentials and re-sends
- * once, as for TokenRefreshRequired and InvalidToken), and every other
- * 4xx, 501 NotImplemented included. */
-bool s3f__s3_error_retryable(int http_status, const char *code);
+#include "s3/retry.h" /* the status of an <Error> document */
 
 #endif /* S3F_S3_XML_H */
