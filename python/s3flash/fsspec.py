@@ -136,10 +136,14 @@ class S3FlashFileSystem(AbstractFileSystem):
         self._client: S3Client = _shared_client(region, endpoint, config)
 
     def __reduce__(self) -> Any:
-        # a class made by register(**defaults) is not importable: pickle as the base class
-        # with the defaults folded into the options
+        # pickled as its own class (a subclass stays a subclass), except the classes made
+        # by register(**defaults), which are not importable: those pickle as their nearest
+        # importable base, with the defaults folded into the options
+        cls: type = type(self)
+        while cls.__dict__.get("_made_by_register"):
+            cls = cls.__base__
         opts = {**self._defaults, **self.storage_options}
-        return _make_instance, (S3FlashFileSystem, self.storage_args, opts)
+        return _make_instance, (cls, self.storage_args, opts)
 
     # -- paths -------------------------------------------------------------------------
     @classmethod
@@ -320,7 +324,8 @@ class S3FlashFileSystem(AbstractFileSystem):
     # -- directories -------------------------------------------------------------------
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Creates the bucket when `path` is one (FileExistsError when it exists), or when
-        create_parents and it is missing; nothing else (S3 has no directories)."""
+        it is missing below it and create_parents (else FileNotFoundError); nothing else
+        (S3 has no directories). As s3fs."""
         bucket, key = self.split_path(path)
         if not bucket:
             raise ValueError("mkdir: no bucket in path")
@@ -328,7 +333,9 @@ class S3FlashFileSystem(AbstractFileSystem):
             if self._bucket_exists(bucket):
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), bucket)
             self._native.create_bucket(bucket)
-        elif create_parents and not self._bucket_exists(bucket):
+        elif not self._bucket_exists(bucket):
+            if not create_parents:
+                raise _not_found(bucket)
             self._native.create_bucket(bucket)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
@@ -372,10 +379,19 @@ class S3FlashFileSystem(AbstractFileSystem):
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: Optional[int] = None,
            **kwargs: Any) -> None:
-        """Delete objects, in DeleteObjects batches of 1000. recursive: everything under a
-        prefix (one flat listing), directory markers included. Buckets are kept (rmdir)."""
+        """Delete objects, in DeleteObjects batches of 1000, as s3fs does:
+
+        - a key: the object (one HEAD first: a missing key raises FileNotFoundError, a
+          prefix IsADirectoryError);
+        - recursive=True: the key and everything under ``key/`` (one flat listing),
+          directory markers included; FileNotFoundError when nothing is there;
+        - a bucket: removed (DeleteBucket, after its objects with recursive=True); not
+          empty: OSError(ENOTEMPTY); missing: FileNotFoundError;
+        - globs (and maxdepth) expand with fsspec's expand_path (nothing: FileNotFoundError).
+        """
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         todo: Dict[str, set] = defaultdict(set)
+        buckets: List[str] = []
         for p in paths:
             p = self._strip_protocol(p)
             bucket, key = self.split_path(p)
@@ -389,20 +405,30 @@ class S3FlashFileSystem(AbstractFileSystem):
                         if recursive:
                             todo[b].add(k + "/")
                 continue
-            if not recursive:
-                if not key:
-                    raise IsADirectoryError(errno.EISDIR, "rm of a bucket: use rmdir", p)
-                todo[bucket].add(key)
+            if not key:
+                if recursive:  # NoSuchBucket: FileNotFoundError
+                    todo[bucket].update(o[0] for objects, _ in self._list(bucket, "")
+                                        for o in objects)
+                buckets.append(bucket)
                 continue
-            under = [o[0] for objects, _ in self._list(bucket, key + "/" if key else "")
-                     for o in objects]
-            if key:
-                if not under and not self.isfile(p):
+            if not recursive:
+                if not self.isfile(p):
+                    if self.isdir(p):
+                        raise IsADirectoryError(errno.EISDIR, "rm of a prefix: give "
+                                                "recursive=True", p)
                     raise _not_found(p)
                 todo[bucket].add(key)
+                continue
+            under = [o[0] for objects, _ in self._list(bucket, key + "/")
+                     for o in objects]
+            if not under and not self.isfile(p):
+                raise _not_found(p)
+            todo[bucket].add(key)
             todo[bucket].update(under)
         for bucket, keys in todo.items():
             self._native.delete_objects(bucket, sorted(keys))
+        for bucket in buckets:
+            self.rmdir(bucket)
 
     # -- reading -----------------------------------------------------------------------
     def cat_file(self, path: str, start: Optional[int] = None, end: Optional[int] = None,
@@ -644,7 +670,8 @@ def register(clobber: bool = True, **storage_options: Any) -> type:
     cls: type = S3FlashFileSystem
     if storage_options:
         cls = type("S3FlashFileSystem", (S3FlashFileSystem,),
-                   {"_defaults": dict(storage_options), "__module__": __name__})
+                   {"_defaults": dict(storage_options), "__module__": __name__,
+                    "_made_by_register": True})
     for p in PROTOCOLS:
         fsspec.register_implementation(p, cls, clobber=clobber)
     return cls

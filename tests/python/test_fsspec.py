@@ -351,3 +351,68 @@ def test_lightning_torch_checkpoint_io_through_fsspec(bucket, endpoint):
     finally:
         s3flash.fsspec.register()
     assert issubclass(cls, S3FlashFileSystem)
+
+
+class _MyFS(S3FlashFileSystem):
+    """A user's subclass (importable: pickle names it)."""
+
+    def hello(self):
+        return "hello"
+
+
+def test_subclass_survives_pickling(endpoint, bucket):
+    fs = _MyFS(endpoint_url=endpoint)
+    back = pickle.loads(pickle.dumps(fs))
+    assert type(back) is _MyFS and back.hello() == "hello"
+    assert back.endpoint_url == endpoint
+    back.pipe_file(f"{bucket}/pickled-sub", b"p")
+    assert fs.cat_file(f"{bucket}/pickled-sub") == b"p"
+
+
+def test_rm_missing_raises_and_buckets_as_s3fs(fs, s3, base):
+    bucket, prefix = base.split("/", 1)
+    # a missing key, a key in a missing bucket, a missing bucket: FileNotFoundError
+    with pytest.raises(FileNotFoundError):
+        fs.rm(f"{base}/nope")
+    with pytest.raises(FileNotFoundError):
+        fs.rm([f"{base}/nope2"])
+    missing = f"s3fpy-nobucket-{uuid.uuid4().hex[:8]}"
+    for p, rec in ((f"{missing}/k", False), (f"{missing}/k", True), (missing, False),
+                   (missing, True)):
+        with pytest.raises(FileNotFoundError):
+            fs.rm(p, recursive=rec)
+    # a prefix without recursive: IsADirectoryError, and nothing deleted
+    fs.pipe({f"{base}/d/x": b"x", f"{base}/f": b"f"})
+    with pytest.raises(IsADirectoryError):
+        fs.rm(f"{base}/d")
+    assert exists(s3, bucket, f"{prefix}/d/x")
+    fs.rm(f"{base}/f")
+    assert not exists(s3, bucket, f"{prefix}/f")
+    # a bucket: rm(recursive=True) deletes its objects and the bucket (s3fs); without
+    # recursive, only an empty bucket is removed
+    new = f"s3fpy-fsrm-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(new)
+    fs.pipe({f"{new}/a": b"a", f"{new}/b/c": b"c"})
+    with pytest.raises(OSError):
+        fs.rm(new)
+    assert fs.exists(f"{new}/a")
+    fs.rm(f"s3://{new}", recursive=True)
+    assert not fs.exists(new)
+    fs.mkdir(new)
+    fs.rm(new)
+    assert not fs.exists(new)
+
+
+def test_mkdir_in_missing_bucket_without_parents(fs):
+    missing = f"s3fpy-nobucket-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(FileNotFoundError):
+        fs.mkdir(f"{missing}/a", create_parents=False)
+    assert not fs.exists(missing)
+    fs.mkdir(f"{missing}/a")                     # create_parents (default): the bucket
+    try:
+        assert fs.exists(missing)
+        with pytest.raises(FileExistsError):
+            fs.makedirs(missing)
+        fs.makedirs(missing, exist_ok=True)
+    finally:
+        fs.rmdir(missing)
