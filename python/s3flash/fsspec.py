@@ -199,7 +199,8 @@ class S3FlashFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
         if not bucket:
-            raise NotImplementedError("S3FlashFileSystem cannot list buckets; ls a bucket")
+            out = self._list_buckets()
+            return out if detail else [e["name"] for e in out]
         prefix = key + "/" if key else ""
         out: List[Dict[str, Any]] = []
         marker = False
@@ -217,6 +218,24 @@ class S3FlashFileSystem(AbstractFileSystem):
                 raise _not_found(path) from None
         out.sort(key=lambda e: e["name"])
         return out if detail else [e["name"] for e in out]
+
+    def _list_buckets(self) -> List[Dict[str, Any]]:
+        """The buckets of the credentials (ListBuckets), as s3fs: anonymous, or without the
+        permission to list buckets, the root lists nothing."""
+        if self.s3client_config.unsigned:
+            return []
+        try:
+            buckets = self._native.list_buckets()
+        except PermissionError:
+            return []
+        out = []
+        for name, created in sorted(buckets):
+            e = _dir_entry(name)
+            e["StorageClass"] = "BUCKET"
+            if created:
+                e["CreationDate"] = _mtime(created)
+            out.append(e)
+        return out
 
     def _head(self, bucket: str, key: str) -> Dict[str, Any]:
         h = self._native.head_object(bucket, key)
@@ -276,8 +295,14 @@ class S3FlashFileSystem(AbstractFileSystem):
                                 **kwargs)
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
-        if not bucket:
-            raise NotImplementedError("S3FlashFileSystem cannot list buckets; find in a bucket")
+        if not bucket:  # every bucket, one after the other
+            found: Dict[str, Any] = {}
+            for b in self._list_buckets():
+                if withdirs:
+                    found[b["name"]] = b
+                found.update(self.find(b["name"], withdirs=withdirs, detail=True))
+            names = sorted(found)
+            return {n: found[n] for n in names} if detail else names
         prefix = key + "/" if key else ""
         out: Dict[str, Dict[str, Any]] = {}
         found = False

@@ -1418,6 +1418,31 @@ out:
     return res;
 }
 
+static PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored)) {
+    CLIENT_OR_NULL(self, c);
+    struct s3f_bucket_list *list = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_list_buckets(c, &list, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    PyObject *res = PyList_New((Py_ssize_t)list->n_buckets);
+    for (size_t i = 0; res && i < list->n_buckets; i++) {
+        const struct s3f_bucket_entry *b = &list->buckets[i];
+        PyObject *t = Py_BuildValue("(sL)", b->name, (long long)b->creation_date);
+        if (!t) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+    }
+    s3f_bucket_list_free(list);
+    return res;
+}
+
 static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *args) {
     const char *bucket, *key, *upload_id;
     if (!PyArg_ParseTuple(args, "sss:abort_multipart_upload", &bucket, &key, &upload_id))
@@ -1528,6 +1553,9 @@ static PyMethodDef Client_methods[] = {
      "list_multipart_uploads(bucket, prefix=None, key_marker=None, upload_id_marker=None)\n"
      "-> (uploads, next_key_marker, next_upload_id_marker); uploads are "
      "(key, upload_id, initiated)"},
+    {"list_buckets", (PyCFunction)Client_list_buckets, METH_NOARGS,
+     "list_buckets()\n-> [(name, creation_date)]: the buckets the credentials own "
+     "(ListBuckets)"},
     {"abort_multipart_upload", (PyCFunction)Client_abort_multipart_upload, METH_VARARGS,
      "abort_multipart_upload(bucket, key, upload_id)"},
     {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,

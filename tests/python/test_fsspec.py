@@ -416,3 +416,21 @@ def test_mkdir_in_missing_bucket_without_parents(fs):
         fs.makedirs(missing, exist_ok=True)
     finally:
         fs.rmdir(missing)
+
+
+def test_ls_root_lists_buckets(fs, bucket, endpoint, rgw, s3_other):
+    """ls("") is ListBuckets (as s3fs): the caller's buckets as directories; anonymous, the
+    root lists nothing. Another user's bucket is not listed."""
+    name = f"s3fpy-other-{uuid.uuid4().hex[:8]}"
+    s3_other.create_bucket(Bucket=name)
+    try:
+        names = fs.ls("", detail=False)
+        assert bucket in names and name not in names
+        assert fs.ls("s3://", detail=False) == names
+        e = {x["name"]: x for x in fs.ls("")}[bucket]
+        assert e["type"] == "directory" and e["size"] == 0
+        assert isinstance(e["CreationDate"], datetime)
+        assert bucket in fs.glob("s3fpy-*")
+        assert fsspec.filesystem("s3", endpoint_url=endpoint, anon=True).ls("") == []
+    finally:
+        s3_other.delete_bucket(Bucket=name)
