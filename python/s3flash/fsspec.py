@@ -46,6 +46,8 @@ __all__ = ["S3FlashFileSystem", "register", "unregister"]
 PROTOCOLS = ("s3", "s3a")       # taken over by register() only: opt-in at run time
 OWN_PROTOCOL = "s3flash"         # ours from install on (the fsspec.specs entry point)
 _STREAM_CHUNK = 8 << 20
+_MIN_PART = 5 << 20              # S3's smallest part (but the last)
+_MAX_PART = 5 << 30              # S3's largest part, and UploadPartCopy's largest range
 
 
 def _not_found(path: str) -> FileNotFoundError:
@@ -488,12 +490,42 @@ class S3FlashFileSystem(AbstractFileSystem):
             native = self._native.open_writer(bucket, key,
                                               content_type=kwargs.get("ContentType"))
             return S3FlashWriteFile(self, path, native, bucket, key, mode, autocommit)
+        if mode == "ab":
+            native = self._open_append(bucket, key, kwargs.get("ContentType"))
+            return S3FlashWriteFile(self, path, native, bucket, key, mode, autocommit)
         raise NotImplementedError(f"S3FlashFileSystem: mode {mode!r} (S3 objects are "
-                                  "written whole: 'rb', 'wb', 'xb')")
+                                  "written whole: 'rb', 'wb', 'xb', 'ab')")
+
+    def _open_append(self, bucket: str, key: str, content_type: Optional[str]) -> Any:
+        """The writer of an "ab" file, as s3fs: a missing object is a new one; an object
+        under 5 MiB (too small to be a part) is read and written again first; a larger one
+        becomes the first parts of a multipart upload by UploadPartCopy on the server
+        (pinned to its ETag: an object replaced meanwhile fails), then the appended bytes.
+        The new object appears at close, whole; an exception inside ``with`` aborts."""
+        try:
+            head = self._native.head_object(bucket, key)
+        except FileNotFoundError:
+            return self._native.open_writer(bucket, key, content_type=content_type)
+        ctype = content_type or head.get("content_type") or None
+        if head["size"] < _MIN_PART:
+            r = self._native.open_reader(bucket, key, tail_bytes=-1)
+            try:
+                old = r.pread(r.size, 0)
+            finally:
+                r.close()
+            w = self._native.open_writer(bucket, key, content_type=ctype)
+            try:
+                w.write(old)
+            except BaseException:
+                w.abort()
+                raise
+            return w
+        return _AppendWriter(self._native, bucket, key, head["size"], head["etag"],
+                             max(self.s3client_config.part_size, _MIN_PART), ctype)
 
     def open(self, path: str, mode: str = "rb", block_size: Any = None,
              cache_options: Any = None, compression: Any = None, **kwargs: Any) -> Any:
-        if "b" not in mode and compression is None and any(c in mode for c in "wx"):
+        if "b" not in mode and compression is None and any(c in mode for c in "wxa"):
             text = {k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs}
             binary = self.open(path, mode.replace("t", "") + "b", block_size, cache_options,
                                **kwargs)
@@ -674,6 +706,80 @@ class S3FlashWriteFile(S3Writer):
             self._pending = None
             native.abort()
         super().__del__()
+
+
+class _AppendWriter:
+    """The native writer's interface (write, tell, close, abort) over a multipart upload
+    whose first parts are the existing object, copied on the server (UploadPartCopy, at most
+    5 GiB a part, pinned to its ETag); the appended bytes follow as parts of `part_size`,
+    sent from this thread. Nothing changes until close() completes the upload."""
+
+    def __init__(self, native: _s3flash.Client, bucket: str, key: str, size: int,
+                 etag: str, part_size: int, content_type: Optional[str]):
+        self._c, self._bucket, self._key = native, bucket, key
+        self._part_size = part_size
+        self._buf = bytearray()
+        self._pos = size
+        self._parts: List[Tuple[int, str]] = []
+        self._upload: Optional[str] = native.create_multipart_upload(
+            bucket, key, content_type=content_type)
+        try:
+            n = -(-size // _MAX_PART)               # parts of equal size, each >= 5 MiB
+            step = -(-size // n)
+            for i in range(n):
+                first, last = i * step, min(size, (i + 1) * step) - 1
+                self._parts.append(native.upload_part_copy(
+                    bucket, key, self._upload, i + 1, bucket, key, first, last,
+                    if_match=etag))
+        except BaseException:
+            self.abort()
+            raise
+
+    def _send(self, data: Any) -> None:
+        assert self._upload is not None
+        self._parts.append(self._c.upload_part(self._bucket, self._key, self._upload,
+                                               len(self._parts) + 1, data))
+
+    def write(self, data: Any) -> int:
+        if self._upload is None:
+            raise ValueError("I/O operation on closed file")
+        mv = memoryview(data).cast("B")
+        self._buf += mv
+        self._pos += len(mv)
+        try:
+            while len(self._buf) >= self._part_size:
+                self._send(memoryview(self._buf)[:self._part_size])
+                del self._buf[:self._part_size]
+        except BaseException:
+            self.abort()
+            raise
+        return len(mv)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> Dict[str, Any]:
+        if self._upload is None:
+            raise ValueError("I/O operation on closed file")
+        try:
+            if self._buf:
+                self._send(self._buf)
+                self._buf = bytearray()
+            info = self._c.complete_multipart_upload(self._bucket, self._key, self._upload,
+                                                     self._parts)
+        except BaseException:
+            self.abort()
+            raise
+        self._upload = None
+        return info
+
+    def abort(self) -> None:
+        upload, self._upload = self._upload, None
+        if upload is not None:
+            try:
+                self._c.abort_multipart_upload(self._bucket, self._key, upload)
+            except FileNotFoundError:
+                pass
 
 
 class _TextWriter(io.TextIOWrapper):

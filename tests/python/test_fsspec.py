@@ -2,6 +2,7 @@
 registry resolving s3:// to it, configuration from storage_options, errors, pandas, and
 Lightning's TorchCheckpointIO writing to s3:// through it."""
 
+import hashlib
 import io
 import os
 import pickle
@@ -215,7 +216,7 @@ def test_open_read_and_write(fs, s3, base):
         f.write(b"new")
     assert fs.cat(f"{base}/x.bin") == b"new"
     with pytest.raises(NotImplementedError):
-        fs.open(f"{base}/t.txt", "ab")
+        fs.open(f"{base}/t.txt", "r+b")
 
 
 def test_transaction(fs, s3, base):
@@ -434,3 +435,52 @@ def test_ls_root_lists_buckets(fs, bucket, endpoint, rgw, s3_other):
         assert fsspec.filesystem("s3", endpoint_url=endpoint, anon=True).ls("") == []
     finally:
         s3_other.delete_bucket(Bucket=name)
+
+
+def test_append_as_s3fs(endpoint, s3, base):
+    """"ab" as s3fs: a missing object is created; a small one (< 5 MiB) is read and written
+    again; a larger one is copied on the server as the first part of a multipart upload (the
+    result's part 1 is exactly the old object), then the appended bytes follow."""
+    bucket, prefix = base.split("/", 1)
+    fs = S3FlashFileSystem(endpoint_url=endpoint,
+                           s3client_config=s3flash.S3ClientConfig(part_size=5 << 20))
+    with fs.open(f"{base}/new", "ab") as f:
+        f.write(b"first")
+    assert fs.cat(f"{base}/new") == b"first"
+    with fs.open(f"{base}/new", "ab") as f:
+        assert f.tell() == 5
+        f.write(b"+second")
+    assert fs.cat(f"{base}/new") == b"first+second"
+    with fs.open(f"{base}/new", "a") as f:             # text mode
+        f.write("+third")
+    assert fs.cat(f"{base}/new") == b"first+second+third"
+
+    old = os.urandom((6 << 20) + 3)
+    fs.pipe_file(f"{base}/big", old)
+    extra = os.urandom((11 << 20) + 5)                 # two full parts and a tail
+    with fs.open(f"{base}/big", "ab") as f:
+        assert f.tell() == len(old)
+        f.write(extra[:7])
+        f.write(memoryview(extra)[7:])
+        assert f.tell() == len(old) + len(extra)
+        assert fs.cat(f"{base}/big") == old           # nothing changes before close
+    assert fs.cat(f"{base}/big") == old + extra
+    # the multipart ETag, MD5 of the parts' MD5s: part 1 is exactly the old object, then
+    # the appended bytes in parts of 5 MiB
+    M = 5 << 20
+    parts = [old, extra[:M], extra[M:2 * M], extra[2 * M:]]
+    want = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-4"
+    assert s3.head_object(Bucket=bucket, Key=f"{prefix}/big")["ETag"].strip('"') == want
+    # an exception inside `with`: the object is as it was, no upload left
+    with pytest.raises(RuntimeError):
+        with fs.open(f"{base}/big", "ab") as f:
+            f.write(b"x" * (6 << 20))
+            raise RuntimeError("boom")
+    assert fs.cat(f"{base}/big") == old + extra
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
+    # in a transaction: completed at commit
+    with fs.transaction:
+        with fs.open(f"{base}/big", "ab") as f:
+            f.write(b"tx")
+        assert fs.size(f"{base}/big") == len(old) + len(extra)
+    assert fs.tail(f"{base}/big", 4) == extra[-2:] + b"tx"
