@@ -391,6 +391,31 @@ static void test_list_uploads(void) {
     CHECK(pg == NULL);
 }
 
+static void test_list_buckets_recorded(void) {
+    size_t len;
+    char *body = load("aws-list-buckets.xml", &len);
+    struct s3f_bucket_list *l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(body, len, &l, NULL), S3F_OK);
+    if (l) {
+        CHECK_INT(l->n_buckets, 2);
+        CHECK_STR(l->buckets[0].name, "DOC-EXAMPLE-BUCKET");
+        CHECK_INT(l->buckets[0].creation_date, 1576107167);
+        CHECK_STR(l->buckets[1].name, "DOC-EXAMPLE-BUCKET2");
+    }
+    s3f_bucket_list_free(l);
+    free(body);
+    body = load("rgw-list-buckets.xml", &len);
+    l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(body, len, &l, NULL), S3F_OK);
+    if (l) {
+        CHECK_INT(l->n_buckets, 1);
+        CHECK_STR(l->buckets[0].name, "s3fpy-test-fsspec-119b397b");
+        CHECK_INT(l->buckets[0].creation_date, 1796306476);
+    }
+    s3f_bucket_list_free(l);
+    free(body);
+}
+
 static void test_list_buckets(void) {
     /* AWS's documented shape, with the namespace and an Owner */
     const char *doc =
@@ -1078,6 +1103,7 @@ int main(void) {
     RUN(test_list_parts);
     RUN(test_list_uploads);
     RUN(test_list_buckets);
+    RUN(test_list_buckets_recorded);
     RUN(test_delete_result);
     RUN(test_error_docs);
     RUN(test_truncated);
