@@ -143,7 +143,7 @@ class S3FlashFileSystem(AbstractFileSystem):
         # importable base, with the defaults folded into the options
         cls: type = type(self)
         while cls.__dict__.get("_made_by_register"):
-            cls = cls.__base__
+            cls = cls.__mro__[1]
         opts = {**self._defaults, **self.storage_options}
         return _make_instance, (cls, self.storage_args, opts)
 
@@ -201,8 +201,8 @@ class S3FlashFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
         if not bucket:
-            out = self._list_buckets()
-            return out if detail else [e["name"] for e in out]
+            roots = self._list_buckets()
+            return roots if detail else [e["name"] for e in roots]
         prefix = key + "/" if key else ""
         out: List[Dict[str, Any]] = []
         marker = False
@@ -298,13 +298,12 @@ class S3FlashFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
         if not bucket:  # every bucket, one after the other
-            found: Dict[str, Any] = {}
+            every: Dict[str, Any] = {}
             for b in self._list_buckets():
                 if withdirs:
-                    found[b["name"]] = b
-                found.update(self.find(b["name"], withdirs=withdirs, detail=True))
-            names = sorted(found)
-            return {n: found[n] for n in names} if detail else names
+                    every[b["name"]] = b
+                every.update(self.find(b["name"], withdirs=withdirs, detail=True))
+            return {n: every[n] for n in sorted(every)} if detail else sorted(every)
         prefix = key + "/" if key else ""
         out: Dict[str, Dict[str, Any]] = {}
         found = False
