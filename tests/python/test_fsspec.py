@@ -484,3 +484,36 @@ def test_append_as_s3fs(endpoint, s3, base):
             f.write(b"tx")
         assert fs.size(f"{base}/big") == len(old) + len(extra)
     assert fs.tail(f"{base}/big", 4) == extra[-2:] + b"tx"
+
+
+def test_append_copy_refused_aborts(endpoint, s3, base, region):
+    """The server refusing the copy of the existing object (412: the object was replaced
+    since the HEAD, x-amz-copy-source-if-match; answered here by the fault proxy between
+    client and RGW) fails the open, aborts the upload, and leaves the object as it was."""
+    import importlib.util
+    from pathlib import Path
+    from urllib.parse import urlparse
+    spec = importlib.util.spec_from_file_location(
+        "integration_faults", Path(__file__).resolve().parents[1] / "integration" / "faults.py")
+    faults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(faults)
+    bucket, prefix = base.split("/", 1)
+    old = os.urandom(5 << 20)
+    u = urlparse(endpoint)
+    with faults.start_faultproxy(u.hostname, u.port) as proxy:
+        fs = S3FlashFileSystem(endpoint_url=proxy.endpoint,
+                               config_kwargs={"s3": {"addressing_style": "path"}})
+        fs.pipe_file(f"{base}/pinned", old)
+        proxy.set_faults([{"match": {"method": "PUT", "query": "partNumber=1"},
+                           "action": "respond", "status": 412,
+                           "s3_error": {"code": "PreconditionFailed",
+                                        "message": "At least one of the pre-conditions "
+                                                   "you specified did not hold"}}])
+        with pytest.raises(s3flash.S3Exception) as ei:
+            fs.open(f"{base}/pinned", "ab")
+        assert "PRECONDITION" in str(ei.value.status)
+        log = [(e["method"], e["query"]) for e in proxy.stats()["log"]]
+        assert any(m == "PUT" and "partNumber=1" in q for m, q in log)   # the copy
+        assert any(m == "DELETE" and "uploadId=" in q for m, q in log)   # the abort
+    assert s3.get_object(Bucket=bucket, Key=f"{prefix}/pinned")["Body"].read() == old
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
