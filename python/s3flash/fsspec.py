@@ -405,7 +405,8 @@ class S3FlashFileSystem(AbstractFileSystem):
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: Optional[int] = None,
            **kwargs: Any) -> None:
-        """Delete objects, in DeleteObjects batches of 1000, as s3fs does:
+        """Delete objects (one key: DeleteObject; more: DeleteObjects batches of 1000), as
+        s3fs does:
 
         - a key: the object (one HEAD first: a missing key raises FileNotFoundError, a
           prefix IsADirectoryError);
