@@ -614,6 +614,21 @@ S3F_API enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *buck
 S3F_API enum s3f_status s3f_delete_bucket(struct s3f_client *c, const char *bucket,
                                   struct s3f_error *err);
 
+struct s3f_bucket_entry {
+    char *name;
+    int64_t creation_date; /* Unix seconds, 0 when absent */
+};
+struct s3f_bucket_list {
+    struct s3f_bucket_entry *buckets;
+    size_t n_buckets;
+};
+/* ListBuckets (GET / on the service endpoint): the buckets the credentials own, in the
+ * server's order. Denied (no s3:ListAllMyBuckets): S3F_ERR_ACCESS_DENIED. On success *out
+ * is the list; free it with s3f_bucket_list_free. */
+S3F_API enum s3f_status s3f_list_buckets(struct s3f_client *c, struct s3f_bucket_list **out,
+                                         struct s3f_error *err);
+S3F_API void s3f_bucket_list_free(struct s3f_bucket_list *list);
+
 /* ---------------------------------------------------------------------------------------
  * Listing
  * ------------------------------------------------------------------------------------- */

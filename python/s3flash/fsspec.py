@@ -46,6 +46,8 @@ __all__ = ["S3FlashFileSystem", "register", "unregister"]
 PROTOCOLS = ("s3", "s3a")       # taken over by register() only: opt-in at run time
 OWN_PROTOCOL = "s3flash"         # ours from install on (the fsspec.specs entry point)
 _STREAM_CHUNK = 8 << 20
+_MIN_PART = 5 << 20              # S3's smallest part (but the last)
+_MAX_PART = 5 << 30              # S3's largest part, and UploadPartCopy's largest range
 
 
 def _not_found(path: str) -> FileNotFoundError:
@@ -136,10 +138,14 @@ class S3FlashFileSystem(AbstractFileSystem):
         self._client: S3Client = _shared_client(region, endpoint, config)
 
     def __reduce__(self) -> Any:
-        # a class made by register(**defaults) is not importable: pickle as the base class
-        # with the defaults folded into the options
+        # pickled as its own class (a subclass stays a subclass), except the classes made
+        # by register(**defaults), which are not importable: those pickle as their nearest
+        # importable base, with the defaults folded into the options
+        cls: type = type(self)
+        while cls.__dict__.get("_made_by_register"):
+            cls = cls.__mro__[1]
         opts = {**self._defaults, **self.storage_options}
-        return _make_instance, (S3FlashFileSystem, self.storage_args, opts)
+        return _make_instance, (cls, self.storage_args, opts)
 
     # -- paths -------------------------------------------------------------------------
     @classmethod
@@ -195,7 +201,8 @@ class S3FlashFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
         if not bucket:
-            raise NotImplementedError("S3FlashFileSystem cannot list buckets; ls a bucket")
+            roots = self._list_buckets()
+            return roots if detail else [e["name"] for e in roots]
         prefix = key + "/" if key else ""
         out: List[Dict[str, Any]] = []
         marker = False
@@ -213,6 +220,24 @@ class S3FlashFileSystem(AbstractFileSystem):
                 raise _not_found(path) from None
         out.sort(key=lambda e: e["name"])
         return out if detail else [e["name"] for e in out]
+
+    def _list_buckets(self) -> List[Dict[str, Any]]:
+        """The buckets of the credentials (ListBuckets), as s3fs: anonymous, or without the
+        permission to list buckets, the root lists nothing."""
+        if self.s3client_config.unsigned:
+            return []
+        try:
+            buckets = self._native.list_buckets()
+        except PermissionError:
+            return []
+        out = []
+        for name, created in sorted(buckets):
+            e = _dir_entry(name)
+            e["StorageClass"] = "BUCKET"
+            if created:
+                e["CreationDate"] = _mtime(created)
+            out.append(e)
+        return out
 
     def _head(self, bucket: str, key: str) -> Dict[str, Any]:
         h = self._native.head_object(bucket, key)
@@ -272,8 +297,13 @@ class S3FlashFileSystem(AbstractFileSystem):
                                 **kwargs)
         path = self._strip_protocol(path)
         bucket, key = self.split_path(path)
-        if not bucket:
-            raise NotImplementedError("S3FlashFileSystem cannot list buckets; find in a bucket")
+        if not bucket:  # every bucket, one after the other
+            every: Dict[str, Any] = {}
+            for b in self._list_buckets():
+                if withdirs:
+                    every[b["name"]] = b
+                every.update(self.find(b["name"], withdirs=withdirs, detail=True))
+            return {n: every[n] for n in sorted(every)} if detail else sorted(every)
         prefix = key + "/" if key else ""
         out: Dict[str, Dict[str, Any]] = {}
         found = False
@@ -320,7 +350,8 @@ class S3FlashFileSystem(AbstractFileSystem):
     # -- directories -------------------------------------------------------------------
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         """Creates the bucket when `path` is one (FileExistsError when it exists), or when
-        create_parents and it is missing; nothing else (S3 has no directories)."""
+        it is missing below it and create_parents (else FileNotFoundError); nothing else
+        (S3 has no directories). As s3fs."""
         bucket, key = self.split_path(path)
         if not bucket:
             raise ValueError("mkdir: no bucket in path")
@@ -328,7 +359,9 @@ class S3FlashFileSystem(AbstractFileSystem):
             if self._bucket_exists(bucket):
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), bucket)
             self._native.create_bucket(bucket)
-        elif create_parents and not self._bucket_exists(bucket):
+        elif not self._bucket_exists(bucket):
+            if not create_parents:
+                raise _not_found(bucket)
             self._native.create_bucket(bucket)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
@@ -372,10 +405,20 @@ class S3FlashFileSystem(AbstractFileSystem):
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: Optional[int] = None,
            **kwargs: Any) -> None:
-        """Delete objects, in DeleteObjects batches of 1000. recursive: everything under a
-        prefix (one flat listing), directory markers included. Buckets are kept (rmdir)."""
+        """Delete objects (one key: DeleteObject; more: DeleteObjects batches of 1000), as
+        s3fs does:
+
+        - a key: the object (one HEAD first: a missing key raises FileNotFoundError, a
+          prefix IsADirectoryError);
+        - recursive=True: the key and everything under ``key/`` (one flat listing),
+          directory markers included; FileNotFoundError when nothing is there;
+        - a bucket: removed (DeleteBucket, after its objects with recursive=True); not
+          empty: OSError(ENOTEMPTY); missing: FileNotFoundError;
+        - globs (and maxdepth) expand with fsspec's expand_path (nothing: FileNotFoundError).
+        """
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         todo: Dict[str, set] = defaultdict(set)
+        buckets: List[str] = []
         for p in paths:
             p = self._strip_protocol(p)
             bucket, key = self.split_path(p)
@@ -389,20 +432,33 @@ class S3FlashFileSystem(AbstractFileSystem):
                         if recursive:
                             todo[b].add(k + "/")
                 continue
-            if not recursive:
-                if not key:
-                    raise IsADirectoryError(errno.EISDIR, "rm of a bucket: use rmdir", p)
-                todo[bucket].add(key)
+            if not key:
+                if recursive:  # NoSuchBucket: FileNotFoundError
+                    todo[bucket].update(o[0] for objects, _ in self._list(bucket, "")
+                                        for o in objects)
+                buckets.append(bucket)
                 continue
-            under = [o[0] for objects, _ in self._list(bucket, key + "/" if key else "")
-                     for o in objects]
-            if key:
-                if not under and not self.isfile(p):
+            if not recursive:
+                if not self.isfile(p):
+                    if self.isdir(p):
+                        raise IsADirectoryError(errno.EISDIR, "rm of a prefix: give "
+                                                "recursive=True", p)
                     raise _not_found(p)
                 todo[bucket].add(key)
+                continue
+            under = [o[0] for objects, _ in self._list(bucket, key + "/")
+                     for o in objects]
+            if not under and not self.isfile(p):
+                raise _not_found(p)
+            todo[bucket].add(key)
             todo[bucket].update(under)
         for bucket, keys in todo.items():
-            self._native.delete_objects(bucket, sorted(keys))
+            if len(keys) == 1:  # DeleteObject: a few ms where RGW takes ~40 for a batch
+                self._native.delete_object(bucket, keys.pop())
+            else:
+                self._native.delete_objects(bucket, sorted(keys))
+        for bucket in buckets:
+            self.rmdir(bucket)
 
     # -- reading -----------------------------------------------------------------------
     def cat_file(self, path: str, start: Optional[int] = None, end: Optional[int] = None,
@@ -437,12 +493,42 @@ class S3FlashFileSystem(AbstractFileSystem):
             native = self._native.open_writer(bucket, key,
                                               content_type=kwargs.get("ContentType"))
             return S3FlashWriteFile(self, path, native, bucket, key, mode, autocommit)
+        if mode == "ab":
+            native = self._open_append(bucket, key, kwargs.get("ContentType"))
+            return S3FlashWriteFile(self, path, native, bucket, key, mode, autocommit)
         raise NotImplementedError(f"S3FlashFileSystem: mode {mode!r} (S3 objects are "
-                                  "written whole: 'rb', 'wb', 'xb')")
+                                  "written whole: 'rb', 'wb', 'xb', 'ab')")
+
+    def _open_append(self, bucket: str, key: str, content_type: Optional[str]) -> Any:
+        """The writer of an "ab" file, as s3fs: a missing object is a new one; an object
+        under 5 MiB (too small to be a part) is read and written again first; a larger one
+        becomes the first parts of a multipart upload by UploadPartCopy on the server
+        (pinned to its ETag: an object replaced meanwhile fails), then the appended bytes.
+        The new object appears at close, whole; an exception inside ``with`` aborts."""
+        try:
+            head = self._native.head_object(bucket, key)
+        except FileNotFoundError:
+            return self._native.open_writer(bucket, key, content_type=content_type)
+        ctype = content_type or head.get("content_type") or None
+        if head["size"] < _MIN_PART:
+            r = self._native.open_reader(bucket, key, tail_bytes=-1)
+            try:
+                old = r.pread(r.size, 0)
+            finally:
+                r.close()
+            w = self._native.open_writer(bucket, key, content_type=ctype)
+            try:
+                w.write(old)
+            except BaseException:
+                w.abort()
+                raise
+            return w
+        return _AppendWriter(self._native, bucket, key, head["size"], head["etag"],
+                             max(self.s3client_config.part_size, _MIN_PART), ctype)
 
     def open(self, path: str, mode: str = "rb", block_size: Any = None,
              cache_options: Any = None, compression: Any = None, **kwargs: Any) -> Any:
-        if "b" not in mode and compression is None and any(c in mode for c in "wx"):
+        if "b" not in mode and compression is None and any(c in mode for c in "wxa"):
             text = {k: kwargs.pop(k) for k in ("encoding", "errors", "newline") if k in kwargs}
             binary = self.open(path, mode.replace("t", "") + "b", block_size, cache_options,
                                **kwargs)
@@ -625,6 +711,80 @@ class S3FlashWriteFile(S3Writer):
         super().__del__()
 
 
+class _AppendWriter:
+    """The native writer's interface (write, tell, close, abort) over a multipart upload
+    whose first parts are the existing object, copied on the server (UploadPartCopy, at most
+    5 GiB a part, pinned to its ETag); the appended bytes follow as parts of `part_size`,
+    sent from this thread. Nothing changes until close() completes the upload."""
+
+    def __init__(self, native: _s3flash.Client, bucket: str, key: str, size: int,
+                 etag: str, part_size: int, content_type: Optional[str]):
+        self._c, self._bucket, self._key = native, bucket, key
+        self._part_size = part_size
+        self._buf = bytearray()
+        self._pos = size
+        self._parts: List[Tuple[int, str]] = []
+        self._upload: Optional[str] = native.create_multipart_upload(
+            bucket, key, content_type=content_type)
+        try:
+            n = -(-size // _MAX_PART)               # parts of equal size, each >= 5 MiB
+            step = -(-size // n)
+            for i in range(n):
+                first, last = i * step, min(size, (i + 1) * step) - 1
+                self._parts.append(native.upload_part_copy(
+                    bucket, key, self._upload, i + 1, bucket, key, first, last,
+                    if_match=etag))
+        except BaseException:
+            self.abort()
+            raise
+
+    def _send(self, data: Any) -> None:
+        assert self._upload is not None
+        self._parts.append(self._c.upload_part(self._bucket, self._key, self._upload,
+                                               len(self._parts) + 1, data))
+
+    def write(self, data: Any) -> int:
+        if self._upload is None:
+            raise ValueError("I/O operation on closed file")
+        mv = memoryview(data).cast("B")
+        self._buf += mv
+        self._pos += len(mv)
+        try:
+            while len(self._buf) >= self._part_size:
+                self._send(memoryview(self._buf)[:self._part_size])
+                del self._buf[:self._part_size]
+        except BaseException:
+            self.abort()
+            raise
+        return len(mv)
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> Dict[str, Any]:
+        if self._upload is None:
+            raise ValueError("I/O operation on closed file")
+        try:
+            if self._buf:
+                self._send(self._buf)
+                self._buf = bytearray()
+            info = self._c.complete_multipart_upload(self._bucket, self._key, self._upload,
+                                                     self._parts)
+        except BaseException:
+            self.abort()
+            raise
+        self._upload = None
+        return info
+
+    def abort(self) -> None:
+        upload, self._upload = self._upload, None
+        if upload is not None:
+            try:
+                self._c.abort_multipart_upload(self._bucket, self._key, upload)
+            except FileNotFoundError:
+                pass
+
+
 class _TextWriter(io.TextIOWrapper):
     """Text mode over S3FlashWriteFile: an exception inside ``with`` aborts the upload
     (io.TextIOWrapper would close, and so complete, the object)."""
@@ -644,7 +804,8 @@ def register(clobber: bool = True, **storage_options: Any) -> type:
     cls: type = S3FlashFileSystem
     if storage_options:
         cls = type("S3FlashFileSystem", (S3FlashFileSystem,),
-                   {"_defaults": dict(storage_options), "__module__": __name__})
+                   {"_defaults": dict(storage_options), "__module__": __name__,
+                    "_made_by_register": True})
     for p in PROTOCOLS:
         fsspec.register_implementation(p, cls, clobber=clobber)
     return cls

@@ -1418,6 +1418,161 @@ out:
     return res;
 }
 
+/* ---- multipart uploads, low level (fsspec's append: a copy of the object as the first
+ * parts, then the appended bytes). The upload is created without a checksum, as the
+ * engine's own server-side copies are (a copied part has no checksum to send back). */
+
+static PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *args,
+                                                PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "content_type", NULL};
+    const char *bucket, *key, *ctype = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|z", kwlist, &bucket, &key, &ctype))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_put_options po;
+    memset(&po, 0, sizeof(po));
+    po.content_type = ctype;
+    po.checksum = S3F_CHECKSUM_NONE;
+    char *upload_id = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_create_multipart_upload(c, bucket, key, &po, &upload_id, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    PyObject *res = PyUnicode_FromString(upload_id);
+    free(upload_id);
+    return res;
+}
+
+static PyObject *Client_upload_part(ClientObject *self, PyObject *args) {
+    const char *bucket, *key, *upload_id;
+    int part_number;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "sssiy*:upload_part", &bucket, &key, &upload_id, &part_number,
+                          &data))
+        return NULL;
+    struct s3f_client *c = client_get(self);
+    if (!c) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    struct s3f_part_info part;
+    memset(&part, 0, sizeof(part));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_upload_part(c, bucket, key, upload_id, part_number, data.buf,
+                         (size_t)data.len, S3F_CHECKSUM_NONE, &part, &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (st)
+        return raise_s3(st, &err);
+    return Py_BuildValue("(is)", part.part_number, part.etag);
+}
+
+static PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "upload_id", "part_number", "src_bucket",
+                             "src_key", "first", "last", "if_match", NULL};
+    const char *bucket, *key, *upload_id, *sb, *sk, *if_match = NULL;
+    int part_number;
+    unsigned long long first, last;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sssissKK|z", kwlist, &bucket, &key,
+                                     &upload_id, &part_number, &sb, &sk, &first, &last,
+                                     &if_match))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_part_info part;
+    memset(&part, 0, sizeof(part));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_upload_part_copy(c, bucket, key, upload_id, part_number, sb, sk, NULL, first,
+                              last, if_match, &part, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    return Py_BuildValue("(is)", part.part_number, part.etag);
+}
+
+static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args) {
+    const char *bucket, *key, *upload_id;
+    PyObject *seq_in;
+    if (!PyArg_ParseTuple(args, "sssO:complete_multipart_upload", &bucket, &key, &upload_id,
+                          &seq_in))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    PyObject *seq = PySequence_Fast(seq_in, "parts must be a sequence of (part_number, etag)");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    struct s3f_part_info *parts = calloc(n ? (size_t)n : 1, sizeof(*parts));
+    if (!parts) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *etag;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "is", &parts[i].part_number,
+                              &etag)) {
+            free(parts);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (strlen(etag) >= sizeof(parts[i].etag)) {
+            free(parts);
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "ETag too long");
+            return NULL;
+        }
+        strcpy(parts[i].etag, etag);
+        parts[i].checksum_algorithm = S3F_CHECKSUM_NONE;
+    }
+    Py_DECREF(seq);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_complete_multipart_upload(c, bucket, key, upload_id, parts, (size_t)n, &info,
+                                       &err);
+    Py_END_ALLOW_THREADS
+    free(parts);
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
+static PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored)) {
+    CLIENT_OR_NULL(self, c);
+    struct s3f_bucket_list *list = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_list_buckets(c, &list, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    PyObject *res = PyList_New((Py_ssize_t)list->n_buckets);
+    for (size_t i = 0; res && i < list->n_buckets; i++) {
+        const struct s3f_bucket_entry *b = &list->buckets[i];
+        PyObject *t = Py_BuildValue("(sL)", b->name, (long long)b->creation_date);
+        if (!t) {
+            Py_CLEAR(res);
+            break;
+        }
+        PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+    }
+    s3f_bucket_list_free(list);
+    return res;
+}
+
 static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *args) {
     const char *bucket, *key, *upload_id;
     if (!PyArg_ParseTuple(args, "sss:abort_multipart_upload", &bucket, &key, &upload_id))
@@ -1528,6 +1683,24 @@ static PyMethodDef Client_methods[] = {
      "list_multipart_uploads(bucket, prefix=None, key_marker=None, upload_id_marker=None)\n"
      "-> (uploads, next_key_marker, next_upload_id_marker); uploads are "
      "(key, upload_id, initiated)"},
+    {"create_multipart_upload", (PyCFunction)(void (*)(void))Client_create_multipart_upload,
+     METH_VARARGS | METH_KEYWORDS,
+     "create_multipart_upload(bucket, key, content_type=None) -> upload_id\n"
+     "CreateMultipartUpload without a checksum (low level: parts are sent by upload_part "
+     "and upload_part_copy, in one thread)."},
+    {"upload_part", (PyCFunction)Client_upload_part, METH_VARARGS,
+     "upload_part(bucket, key, upload_id, part_number, data) -> (part_number, etag)"},
+    {"upload_part_copy", (PyCFunction)(void (*)(void))Client_upload_part_copy,
+     METH_VARARGS | METH_KEYWORDS,
+     "upload_part_copy(bucket, key, upload_id, part_number, src_bucket, src_key, first, "
+     "last, if_match=None) -> (part_number, etag)\nUploadPartCopy of bytes [first, last] "
+     "(inclusive, at most 5 GiB) of the source; if_match pins the source's ETag."},
+    {"complete_multipart_upload", (PyCFunction)Client_complete_multipart_upload, METH_VARARGS,
+     "complete_multipart_upload(bucket, key, upload_id, parts) -> info dict\n"
+     "parts: [(part_number, etag)] in ascending order."},
+    {"list_buckets", (PyCFunction)Client_list_buckets, METH_NOARGS,
+     "list_buckets()\n-> [(name, creation_date)]: the buckets the credentials own "
+     "(ListBuckets)"},
     {"abort_multipart_upload", (PyCFunction)Client_abort_multipart_upload, METH_VARARGS,
      "abort_multipart_upload(bucket, key, upload_id)"},
     {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,

@@ -19,6 +19,7 @@ static const struct {
     {"DeleteObjects", S3F__IDEM_IDEMPOTENT},
     {"GetObject", S3F__IDEM_IDEMPOTENT},
     {"HeadObject", S3F__IDEM_IDEMPOTENT},
+    {"ListBuckets", S3F__IDEM_IDEMPOTENT},
     {"ListMultipartUploads", S3F__IDEM_IDEMPOTENT},
     {"ListObjectsV2", S3F__IDEM_IDEMPOTENT},
     {"ListParts", S3F__IDEM_IDEMPOTENT},

@@ -1146,6 +1146,27 @@ enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *bucket,
     return st;
 }
 
+enum s3f_status s3f_list_buckets(struct s3f_client *c, struct s3f_bucket_list **out,
+                                 struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListBuckets", NULL,
+                              "out is NULL");
+    *out = NULL;
+    struct s3f__buf body;
+    s3f__buf_init(&body, XML_BODY_MAX);
+    struct s3f__s3_request r;
+    request_init(&r, "ListBuckets", "GET", NULL, NULL);
+    r.body_out = &body;
+    enum s3f_status st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_list_buckets(body.data, body.len, out, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "ListBuckets", sizeof(err->operation));
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
 enum s3f_status s3f_delete_bucket(struct s3f_client *c, const char *bucket,
                                   struct s3f_error *err) {
     enum s3f_status st = check_args("DeleteBucket", bucket, NULL, false, err);

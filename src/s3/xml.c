@@ -837,6 +837,77 @@ fail:
     return st;
 }
 
+/* ---- ListBuckets -------------------------------------------------------------------------- */
+struct buckets_ctx {
+    struct s3f_bucket_list *list;
+    size_t cap;
+};
+
+static void buckets_start(struct xdoc *d, const char *name) {
+    struct buckets_ctx *c = d->ctx;
+    struct s3f_bucket_list *l = c->list;
+    if (d->depth == 3 && strcmp(name, "Bucket") == 0 && strcmp(parent(d), "Buckets") == 0) {
+        void *a = grow(d, l->buckets, l->n_buckets, &c->cap, sizeof(*l->buckets), "Bucket");
+        if (!a)
+            return;
+        l->buckets = a;
+        memset(&l->buckets[l->n_buckets++], 0, sizeof(*l->buckets));
+    }
+}
+
+static void buckets_end(struct xdoc *d, const char *name, const char *text, size_t len) {
+    struct buckets_ctx *c = d->ctx;
+    struct s3f_bucket_list *l = c->list;
+    if (d->depth == 3 && strcmp(name, "Bucket") == 0 && strcmp(parent(d), "Buckets") == 0) {
+        const struct s3f_bucket_entry *b = &l->buckets[l->n_buckets - 1];
+        if (!b->name || !*b->name)
+            xfail(d, S3F_ERR_BAD_RESPONSE, "<Bucket> without <Name>");
+    } else if (d->depth == 4 && strcmp(parent(d), "Bucket") == 0 && l->n_buckets) {
+        struct s3f_bucket_entry *b = &l->buckets[l->n_buckets - 1];
+        if (strcmp(name, "Name") == 0)
+            set_str(d, &b->name, text, len);
+        else if (strcmp(name, "CreationDate") == 0)
+            b->creation_date = parse_time(text, len);
+    }
+}
+
+void s3f_bucket_list_free(struct s3f_bucket_list *list) {
+    if (!list)
+        return;
+    for (size_t i = 0; i < list->n_buckets; i++)
+        free(list->buckets[i].name);
+    free(list->buckets);
+    free(list);
+}
+
+enum s3f_status s3f__xml_parse_list_buckets(const char *body, size_t len,
+                                            struct s3f_bucket_list **out,
+                                            struct s3f_error *err) {
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, NULL, NULL, "no output list");
+    *out = NULL;
+    struct buckets_ctx c = {0};
+    c.list = calloc(1, sizeof(*c.list));
+    if (!c.list)
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, NULL, NULL, "out of memory");
+    struct xdoc d;
+    memset(&d, 0, sizeof(d));
+    d.what = "ListBuckets";
+    d.root = "ListAllMyBucketsResult";
+    d.on_start = buckets_start;
+    d.on_end = buckets_end;
+    d.ctx = &c;
+    enum s3f_status st = xdoc_run(&d, body, len, err);
+    if (st == S3F_OK && d.error_root)
+        st = error_result(&d, err);
+    if (st) {
+        s3f_bucket_list_free(c.list);
+        return st;
+    }
+    *out = c.list;
+    return S3F_OK;
+}
+
 /* ---- DeleteObjects ------------------------------------------------------------------------ */
 struct delete_ctx {
     size_t n_deleted, n_errors;

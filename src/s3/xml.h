@@ -79,6 +79,12 @@ enum s3f_status s3f__xml_parse_list_multipart_uploads(const char *body, size_t l
                                                       struct s3f_uploads_page **out,
                                                       struct s3f_error *err);
 
+/* ListBuckets (<ListAllMyBucketsResult>). *out: free with s3f_bucket_list_free. A <Bucket>
+ * without <Name> is S3F_ERR_BAD_RESPONSE. */
+enum s3f_status s3f__xml_parse_list_buckets(const char *body, size_t len,
+                                            struct s3f_bucket_list **out,
+                                            struct s3f_error *err);
+
 /* DeleteObjects (<DeleteResult>): counts <Deleted> and <Error> entries. When n_errors > 0,
  * first_error (optional) receives the first entry's Code, Message and Key (the key in
  * first_error->resource) and its mapped status in first_error->status. Returns S3F_OK when

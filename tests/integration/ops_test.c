@@ -393,6 +393,45 @@ struct thread_arg {
     int failures;
 };
 
+static int bucket_listed(struct s3f_client *c, const char *name, int64_t *created) {
+    struct s3f_bucket_list *l = NULL;
+    struct s3f_error e;
+    enum s3f_status st = s3f_list_buckets(c, &l, &e);
+    if (st) {
+        print_err("list buckets", &e);
+        return -1;
+    }
+    int found = 0;
+    for (size_t i = 0; i < l->n_buckets; i++)
+        if (strcmp(l->buckets[i].name, name) == 0) {
+            found = 1;
+            if (created)
+                *created = l->buckets[i].creation_date;
+        }
+    s3f_bucket_list_free(l);
+    return found;
+}
+
+/* ListBuckets: the caller's buckets (this test's among them, with its creation time), not
+ * another user's; a wrong secret is ACCESS_DENIED. */
+static void test_list_buckets(void) {
+    struct s3f_client *c = client();
+    int64_t created = 0;
+    CHECK_INT(bucket_listed(c, bucket, &created), 1);
+    CHECK(created > 1700000000);
+    struct s3f_client *other = client_with(other_access, other_secret, endpoint);
+    CHECK_INT(bucket_listed(other, bucket, NULL), 0);
+    struct s3f_client *bad = client_with(access_key, "wrong-secret", endpoint);
+    struct s3f_bucket_list *l = NULL;
+    struct s3f_error e;
+    CHECK_INT(s3f_list_buckets(bad, &l, &e), S3F_ERR_ACCESS_DENIED);
+    CHECK(l == NULL);
+    CHECK_STR(e.operation, "ListBuckets");
+    s3f_client_free(bad);
+    s3f_client_free(other);
+    s3f_client_free(c);
+}
+
 static void *worker(void *arg) {
     struct thread_arg *t = arg;
     for (int i = 0; i < 10; i++) {
@@ -562,6 +601,7 @@ int main(int argc, char **argv) {
     MAYBE(test_list);
     MAYBE(test_copy_and_batch_delete);
     MAYBE(test_multipart);
+    MAYBE(test_list_buckets);
     MAYBE(test_checksums);
     MAYBE(test_threads);
     MAYBE(test_server_down);

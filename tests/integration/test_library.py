@@ -7,7 +7,8 @@ import pytest
 from conftest import build_dir
 
 CASES = ["test_put_get_head", "test_errors", "test_list", "test_copy_and_batch_delete",
-         "test_multipart", "test_checksums", "test_threads", "test_server_down"]
+         "test_multipart", "test_list_buckets", "test_checksums", "test_threads",
+         "test_server_down"]
 
 
 @pytest.mark.parametrize("case", CASES)

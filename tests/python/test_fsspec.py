@@ -2,6 +2,7 @@
 registry resolving s3:// to it, configuration from storage_options, errors, pandas, and
 Lightning's TorchCheckpointIO writing to s3:// through it."""
 
+import hashlib
 import io
 import os
 import pickle
@@ -215,7 +216,7 @@ def test_open_read_and_write(fs, s3, base):
         f.write(b"new")
     assert fs.cat(f"{base}/x.bin") == b"new"
     with pytest.raises(NotImplementedError):
-        fs.open(f"{base}/t.txt", "ab")
+        fs.open(f"{base}/t.txt", "r+b")
 
 
 def test_transaction(fs, s3, base):
@@ -351,3 +352,168 @@ def test_lightning_torch_checkpoint_io_through_fsspec(bucket, endpoint):
     finally:
         s3flash.fsspec.register()
     assert issubclass(cls, S3FlashFileSystem)
+
+
+class _MyFS(S3FlashFileSystem):
+    """A user's subclass (importable: pickle names it)."""
+
+    def hello(self):
+        return "hello"
+
+
+def test_subclass_survives_pickling(endpoint, bucket):
+    fs = _MyFS(endpoint_url=endpoint)
+    back = pickle.loads(pickle.dumps(fs))
+    assert type(back) is _MyFS and back.hello() == "hello"
+    assert back.endpoint_url == endpoint
+    back.pipe_file(f"{bucket}/pickled-sub", b"p")
+    assert fs.cat_file(f"{bucket}/pickled-sub") == b"p"
+
+
+def test_rm_missing_raises_and_buckets_as_s3fs(fs, s3, base):
+    bucket, prefix = base.split("/", 1)
+    # a missing key, a key in a missing bucket, a missing bucket: FileNotFoundError
+    with pytest.raises(FileNotFoundError):
+        fs.rm(f"{base}/nope")
+    with pytest.raises(FileNotFoundError):
+        fs.rm([f"{base}/nope2"])
+    missing = f"s3fpy-nobucket-{uuid.uuid4().hex[:8]}"
+    for p, rec in ((f"{missing}/k", False), (f"{missing}/k", True), (missing, False),
+                   (missing, True)):
+        with pytest.raises(FileNotFoundError):
+            fs.rm(p, recursive=rec)
+    # a prefix without recursive: IsADirectoryError, and nothing deleted
+    fs.pipe({f"{base}/d/x": b"x", f"{base}/f": b"f"})
+    with pytest.raises(IsADirectoryError):
+        fs.rm(f"{base}/d")
+    assert exists(s3, bucket, f"{prefix}/d/x")
+    fs.rm(f"{base}/f")
+    assert not exists(s3, bucket, f"{prefix}/f")
+    # a bucket: rm(recursive=True) deletes its objects and the bucket (s3fs); without
+    # recursive, only an empty bucket is removed
+    new = f"s3fpy-fsrm-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(new)
+    fs.pipe({f"{new}/a": b"a", f"{new}/b/c": b"c"})
+    with pytest.raises(OSError):
+        fs.rm(new)
+    assert fs.exists(f"{new}/a")
+    fs.rm(f"s3://{new}", recursive=True)
+    assert not fs.exists(new)
+    fs.mkdir(new)
+    fs.rm(new)
+    assert not fs.exists(new)
+
+
+def test_mkdir_in_missing_bucket_without_parents(fs):
+    missing = f"s3fpy-nobucket-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(FileNotFoundError):
+        fs.mkdir(f"{missing}/a", create_parents=False)
+    assert not fs.exists(missing)
+    fs.mkdir(f"{missing}/a")                     # create_parents (default): the bucket
+    try:
+        assert fs.exists(missing)
+        with pytest.raises(FileExistsError):
+            fs.makedirs(missing)
+        fs.makedirs(missing, exist_ok=True)
+    finally:
+        fs.rmdir(missing)
+
+
+def test_ls_root_lists_buckets(fs, bucket, endpoint, rgw, s3_other):
+    """ls("") is ListBuckets (as s3fs): the caller's buckets as directories; anonymous, the
+    root lists nothing. Another user's bucket is not listed."""
+    name = f"s3fpy-other-{uuid.uuid4().hex[:8]}"
+    s3_other.create_bucket(Bucket=name)
+    try:
+        names = fs.ls("", detail=False)
+        assert bucket in names and name not in names
+        assert fs.ls("s3://", detail=False) == names
+        e = {x["name"]: x for x in fs.ls("")}[bucket]
+        assert e["type"] == "directory" and e["size"] == 0
+        assert isinstance(e["CreationDate"], datetime)
+        assert bucket in fs.glob("s3fpy-*")
+        assert fsspec.filesystem("s3", endpoint_url=endpoint, anon=True).ls("") == []
+    finally:
+        s3_other.delete_bucket(Bucket=name)
+
+
+def test_append_as_s3fs(endpoint, s3, base):
+    """"ab" as s3fs: a missing object is created; a small one (< 5 MiB) is read and written
+    again; a larger one is copied on the server as the first part of a multipart upload (the
+    result's part 1 is exactly the old object), then the appended bytes follow."""
+    bucket, prefix = base.split("/", 1)
+    fs = S3FlashFileSystem(endpoint_url=endpoint,
+                           s3client_config=s3flash.S3ClientConfig(part_size=5 << 20))
+    with fs.open(f"{base}/new", "ab") as f:
+        f.write(b"first")
+    assert fs.cat(f"{base}/new") == b"first"
+    with fs.open(f"{base}/new", "ab") as f:
+        assert f.tell() == 5
+        f.write(b"+second")
+    assert fs.cat(f"{base}/new") == b"first+second"
+    with fs.open(f"{base}/new", "a") as f:             # text mode
+        f.write("+third")
+    assert fs.cat(f"{base}/new") == b"first+second+third"
+
+    old = os.urandom((6 << 20) + 3)
+    fs.pipe_file(f"{base}/big", old)
+    extra = os.urandom((11 << 20) + 5)                 # two full parts and a tail
+    with fs.open(f"{base}/big", "ab") as f:
+        assert f.tell() == len(old)
+        f.write(extra[:7])
+        f.write(memoryview(extra)[7:])
+        assert f.tell() == len(old) + len(extra)
+        assert fs.cat(f"{base}/big") == old           # nothing changes before close
+    assert fs.cat(f"{base}/big") == old + extra
+    # the multipart ETag, MD5 of the parts' MD5s: part 1 is exactly the old object, then
+    # the appended bytes in parts of 5 MiB
+    M = 5 << 20
+    parts = [old, extra[:M], extra[M:2 * M], extra[2 * M:]]
+    want = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest() + "-4"
+    assert s3.head_object(Bucket=bucket, Key=f"{prefix}/big")["ETag"].strip('"') == want
+    # an exception inside `with`: the object is as it was, no upload left
+    with pytest.raises(RuntimeError):
+        with fs.open(f"{base}/big", "ab") as f:
+            f.write(b"x" * (6 << 20))
+            raise RuntimeError("boom")
+    assert fs.cat(f"{base}/big") == old + extra
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []
+    # in a transaction: completed at commit
+    with fs.transaction:
+        with fs.open(f"{base}/big", "ab") as f:
+            f.write(b"tx")
+        assert fs.size(f"{base}/big") == len(old) + len(extra)
+    assert fs.tail(f"{base}/big", 4) == extra[-2:] + b"tx"
+
+
+def test_append_copy_refused_aborts(endpoint, s3, base, region):
+    """The server refusing the copy of the existing object (412: the object was replaced
+    since the HEAD, x-amz-copy-source-if-match; answered here by the fault proxy between
+    client and RGW) fails the open, aborts the upload, and leaves the object as it was."""
+    import importlib.util
+    from pathlib import Path
+    from urllib.parse import urlparse
+    spec = importlib.util.spec_from_file_location(
+        "integration_faults", Path(__file__).resolve().parents[1] / "integration" / "faults.py")
+    faults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(faults)
+    bucket, prefix = base.split("/", 1)
+    old = os.urandom(5 << 20)
+    u = urlparse(endpoint)
+    with faults.start_faultproxy(u.hostname, u.port) as proxy:
+        fs = S3FlashFileSystem(endpoint_url=proxy.endpoint,
+                               config_kwargs={"s3": {"addressing_style": "path"}})
+        fs.pipe_file(f"{base}/pinned", old)
+        proxy.set_faults([{"match": {"method": "PUT", "query": "partNumber=1"},
+                           "action": "respond", "status": 412,
+                           "s3_error": {"code": "PreconditionFailed",
+                                        "message": "At least one of the pre-conditions "
+                                                   "you specified did not hold"}}])
+        with pytest.raises(s3flash.S3Exception) as ei:
+            fs.open(f"{base}/pinned", "ab")
+        assert "PRECONDITION" in str(ei.value.status)
+        log = [(e["method"], e["query"]) for e in proxy.stats()["log"]]
+        assert any(m == "PUT" and "partNumber=1" in q for m, q in log)   # the copy
+        assert any(m == "DELETE" and "uploadId=" in q for m, q in log)   # the abort
+    assert s3.get_object(Bucket=bucket, Key=f"{prefix}/pinned")["Body"].read() == old
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads", []) == []

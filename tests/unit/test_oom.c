@@ -114,6 +114,14 @@ static enum s3f_status op_uploads(const void *arg) {
     return st;
 }
 
+static enum s3f_status op_buckets(const void *arg) {
+    const struct doc *d = arg;
+    struct s3f_bucket_list *l = NULL;
+    enum s3f_status st = s3f__xml_parse_list_buckets(d->body, d->len, &l, NULL);
+    s3f_bucket_list_free(l);
+    return st;
+}
+
 static enum s3f_status op_initiate(const void *arg) {
     const struct doc *d = arg;
     char *id = NULL;
@@ -165,6 +173,7 @@ static void test_xml_oom(void) {
         {"aws-list-multipart-uploads.xml", op_uploads},
         {"rgw-list-multipart-uploads.xml", op_uploads},
         {"aws-initiate-multipart.xml", op_initiate}, {"aws-complete-multipart.xml", op_complete},
+        {"aws-list-buckets.xml", op_buckets},       {"rgw-list-buckets.xml", op_buckets},
     };
     for (size_t i = 0; i < S3F_ARRAY_LEN(cases); i++) {
         char rel[128];

@@ -391,6 +391,76 @@ static void test_list_uploads(void) {
     CHECK(pg == NULL);
 }
 
+static void test_list_buckets_recorded(void) {
+    size_t len;
+    char *body = load("aws-list-buckets.xml", &len);
+    struct s3f_bucket_list *l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(body, len, &l, NULL), S3F_OK);
+    if (l) {
+        CHECK_INT(l->n_buckets, 2);
+        CHECK_STR(l->buckets[0].name, "DOC-EXAMPLE-BUCKET");
+        CHECK_INT(l->buckets[0].creation_date, 1576107167);
+        CHECK_STR(l->buckets[1].name, "DOC-EXAMPLE-BUCKET2");
+    }
+    s3f_bucket_list_free(l);
+    free(body);
+    body = load("rgw-list-buckets.xml", &len);
+    l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(body, len, &l, NULL), S3F_OK);
+    if (l) {
+        CHECK_INT(l->n_buckets, 1);
+        CHECK_STR(l->buckets[0].name, "s3fpy-test-fsspec-119b397b");
+        CHECK_INT(l->buckets[0].creation_date, 1796306476);
+    }
+    s3f_bucket_list_free(l);
+    free(body);
+}
+
+static void test_list_buckets(void) {
+    /* AWS's documented shape, with the namespace and an Owner */
+    const char *doc =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<ListAllMyBucketsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        "<Owner><ID>abc</ID><DisplayName>me</DisplayName></Owner><Buckets>"
+        "<Bucket><Name>ckpt-a</Name><CreationDate>2010-11-10T20:48:33.000Z</CreationDate>"
+        "</Bucket><Bucket><Name>ckpt-b</Name></Bucket></Buckets>"
+        "</ListAllMyBucketsResult>";
+    struct s3f_bucket_list *l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(doc, strlen(doc), &l, NULL), S3F_OK);
+    if (l) {
+        CHECK_INT(l->n_buckets, 2);
+        CHECK_STR(l->buckets[0].name, "ckpt-a");
+        CHECK_INT(l->buckets[0].creation_date, 1289422113);
+        CHECK_STR(l->buckets[1].name, "ckpt-b");
+        CHECK_INT(l->buckets[1].creation_date, 0);
+    }
+    s3f_bucket_list_free(l);
+    s3f_bucket_list_free(NULL);
+    const char *none = "<ListAllMyBucketsResult><Buckets/></ListAllMyBucketsResult>";
+    l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(none, strlen(none), &l, NULL), S3F_OK);
+    CHECK(l != NULL && l->n_buckets == 0);
+    s3f_bucket_list_free(l);
+    const char *no_name = "<ListAllMyBucketsResult><Buckets><Bucket><CreationDate>"
+                          "2010-11-10T20:48:33.000Z</CreationDate></Bucket></Buckets>"
+                          "</ListAllMyBucketsResult>";
+    l = NULL;
+    CHECK_INT(s3f__xml_parse_list_buckets(no_name, strlen(no_name), &l, NULL),
+              S3F_ERR_BAD_RESPONSE);
+    CHECK(l == NULL);
+    const char *other = "<ListBucketResult><Name>x</Name></ListBucketResult>";
+    CHECK_INT(s3f__xml_parse_list_buckets(other, strlen(other), &l, NULL),
+              S3F_ERR_BAD_RESPONSE);
+    const char *denied = "<Error><Code>AccessDenied</Code><Message>no</Message>"
+                         "<RequestId>r1</RequestId></Error>";
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    CHECK_INT(s3f__xml_parse_list_buckets(denied, strlen(denied), &l, &err),
+              S3F_ERR_ACCESS_DENIED);
+    CHECK_STR(err.code, "AccessDenied");
+    CHECK(l == NULL);
+}
+
 static void test_delete_result(void) {
     size_t len;
     char *body = load("aws-delete-result.xml", &len);
@@ -1032,6 +1102,8 @@ int main(void) {
     RUN(test_copy_part);
     RUN(test_list_parts);
     RUN(test_list_uploads);
+    RUN(test_list_buckets);
+    RUN(test_list_buckets_recorded);
     RUN(test_delete_result);
     RUN(test_error_docs);
     RUN(test_truncated);
