@@ -6,7 +6,30 @@
 
 #include "cli.h"
 
+/* `s3flash ls` with no URI (or "s3://"): the buckets, as `aws s3 ls` shows them. */
+static int list_buckets(struct cli_ctx *ctx) {
+    struct s3f_client *c = cli_client(ctx);
+    if (!c)
+        return CLI_EXIT_FAIL;
+    struct s3f_bucket_list *list = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    if (s3f_list_buckets(c, &list, &err) != S3F_OK) {
+        cli_report(&err, "s3://");
+        return CLI_EXIT_FAIL;
+    }
+    for (size_t i = 0; i < list->n_buckets; i++) {
+        char when[32];
+        cli_format_time(list->buckets[i].creation_date, 0, when, sizeof(when));
+        printf("%s %s\n", when, list->buckets[i].name);
+    }
+    s3f_bucket_list_free(list);
+    return CLI_EXIT_OK;
+}
+
 int cli_cmd_ls(struct cli_ctx *ctx) {
+    if (ctx->args->n_pos == 0 || strcmp(ctx->args->pos[0], "s3://") == 0)
+        return list_buckets(ctx);
     const char *uri = ctx->args->pos[0];
     char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX];
     int rc = cli_parse_s3(uri, bucket, prefix);

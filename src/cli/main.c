@@ -103,11 +103,11 @@ static const struct cli_opt_spec bench_opts[] = {
 };
 
 static const struct cli_command commands[] = {
-    {"ls", "s3://bucket[/prefix] [--recursive]", "List objects and prefixes.",
+    {"ls", "[s3://bucket[/prefix]] [--recursive]", "List buckets, or objects and prefixes.",
+     "Without a bucket: the buckets the credentials own, 'YYYY-MM-DD HH:MM:SS NAME'.\n"
      "Without --recursive, keys are grouped at '/' like directories and shown as\n"
-     "'PRE name/' lines. Object lines are 'YYYY-MM-DD HH:MM:SS SIZE KEY' (UTC).\n"
-     "Listing buckets is not supported: give a bucket.",
-     ls_opts, 1, 1, cli_cmd_ls},
+     "'PRE name/' lines. Object lines are 'YYYY-MM-DD HH:MM:SS SIZE KEY' (UTC).",
+     ls_opts, 0, 1, cli_cmd_ls},
     {"cp", "SRC DST [--recursive] [--part-size SIZE] [--concurrency N] [--checksum ALG]",
      "Copy local -> S3, S3 -> local ('-' is stdin/stdout) or S3 -> S3.",
      "A DST that ends in '/' or is an existing directory receives the source's base name.\n"
@@ -243,8 +243,6 @@ int main(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     if (args.n_pos < cmd->min_pos || args.n_pos > cmd->max_pos) {
-        if (strcmp(cmd->name, "ls") == 0)
-            return cli_usage_error(cmd, "ls needs s3://bucket[/prefix]");
         if (args.n_pos < cmd->min_pos)
             return cli_usage_error(cmd, "%s needs %s", cmd->name, cmd->synopsis);
         return cli_usage_error(cmd, "too many arguments for %s", cmd->name);

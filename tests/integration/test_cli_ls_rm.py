@@ -75,6 +75,15 @@ def test_ls_recursive(cli, bucket, tree):
     assert {k: v[1] for k, v in objs.items()} == expected
 
 
+@pytest.mark.parametrize("argv", [[], ["s3://"]])
+def test_ls_buckets(cli, bucket, argv):
+    """Without a bucket, ls lists the buckets (ListBuckets), as `aws s3 ls` does."""
+    lines = cli.ok("ls", *argv).text.splitlines()
+    names = [ln.split(" ", 2)[2] for ln in lines]
+    assert bucket in names, lines
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", ln) for ln in lines), lines
+
+
 def test_ls_empty_prefix(cli, bucket, tree):
     r = cli.ok("ls", f"s3://{bucket}/nothing-here/")
     assert r.out == b""
