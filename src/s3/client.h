@@ -199,6 +199,21 @@ enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
 struct s3f__endpoint_params s3f__client_endpoint_params(const struct s3f_client *c,
                                                         const char *bucket);
 
+/* What the transfer engine may know of the response being received: its head as the
+ * executor parsed it, copied out (the attempt's own state stays private to request.c). */
+struct s3f__s3_response_head {
+    char etag[128];
+    char request_id[128];
+    char checksum_crc32c[16], checksum_crc32[16], checksum_crc64nvme[24];
+    uint64_t content_length;
+    bool has_content_length;
+    uint64_t total_size; /* from Content-Range */
+    bool has_total_size;
+};
+/* The head of the response `r` is receiving now: call from its sink (I/O thread), where
+ * the head has been parsed and checked before the first body byte. */
+void s3f__s3_response_head(const struct s3f__s3_request *r, struct s3f__s3_response_head *out);
+
 /* "s3://bucket/key" into buf. */
 void s3f__s3_resource(char *buf, size_t len, const char *bucket, const char *key);
 

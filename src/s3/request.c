@@ -105,6 +105,21 @@ static void on_header(void *ud, const char *name, size_t n, const char *v, size_
     }
 }
 
+void s3f__s3_response_head(const struct s3f__s3_request *r, struct s3f__s3_response_head *out) {
+    const struct s3f__s3_attempt *a = &r->call.a;
+    memset(out, 0, sizeof(*out));
+    s3f__strlcpy(out->etag, a->etag, sizeof(out->etag));
+    s3f__strlcpy(out->request_id, a->request_id, sizeof(out->request_id));
+    s3f__strlcpy(out->checksum_crc32c, a->checksum_crc32c, sizeof(out->checksum_crc32c));
+    s3f__strlcpy(out->checksum_crc32, a->checksum_crc32, sizeof(out->checksum_crc32));
+    s3f__strlcpy(out->checksum_crc64nvme, a->checksum_crc64nvme,
+                 sizeof(out->checksum_crc64nvme));
+    out->content_length = a->content_length;
+    out->has_content_length = a->has_content_length;
+    out->total_size = a->total_size;
+    out->has_total_size = a->has_total_size;
+}
+
 static int current_http_status(struct s3f__s3_attempt *a) {
     long code = 0;
     if (a->http.easy)

@@ -897,19 +897,19 @@ static int whole_sink(void *ud, const void *data, size_t len, uint64_t offset) {
     int stop = 0;
     pthread_mutex_lock(&w->lock);
     if (!w->first_seen) {
-        /* The executor's view of this response's headers, parsed before the body. */
-        const struct s3f__s3_attempt *a = &w->op.r.call.a;
+        /* The executor's view of this response's head, parsed before the body. */
+        struct s3f__s3_response_head h;
+        s3f__s3_response_head(&w->op.r, &h);
         w->first_seen = true;
-        if (a->has_total_size) {
-            w->size = a->total_size;
+        if (h.has_total_size) {
+            w->size = h.total_size;
             w->size_known = true;
-        } else if (a->has_content_length) {
-            w->size = offset + a->content_length;
+        } else if (h.has_content_length) {
+            w->size = offset + h.content_length;
             w->size_known = true;
         }
-        s3f__strlcpy(w->request_id, a->request_id, sizeof(w->request_id));
-        whole_choose_checksum(w, a->checksum_crc32c, a->checksum_crc32,
-                              a->checksum_crc64nvme);
+        s3f__strlcpy(w->request_id, h.request_id, sizeof(w->request_id));
+        whole_choose_checksum(w, h.checksum_crc32c, h.checksum_crc32, h.checksum_crc64nvme);
         pthread_cond_broadcast(&w->cond);
     }
     if (w->alloc_failed || offset != w->received) {
