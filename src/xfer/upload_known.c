@@ -1,0 +1,274 @@
+/* Upload sources of known size: memory regions (s3f_upload_iov, s3f_upload_buffer), a
+ * file (s3f_upload_file, read by offset on the I/O threads), and server-side copies
+ * (s3f_copy: UploadPartCopy of ranges of the source). Parts and checksums are planned
+ * here; the session (upload.c) sends them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "xfer/upload_internal.h"
+
+#define SCRATCH_SIZE ((size_t)1 << 20) /* file reads for part checksums */
+
+/* ---- uploads of known size ----------------------------------------------------------- */
+
+/* Checksum of bytes [off, off+len) of a file, read with pread into `scratch`. */
+static enum s3f_status file_checksum(struct upload *u, uint64_t off, uint64_t len,
+                                     char *scratch, struct s3f__checksum *ck) {
+    while (len) {
+        size_t want = len < SCRATCH_SIZE ? (size_t)len : SCRATCH_SIZE;
+        ssize_t n = pread(u->fd, scratch, want, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? S3F_ERR_IO : S3F_ERR_BAD_RESPONSE;
+        s3f__checksum_update(ck, scratch, (size_t)n);
+        off += (uint64_t)n;
+        len -= (uint64_t)n;
+    }
+    return S3F_OK;
+}
+
+static void iov_checksum(struct upload *u, uint64_t off, uint64_t len, struct s3f__checksum *ck) {
+    uint64_t start = 0;
+    for (size_t i = 0; i < u->n_iov && len; i++) {
+        uint64_t end = u->iov_end[i];
+        if (end > off) {
+            uint64_t in = off - start;
+            uint64_t n = u->iov[i].len - in < len ? u->iov[i].len - in : len;
+            s3f__checksum_update(ck, (const char *)u->iov[i].base + in, (size_t)n);
+            off += n;
+            len -= n;
+        }
+        start = end;
+    }
+}
+
+/* Plan the parts of `size` bytes, start CreateMultipartUpload when there are several, then
+ * compute each part's checksum and queue it while the earlier ones are being sent. */
+static enum s3f_status upload_known(struct upload *u, uint64_t size,
+                                    struct s3f_object_info *info, struct s3f_error *err) {
+    struct s3f_error e;
+    s3f_error_clear(&e);
+    uint64_t ps;
+    enum s3f_status st = s3f__plan_part_size(size, u->part_size, &ps, &e);
+    if (st) {
+        if (err)
+            *err = e;
+        return st;
+    }
+    uint32_t n = s3f__plan_part_count(size, ps);
+    if (u->src == SRC_COPY && size <= u->single_max) { /* one CopyObject */
+        n = 1;
+        ps = size;
+    }
+    u->part_size = ps;
+    u->parts = calloc(n, sizeof(*u->parts));
+    char *scratch = NULL;
+    if (!u->parts || (u->src == SRC_FILE && u->alg != S3F_CHECKSUM_NONE &&
+                      !(scratch = malloc(SCRATCH_SIZE))))
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "upload", u->resource, "out of memory");
+    u->cap_parts = u->n_parts = n;
+    for (uint32_t i = 0; i < n; i++) {
+        u->parts[i].offset = (uint64_t)i * ps;
+        u->parts[i].size = i + 1 < n ? ps : size - (uint64_t)i * ps;
+        u->parts[i].state = PART_FILLING;
+        u->parts[i].qnext = -1;
+        s3f__checksum_init(&u->parts[i].ck, u->alg);
+    }
+    s3f__log(&u->c->logger, S3F_LOG_DEBUG, "upload %s: %" PRIu64 " bytes, %u part%s of %" PRIu64,
+             u->resource, size, n, n == 1 ? "" : "s", ps);
+    struct actions act = {0};
+    pthread_mutex_lock(&u->lock);
+    u->input_done = true;
+    u->multipart = n > 1;
+    if (u->multipart && s3f__up_build_ctl(u, CTL_CREATE) == S3F_OK)
+        s3f__up_start_ctl(u, CTL_CREATE, &act);
+    pthread_mutex_unlock(&u->lock);
+    s3f__up_do_actions(u, &act);
+
+    for (uint32_t i = 0; i < n; i++) {
+        struct upart *p = &u->parts[i];
+        struct actions a = {0};
+        enum s3f_status cst = S3F_OK;
+        pthread_mutex_lock(&u->lock);
+        bool failed = u->status != S3F_OK;
+        pthread_mutex_unlock(&u->lock);
+        if (failed)
+            break;
+        if (u->alg != S3F_CHECKSUM_NONE) {
+            if (u->src == SRC_MEMORY)
+                iov_checksum(u, p->offset, p->size, &p->ck);
+            else
+                cst = file_checksum(u, p->offset, p->size, scratch, &p->ck);
+        }
+        pthread_mutex_lock(&u->lock);
+        if (cst) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "could not read the file: %s",
+                     cst == S3F_ERR_IO ? strerror(errno) : "it became shorter");
+            s3f__up_fail_msg(u, S3F_ERR_IO, "upload", msg);
+        } else {
+            part_set_state(u, i, PART_PREPARED);
+            s3f__up_try_queue(u, i, &a);
+        }
+        s3f__up_advance(u, &a);
+        pthread_mutex_unlock(&u->lock);
+        s3f__up_do_actions(u, &a);
+    }
+    free(scratch);
+    pthread_mutex_lock(&u->lock);
+    struct actions a = {0};
+    s3f__up_advance(u, &a);
+    pthread_mutex_unlock(&u->lock);
+    s3f__up_do_actions(u, &a);
+    return s3f__upload_wait(u, info, err);
+}
+
+enum s3f_status s3f_upload_iov(struct s3f_client *c, const char *bucket, const char *key,
+                               const struct s3f_iovec *iov, size_t n_iov,
+                               const struct s3f_upload_options *opts,
+                               struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (n_iov && !iov)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL, "iov is NULL");
+    for (size_t i = 0; i < n_iov; i++)
+        if (iov[i].len && !iov[i].base)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL,
+                                  "region %zu has no base pointer", i);
+    struct upload *u;
+    enum s3f_status st = s3f__upload_new(c, bucket, key, opts, "upload", &u, err);
+    if (st)
+        return st;
+    u->src = SRC_MEMORY;
+    u->iov = iov;
+    u->n_iov = n_iov;
+    u->iov_end = calloc(n_iov ? n_iov : 1, sizeof(*u->iov_end));
+    if (!u->iov_end) {
+        s3f__upload_free(u);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "upload", NULL, "out of memory");
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n_iov; i++) {
+        total += iov[i].len;
+        u->iov_end[i] = total;
+    }
+    st = upload_known(u, total, info, err);
+    s3f__upload_free(u);
+    return st;
+}
+
+enum s3f_status s3f_upload_buffer(struct s3f_client *c, const char *bucket, const char *key,
+                                  const void *data, size_t len,
+                                  const struct s3f_upload_options *opts,
+                                  struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (len && !data)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL, "data is NULL");
+    struct s3f_iovec one = {(void *)(uintptr_t)data, len};
+    return s3f_upload_iov(c, bucket, key, &one, len ? 1 : 0, opts, info, err);
+}
+
+enum s3f_status s3f_upload_file(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *path, const struct s3f_upload_options *opts,
+                                struct s3f_object_info *info, struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (!path || !*path)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "upload", NULL, "path is empty");
+    struct upload *u;
+    enum s3f_status st = s3f__upload_new(c, bucket, key, opts, "upload", &u, err);
+    if (st)
+        return st;
+    u->src = SRC_FILE;
+    u->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (u->fd < 0 || fstat(u->fd, &sb) != 0) {
+        st = s3f__error_set(err, S3F_ERR_IO, "upload", path, "cannot open %s: %s", path,
+                            strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = s3f__error_set(err, S3F_ERR_IO, "upload", path, "%s is not a regular file", path);
+    } else {
+#ifdef POSIX_FADV_SEQUENTIAL
+        posix_fadvise(u->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+        st = upload_known(u, (uint64_t)sb.st_size, info, err);
+    }
+    s3f__upload_free(u);
+    return st;
+}
+
+/* ---- server-side copies ------------------------------------------------------------- */
+
+enum s3f_status s3f_copy(struct s3f_client *c, const char *src_bucket, const char *src_key,
+                         const char *dst_bucket, const char *dst_key,
+                         const struct s3f_copy_options *opts, struct s3f_object_info *info,
+                         struct s3f_error *err) {
+    static const struct s3f_copy_options defaults;
+    if (!opts)
+        opts = &defaults;
+    s3f_error_clear(err);
+    enum s3f_status st = s3f__op_check_args("copy", src_bucket, src_key, true, err);
+    if (st)
+        return st;
+    if (opts->part_size_bytes &&
+        (opts->part_size_bytes < S3F__PART_MIN || opts->part_size_bytes > S3F__PART_MAX))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "copy", NULL,
+                              "part_size_bytes must be 5 MiB to 5 GiB, got %" PRIu64,
+                              opts->part_size_bytes);
+    struct s3f_upload_options uo;
+    memset(&uo, 0, sizeof(uo));
+    uo.checksum = S3F_CHECKSUM_NONE; /* the server copies the bytes; nothing to compute */
+    uo.progress = opts->progress;
+    uo.progress_user_data = opts->progress_user_data;
+    struct upload *u;
+    if ((st = s3f__upload_new(c, dst_bucket, dst_key, &uo, "copy", &u, err)))
+        return st;
+    u->src = SRC_COPY;
+    u->part_size = opts->part_size_bytes ? opts->part_size_bytes
+                   : u->x->part_size > S3F__COPY_PART_DEFAULT ? u->x->part_size
+                                                               : S3F__COPY_PART_DEFAULT;
+    u->single_max = opts->multipart_threshold_bytes ? opts->multipart_threshold_bytes
+                                                     : u->part_size;
+    if (u->single_max > S3F__PART_MAX)
+        u->single_max = S3F__PART_MAX; /* CopyObject's limit */
+    /* the source: its size, ETag (every request is pinned to it) and content type */
+    struct s3f_object_info src;
+    memset(&src, 0, sizeof(src));
+    st = s3f_head_object(c, src_bucket, src_key, opts->src_version_id, &src, err);
+    if (st == S3F_OK && opts->src_if_match && *opts->src_if_match &&
+        strcmp(opts->src_if_match, src.etag) != 0)
+        st = s3f__error_set(err, S3F_ERR_PRECONDITION_FAILED, "copy", NULL,
+                            "the source's ETag is %s, not %s", src.etag, opts->src_if_match);
+    if (st) {
+        if (err && !err->resource[0])
+            s3f__s3_resource(err->resource, sizeof(err->resource), src_bucket, src_key);
+        goto out;
+    }
+    free(u->content_type);
+    u->content_type = s3f__strdup(src.content_type[0] ? src.content_type
+                                                      : "application/octet-stream");
+    u->src_bucket = s3f__strdup(src_bucket);
+    u->src_key = s3f__strdup(src_key);
+    u->src_etag = src.etag[0] ? s3f__strdup(src.etag) : NULL;
+    u->src_version_id = opts->src_version_id ? s3f__strdup(opts->src_version_id) : NULL;
+    if (!u->content_type || !u->src_bucket || !u->src_key || (src.etag[0] && !u->src_etag) ||
+        (opts->src_version_id && !u->src_version_id)) {
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "copy", NULL, "out of memory");
+        goto out;
+    }
+    struct s3f_object_info res;
+    memset(&res, 0, sizeof(res));
+    st = upload_known(u, src.size, &res, err);
+    if (st == S3F_OK && info) {
+        *info = res;
+        s3f__strlcpy(info->content_type, u->content_type, sizeof(info->content_type));
+    }
+out:
+    s3f__upload_free(u);
+    return st;
+}
