@@ -74,6 +74,7 @@ class Client:
         checksum: Optional[str] = ...,
         ca_bundle: Optional[str] = ...,
         tls_insecure: bool = ...,
+        requester_pays: bool = ...,
     ) -> None: ...
     @property
     def region(self) -> str: ...

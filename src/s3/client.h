@@ -40,6 +40,7 @@ struct s3f_client {
     char *endpoint_url;       /* NULL: AWS */
     bool force_path_style;
     bool anonymous;
+    bool requester_pays;      /* x-amz-request-payer: requester on every request */
     int max_attempts;
     char *ca_bundle;
     struct s3f__aws_config *config;           /* may be NULL when no files exist */
