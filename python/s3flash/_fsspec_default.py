@@ -8,8 +8,12 @@ already registered for the protocol (s3fs imported, ``fsspec.register_implementa
 plugin) or an importable implementation named in ``known_implementations`` (s3fs installed)
 is left in place. ``s3flash.fsspec.register()`` takes the protocols over explicitly.
 
-Called when ``s3flash.lightning`` is imported. Registration is lazy (a class path, as
-fsspec's own table): nothing is imported until fsspec builds a filesystem.
+Called when ``s3flash.lightning`` is imported (for a source tree, or an installation whose
+entry points fsspec does not see). An installed s3flash also declares the ``fsspec.specs``
+entry points ``s3`` and ``s3a`` -> ``s3flash._fsspec_s3.S3FileSystem``, which resolves to s3fs
+when it is importable and to s3flash otherwise, without any import of s3flash by the user.
+Registration is lazy (a class path, as fsspec's own table): nothing is imported until fsspec
+builds a filesystem.
 """
 
 from __future__ import annotations

@@ -158,3 +158,47 @@ def test_s3_taken_only_when_nothing_else_serves_it(tmp_path):
     r = _run(PROBE.format(setup=""), extra_path=fake.parent)
     assert r == {"s3": "s3fs.S3FileSystem", "s3a": "s3fs.S3FileSystem",
                  "callback_fs": "s3fs.S3FileSystem"}
+
+
+EP_PROBE = textwrap.dedent("""
+    import json, sys
+    import fsspec
+    fs = fsspec.filesystem("s3")
+    cls = fsspec.get_filesystem_class("s3a")
+    print("RESULT " + json.dumps({
+        "s3": type(fs).__module__ + "." + type(fs).__name__,
+        "s3a": cls.__module__ + "." + cls.__name__,
+        "lightning_imported": "s3flash.lightning" in sys.modules}))
+""")
+
+
+def test_fsspec_entry_points_serve_s3_only_without_s3fs(tmp_path, endpoint):
+    """pyproject.toml's fsspec.specs entry points s3/s3a, seen by fsspec as an installed
+    package's (a dist-info with the same entry points on sys.path): with s3fs unimportable,
+    fsspec.filesystem("s3") is s3flash's with no import of s3flash by the caller; with an
+    importable s3fs it is s3fs's."""
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
+        "fsspec.specs"]
+    assert eps["s3"] == eps["s3a"] == "s3flash._fsspec_s3:S3FileSystem"
+    site = tmp_path / "site"
+    dist = site / "s3flash_eptest-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: s3flash-eptest\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[fsspec.specs]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+    env = {"AWS_ENDPOINT_URL": endpoint}
+    r = _run(BLOCK_S3FS + EP_PROBE, extra_path=site, env_extra=env)
+    assert r == {"s3": "s3flash.fsspec.S3FlashFileSystem",
+                 "s3a": "s3flash.fsspec.S3FlashFileSystem", "lightning_imported": False}
+    fake = site / "s3fs"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(textwrap.dedent("""
+        from fsspec.spec import AbstractFileSystem
+        __version__ = "2099.1.0"
+        class S3FileSystem(AbstractFileSystem):
+            protocol = ("s3", "s3a")
+    """))
+    r = _run(EP_PROBE, extra_path=site, env_extra=env)
+    assert r == {"s3": "s3fs.S3FileSystem", "s3a": "s3fs.S3FileSystem",
+                 "lightning_imported": False}
