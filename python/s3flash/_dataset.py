@@ -1,8 +1,9 @@
 """S3MapDataset and S3IterableDataset: PyTorch datasets over S3 objects.
 
 Names, signatures and defaults follow s3torchconnector; s3flash adds sharding over ranks and
-workers (``enable_sharding=True``, off by default as upstream), shuffling with a seed and an epoch, a listing that streams page by page,
-and a small-object path (one GET, no HEAD) for whole-object reads.
+workers (``enable_sharding=True``, off by default as upstream), shuffling with a seed and an
+epoch, a listing that streams page by page, and a small-object path (one GET, no HEAD) for
+whole-object reads.
 """
 
 from __future__ import annotations
@@ -481,8 +482,9 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
     the reader is lazy. ``enable_sharding=False`` (the default, as in s3torchconnector):
     every DataLoader worker and every rank iterates over the whole dataset (shard it
     yourself, e.g. with torchdata's ``sharding_filter()``). With ``enable_sharding=True``
-    each object is yielded exactly once per epoch across all ranks × DataLoader workers: object ``i`` of
-    the listing (after shuffling) goes to shard ``i % (world_size * num_workers)``, shard
+    each object is yielded exactly once per epoch across all ranks × DataLoader workers:
+    object ``i`` of the listing (after shuffling) goes to shard
+    ``i % (world_size * num_workers)``, shard
     ``rank * num_workers + worker_id``. The rank and world size are the explicit ``rank``
     and ``world_size``, else torch.distributed's when it is initialized, else 0 and 1.
 

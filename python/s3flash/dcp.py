@@ -98,7 +98,7 @@ except ImportError:  # older torch
 try:
     import numpy as _np
 except ImportError:  # torch works without numpy; buffers are then zero-filled bytearrays
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 __all__ = [
     "S3FileSystem",
