@@ -116,15 +116,15 @@ def test_plain_model_checkpoint_to_s3_without_s3fs(bucket, endpoint, tmp_path, s
 PROBE = textwrap.dedent("""
     import json, sys
     import fsspec
-    from fsspec.registry import known_implementations
     {setup}
     import s3flash.lightning
     from lightning.pytorch.callbacks import ModelCheckpoint
     ck = ModelCheckpoint(dirpath="s3://some-bucket/run")
     cls = fsspec.get_filesystem_class("s3")
+    cls_a = fsspec.get_filesystem_class("s3a")
     print("RESULT " + json.dumps({{
         "s3": cls.__module__ + "." + cls.__name__,
-        "s3a": known_implementations["s3a"]["class"],
+        "s3a": cls_a.__module__ + "." + cls_a.__name__,
         "callback_fs": type(ck._fs).__module__ + "." + type(ck._fs).__name__}}))
 """)
 
