@@ -22,7 +22,8 @@ from . import _s3flash
 from ._checkpoint import parse_s3_uri
 from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
-from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._reader import (S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol,
+                      SequentialS3Reader)
 
 MiB = 1024 * 1024
 
@@ -81,7 +82,7 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str,
             return
 
 
-class _DatasetReader(S3Reader):
+class _DatasetReader(SequentialS3Reader):
     """The sequential S3Reader of a dataset item, told the object's size by the listing
     (``from_prefix``) or not (``from_objects``).
 

@@ -79,6 +79,13 @@ def test_iterable_dataset_does_not_shard_by_default(ten, region, endpoint):
     sharded = S3IterableDataset.from_prefix(uri, region=region, endpoint=endpoint,
                                             transform=_key, enable_sharding=True)
     assert sorted(DataLoader(sharded, **loader)) == keys
+    # items are the reader classes upstream's are
+    first = next(iter(S3IterableDataset.from_prefix(uri, region=region, endpoint=endpoint)))
+    assert isinstance(first, s3flash.SequentialS3Reader) and first.read() == b"x"
+    ranged = s3flash.S3MapDataset.from_prefix(
+        uri, region=region, endpoint=endpoint,
+        reader_constructor=S3ReaderConstructor.range_based())[1]
+    assert isinstance(ranged, s3flash.RangedS3Reader) and ranged.read() == b"xx"
     # a rank without sharding would be ignored: refused
     with pytest.raises(ValueError, match="enable_sharding=True"):
         S3IterableDataset.from_prefix(uri, region=region, rank=0, world_size=2)
