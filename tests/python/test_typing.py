@@ -46,8 +46,12 @@ def test_mypy_sees_the_real_classes(tmp_path):
         follow_imports = skip
     """))
     env = dict(os.environ)
-    # the package under test wherever it is imported from (installed, or the dev stage)
-    env["MYPYPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(s3flash.__file__)))
+    # the package under test wherever it is imported from: an installed one mypy finds by
+    # itself (PEP 561, py.typed; mypy refuses a site-packages in MYPYPATH), the dev stage
+    # (tests/python/devenv.sh) through MYPYPATH
+    where = os.path.dirname(os.path.dirname(os.path.abspath(s3flash.__file__)))
+    if os.path.basename(where) not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = where
     p = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
                         "--cache-dir", str(tmp_path / "cache"), "--no-error-summary",
                         "--show-error-codes", str(src)],
