@@ -200,6 +200,10 @@ struct s3f_client_options {
     /* DEFAULT: CRC32C. Checksum of uploads (per part, combined into a whole-object value)
      * and of verified downloads. */
     enum s3f_checksum_algorithm checksum;
+    /* 1: every request carries `x-amz-request-payer: requester`, signed: the caller agrees
+     * to pay for requests and transfer on a Requester Pays bucket (S3 answers 403 to a
+     * non-owner without it). Not added to presigned URLs (s3f_presign). */
+    int requester_pays;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials

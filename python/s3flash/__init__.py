@@ -15,6 +15,8 @@ PyTorch), so switching is a change of import:
     obj = s3flash.load("s3://bucket/model.pt")
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._s3flash import (
     LIBRARY_VERSION,
     S3ConnectionError,
@@ -28,7 +30,18 @@ from ._s3flash import (
 )
 from ._config import S3ClientConfig
 from ._client import ObjectInfo, S3Client
-from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._reader import (
+    DEFAULT_BUFFER_SIZE,
+    DEFAULT_MAX_GAP_SIZE,
+    DCPOptimizedConstructor,
+    DCPOptimizedS3Reader,
+    ItemRange,
+    RangedS3Reader,
+    S3Reader,
+    S3ReaderConstructor,
+    S3ReaderConstructorProtocol,
+    SequentialS3Reader,
+)
 from ._writer import S3Writer
 from ._checkpoint import S3Checkpoint, load, parse_s3_uri, save
 from ._uploads import UploadInfo, cleanup_uploads, list_uploads
@@ -48,6 +61,13 @@ __all__ = [
     "S3Reader",
     "S3ReaderConstructor",
     "S3ReaderConstructorProtocol",
+    "SequentialS3Reader",
+    "RangedS3Reader",
+    "DCPOptimizedS3Reader",
+    "DCPOptimizedConstructor",
+    "ItemRange",
+    "DEFAULT_BUFFER_SIZE",
+    "DEFAULT_MAX_GAP_SIZE",
     "S3TimeoutError",
     "S3ValueError",
     "S3Writer",
@@ -62,12 +82,19 @@ __all__ = [
 ]
 
 # The datasets import torch: loaded on first use, so that `import s3flash` needs no torch.
+# Type checkers read the imports below (the real classes, not Any); at run time the
+# module __getattr__ imports them on first access.
+if TYPE_CHECKING:
+    from ._dataset import S3IterableDataset, S3MapDataset
+
 _LAZY_DATASETS = ("S3MapDataset", "S3IterableDataset")
 __all__ += list(_LAZY_DATASETS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY_DATASETS:
         from . import _dataset
-        return getattr(_dataset, name)
+        value = getattr(_dataset, name)
+        globals()[name] = value  # later accesses skip __getattr__
+        return value
     raise AttributeError(f"module 's3flash' has no attribute {name!r}")

@@ -42,6 +42,7 @@ def _native_client(region: Optional[str], endpoint: Optional[str],
         io_threads=config.io_threads,
         checksum=config.checksum,
         ca_bundle=config.ca_bundle,
+        requester_pays=config.requester_pays,
     )
 
 

@@ -21,6 +21,8 @@ class S3ClientConfig:
         force_path_style: always address buckets path-style (http://host/bucket/key).
         max_attempts: attempts per request, the first included (AWS standard retry mode).
         profile: profile of the shared AWS config/credentials files.
+        requester_pays: send ``x-amz-request-payer: requester`` (signed) on every request:
+            the caller pays for requests and transfer on a Requester Pays bucket.
 
     s3flash extensions (keyword-only in spirit; all optional):
         memory_limit: bound, in bytes, of the buffer pool shared by all writers and readers
@@ -40,6 +42,7 @@ class S3ClientConfig:
     force_path_style: bool = False
     max_attempts: int = 10
     profile: Optional[str] = None
+    requester_pays: bool = False
     # s3flash extensions
     memory_limit: int = 0
     max_inflight_requests: int = 0

@@ -1,8 +1,9 @@
 """S3MapDataset and S3IterableDataset: PyTorch datasets over S3 objects.
 
-Names and signatures follow s3torchconnector; s3flash adds sharding over ranks and workers
-(on by default), shuffling with a seed and an epoch, a listing that streams page by page,
-and a small-object path (one GET, no HEAD) for whole-object reads.
+Names, signatures and defaults follow s3torchconnector; s3flash adds sharding over ranks and
+workers (``enable_sharding=True``, off by default as upstream), shuffling with a seed and an
+epoch, a listing that streams page by page, and a small-object path (one GET, no HEAD) for
+whole-object reads.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from . import _s3flash
 from ._checkpoint import parse_s3_uri
 from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
-from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._reader import (S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol,
+                      SequentialS3Reader)
 
 MiB = 1024 * 1024
 
@@ -80,7 +82,7 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str,
             return
 
 
-class _DatasetReader(S3Reader):
+class _DatasetReader(SequentialS3Reader):
     """The sequential S3Reader of a dataset item, told the object's size by the listing
     (``from_prefix``) or not (``from_objects``).
 
@@ -478,9 +480,12 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
     listing page, not after the whole prefix is listed.
 
     Build it with ``from_prefix`` or ``from_objects``. Each item is ``transform(S3Reader)``;
-    the reader is lazy. With ``enable_sharding`` (the default in s3flash) each object is
-    yielded exactly once per epoch across all ranks × DataLoader workers: object ``i`` of
-    the listing (after shuffling) goes to shard ``i % (world_size * num_workers)``, shard
+    the reader is lazy. ``enable_sharding=False`` (the default, as in s3torchconnector):
+    every DataLoader worker and every rank iterates over the whole dataset (shard it
+    yourself, e.g. with torchdata's ``sharding_filter()``). With ``enable_sharding=True``
+    each object is yielded exactly once per epoch across all ranks × DataLoader workers:
+    object ``i`` of the listing (after shuffling) goes to shard
+    ``i % (world_size * num_workers)``, shard
     ``rank * num_workers + worker_id``. The rank and world size are the explicit ``rank``
     and ``world_size``, else torch.distributed's when it is initialized, else 0 and 1.
 
@@ -499,7 +504,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                  get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
-                 enable_sharding: bool = True,
+                 enable_sharding: bool = False,
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
                  shuffle: bool = False, seed: int = 0,
                  shuffle_buffer_size: Optional[int] = None,
@@ -509,6 +514,10 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                          reader_constructor, prefetch)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
+        if rank is not None and not enable_sharding:
+            # the rank would be ignored: every rank would read everything, silently
+            raise ValueError("rank and world_size shard the dataset: pass "
+                             "enable_sharding=True with them")
         if world_size is not None and not (rank is not None and 0 <= rank < world_size):
             raise ValueError(f"rank must be in [0, world_size), got rank={rank} "
                              f"world_size={world_size}")
@@ -527,7 +536,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                      region: Optional[str] = None, endpoint: Optional[str] = None,
                      transform: Callable[[S3Reader], Any] = identity,
                      s3client_config: Optional[S3ClientConfig] = None,
-                     enable_sharding: bool = True,
+                     enable_sharding: bool = False,
                      reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
                      **kwargs: Any) -> "S3IterableDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
@@ -543,7 +552,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                     endpoint: Optional[str] = None,
                     transform: Callable[[S3Reader], Any] = identity,
                     s3client_config: Optional[S3ClientConfig] = None,
-                    enable_sharding: bool = True,
+                    enable_sharding: bool = False,
                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
                     list_page_size: int = 0, **kwargs: Any) -> "S3IterableDataset":
         """A dataset of every object whose key starts with the prefix of ``s3_uri``

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from . import _s3flash
 
@@ -18,8 +19,12 @@ MiB = 1024 * 1024
 # read-ahead window (0: the engine's default, min(64 MiB, memory limit / 4)) and the tail
 # cache (0: 1 MiB, where torch.load finds the zip's central directory).
 _SEQUENTIAL_READAHEAD = 0
-_RANGE_DEFAULT_BUFFER = 8 * MiB
 _RANGE_MIN_BUFFER = 64 * 1024  # buffer_size=0: no real read-ahead, just what is asked
+
+# s3torchconnector's constants, with its values
+DEFAULT_BUFFER_SIZE = 8 * MiB        # range_based(buffer_size=None)
+DEFAULT_MAX_GAP_SIZE = 32 * MiB      # dcp_optimized(max_gap_size=...)
+_RANGE_DEFAULT_BUFFER = DEFAULT_BUFFER_SIZE
 
 
 class S3Reader(io.BufferedIOBase):
@@ -189,21 +194,116 @@ class S3Reader(io.BufferedIOBase):
 S3ReaderConstructorProtocol = Callable[..., S3Reader]
 
 
+class SequentialS3Reader(S3Reader):
+    """The reader of ``S3ReaderConstructor.sequential()``: a read-ahead window that grows
+    while reads are sequential (up to the engine's cap, 64 MiB by default). Unlike
+    s3torchconnector's, it never buffers the whole object in memory."""
+
+    def __init__(self, client: "S3Client", bucket: str, key: str, **kwargs: Any):
+        kwargs.setdefault("reader_type", "sequential")
+        kwargs.setdefault("readahead_max", _SEQUENTIAL_READAHEAD)
+        super().__init__(client, bucket, key, **kwargs)
+
+
+class RangedS3Reader(S3Reader):
+    """The reader of ``S3ReaderConstructor.range_based(buffer_size)``: ranged GETs with a
+    read-ahead of at most ``buffer_size`` bytes (None: ``DEFAULT_BUFFER_SIZE``, 8 MiB;
+    0: none beyond what is asked, at least 64 KiB)."""
+
+    def __init__(self, client: "S3Client", bucket: str, key: str,
+                 buffer_size: Optional[int] = None, **kwargs: Any):
+        if buffer_size is None:
+            buffer_size = DEFAULT_BUFFER_SIZE
+        if buffer_size < 0:
+            raise ValueError(f"buffer_size must be >= 0, got {buffer_size}")
+        kwargs.setdefault("reader_type", "range_based")
+        kwargs.setdefault("readahead_max", max(buffer_size, _RANGE_MIN_BUFFER))
+        super().__init__(client, bucket, key, **kwargs)
+        self.buffer_size = buffer_size
+
+
+@dataclass
+class ItemRange:
+    """Byte range of one DCP item in its object: start inclusive, end exclusive."""
+
+    start: int
+    end: int
+
+
+@dataclass
+class RangeGroup:
+    """Item ranges close enough (gaps up to max_gap_size) to be fetched as one range."""
+
+    start: int
+    end: int
+    item_ranges: List[ItemRange]
+
+
+class DCPOptimizedS3Reader(S3Reader):
+    """The reader of ``S3ReaderConstructor.dcp_optimized()`` for an object whose item ranges
+    the DCP layer handed over: ranged reads with a read-ahead of at most the largest merged
+    group of ranges (8 MiB when none is known). ``s3flash.dcp.S3StorageReader`` itself
+    fetches the merged ranges directly (its own ranged GETs in parallel), not through this
+    reader; this class serves other callers of the constructor."""
+
+    def __init__(self, client: "S3Client", bucket: str, key: str,
+                 ranges: Optional[List[ItemRange]] = None,
+                 max_gap_size: Union[int, float] = DEFAULT_MAX_GAP_SIZE, **kwargs: Any):
+        self.ranges = list(ranges or [])
+        self.max_gap_size = max_gap_size
+        groups = _group_ranges(self.ranges, max_gap_size)
+        window = max((g.end - g.start for g in groups), default=DEFAULT_BUFFER_SIZE)
+        kwargs.setdefault("reader_type", "dcp_optimized")
+        kwargs.setdefault("readahead_max", max(min(window, 64 * MiB), _RANGE_MIN_BUFFER))
+        super().__init__(client, bucket, key, **kwargs)
+
+
+def _group_ranges(ranges: List[ItemRange], max_gap_size: Union[int, float]) -> List[RangeGroup]:
+    """Sorted ranges merged while the gap to the next one is at most max_gap_size."""
+    groups: List[RangeGroup] = []
+    for r in sorted(ranges, key=lambda r: r.start):
+        if groups and r.start - groups[-1].end <= max_gap_size:
+            g = groups[-1]
+            g.end = max(g.end, r.end)
+            g.item_ranges.append(r)
+        else:
+            groups.append(RangeGroup(r.start, r.end, [r]))
+    return groups
+
+
+def _check_gap(max_gap_size: Union[int, float]) -> None:
+    if isinstance(max_gap_size, bool) or not isinstance(max_gap_size, (int, float)):
+        raise TypeError(f"max_gap_size must be an int or float, got "
+                        f"{type(max_gap_size).__name__}")
+    if max_gap_size != max_gap_size or max_gap_size < 0:  # NaN or negative
+        raise ValueError(f"max_gap_size must be >= 0, got {max_gap_size}")
+
+
 class DCPOptimizedConstructor:
-    """The dcp_optimized() constructor. Distributed-checkpoint loads read known byte ranges
-    of each shard; until the DCP layer hands those ranges over (set_file_ranges), readers are
-    range-based with a window of up to `max_gap_size` capped by the engine."""
+    """The dcp_optimized() constructor. ``s3flash.dcp.S3StorageReader`` hands it the byte
+    ranges of each object of the load plan (``set_file_ranges``: object name -> ranges);
+    objects with ranges get a ``DCPOptimizedS3Reader``, others (``.metadata``) a
+    ``SequentialS3Reader``, as s3torchconnector does."""
 
-    def __init__(self, max_gap_size: int) -> None:
+    def __init__(self, max_gap_size: Union[int, float] = DEFAULT_MAX_GAP_SIZE) -> None:
+        _check_gap(max_gap_size)
         self._max_gap_size = max_gap_size
-        self._file_ranges: Dict[str, Any] = {}
+        self._file_ranges: Dict[str, List[ItemRange]] = {}
 
-    def set_file_ranges(self, file_ranges: Dict[str, Any]) -> None:
+    @property
+    def max_gap_size(self) -> Union[int, float]:
+        return self._max_gap_size
+
+    def set_file_ranges(self, file_ranges: Dict[str, List[ItemRange]]) -> None:
         self._file_ranges = file_ranges
 
     def __call__(self, client: "S3Client", bucket: str, key: str) -> S3Reader:
-        return S3Reader(client, bucket, key, reader_type="dcp_optimized",
-                        readahead_max=_RANGE_DEFAULT_BUFFER)
+        name = key.rsplit("/", 1)[-1]
+        ranges = self._file_ranges.get(key) or self._file_ranges.get(name)
+        if ranges:
+            return DCPOptimizedS3Reader(client, bucket, key, ranges=ranges,
+                                        max_gap_size=self._max_gap_size)
+        return SequentialS3Reader(client, bucket, key)
 
 
 class S3ReaderConstructor:
@@ -212,32 +312,30 @@ class S3ReaderConstructor:
     Every reader is the engine's random-access reader; the constructors choose its
     read-ahead:
 
-    - ``sequential()``: read-ahead window growing up to the engine's cap (64 MiB by
-      default). Best for whole-object reads such as torch.load. Unlike s3torchconnector,
-      the object is never buffered whole in memory.
-    - ``range_based(buffer_size=None)``: read-ahead capped at ``buffer_size`` (default
-      8 MiB; 0: no read-ahead beyond 64 KiB). For sparse reads of large objects.
-    - ``dcp_optimized(max_gap_size=200 MiB)``: for PyTorch Distributed Checkpoint loads.
+    - ``sequential()`` (``SequentialS3Reader``): read-ahead window growing up to the
+      engine's cap (64 MiB by default). Best for whole-object reads such as torch.load.
+      Unlike s3torchconnector, the object is never buffered whole in memory.
+    - ``range_based(buffer_size=None)`` (``RangedS3Reader``): read-ahead capped at
+      ``buffer_size`` (None: ``DEFAULT_BUFFER_SIZE``, 8 MiB; 0: no read-ahead beyond
+      64 KiB). For sparse reads of large objects.
+    - ``dcp_optimized(max_gap_size=DEFAULT_MAX_GAP_SIZE)`` (32 MiB, s3torchconnector's
+      default; an int or a float such as ``float("inf")``): for PyTorch Distributed
+      Checkpoint loads through ``s3flash.dcp.S3StorageReader``.
     """
 
     @staticmethod
     def sequential() -> S3ReaderConstructorProtocol:
-        return partial(S3Reader, reader_type="sequential",
-                       readahead_max=_SEQUENTIAL_READAHEAD)
+        return partial(SequentialS3Reader)
 
     @staticmethod
     def range_based(buffer_size: Optional[int] = None) -> S3ReaderConstructorProtocol:
-        if buffer_size is None:
-            buffer_size = _RANGE_DEFAULT_BUFFER
-        if buffer_size < 0:
+        if buffer_size is not None and buffer_size < 0:
             raise ValueError(f"buffer_size must be >= 0, got {buffer_size}")
-        return partial(S3Reader, reader_type="range_based",
-                       readahead_max=max(buffer_size, _RANGE_MIN_BUFFER))
+        return partial(RangedS3Reader, buffer_size=buffer_size)
 
     @staticmethod
-    def dcp_optimized(max_gap_size: int = 200 * MiB) -> S3ReaderConstructorProtocol:
-        if max_gap_size < 0:
-            raise ValueError(f"max_gap_size must be >= 0, got {max_gap_size}")
+    def dcp_optimized(max_gap_size: Union[int, float] = DEFAULT_MAX_GAP_SIZE
+                      ) -> DCPOptimizedConstructor:
         return DCPOptimizedConstructor(max_gap_size)
 
     @staticmethod
@@ -250,6 +348,11 @@ class S3ReaderConstructor:
             return "sequential"
         if isinstance(constructor, DCPOptimizedConstructor):
             return "dcp_optimized"
-        if isinstance(constructor, partial) and constructor.func is S3Reader:
-            return constructor.keywords.get("reader_type", "unknown")
+        if isinstance(constructor, partial):
+            if constructor.func is SequentialS3Reader:
+                return "sequential"
+            if constructor.func is RangedS3Reader:
+                return "range_based"
+            if constructor.func is S3Reader:
+                return constructor.keywords.get("reader_type", "unknown")
         return "unknown"

@@ -74,6 +74,7 @@ class Client:
         checksum: Optional[str] = ...,
         ca_bundle: Optional[str] = ...,
         tls_insecure: bool = ...,
+        requester_pays: bool = ...,
     ) -> None: ...
     @property
     def region(self) -> str: ...
@@ -102,6 +103,8 @@ class Client:
     def upload_file(self, bucket: str, key: str, path: "str | os.PathLike[str]",
                     part_size: int = ..., checksum: Optional[str] = ...,
                     content_type: Optional[str] = ...) -> Dict[str, Any]: ...
+    def download_whole(self, bucket: str, key: str, max_size: int = ...
+                       ) -> Optional[Tuple[bytes, Dict[str, Any]]]: ...
     def download_file(self, bucket: str, key: str, path: "str | os.PathLike[str]",
                       part_size: int = ..., verify_checksum: int = ..., fsync: bool = ...,
                       if_match: Optional[str] = ...,

@@ -42,11 +42,16 @@ import sys
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from contextlib import contextmanager
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
-from torch.distributed.checkpoint.filesystem import SerializationFormat, _StorageInfo
+from torch.distributed.checkpoint.filesystem import (
+    FileSystemBase,
+    SerializationFormat,
+    _StorageInfo,
+)
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
@@ -65,7 +70,25 @@ from torch.futures import Future
 from . import _s3flash
 from ._client import S3Client
 from ._config import S3ClientConfig
-from ._reader import DCPOptimizedConstructor, S3ReaderConstructorProtocol
+from ._reader import (
+    DCPOptimizedConstructor,
+    ItemRange,
+    S3ReaderConstructor,
+    S3ReaderConstructorProtocol,
+)
+
+try:  # torch's stream extensions (FileSystemWriter's _extensions), torch >= 2.6
+    from torch.distributed.checkpoint._extension import (
+        ExtensionRegistry,
+        StreamTransformExtension,
+    )
+    from torch.distributed.checkpoint.filesystem import (
+        _StorageReaderTransforms,
+        _StorageWriterTransforms,
+    )
+except ImportError:  # older torch: no extensions
+    ExtensionRegistry = StreamTransformExtension = None  # type: ignore[assignment,misc]
+    _StorageReaderTransforms = _StorageWriterTransforms = None  # type: ignore[assignment,misc]
 
 try:
     from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
@@ -75,14 +98,18 @@ except ImportError:  # older torch
 try:
     import numpy as _np
 except ImportError:  # torch works without numpy; buffers are then zero-filled bytearrays
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 __all__ = [
+    "S3FileSystem",
     "S3StorageWriter",
     "S3StorageReader",
     "S3PrefixStrategyBase",
     "DefaultPrefixStrategy",
     "RoundRobinPrefixStrategy",
+    "NumericPrefixStrategy",
+    "BinaryPrefixStrategy",
+    "HexPrefixStrategy",
 ]
 
 log = logging.getLogger(__name__)
@@ -223,9 +250,163 @@ class RoundRobinPrefixStrategy(S3PrefixStrategyBase):
         return f"{self.user_prefixes[rank % len(self.user_prefixes)]}/{epoch}__{rank}_"
 
 
+class NumericPrefixStrategy(S3PrefixStrategyBase):
+    """``{p}/[epoch_{e}/]__{rank}_`` where ``p`` is one of ``prefix_count`` numbers written
+    in ``base`` with ``max(min_prefix_length, digits needed)`` digits, reversed (the digit
+    that varies fastest comes first, so consecutive ranks land in different S3 partitions).
+    Rank r takes number ``r % prefix_count``. ``prefix_count`` defaults to the world size
+    of an initialized process group, else 1. s3torchconnector's layout, key for key.
+    Subclasses give ``_format_number``: ``BinaryPrefixStrategy``, ``HexPrefixStrategy``."""
+
+    def __init__(self, base: int, epoch_num: Optional[int] = None,
+                 min_prefix_length: int = 10, prefix_count: Optional[int] = None):
+        if min_prefix_length < 1:
+            raise ValueError(f"Minimum prefix length must be positive, got {min_prefix_length}")
+        if epoch_num is not None and not isinstance(epoch_num, int):
+            raise ValueError(f"Epoch number must be None or an integer, got {epoch_num}")
+        if prefix_count is not None and (not isinstance(prefix_count, int)
+                                         or prefix_count < 1):
+            raise ValueError(f"Prefix count must be a positive integer, got {prefix_count}")
+        self.base = base
+        self.epoch_num = epoch_num
+        self.min_prefix_len = min_prefix_length
+        if prefix_count is None:
+            import torch.distributed as dist
+            prefix_count = (dist.get_world_size()
+                            if dist.is_available() and dist.is_initialized() else 1)
+        self.prefix_count = prefix_count
+        self.prefix_map = self._generate_prefix_map()
+
+    def generate_prefix(self, rank: int) -> str:
+        epoch = f"epoch_{self.epoch_num}/" if self.epoch_num is not None else ""
+        return f"{self.prefix_map[rank % len(self.prefix_map)]}/{epoch}__{rank}_"
+
+    def _generate_prefix_map(self) -> List[str]:
+        digits = 1
+        size = self.base
+        while size < self.prefix_count:
+            digits += 1
+            size *= self.base
+        width = max(digits, self.min_prefix_len)
+        return [self._format_number(i, width)[::-1] for i in range(self.prefix_count)]
+
+    @abstractmethod
+    def _format_number(self, number: int, length: int) -> str:
+        ...
+
+
+class BinaryPrefixStrategy(NumericPrefixStrategy):
+    """NumericPrefixStrategy in base 2: ``0000000000/__0_``, ``1000000000/__1_``..."""
+
+    def __init__(self, epoch_num: Optional[int] = None, min_prefix_length: int = 10,
+                 prefix_count: Optional[int] = None):
+        super().__init__(2, epoch_num, min_prefix_length, prefix_count)
+
+    def _format_number(self, number: int, length: int) -> str:
+        return format(number, f"0{length}b")
+
+
+class HexPrefixStrategy(NumericPrefixStrategy):
+    """NumericPrefixStrategy in base 16: ``0000000000/__0_``, ``1000000000/__1_``..."""
+
+    def __init__(self, epoch_num: Optional[int] = None, min_prefix_length: int = 10,
+                 prefix_count: Optional[int] = None):
+        super().__init__(16, epoch_num, min_prefix_length, prefix_count)
+
+    def _format_number(self, number: int, length: int) -> str:
+        return format(number, f"0{length}x")
+
+
 @dataclasses.dataclass
 class _S3StoragePrefix:
     prefix: str
+
+
+# --------------------------------------------------------------------------------------------
+# the file-system interface (s3torchconnector.dcp.S3FileSystem)
+# --------------------------------------------------------------------------------------------
+class S3FileSystem(FileSystemBase):
+    """torch's DCP ``FileSystemBase`` over S3 (s3torchconnector's ``S3FileSystem``): what
+    torch's ``FileSystemWriter``/``FileSystemReader`` and their subclasses call to create
+    streams, rename, check and remove objects. ``S3StorageWriter``/``S3StorageReader`` do not
+    need it (they write and fetch the objects themselves); it is for code that builds on
+    ``FileSystemWriter`` with ``writer.fs = S3FileSystem(...)``.
+
+    Args:
+        region: region for signing (None: from the environment or profile).
+        s3_client: an ``S3Client`` to use instead of building one.
+        s3client_config: an S3ClientConfig (when no ``s3_client``).
+        reader_constructor: reader of ``create_stream(path, "rb")`` (default: sequential).
+        endpoint: custom endpoint URL (s3flash extension).
+    """
+
+    def __init__(self, region: Optional[str] = None, s3_client: Optional[S3Client] = None,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
+                 endpoint: Optional[str] = None) -> None:
+        self._path: Union[str, os.PathLike] = ""
+        self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
+        self._client = s3_client or S3Client(region, endpoint=endpoint,
+                                             s3client_config=s3client_config)
+
+    @staticmethod
+    def _parse(path: Union[str, os.PathLike]) -> Tuple[str, str]:
+        s = _path_str(path)
+        if not s.startswith("s3://"):
+            raise _s3flash.S3ValueError(f"invalid S3 path {s!r}: expected s3://BUCKET/KEY")
+        return _s3flash.parse_uri(s)
+
+    @contextmanager
+    def create_stream(self, path: Union[str, os.PathLike],
+                      mode: str) -> Generator[io.IOBase, None, None]:
+        """An ``S3Writer`` ("wb": the object appears when the block ends without an
+        exception) or an ``S3Reader`` ("rb")."""
+        bucket, key = self._parse(path)
+        if mode == "wb":
+            with self._client.put_object(bucket, key) as w:
+                yield w
+        elif mode == "rb":
+            with self._client.get_object(bucket, key, self._reader_constructor) as r:
+                yield r
+        else:
+            raise ValueError(f"Invalid mode={mode!r}: create_stream supports 'rb' and 'wb'")
+
+    def concat_path(self, path: Union[str, os.PathLike], suffix: str) -> str:
+        return _path_str(path).rstrip("/") + "/" + suffix
+
+    def init_path(self, path: Union[str, os.PathLike]) -> Union[str, os.PathLike]:
+        self._path = path
+        return path
+
+    def rename(self, old_path: Union[str, os.PathLike],
+               new_path: Union[str, os.PathLike]) -> None:
+        """Server-side copy, then delete of the source (same bucket only, as upstream)."""
+        ob, ok = self._parse(old_path)
+        nb, nk = self._parse(new_path)
+        if ob != nb:
+            raise ValueError("Source and destination buckets cannot be different "
+                             "(rename does not support cross-buckets operations)")
+        self._client.copy(ob, ok, nb, nk)
+        self._client.delete_object(ob, ok)
+
+    def mkdir(self, path: Union[str, os.PathLike]) -> None:
+        """Nothing to do: S3 has no directories."""
+
+    def exists(self, path: Union[str, os.PathLike]) -> bool:
+        bucket, key = self._parse(path)
+        try:
+            self._client.head_object(bucket, key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def rm_file(self, path: Union[str, os.PathLike]) -> None:
+        bucket, key = self._parse(path)
+        self._client.delete_object(bucket, key)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
+        return _valid_s3_path(checkpoint_id)
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,6 +461,11 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
             ``overwrite=False`` raises when a ``.metadata`` is already at the path.
         sync_files, per_thread_copy_ahead: accepted for FileSystemWriter compatibility; S3
             objects are durable once written, and tensors are copied to CPU item by item.
+        _extensions: torch's stream extensions (EXPERIMENTAL in torch, as in
+            FileSystemWriter), e.g. ``[ZStandard()]`` from
+            ``torch.distributed.checkpoint._extension``: each item is written through them
+            and their descriptors are recorded in the metadata, so ``FileSystemReader`` and
+            ``S3StorageReader`` undo them on load.
     """
 
     def __init__(
@@ -306,8 +492,11 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
         if serialization_format != SerializationFormat.TORCH_SAVE:
             raise ValueError(f"S3StorageWriter writes {SerializationFormat.TORCH_SAVE} only, "
                              f"not {serialization_format}")
-        if _extensions:
-            raise ValueError("S3StorageWriter does not support stream extensions")
+        if _extensions and _StorageWriterTransforms is None:
+            raise ValueError("stream extensions need torch >= 2.6 "
+                             "(torch.distributed.checkpoint._extension)")
+        self._transforms = (_StorageWriterTransforms(_extensions)
+                            if _StorageWriterTransforms is not None else None)
         self._init_client(region, endpoint, s3client_config)
         self._set_path(path)
         self.prefix_strategy = prefix_strategy or DefaultPrefixStrategy()
@@ -434,18 +623,28 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
                     raise _Cancelled(f"{self._uri(name)}: cancelled (another object failed)")
                 data = planner.resolve_data(item)
                 offset = w.tell()
+                descriptors: Optional[List[str]] = None
+                dst: Any = w
+                if self._transforms is not None and self._transforms.extensions:
+                    # as FileSystemWriter: the item goes through the extensions' streams
+                    # (their close flushes them, not the object)
+                    dst, descriptors = self._transforms.transform_save_stream(item, w)
                 if item.type == WriteItemType.BYTE_IO:
-                    w.write(data.getbuffer())
+                    dst.write(data.getbuffer())
                 else:
                     t = data.detach()
                     if t.device.type != "cpu":
                         t = t.cpu()
                     if t.untyped_storage().nbytes() != t.numel() * t.element_size():
                         t = t.clone()  # only the view's bytes, not its whole storage
-                    torch.save(t, w)
+                    torch.save(t, dst)
+                if dst is not w:
+                    dst.close()
                 length = w.tell() - offset
                 out.append(WriteResult(index=item.index, size_in_bytes=length,
-                                       storage_data=_StorageInfo(name, offset, length)))
+                                       storage_data=_StorageInfo(
+                                           name, offset, length,
+                                           transform_descriptors=descriptors or None)))
         return out
 
 
@@ -563,6 +762,9 @@ class S3StorageReader(_PathMixin, StorageReader):
             ``max_range_bytes``); other constructors are accepted, and items then merge when
             at most 1 MiB apart.
         endpoint: custom endpoint URL (s3flash extension).
+        _extension_registry: torch's ``ExtensionRegistry`` (EXPERIMENTAL in torch, as in
+            FileSystemReader): items written with stream extensions (their descriptors are
+            in the metadata, e.g. ``stream.zstd/1``) are undone through it on load.
 
     Attributes (tuning): ``max_range_bytes`` (64 MiB: the largest merged range, unless one
     item is larger), ``max_inflight_bytes`` (256 MiB of ranges fetched and not yet copied
@@ -583,8 +785,11 @@ class S3StorageReader(_PathMixin, StorageReader):
         reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
         *,
         endpoint: Optional[str] = None,
+        _extension_registry: Optional[Any] = None,
     ) -> None:
         StorageReader.__init__(self)
+        self._transforms = (_StorageReaderTransforms(_extension_registry)
+                            if _StorageReaderTransforms is not None else None)
         self._init_client(region, endpoint, s3client_config)
         self._set_path(path)
         self._reader_constructor = reader_constructor
@@ -638,9 +843,11 @@ class S3StorageReader(_PathMixin, StorageReader):
         plan.items.sort(key=lambda it: (sd[it.storage_index].relative_path,
                                         sd[it.storage_index].offset))
         if isinstance(self._reader_constructor, DCPOptimizedConstructor):
-            ranges: Dict[str, List[Tuple[int, int]]] = {}
-            for r in self._plan_ranges(plan.items):
-                ranges.setdefault(r.name, []).append((r.start, r.end))
+            ranges: Dict[str, List[ItemRange]] = {}
+            for it in plan.items:
+                info = sd[it.storage_index]
+                ranges.setdefault(info.relative_path, []).append(
+                    ItemRange(info.offset, info.offset + info.length))
             self._reader_constructor.set_file_ranges(ranges)
         return plan
 
@@ -662,7 +869,8 @@ class S3StorageReader(_PathMixin, StorageReader):
     def _max_gap(self) -> int:
         c = self._reader_constructor
         if isinstance(c, DCPOptimizedConstructor):
-            return min(int(c._max_gap_size), self.max_range_bytes)
+            gap = c.max_gap_size  # an int, or a float such as inf
+            return self.max_range_bytes if gap >= self.max_range_bytes else int(gap)
         return self.default_max_gap_bytes
 
     def _plan_ranges(self, items: Sequence[ReadItem]) -> List[_Range]:
@@ -749,9 +957,8 @@ class S3StorageReader(_PathMixin, StorageReader):
             a = info.offset - r.start
             b = a + info.length
             if info.transform_descriptors:
-                raise NotImplementedError(
-                    f"{self._uri(info.relative_path)}: items written with stream extensions "
-                    f"({list(info.transform_descriptors)}) are not supported")
+                self._apply_transformed(req, info, mv[a:b], planner)
+                continue
             if req.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(req, io.BytesIO(mv[a:b].tobytes()))
                 continue
@@ -779,6 +986,30 @@ class S3StorageReader(_PathMixin, StorageReader):
                                  "in the state dict")
             target.copy_(tensor)
             planner.commit_tensor(req, target)
+
+    def _apply_transformed(self, req: ReadItem, info: _StorageInfo, mv: memoryview,
+                           planner: LoadPlanner) -> None:
+        """An item written through stream extensions: undone through the registry (as
+        FileSystemReader does), then loaded."""
+        if self._transforms is None:
+            raise NotImplementedError(
+                f"{self._uri(info.relative_path)}: items written with stream extensions "
+                f"({list(info.transform_descriptors or ())}) need torch >= 2.6")
+        src = self._transforms.transform_load_stream(
+            req, info.transform_descriptors or (), _MemFile(mv))
+        data = src.read(-1)
+        if req.type == LoadItemType.BYTE_IO:
+            planner.load_bytes(req, io.BytesIO(data))
+            return
+        tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+        target = planner.resolve_tensor(req).detach()
+        if target.size() != tensor.size():
+            raise ValueError(f"{req.storage_index}: size {tuple(tensor.size())} in "
+                             f"{self._uri(info.relative_path)}, {tuple(target.size())} "
+                             "in the state dict")
+        target.copy_(tensor)
+        planner.commit_tensor(req, target)
 
     def _missing_metadata_message(self, name: str) -> str:
         try:

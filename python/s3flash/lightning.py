@@ -16,12 +16,20 @@ serialized; the object appears whole at the end, or not at all) and ``torch.load
 through an ``S3Reader``. It works under Lightning's ``AsyncCheckpointIO`` wrapper.
 
 Lightning itself also looks at the checkpoint directory through fsspec (``ModelCheckpoint``
-lists it, checks what exists). For ``s3://`` that is ``s3flash.fsspec.S3FlashFileSystem`` when
-s3flash is installed (its ``fsspec.specs`` entry point) or after ``s3flash.fsspec.register()``.
+lists it, checks what exists). Importing this module makes ``s3://`` (and ``s3a://``)
+``s3flash.fsspec.S3FlashFileSystem`` when nothing else serves it (s3fs not installed, nothing
+registered): the plain ``ModelCheckpoint(dirpath="s3://...")`` then works with no other
+package and no call. An installed s3fs is never displaced; ``s3flash.fsspec.register()``
+takes ``s3://`` over explicitly. The filesystem takes its endpoint, region and credentials
+from the AWS environment (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``...), as every s3flash
+client does.
 
 ``ckpt_path="last"`` with a remote ``dirpath`` never finds ``last.ckpt`` in Lightning 2.6
-(Lightning-AI/pytorch-lightning#18261: the protocol is dropped from the candidates). Use
-``S3ModelCheckpoint``, a ``ModelCheckpoint`` that keeps it, or pass the URI of ``last.ckpt``.
+(Lightning-AI/pytorch-lightning#18261: ``_find_last_checkpoints`` drops the protocol from the
+candidates, which are then looked for on the local disk). Importing this module fixes that
+method of ``ModelCheckpoint`` for non-local filesystems only (the candidates get their
+protocol back: ``s3://bucket/run/last.ckpt``); local directories are untouched.
+``S3ModelCheckpoint`` (the same fix as a subclass) is kept for code that uses it.
 
 The lightning package is the target; pytorch_lightning is used when lightning is absent.
 """
@@ -42,6 +50,7 @@ except ImportError:  # pragma: no cover - only pytorch_lightning installed
 from ._checkpoint import parse_s3_uri
 from ._client import S3Client
 from ._config import S3ClientConfig
+from ._fsspec_default import provide_s3
 from ._reader import S3ReaderConstructor, S3ReaderConstructorProtocol
 
 __all__ = ["S3LightningCheckpoint", "S3ModelCheckpoint"]
@@ -120,17 +129,40 @@ class S3LightningCheckpoint(_CheckpointIO):
         its connections and I/O threads, are freed with this object)."""
 
 
+def _with_protocol(callback: Any, found: "set[str]") -> "set[str]":
+    """Lightning's last-checkpoint candidates with the protocol of a remote dirpath back."""
+    fs = getattr(callback, "_fs", None)
+    protocol = fs.protocol if fs is not None else "file"
+    protocol = protocol[0] if isinstance(protocol, (tuple, list)) else protocol
+    if fs is None or protocol in ("file", "local"):
+        return found
+    return {p if "://" in p else fs.unstrip_protocol(p) for p in found}
+
+
+def _fix_find_last_checkpoints(cls: Any) -> None:
+    """Make ``cls._find_last_checkpoints`` keep the protocol of a remote dirpath (#18261).
+    Idempotent; a method someone else replaced is wrapped the same way."""
+    original = cls.__dict__.get("_find_last_checkpoints")
+    if original is None or getattr(original, "_s3flash_keeps_protocol", False):
+        return
+
+    def _find_last_checkpoints(self: Any, trainer: Any) -> "set[str]":
+        return _with_protocol(self, original(self, trainer))
+
+    _find_last_checkpoints._s3flash_keeps_protocol = True  # type: ignore[attr-defined]
+    _find_last_checkpoints.__doc__ = original.__doc__
+    cls._find_last_checkpoints = _find_last_checkpoints
+
+
+_fix_find_last_checkpoints(_ModelCheckpoint)
+provide_s3()
+
+
 class S3ModelCheckpoint(_ModelCheckpoint):
     """``ModelCheckpoint`` whose ``last.ckpt`` is found by ``ckpt_path="last"`` when
-    ``dirpath`` is remote (``s3://``): Lightning 2.6 drops the protocol from the candidates
-    (``os.path.normpath`` over fsspec's protocol-less listing) and then looks on the local disk.
+    ``dirpath`` is remote (``s3://``). Since importing ``s3flash.lightning`` fixes the plain
+    ``ModelCheckpoint`` the same way, this subclass is kept for compatibility only.
     Everything else is ``ModelCheckpoint``'s."""
 
     def _find_last_checkpoints(self, trainer: Any) -> "set[str]":
-        found = super()._find_last_checkpoints(trainer)
-        fs = getattr(self, "_fs", None)
-        protocol = fs.protocol if fs is not None else "file"
-        protocol = protocol[0] if isinstance(protocol, (tuple, list)) else protocol
-        if protocol in ("file", "local") or fs is None:
-            return found
-        return {p if "://" in p else fs.unstrip_protocol(p) for p in found}
+        return _with_protocol(self, super()._find_last_checkpoints(trainer))

@@ -249,7 +249,7 @@ typedef struct {
     pid_t pid;                 /* process that built `client` */
     unsigned long forks_seen;  /* how many times a fork was detected (tests) */
     char *region, *endpoint, *profile, *akid, *secret, *token, *ca_bundle;
-    int initialized, force_path_style, anonymous, max_attempts, tls_insecure;
+    int initialized, force_path_style, anonymous, max_attempts, tls_insecure, requester_pays;
     enum s3f_checksum_algorithm checksum;
     double gbps;
     unsigned long long part_size, memory_limit;
@@ -289,6 +289,7 @@ static struct s3f_client *client_get(ClientObject *self) {
     o.io_threads = self->io_threads;
     o.max_connections = self->max_connections;
     o.checksum = self->checksum;
+    o.requester_pays = self->requester_pays;
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_client *c = NULL;
@@ -307,17 +308,18 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                              "access_key_id", "secret_access_key", "session_token",
                              "max_attempts", "throughput_target_gbps", "part_size",
                              "memory_limit", "max_inflight_requests", "io_threads",
-                             "max_connections", "checksum", "ca_bundle", "tls_insecure", NULL};
+                             "max_connections", "checksum", "ca_bundle", "tls_insecure",
+                             "requester_pays", NULL};
     const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
                *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL;
-    int fps = 0, anon = 0, attempts = 0, insecure = 0;
+    int fps = 0, anon = 0, attempts = 0, insecure = 0, payer = 0;
     double gbps = 0;
     unsigned long long part = 0, mem = 0;
     unsigned int inflight = 0, io = 0, conns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzp", kwlist, &region,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzpp", kwlist, &region,
                                      &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
                                      &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
-                                     &checksum, &ca_bundle, &insecure))
+                                     &checksum, &ca_bundle, &insecure, &payer))
         return -1;
     if (self->initialized) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
@@ -346,6 +348,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     self->anonymous = anon;
     self->max_attempts = attempts;
     self->tls_insecure = insecure;
+    self->requester_pays = payer;
     self->gbps = gbps;
     self->part_size = part;
     self->memory_limit = mem;

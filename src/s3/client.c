@@ -102,6 +102,7 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
     const char *addressing = c->config ? s3f__aws_config_get(c->config, "s3.addressing_style") : NULL;
     c->force_path_style = opts->force_path_style || truthy(env("S3FLASH_FORCE_PATH_STYLE")) ||
                           (addressing && strcmp(addressing, "path") == 0);
+    c->requester_pays = opts->requester_pays != 0;
 
     c->use_fips = endpoint_flag(opts->use_fips_endpoint, env("AWS_USE_FIPS_ENDPOINT"),
                                 cfg_get(c, "use_fips_endpoint"));

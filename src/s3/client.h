@@ -42,6 +42,7 @@ struct s3f_client {
     bool force_path_style;
     bool use_fips, use_dual_stack, accelerate; /* AWS endpoint variants */
     bool anonymous;
+    bool requester_pays;      /* x-amz-request-payer: requester on every request */
     int max_attempts;
     char *ca_bundle;
     struct s3f__aws_config *config;           /* may be NULL when no files exist */

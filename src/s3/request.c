@@ -431,7 +431,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     }
 
     /* the headers the request carries, signed in full */
-    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 4];
+    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 5];
     size_t nh = 0;
     hdrs[nh++] = (struct s3f__header){"host", ep.host};
     for (size_t i = 0; i < r->n_headers; i++)
@@ -440,6 +440,8 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
         hdrs[nh++] = (struct s3f__header){"range", range};
     if (if_match)
         hdrs[nh++] = (struct s3f__header){"if-match", if_match};
+    if (c->requester_pays) /* signed with the rest: a Requester Pays bucket's consent */
+        hdrs[nh++] = (struct s3f__header){"x-amz-request-payer", "requester"};
     char content_len[32];
     if (r->body || strcmp(r->method, "PUT") == 0 || strcmp(r->method, "POST") == 0) {
         snprintf(content_len, sizeof(content_len), "%zu", r->body_len);

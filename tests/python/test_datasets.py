@@ -68,7 +68,8 @@ def _loader(ds, workers=2, **kw):
 
 @pytest.mark.parametrize("prefetch", [0, 8])
 def test_iterable_dataloader_2_workers_each_once(seeded, opts, prefetch):
-    ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check, prefetch=prefetch,
+    ds = S3IterableDataset.from_prefix(seeded, enable_sharding=True,
+                                       transform=key_and_check, prefetch=prefetch,
                                        **opts)
     got = list(_loader(ds))
     assert sorted(got) == ALL_KEYS
@@ -107,7 +108,8 @@ def test_iterable_without_sharding_is_s3torchconnector_behaviour(seeded, opts):
 def test_sharding_2_ranks_2_workers_explicit(seeded, opts):
     per_rank = []
     for rank in range(2):
-        ds = S3IterableDataset.from_prefix(seeded, transform=key_and_check, rank=rank,
+        ds = S3IterableDataset.from_prefix(seeded, enable_sharding=True,
+                                           transform=key_and_check, rank=rank,
                                            world_size=2, prefetch=4, **opts)
         per_rank.append(list(_loader(ds)))
     assert set(per_rank[0]).isdisjoint(per_rank[1])
@@ -116,7 +118,8 @@ def test_sharding_2_ranks_2_workers_explicit(seeded, opts):
     # shuffled: still a partition, and ranks agree on the permutation
     per_rank = []
     for rank in range(2):
-        ds = S3IterableDataset.from_prefix(seeded, transform=_keys_of, rank=rank,
+        ds = S3IterableDataset.from_prefix(seeded, enable_sharding=True,
+                                           transform=_keys_of, rank=rank,
                                            world_size=2, shuffle=True, seed=7, **opts)
         ds.set_epoch(3)
         per_rank.append(list(_loader(ds)))
@@ -125,7 +128,7 @@ def test_sharding_2_ranks_2_workers_explicit(seeded, opts):
 
 def test_bad_rank_arguments(seeded, opts):
     with pytest.raises(ValueError):
-        S3IterableDataset.from_prefix(seeded, rank=2, world_size=2, **opts)
+        S3IterableDataset.from_prefix(seeded, enable_sharding=True, rank=2, world_size=2, **opts)
     with pytest.raises(ValueError):
         S3IterableDataset.from_prefix(seeded, rank=0, **opts)
 
@@ -136,7 +139,8 @@ def _dist_rank_main(rank, store, out, uri, region, endpoint):
         torch.set_num_threads(1)
         torch.distributed.init_process_group("gloo", init_method=f"file://{store}",
                                              rank=rank, world_size=2)
-        it = S3IterableDataset.from_prefix(uri, region=region, endpoint=endpoint,
+        it = S3IterableDataset.from_prefix(uri, enable_sharding=True,
+                                           region=region, endpoint=endpoint,
                                            transform=key_and_check)
         iterable = list(_loader(it))
         m = S3MapDataset.from_prefix(uri, region=region, endpoint=endpoint,
@@ -195,7 +199,8 @@ def _keys_of(r):
 @pytest.mark.parametrize("buffer", [None, 16])
 def test_shuffle_seed_and_epoch(seeded, opts, buffer):
     def order(seed, epoch, workers=0):
-        ds = S3IterableDataset.from_prefix(seeded, transform=_keys_of, shuffle=True,
+        ds = S3IterableDataset.from_prefix(seeded, enable_sharding=True,
+                                           transform=_keys_of, shuffle=True,
                                            seed=seed, shuffle_buffer_size=buffer, **opts)
         ds.set_epoch(epoch)
         return list(_loader(ds, workers))
@@ -239,7 +244,8 @@ def test_default_items_are_lazy_readers(seeded, opts, bucket):
 def test_default_items_through_dataloader_workers(seeded, opts):
     """The identity transform with workers: readers are pickled back to the main process
     and read there."""
-    ds = S3IterableDataset.from_prefix(seeded + "01", **opts)   # 100 objects
+    ds = S3IterableDataset.from_prefix(seeded + "01", enable_sharding=True,
+                                       **opts)   # 100 objects
     got = []
     for i, r in enumerate(_loader(ds)):
         got.append((r.key, r.read() if i % 10 == 0 else _body(int(r.key[3:7]))))
@@ -275,7 +281,8 @@ def test_from_objects(seeded, opts, bucket, constructor):
     one = S3MapDataset.from_objects(uris[0], **opts)   # a single URI as a str
     assert len(one) == 1 and one[0].read() == _body(5)
     many = [f"s3://{bucket}/{k}" for k in ALL_KEYS]
-    got = list(_loader(S3IterableDataset.from_objects(many, transform=key_and_check,
+    got = list(_loader(S3IterableDataset.from_objects(many, enable_sharding=True,
+                                                      transform=key_and_check,
                                                       prefetch=8, **opts)))
     assert sorted(got) == ALL_KEYS   # prefetch without listed sizes: one GET each
 
@@ -326,7 +333,8 @@ def test_from_objects_one_get_per_object_no_head(seeded, bucket, region, endpoin
         pre = S3IterableDataset.from_objects(uris[20:30], transform=lambda r: r.read(-1),
                                              prefetch=4, **o)
         assert list(pre) == [_body(i) for i in range(20, 30)]
-        ld = _loader(S3IterableDataset.from_objects(uris[30:40], transform=key_and_check, **o))
+        ld = _loader(S3IterableDataset.from_objects(uris[30:40], enable_sharding=True,
+                                                    transform=key_and_check, **o))
         assert sorted(ld) == ALL_KEYS[30:40]           # in forked DataLoader workers
         m2 = S3MapDataset.from_objects(uris[40:45], **o)
         for i in range(40, 45):                        # readinto of a buffer that holds it
@@ -352,7 +360,7 @@ def test_from_objects_one_get_per_object_no_head(seeded, bucket, region, endpoin
 
 def test_range_based_constructor_from_prefix(seeded, opts):
     ds = S3IterableDataset.from_prefix(
-        seeded + "019", transform=key_and_check,
+        seeded + "019", enable_sharding=True, transform=key_and_check,
         reader_constructor=S3ReaderConstructor.range_based(), prefetch=4, **opts)
     assert sorted(_loader(ds)) == ALL_KEYS[190:]
 
@@ -445,14 +453,14 @@ def test_datasets_pickle_without_client(seeded, opts):
     assert len(ds) == N
     ds2 = pickle.loads(pickle.dumps(ds))
     assert ds2._client is None and len(ds2) == N and ds2[10] == ALL_KEYS[10]
-    it = S3IterableDataset.from_prefix(seeded, transform=_keys_of, rank=1,
+    it = S3IterableDataset.from_prefix(seeded, enable_sharding=True, transform=_keys_of, rank=1,
                                        world_size=2, **opts)
     it2 = pickle.loads(pickle.dumps(it))
     assert list(it2) == ALL_KEYS[1::2]
 
 
 def test_spawn_workers(seeded, opts):
-    ds = S3IterableDataset.from_prefix(seeded, transform=_keys_of, **opts)
+    ds = S3IterableDataset.from_prefix(seeded, enable_sharding=True, transform=_keys_of, **opts)
     got = list(DataLoader(ds, batch_size=None, num_workers=2,
                           multiprocessing_context="spawn"))
     assert sorted(got) == ALL_KEYS

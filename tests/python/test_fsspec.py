@@ -65,8 +65,11 @@ def test_registry_resolves_to_s3flash(endpoint, rgw):
 def test_entry_point_declared():
     import tomllib
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
-    # s3:// stays s3fs's until register(): only our own protocol is an entry point
-    assert eps["fsspec.specs"] == {"s3flash": "s3flash.fsspec:S3FlashFileSystem"}
+    # s3:// and s3a:// go to s3flash._fsspec_s3: s3fs's class whenever s3fs is importable
+    # (tests/python/test_lightning_s3_default.py), s3flash's otherwise
+    assert eps["fsspec.specs"] == {"s3flash": "s3flash.fsspec:S3FlashFileSystem",
+                                   "s3": "s3flash._fsspec_s3:S3FileSystem",
+                                   "s3a": "s3flash._fsspec_s3:S3FileSystem"}
     from importlib.metadata import PackageNotFoundError, distribution
     try:
         dist = distribution("s3flash")
@@ -77,7 +80,7 @@ def test_entry_point_declared():
         return  # the package under test is not the installed one (devenv.sh stage)
     got = {e.name: e.value for e in dist.entry_points if e.group == "fsspec.specs"}
     assert got.get("s3flash") == "s3flash.fsspec:S3FlashFileSystem"
-    assert "s3" not in got
+    assert got.get("s3") == got.get("s3a") == "s3flash._fsspec_s3:S3FileSystem"
 
 
 def test_configuration_from_storage_options(rgw, bucket, monkeypatch):

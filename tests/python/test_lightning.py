@@ -4,6 +4,7 @@ ckpt_path="last" and from an explicit URI, AsyncCheckpointIO, load_checkpoint's 
 and weights_only, and the README's example (examples/lightning_resume.py)."""
 
 import importlib.util
+import os
 import pickle
 import re
 import sys
@@ -126,16 +127,22 @@ def test_plain_model_checkpoint_resume_from_explicit_uri(tmp_path, s3, plugin, r
                                         "epoch=2.ckpt", "epoch=3.ckpt"]
 
 
-def test_last_is_found_by_s3_model_checkpoint_only(tmp_path, plugin, run):
-    """Lightning 2.6 drops the protocol from last-checkpoint candidates (#18261):
-    S3ModelCheckpoint keeps it."""
+def test_last_is_found_by_plain_and_s3_model_checkpoint(tmp_path, plugin, run):
+    """Lightning 2.6 drops the protocol from last-checkpoint candidates (#18261): importing
+    s3flash.lightning makes ModelCheckpoint keep it for remote dirpaths (S3ModelCheckpoint
+    too); a local dirpath's candidates are Lightning's, unchanged."""
     _, _, dirpath = run
     fit(tmp_path, [plugin], top_k(dirpath), epochs=1)
     trainer = L.Trainer(logger=False, default_root_dir=tmp_path)
     ours = S3ModelCheckpoint(dirpath=dirpath)
     plain = ModelCheckpoint(dirpath=dirpath)
     assert ours._find_last_checkpoints(trainer) == {dirpath + "last.ckpt"}
-    assert all("://" not in p for p in plain._find_last_checkpoints(trainer))
+    assert plain._find_last_checkpoints(trainer) == {dirpath + "last.ckpt"}
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "last.ckpt").write_bytes(b"x")
+    found = ModelCheckpoint(dirpath=local)._find_last_checkpoints(trainer)
+    assert found == {os.path.normpath(str(local / "last.ckpt"))}
 
 
 def test_async_checkpoint_io(tmp_path, s3, plugin, run):

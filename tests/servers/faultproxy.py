@@ -82,7 +82,8 @@ request (one fault per request: the later ones do not fire on it). Actions:
                             when given, else are "fill" bytes (default 0xA5)
     etag                    rewrite the ETag response header to "value" (default a quoted 32
                             hex zeros): a gateway that ignores If-Match, or an object replaced
-Every log entry also carries the request's Range header ("range", or null).
+Every log entry also carries the request's Range header ("range", or null) and its
+x-amz-request-payer header ("request_payer", or null).
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
 
@@ -562,6 +563,10 @@ class Proxy:
         with self.lock:
             entry["range"] = value
 
+    def note_request_payer(self, entry, value):
+        with self.lock:
+            entry["request_payer"] = value
+
     def note_acted(self, entry):
         """When a point fault (reset, stall, truncation) took effect, on CLOCK_MONOTONIC."""
         with self.lock:
@@ -698,6 +703,7 @@ class Proxy:
             (header(headers, "connection") or "").lower() != "close"
         fault, entry = self.choose(method, path, query)
         self.note_range(entry, header(headers, "range"))
+        self.note_request_payer(entry, header(headers, "x-amz-request-payer"))
         action = fault.action if fault else None
         self.log(f"{method} {target}" + (f" -> {action}" if action else ""))
 
