@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The drop-in flow a new user runs after `pip install s3flash-*.whl`, against a real S3
+server: scripts/wheel-test.sh runs it in a clean Debian root (no compiler, no -dev packages).
+
+    S3FLASH_TEST_ENDPOINT=... S3FLASH_TEST_ACCESS_KEY=... S3FLASH_TEST_SECRET_KEY=... \
+        python3 scripts/wheel-flow.py [--torch]
+
+Checks first that the extension's libraries (libcurl, OpenSSL, ISA-L...) were loaded from the
+wheel's s3flash.libs/, not from the system; then, in a bucket of its own (removed at the end):
+S3Client upload / get_object, a multipart write through S3Writer and ranged reads through
+S3Reader, head/list/delete; with --torch, torch.save/torch.load through S3Checkpoint and
+s3flash.save/load. Prints one line per step and "N passed, 0 failed"; exits 1 on a failure.
+"""
+
+import hashlib
+import os
+import sys
+import time
+import uuid
+
+import s3flash
+from s3flash import S3Checkpoint, S3Client, S3ClientConfig
+
+passed = 0
+
+
+def step(name):
+    def wrap(fn):
+        global passed
+        t0 = time.monotonic()
+        fn()
+        passed += 1
+        print(f"ok   {name} ({time.monotonic() - t0:.2f} s)", flush=True)
+    return wrap
+
+
+def main():
+    use_torch = "--torch" in sys.argv[1:]
+    endpoint = os.environ["S3FLASH_TEST_ENDPOINT"]
+    region = os.environ.get("S3FLASH_TEST_REGION", "us-east-1")
+    config = S3ClientConfig(force_path_style=True,
+                            access_key_id=os.environ["S3FLASH_TEST_ACCESS_KEY"],
+                            secret_access_key=os.environ["S3FLASH_TEST_SECRET_KEY"])
+    client = S3Client(region, endpoint, config)
+    bucket = f"s3flash-wheel-{uuid.uuid4().hex[:12]}"
+
+    @step("libraries come from the wheel")
+    def _():
+        pkg = os.path.dirname(s3flash.__file__)
+        libs = os.path.realpath(os.path.join(pkg, "..", "s3flash.libs"))
+        mapped = set()
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if ".so" in path:
+                    mapped.add(os.path.realpath(path))
+        for stem in ("libcurl", "libssl", "libcrypto", "libisal"):
+            hits = [p for p in mapped if os.path.basename(p).startswith(stem + "-")
+                    or os.path.basename(p).startswith(stem + ".")]
+            assert hits, f"{stem} is not loaded"
+            outside = [p for p in hits if not p.startswith(libs + "/")]
+            # Python's own _ssl may load the system libssl/libcrypto too: ours must be there
+            assert any(p.startswith(libs + "/") for p in hits), \
+                f"{stem} loaded only from outside the wheel: {outside}"
+
+    client.native.create_bucket(bucket)
+    try:
+        small = os.urandom(1 << 20)
+        big = os.urandom(24 << 20)   # multipart at the default part size (8 MiB)
+
+        @step("S3Client.upload + get_object")
+        def _():
+            client.upload(bucket, "small.bin", small)
+            with client.get_object(bucket, "small.bin") as r:
+                assert r.read() == small
+
+        @step("S3Writer (multipart) + S3Reader (seek, ranged read)")
+        def _():
+            with client.put_object(bucket, "big.bin") as w:
+                for off in range(0, len(big), 3 << 20):
+                    w.write(big[off:off + (3 << 20)])
+            with client.get_object(bucket, "big.bin") as r:
+                assert r.size == len(big)
+                r.seek(17 << 20)
+                assert r.read(4096) == big[17 << 20:(17 << 20) + 4096]
+                r.seek(0)
+                assert hashlib.sha256(r.read()).digest() == hashlib.sha256(big).digest()
+
+        @step("head_object, list_objects")
+        def _():
+            assert client.head_object(bucket, "big.bin")["size"] == len(big)
+            keys = sorted(o.key for o in client.list_objects(bucket))
+            assert keys == ["big.bin", "small.bin"], keys
+
+        if use_torch:
+            import torch
+
+            @step("torch.save/torch.load through S3Checkpoint")
+            def _():
+                ckpt = S3Checkpoint(region=region, endpoint=endpoint, s3client_config=config)
+                model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                            torch.nn.Linear(512, 10))
+                sd = model.state_dict()
+                with ckpt.writer(f"s3://{bucket}/ckpt/model.pt") as f:
+                    torch.save(sd, f)
+                with ckpt.reader(f"s3://{bucket}/ckpt/model.pt") as f:
+                    back = torch.load(f, weights_only=True)
+                assert back.keys() == sd.keys()
+                assert all(torch.equal(back[k], sd[k]) for k in sd)
+
+            @step("s3flash.save/s3flash.load")
+            def _():
+                obj = {"step": 7, "w": torch.arange(1 << 20, dtype=torch.float32)}
+                uri = f"s3://{bucket}/ckpt/obj.pt"
+                s3flash.save(obj, uri, region=region, endpoint=endpoint, s3client_config=config)
+                back = s3flash.load(uri, region=region, endpoint=endpoint,
+                                    s3client_config=config, weights_only=True)
+                assert back["step"] == 7 and torch.equal(back["w"], obj["w"])
+
+        @step("delete_object")
+        def _():
+            for o in list(client.list_objects(bucket)):
+                client.delete_object(bucket, o.key)
+            assert list(client.list_objects(bucket)) == []
+    finally:
+        for o in list(client.list_objects(bucket)):
+            client.delete_object(bucket, o.key)
+        client.native.delete_bucket(bucket)
+    print(f"{passed} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:   # one closing line either way
+        import traceback
+        traceback.print_exc()
+        print(f"{passed} passed, 1 failed")
+        sys.exit(1)
