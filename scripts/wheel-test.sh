@@ -7,8 +7,10 @@
 #            manylinux tag `auditwheel show` allows on this machine, the bundled libraries'
 #            licences added to the metadata (scripts/wheel-licenses.py)
 #            -> build-wheel/wheelhouse/s3flash-*.whl
-#     check  the repaired wheel needs nothing outside the manylinux policy (auditwheel show),
-#            and, installed in a venv here, loads libcurl/OpenSSL/ISA-L from s3flash.libs/
+#     check  the repaired wheel is cp311-abi3, needs nothing outside the manylinux policy
+#            (auditwheel show), and, installed in a directory here, imports under each CPython
+#            >= 3.11 found (python3, python3.1x, pyenv's) with libcurl/OpenSSL/ISA-L loaded
+#            from its s3flash.libs/; with S3FLASH_TEST_ENDPOINT set, runs the flow under each
 #     root   debootstrap --variant=minbase bookworm + python3-venv, cached under
 #            $S3FLASH_WHEEL_CACHE/bookworm (made once; delete it to make it anew)
 #     test   chroot into a copy-on-use venv in the root, pip install the wheel (and torch),
@@ -73,33 +75,54 @@ step_wheel() {
 }
 
 step_check() {
-    local w t0 show venv
+    local w t0 show site py pys=() n=0
     t0=$(date +%s)
     tools_venv
     w=$(the_wheel)
-     show=$("$tools/bin/auditwheel" show "$w" 2>/dev/null | tr '\n' ' ')
+    case "$(basename "$w")" in
+        s3flash-*-cp311-abi3-manylinux_*.whl) ;;
+        *) say "$(basename "$w") is not a cp311-abi3 manylinux wheel"; exit 1 ;;
+    esac
+    show=$("$tools/bin/auditwheel" show "$w" 2>/dev/null | tr '\n' ' ')
     case "$show" in
         *'consistent with the following platform tag: "manylinux_'*) ;;
         *) say "auditwheel show: the wheel needs libraries outside the manylinux policy:"
            "$tools/bin/auditwheel" show "$w" >&2; exit 1 ;;
     esac
-    venv=$(mktemp -d /tmp/s3flash-wheel-check.XXXXXX)
-    python3 -m venv --without-pip "$venv"
-    "$tools/bin/python3" -m pip install -q --no-deps --no-index --target "$venv/site" "$w"
-    # from /, so that `import s3flash` cannot find the source tree
-    (cd / && PYTHONPATH="$venv/site" "$venv/bin/python3" - <<'EOF'
-import os, s3flash
+    site=$(mktemp -d /tmp/s3flash-wheel-check.XXXXXX)
+    "$tools/bin/python3" -m pip install -q --no-deps --no-index --target "$site" "$w"
+    # abi3: the same wheel under each CPython >= 3.11 there is here
+    local seen=" " v
+    for py in python3 python3.12 python3.13 python3.14 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3; do
+        command -v "$py" >/dev/null 2>&1 || continue
+        v=$("$py" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null) || continue
+        case "$v" in 3.1[1-9].*) ;; *) continue ;; esac
+        case "$seen" in *" $v "*) continue ;; esac
+        seen="$seen$v "
+        pys+=("$py")
+    done
+    for py in "${pys[@]}"; do
+        # from /, so that `import s3flash` cannot find the source tree
+        (cd / && PYTHONPATH="$site" "$py" - <<'EOF'
+import os, sys, s3flash
 libs = os.path.realpath(os.path.join(os.path.dirname(s3flash.__file__), "..", "s3flash.libs"))
 maps = {os.path.realpath(l.split()[-1]) for l in open("/proc/self/maps") if len(l.split()) >= 6}
+assert s3flash._s3flash.__file__.endswith(".abi3.so"), s3flash._s3flash.__file__
 for stem in ("libcurl", "libssl", "libcrypto", "libisal"):
     ours = [p for p in maps if p.startswith(libs + "/") and os.path.basename(p).startswith(stem + "-")]
     assert ours, f"{stem} was not loaded from {libs}: {sorted(p for p in maps if stem in p)}"
-print("wheel-check: 4 passed, 0 failed")
+print(f"wheel-check: Python {sys.version.split()[0]}: imports, libcurl/OpenSSL/ISA-L from the wheel")
 EOF
-    ) || { rm -rf "$venv"; exit 1; }
-    rm -rf "$venv"
+        ) || { rm -rf "$site"; exit 1; }
+        # with a server: the flow too (without torch), under each Python
+        if [ -n "${S3FLASH_TEST_ENDPOINT:-}" ]; then
+            (cd / && PYTHONPATH="$site" "$py" "$src/scripts/wheel-flow.py") || { rm -rf "$site"; exit 1; }
+        fi
+        n=$((n + 1))
+    done
+    rm -rf "$site"
     show=${show#*consistent with the following platform tag: \"}
-    say "check: $(basename "$w"): ${show%%\"*}, libraries from the wheel; $(secs "$t0") s"
+    say "check: $(basename "$w"): ${show%%\"*}, loads its own libraries under $n Pythons; $(secs "$t0") s"
 }
 
 step_root() {
