@@ -3,18 +3,28 @@
 server: scripts/wheel-test.sh runs it in a clean Debian root (no compiler, no -dev packages).
 
     S3FLASH_TEST_ENDPOINT=... S3FLASH_TEST_ACCESS_KEY=... S3FLASH_TEST_SECRET_KEY=... \
-        python3 scripts/wheel-flow.py [--torch]
+        python3 scripts/wheel-flow.py [--torch] [--ca-elsewhere]
 
 Checks first that the extension's libraries (libcurl, OpenSSL, ISA-L...) were loaded from the
 wheel's s3flash.libs/, not from the system; then, in a bucket of its own (removed at the end):
 S3Client upload / get_object, a multipart write through S3Writer and ranged reads through
 S3Reader, head/list/delete; with --torch, torch.save/torch.load through S3Checkpoint and
-s3flash.save/load. Prints one line per step and "N passed, 0 failed"; exits 1 on a failure.
+s3flash.save/load. With --ca-elsewhere (as root, in a throw-away root file system only): the
+system CA bundle is moved from Debian's path to Fedora's for the step, and an S3 listing over
+TLS from a local server whose certificate is in that bundle must verify, though the bundled
+libcurl was built to look in Debian's place. Prints one line per step and "N passed, 0
+failed"; exits 1 on a failure.
 """
 
 import hashlib
+import http.server
 import os
+import shutil
+import ssl
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 
@@ -32,6 +42,57 @@ def step(name):
         passed += 1
         print(f"ok   {name} ({time.monotonic() - t0:.2f} s)", flush=True)
     return wrap
+
+
+LIST_XML = (b'<?xml version="1.0" encoding="UTF-8"?>'
+            b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            b'<Name>tlsbucket</Name><Prefix></Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
+            b'<IsTruncated>false</IsTruncated><Contents><Key>hello.txt</Key>'
+            b'<LastModified>2026-12-02T12:00:00.000Z</LastModified><ETag>"abc"</ETag>'
+            b'<Size>5</Size><StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>')
+
+
+class _ListHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(LIST_XML)))
+        self.end_headers()
+        self.wfile.write(LIST_XML)
+
+    def log_message(self, *a):
+        pass
+
+
+def ca_elsewhere(region, config):
+    """TLS verified against the system's CA bundle kept where Fedora/RHEL keep it."""
+    debian, fedora = "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"
+    assert not os.path.exists(fedora), f"{fedora} exists: not a throw-away root?"
+    tmp = tempfile.mkdtemp()
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ListHandler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    saved = debian + ".s3flash-saved"
+    os.rename(debian, saved)
+    try:
+        os.makedirs(os.path.dirname(fedora), exist_ok=True)
+        shutil.copy(cert, fedora)
+        c = S3Client(region, f"https://127.0.0.1:{srv.server_address[1]}", config)
+        keys = [o.key for o in c.list_objects("tlsbucket")]
+        assert keys == ["hello.txt"], keys
+    finally:
+        os.rename(saved, debian)
+        os.unlink(fedora)
+        srv.shutdown()
+        shutil.rmtree(tmp)
 
 
 def main():
@@ -116,6 +177,11 @@ def main():
                 back = s3flash.load(uri, region=region, endpoint=endpoint,
                                     s3client_config=config, weights_only=True)
                 assert back["step"] == 7 and torch.equal(back["w"], obj["w"])
+
+        if "--ca-elsewhere" in sys.argv[1:]:
+            @step("TLS: the system CA bundle where Fedora keeps it")
+            def _():
+                ca_elsewhere(region, config)
 
         @step("delete_object")
         def _():
