@@ -134,12 +134,20 @@ step_root() {
         return
     fi
     command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
-    rm -rf "$rootfs.tmp"
     mkdir -p "$cache"
-    # minbase: dpkg, apt, coreutils...; python3-venv brings python3 and pip's wheel (ensurepip)
-    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-        bookworm "$rootfs.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
-        { tail -20 "$cache/debootstrap.log" >&2; exit 1; }
+    # minbase: dpkg, apt, coreutils...; python3-venv brings python3 and pip's wheel (ensurepip).
+    # Twice at most: a mirror caught mid-update answers "Invalid Release signature".
+    local try
+    for try in 1 2; do
+        rm -rf "$rootfs.tmp"
+        if debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+            bookworm "$rootfs.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1; then
+            break
+        fi
+        tail -5 "$cache/debootstrap.log" >&2
+        [ "$try" = 1 ] || { say "debootstrap failed ($cache/debootstrap.log)"; exit 1; }
+        sleep 10
+    done
     touch "$rootfs.tmp/.s3flash-root-ok"
     rm -rf "$rootfs"
     mv "$rootfs.tmp" "$rootfs"
