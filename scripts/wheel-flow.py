@@ -8,7 +8,7 @@ server: scripts/wheel-test.sh runs it in a clean Debian root (no compiler, no -d
 Checks first that the extension's libraries (libcurl, OpenSSL, ISA-L...) were loaded from the
 wheel's s3flash.libs/, not from the system; then, in a bucket of its own (removed at the end):
 S3Client upload / get_object, a multipart write through S3Writer and ranged reads through
-S3Reader, head/list/delete; with --torch, torch.save/torch.load through S3Checkpoint and
+S3Reader, head/list/delete, the `s3flash` CLI (cp up and down, ls); with --torch, torch.save/torch.load through S3Checkpoint and
 s3flash.save/load. With --ca-elsewhere (as root, in a throw-away root file system only): the
 system CA bundle is moved from Debian's path to Fedora's for the step, and an S3 listing over
 TLS from a local server whose certificate is in that bundle must verify, though the bundled
@@ -152,6 +152,35 @@ def main():
             assert client.head_object(bucket, "big.bin")["size"] == len(big)
             keys = sorted(o.key for o in client.list_objects(bucket))
             assert keys == ["big.bin", "small.bin"], keys
+
+        @step("the s3flash CLI (console script in a venv; python -m s3flash._cli else)")
+        def _():
+            script = os.path.join(sys.prefix, "bin", "s3flash")
+            cli = [script] if sys.prefix != sys.base_prefix else [sys.executable, "-m",
+                                                                   "s3flash._cli"]
+            assert os.path.exists(script) or sys.prefix == sys.base_prefix, script
+            env = dict(os.environ, AWS_ACCESS_KEY_ID=os.environ["S3FLASH_TEST_ACCESS_KEY"],
+                       AWS_SECRET_ACCESS_KEY=os.environ["S3FLASH_TEST_SECRET_KEY"],
+                       AWS_REGION=region)
+            common = ["--endpoint-url", endpoint, "--force-path-style", "--quiet"]
+            tmp = tempfile.mkdtemp()
+            try:
+                src, back = os.path.join(tmp, "src.bin"), os.path.join(tmp, "back.bin")
+                with open(src, "wb") as f:
+                    f.write(big[:9 << 20])
+                for args in (["cp", src, f"s3://{bucket}/cli.bin"],
+                             ["cp", f"s3://{bucket}/cli.bin", back]):
+                    r = subprocess.run(cli + args + common, env=env, capture_output=True,
+                                       text=True, timeout=120)
+                    assert r.returncode == 0, (args, r.returncode, r.stdout, r.stderr)
+                with open(back, "rb") as f:
+                    assert f.read() == big[:9 << 20]
+                r = subprocess.run(cli + ["ls", f"s3://{bucket}/"] + common, env=env,
+                                   capture_output=True, text=True, timeout=60)
+                assert r.returncode == 0 and "cli.bin" in r.stdout, (r.stdout, r.stderr)
+                client.delete_object(bucket, "cli.bin")
+            finally:
+                shutil.rmtree(tmp)
 
         if use_torch:
             import torch

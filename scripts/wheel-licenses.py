@@ -123,6 +123,7 @@ def main():
                 info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, files[n])
+    os.chmod(tmp, os.stat(args.wheel).st_mode & 0o777)   # mkstemp's file is 0600
     os.replace(tmp, args.wheel)
     print(f"wheel-licenses: {len(pkgs)} packages, {len(added)} files under {lic_dir}")
 
