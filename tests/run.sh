@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
-# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), then
-# runs the C tests again under ASan+UBSan (LeakSanitizer on) and the Python tests of the C
-# paths with the extension built that way, then the unit tests and the
-# engine's threaded C integration tests under ThreadSanitizer, and stops the servers.
+# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), builds
+# the wheel and tests it as a user meets it (scripts/wheel-test.sh: libraries bundled, installed
+# into a clean Debian 12 root, the drop-in flow against the same RGW), then runs the C tests
+# again under ASan+UBSan (LeakSanitizer on) and the Python tests of the C paths with the
+# extension built that way, then the unit tests and the engine's threaded C integration tests
+# under ThreadSanitizer, and stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
 #   S3FLASH_SKIP_TSAN=1     skip the ThreadSanitizer pass
+#   S3FLASH_SKIP_WHEEL=1    skip the wheel test (scripts/wheel-test.sh)
 #   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +49,12 @@ python3 -m pytest -q -p no:cacheprovider tests/integration
 
 # the Python package: pip-installed (meson-python), tested against the same RGW
 bash tests/python/run.sh
+
+# the wheel: bundled libraries, abi3 under each Python here, then a clean Debian 12 root
+# (debootstrap, cached under /var/tmp/s3flash-wheel) with nothing but python3 and the wheel
+if [ "${S3FLASH_SKIP_WHEEL:-0}" != 1 ]; then
+    bash scripts/wheel-test.sh wheel check root test
+fi
 
 if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug

@@ -28,6 +28,11 @@
  *
  * Files are moved by the library (upload_file, download_file: pread/pwrite), never through a
  * mapping of the file: a full disk or a file truncated meanwhile is an exception, not SIGBUS.
+ *
+ * Only the CPython limited API of 3.11 is used (Py_LIMITED_API, set by the Meson build): one
+ * build, named _s3flash.abi3.so, loads in every CPython from 3.11 on. So the types are heap
+ * types made from PyType_Spec at import (their instances hold a reference to the type, dropped
+ * in each dealloc), and no macro that reads an object's fields (PyBytes_AS_STRING...) is used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +42,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -155,7 +161,7 @@ static PyObject *raise_s3_ex(enum s3f_status st, const struct s3f_error *err, co
     } else if (eno) {
         exc = PyObject_CallFunction(type, "iO", eno, msg);
     } else {
-        exc = PyObject_CallOneArg(type, msg);
+        exc = PyObject_CallFunctionObjArgs(type, msg, NULL);
     }
     Py_DECREF(msg);
     if (!exc)
@@ -256,7 +262,16 @@ typedef struct {
     unsigned int max_inflight, io_threads, max_connections;
 } ClientObject;
 
-static PyTypeObject ClientType;
+static PyTypeObject *ClientType; /* heap types, made in PyInit__s3flash */
+
+/* tp_dealloc's last step for our heap types: free the object, then drop the reference to
+ * its type that every instance of a heap type holds. */
+static void free_instance(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
 
 /* The C client for this process, built if needed. GIL held throughout, so two threads never
  * build one each. */
@@ -373,7 +388,7 @@ static void Client_dealloc(ClientObject *self) {
     free_secret(self->secret);
     free_secret(self->token);
     free(self->ca_bundle);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    free_instance((PyObject *)self);
 }
 
 #define CLIENT_OR_NULL(self, c)                                                               \
@@ -393,7 +408,7 @@ typedef struct {
     int failed; /* a write failed: the upload is doomed */
 } WriterObject;
 
-static PyTypeObject WriterType;
+static PyTypeObject *WriterType;
 
 static int writer_check(WriterObject *self) {
     if (self->pid != getpid()) {
@@ -533,8 +548,8 @@ static void Writer_dealloc(WriterObject *self) {
     writer_abort_locked(self); /* an abandoned upload creates nothing */
     if (self->lock)
         PyThread_free_lock(self->lock);
-    Py_XDECREF(self->owner);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_XDECREF((PyObject *)self->owner);
+    free_instance((PyObject *)self);
 }
 
 static PyMethodDef Writer_methods[] = {
@@ -554,15 +569,19 @@ static PyGetSetDef Writer_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject WriterType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "s3flash._s3flash.Writer",
-    .tp_basicsize = sizeof(WriterObject),
-    .tp_dealloc = (destructor)Writer_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A streaming upload; made by Client.open_writer.",
-    .tp_methods = Writer_methods,
-    .tp_getset = Writer_getset,
+static PyType_Slot Writer_slots[] = {
+    {Py_tp_dealloc, (void *)Writer_dealloc},
+    {Py_tp_doc, (void *)"A streaming upload; made by Client.open_writer."},
+    {Py_tp_methods, Writer_methods},
+    {Py_tp_getset, Writer_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Writer_spec = {
+    .name = "s3flash._s3flash.Writer",
+    .basicsize = sizeof(WriterObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Writer_slots,
 };
 
 static PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -579,7 +598,7 @@ static PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject
     if (parse_checksum(checksum, &o.checksum) < 0)
         return NULL;
     CLIENT_OR_NULL(self, c);
-    WriterObject *wo = PyObject_New(WriterObject, &WriterType);
+    WriterObject *wo = PyObject_New(WriterObject, WriterType);
     if (!wo)
         return NULL;
     wo->owner = NULL;
@@ -592,7 +611,7 @@ static PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject
         Py_DECREF(wo);
         return PyErr_NoMemory();
     }
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     wo->owner = self;
     struct s3f_error err;
     s3f_error_clear(&err);
@@ -620,7 +639,7 @@ typedef struct {
     PyObject *info;                /* dict, from open */
 } ReaderObject;
 
-static PyTypeObject ReaderType;
+static PyTypeObject *ReaderType;
 
 static int reader_check(ReaderObject *self) {
     if (self->pid != getpid()) {
@@ -678,12 +697,15 @@ static PyObject *reader_read_bytes(ReaderObject *self, Py_ssize_t n, long long o
     if (!b)
         return NULL;
     size_t got = 0;
-    if (n > 0 && reader_do(self, PyBytes_AS_STRING(b), (size_t)n, offset, &got) < 0) {
+    if (n > 0 && reader_do(self, PyBytes_AsString(b), (size_t)n, offset, &got) < 0) {
         Py_DECREF(b);
         return NULL;
     }
-    if ((Py_ssize_t)got != n && _PyBytes_Resize(&b, (Py_ssize_t)got) < 0)
-        return NULL;
+    if ((Py_ssize_t)got != n) { /* short (the object shrank): a copy, as no resize is public */
+        PyObject *shorter = PyBytes_FromStringAndSize(PyBytes_AsString(b), (Py_ssize_t)got);
+        Py_DECREF(b);
+        b = shorter;
+    }
     return b;
 }
 
@@ -822,8 +844,8 @@ static void Reader_dealloc(ReaderObject *self) {
     if (self->lock)
         PyThread_free_lock(self->lock);
     Py_XDECREF(self->info);
-    Py_XDECREF(self->owner);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_XDECREF((PyObject *)self->owner);
+    free_instance((PyObject *)self);
 }
 
 static PyMethodDef Reader_methods[] = {
@@ -851,15 +873,19 @@ static PyGetSetDef Reader_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject ReaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "s3flash._s3flash.Reader",
-    .tp_basicsize = sizeof(ReaderObject),
-    .tp_dealloc = (destructor)Reader_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A random-access reader; made by Client.open_reader.",
-    .tp_methods = Reader_methods,
-    .tp_getset = Reader_getset,
+static PyType_Slot Reader_slots[] = {
+    {Py_tp_dealloc, (void *)Reader_dealloc},
+    {Py_tp_doc, (void *)"A random-access reader; made by Client.open_reader."},
+    {Py_tp_methods, Reader_methods},
+    {Py_tp_getset, Reader_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Reader_spec = {
+    .name = "s3flash._s3flash.Reader",
+    .basicsize = sizeof(ReaderObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Reader_slots,
 };
 
 static PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -897,7 +923,7 @@ static PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject
     if (st)
         return raise_s3(st, &err);
     PyObject *info = info_to_dict(s3f_reader_info(r));
-    ReaderObject *ro = info ? PyObject_New(ReaderObject, &ReaderType) : NULL;
+    ReaderObject *ro = info ? PyObject_New(ReaderObject, ReaderType) : NULL;
     PyThread_type_lock lk = ro ? PyThread_allocate_lock() : NULL;
     if (!lk) {
         Py_BEGIN_ALLOW_THREADS
@@ -921,7 +947,7 @@ static PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject
     ro->bytes_read = 0;
     ro->calls = 0;
     ro->info = info;
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     ro->owner = self;
     return (PyObject *)ro;
 }
@@ -1025,14 +1051,14 @@ static PyObject *Client_delete_objects(ClientObject *self, PyObject *args) {
     PyObject *seq = PySequence_Tuple(seq_in); /* a snapshot: keys stay alive without the GIL */
     if (!seq)
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_Size(seq);
     const char **keys = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(*keys));
     if (!keys) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        keys[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(seq, i));
+        keys[i] = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(seq, i), NULL);
         if (!keys[i]) {
             PyMem_Free(keys);
             Py_DECREF(seq);
@@ -1141,7 +1167,7 @@ static void *whole_alloc_bytes(void *ud, size_t size) {
     }
     PyEval_RestoreThread(a->ts);
     a->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-    void *p = a->bytes ? PyBytes_AS_STRING(a->bytes) : NULL;
+    void *p = a->bytes ? PyBytes_AsString(a->bytes) : NULL;
     a->ts = PyEval_SaveThread(); /* a MemoryError stays set for the caller */
     return p;
 }
@@ -1230,7 +1256,7 @@ static PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject
     struct s3f_client *c = client_get(self);
     if (!c)
         goto out;
-    const char *path = PyBytes_AS_STRING(pathb);
+    const char *path = PyBytes_AsString(pathb);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     struct s3f_error err;
@@ -1292,7 +1318,7 @@ static PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObje
     struct s3f_client *c = client_get(self);
     if (!c)
         goto out;
-    const char *path = PyBytes_AS_STRING(pathb);
+    const char *path = PyBytes_AsString(pathb);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     struct s3f_error err;
@@ -1369,13 +1395,13 @@ static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObjec
                                     e->storage_class ? e->storage_class : "");
         if (!t)
             goto out;
-        PyList_SET_ITEM(objs, (Py_ssize_t)i, t);
+        PyList_SetItem(objs, (Py_ssize_t)i, t);
     }
     for (size_t i = 0; i < page->n_common_prefixes; i++) {
         PyObject *s = PyUnicode_FromString(page->common_prefixes[i]);
         if (!s)
             goto out;
-        PyList_SET_ITEM(prefixes, (Py_ssize_t)i, s);
+        PyList_SetItem(prefixes, (Py_ssize_t)i, s);
     }
     res = Py_BuildValue("(OOz)", objs, prefixes,
                         page->is_truncated ? page->next_continuation_token : NULL);
@@ -1411,7 +1437,7 @@ static PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *arg
         PyObject *t = Py_BuildValue("(ssL)", e->key, e->upload_id, (long long)e->initiated);
         if (!t)
             goto out;
-        PyList_SET_ITEM(ups, (Py_ssize_t)i, t);
+        PyList_SetItem(ups, (Py_ssize_t)i, t);
     }
     res = Py_BuildValue("(Ozz)", ups, page->is_truncated ? page->next_key_marker : NULL,
                         page->is_truncated ? page->next_upload_id_marker : NULL);
@@ -1720,24 +1746,31 @@ static PyGetSetDef Client_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject ClientType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "s3flash._s3flash.Client",
-    .tp_basicsize = sizeof(ClientObject),
-    .tp_dealloc = (destructor)Client_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "An S3 client (struct s3f_client), built on first use and after fork().",
-    .tp_methods = Client_methods,
-    .tp_getset = Client_getset,
-    .tp_init = (initproc)Client_init,
-    .tp_new = PyType_GenericNew,
+static PyType_Slot Client_slots[] = {
+    {Py_tp_dealloc, (void *)Client_dealloc},
+    {Py_tp_doc, (void *)"An S3 client (struct s3f_client), built on first use and after fork()."},
+    {Py_tp_methods, Client_methods},
+    {Py_tp_getset, Client_getset},
+    {Py_tp_init, (void *)Client_init},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {0, NULL},
+};
+
+static PyType_Spec Client_spec = {
+    .name = "s3flash._s3flash.Client",
+    .basicsize = sizeof(ClientObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .slots = Client_slots,
 };
 
 /* ---- module functions --------------------------------------------------------------- */
 
 static PyObject *mod_parse_uri(PyObject *mod, PyObject *arg) {
     if (!PyUnicode_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "S3 URI must be a str, not %.100s", Py_TYPE(arg)->tp_name);
+        PyObject *tn = PyType_GetName(Py_TYPE(arg));
+        if (tn)
+            PyErr_Format(PyExc_TypeError, "S3 URI must be a str, not %U", tn);
+        Py_XDECREF(tn);
         return NULL;
     }
     Py_ssize_t n;
@@ -1761,7 +1794,7 @@ static PyObject *mod_parse_uri(PyObject *mod, PyObject *arg) {
                                                                   : s3f_strerror(st));
         if (!msg)
             return NULL;
-        PyObject *exc = PyObject_CallOneArg(S3ValueError, msg);
+        PyObject *exc = PyObject_CallFunctionObjArgs(S3ValueError, msg, NULL);
         Py_DECREF(msg);
         if (!exc)
             return NULL;
@@ -1818,8 +1851,11 @@ static PyObject *new_exception(PyObject *mod, const char *name, PyObject *builti
 
 PyMODINIT_FUNC PyInit__s3flash(void);
 PyMODINIT_FUNC PyInit__s3flash(void) {
-    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&WriterType) < 0 ||
-        PyType_Ready(&ReaderType) < 0)
+    if (!ClientType && !(ClientType = (PyTypeObject *)PyType_FromSpec(&Client_spec)))
+        return NULL;
+    if (!WriterType && !(WriterType = (PyTypeObject *)PyType_FromSpec(&Writer_spec)))
+        return NULL;
+    if (!ReaderType && !(ReaderType = (PyTypeObject *)PyType_FromSpec(&Reader_spec)))
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
@@ -1843,21 +1879,12 @@ PyMODINIT_FUNC PyInit__s3flash(void) {
                                     "A local file error (errno set when known: ENOSPC for a "
                                     "full disk).")))
         goto fail;
-    Py_INCREF(&ClientType);
-    if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0) {
-        Py_DECREF(&ClientType);
+    if (PyModule_AddObjectRef(m, "Client", (PyObject *)ClientType) < 0)
         goto fail;
-    }
-    Py_INCREF(&WriterType);
-    if (PyModule_AddObject(m, "Writer", (PyObject *)&WriterType) < 0) {
-        Py_DECREF(&WriterType);
+    if (PyModule_AddObjectRef(m, "Writer", (PyObject *)WriterType) < 0)
         goto fail;
-    }
-    Py_INCREF(&ReaderType);
-    if (PyModule_AddObject(m, "Reader", (PyObject *)&ReaderType) < 0) {
-        Py_DECREF(&ReaderType);
+    if (PyModule_AddObjectRef(m, "Reader", (PyObject *)ReaderType) < 0)
         goto fail;
-    }
     if (PyModule_AddStringConstant(m, "LIBRARY_VERSION", S3FLASH_VERSION) < 0)
         goto fail;
     return m;

@@ -2,6 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
 
 #include "s3/client.h"
 
@@ -23,6 +26,27 @@ static bool endpoint_flag(int option, const char *from_env, const char *from_pro
 
 static const char *cfg_get(const struct s3f_client *c, const char *key) {
     return c->config ? s3f__aws_config_get(c->config, key) : NULL;
+}
+
+/* The CA bundle when none is configured: NULL (libcurl's compiled-in default) while that
+ * file exists, else the first bundle found where a distribution keeps its own. libcurl's
+ * default is its build machine's path: the Python wheel carries Debian's libcurl, whose
+ * /etc/ssl/certs/ca-certificates.crt a Fedora or RHEL machine does not have. */
+static const char *system_ca_bundle(void) {
+    static const char *const known[] = {
+        "/etc/ssl/certs/ca-certificates.crt",                /* Debian, Ubuntu, Arch, Gentoo */
+        "/etc/pki/tls/certs/ca-bundle.crt",                  /* Fedora, RHEL */
+        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", /* RHEL, CentOS */
+        "/etc/ssl/ca-bundle.pem",                            /* openSUSE */
+        "/etc/ssl/cert.pem",                                 /* Alpine */
+    };
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    if (v && v->cainfo && access(v->cainfo, R_OK) == 0)
+        return NULL;
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (access(known[i], R_OK) == 0)
+            return known[i];
+    return NULL;
 }
 
 static enum s3f_status parse_attempts(const char *v, const char *where, int *out,
@@ -133,6 +157,9 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
         ca = env("AWS_CA_BUNDLE");
     if (!ca)
         ca = cfg_get(c, "ca_bundle");
+    if (!ca && (ca = system_ca_bundle()))
+        s3f__log(&c->logger, S3F_LOG_DEBUG, "TLS: libcurl's default CA bundle is missing, using %s",
+                 ca);
     if (ca && !(c->ca_bundle = strdup(ca)))
         goto oom;
     if (opts->tls_insecure)

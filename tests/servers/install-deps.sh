@@ -16,6 +16,7 @@ APT_PACKAGES=(
     valgrind
     python3 python3-pip python3-venv
     curl ca-certificates
+    debootstrap
 )
 PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt)
 
