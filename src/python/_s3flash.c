@@ -1535,10 +1535,11 @@ static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *
                           &seq_in))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    PyObject *seq = PySequence_Fast(seq_in, "parts must be a sequence of (part_number, etag)");
+    /* a list of its own (limited API: no PySequence_Fast macros) */
+    PyObject *seq = PySequence_List(seq_in);
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyList_Size(seq);
     struct s3f_part_info *parts = calloc(n ? (size_t)n : 1, sizeof(*parts));
     if (!parts) {
         Py_DECREF(seq);
@@ -1546,8 +1547,8 @@ static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *etag;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "is", &parts[i].part_number,
-                              &etag)) {
+        PyObject *item = PyList_GetItem(seq, i); /* borrowed */
+        if (!item || !PyArg_ParseTuple(item, "is", &parts[i].part_number, &etag)) {
             free(parts);
             Py_DECREF(seq);
             return NULL;
@@ -1596,7 +1597,10 @@ static PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ign
             Py_CLEAR(res);
             break;
         }
-        PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+        if (PyList_SetItem(res, (Py_ssize_t)i, t) != 0) { /* steals t */
+            Py_CLEAR(res);
+            break;
+        }
     }
     s3f_bucket_list_free(list);
     return res;
