@@ -48,15 +48,17 @@ int s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t l
     return 0;
 }
 
-/* OpenSSL 3.0 pushes ERR_R_MALLOC_FAILURE for most failed allocations but not all (EVP_Q_mac,
- * under HMAC(), fails some silently): a failure with an empty error queue is taken for one
- * too, as the library's calls (SHA-256, HMAC and MD5 of memory) have no other silent cause. */
+/* OpenSSL 3.0 pushes ERR_R_MALLOC_FAILURE for most failed allocations but not all: EVP_Q_mac
+ * (under HMAC()) reports an inner one as EVP's "initialization error", some fail with nothing
+ * queued. SHA-256, HMAC-SHA256 and MD5 of memory have no other cause of those two (a FIPS
+ * provider without MD5 says "unsupported"), so they are taken for out of memory too. */
 enum s3f_status s3f__crypto_status(void) {
     bool oom = false, any = false;
     unsigned long e;
     while ((e = ERR_get_error()) != 0) {
         any = true;
-        if (ERR_GET_REASON(e) == ERR_R_MALLOC_FAILURE)
+        if (ERR_GET_REASON(e) == ERR_R_MALLOC_FAILURE ||
+            (ERR_GET_LIB(e) == ERR_LIB_EVP && ERR_GET_REASON(e) == EVP_R_INITIALIZATION_ERROR))
             oom = true;
     }
     return oom || !any ? S3F_ERR_NO_MEMORY : S3F_ERR_INTERNAL;
