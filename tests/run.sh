@@ -2,7 +2,8 @@
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), then
-# runs the C tests again under ASan+UBSan (LeakSanitizer on), and stops the servers.
+# runs the C tests again under ASan+UBSan (LeakSanitizer on) with the allocation-failure
+# torture (tests/torture), and stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the sanitizer pass
 #   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
@@ -50,5 +51,7 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     meson test -C build-asan --suite unit --print-errorlogs
     S3FLASH_BUILD_DIR="$root/build-asan" python3 -m pytest -q -p no:cacheprovider tests/integration
+    # allocation-failure torture of whole operations against the sink (docs/TESTING.md)
+    meson test -C build-asan --suite torture --print-errorlogs
 fi
 echo "all tests passed"
