@@ -18,8 +18,9 @@
  *     malloc/realloc/free (src/s3/xml.c, src/auth/credentials_http.c), so they are wrapped too.
  *
  * The server is the loopback sink (bench/s3flash-sink, started here on an ephemeral port);
- * the credential fetch uses the container provider (AWS_CONTAINER_CREDENTIALS_FULL_URI) against
- * a tiny HTTP server forked here that answers every request with one credentials document.
+ * the credential fetches use the container provider (AWS_CONTAINER_CREDENTIALS_FULL_URI) and
+ * the web identity provider (STS at AWS_ENDPOINT_URL_STS) against a tiny HTTP server forked
+ * here (GET: a credentials document, POST: an AssumeRoleWithWebIdentity result).
  *
  *   torture_test                  sweep every operation
  *   torture_test OP...            sweep these operations
@@ -159,6 +160,7 @@ static void disarm(void) {
 #define DL_KEY "obj-size-6303801" /* OBJ bytes of the sink's pattern */
 
 static char g_endpoint[64];
+static char g_sts_url[128]; /* the STS endpoint of the credentials server */
 static char g_dir[256];   /* the runs' files */
 static char g_src[300];   /* the file uploaded */
 static unsigned char *g_data;
@@ -388,6 +390,18 @@ static enum s3f_status op_credentials(struct s3f_client *c, long at, const char 
     return st;
 }
 
+/* The web identity provider: AssumeRoleWithWebIdentity (a POST, an XML answer: expat). */
+static enum s3f_status op_web_identity(struct s3f_client *c, long at, const char **bad) {
+    char src[64], akid[64];
+    arm(at);
+    enum s3f_status st =
+        s3f_client_credentials_source(c, src, sizeof(src), akid, sizeof(akid), &g_err);
+    disarm();
+    if (st == S3F_OK && (strcmp(src, "web-identity") || strcmp(akid, "AKIDSTS")))
+        *bad = "web_identity: wrong source or key";
+    return st;
+}
+
 /* A request signed with the container credentials: the fetch and the first signature. */
 static enum s3f_status op_credentials_head(struct s3f_client *c, long at, const char **bad) {
     struct s3f_object_info info;
@@ -406,6 +420,7 @@ static const struct op ops[] = {
     {"client", false, op_client, 0, 0},
     {"credentials", true, op_credentials, 0, 0},
     {"credentials_head", true, op_credentials_head, 150, 3},
+    {"web_identity", true, op_web_identity, 0, 0},
     {"put_object", true, op_put_object, 0, 0},
     {"upload_buffer", true, op_upload_buffer, 150, 3},
     {"upload_file", true, op_upload_file, 150, 3},
@@ -425,7 +440,7 @@ static const struct op *find_op(const char *name) {
 }
 
 static bool is_cred_op(const struct op *op) {
-    return !strncmp(op->name, "credentials", 11);
+    return !strncmp(op->name, "credentials", 11) || !strcmp(op->name, "web_identity");
 }
 
 /* Statuses an allocation failure must never be reported as: they blame the caller's
@@ -461,6 +476,14 @@ static int run_one(const struct op *op, long at, int fd) {
             o.access_key_id = NULL;
             o.secret_access_key = NULL;
         }
+        if (!strcmp(op->name, "web_identity")) { /* first in the chain: before the container */
+            char tf[400];
+            snprintf(tf, sizeof(tf), "%s/token", g_dir);
+            setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tf, 1);
+            setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/torture", 1);
+            setenv("AWS_ROLE_SESSION_NAME", "torture", 1);
+            setenv("AWS_ENDPOINT_URL_STS", g_sts_url, 1);
+        }
         struct s3f_error e;
         if (s3f_client_new(&o, &c, &e) != S3F_OK) {
             char msg[512];
@@ -493,32 +516,53 @@ static int run_one(const struct op *op, long at, int fd) {
 
 static pid_t g_sink_pid, g_creds_pid;
 
+static const char sts_body[] =
+    "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+    "<AssumeRoleWithWebIdentityResult><Credentials>"
+    "<SessionToken>token</SessionToken><SecretAccessKey>secret</SecretAccessKey>"
+    "<Expiration>2099-01-01T00:00:00Z</Expiration><AccessKeyId>AKIDSTS</AccessKeyId>"
+    "</Credentials></AssumeRoleWithWebIdentityResult>"
+    "<ResponseMetadata><RequestId>torture</RequestId></ResponseMetadata>"
+    "</AssumeRoleWithWebIdentityResponse>";
+
 static const char creds_body[] =
     "{\"AccessKeyId\":\"AKIDCONTAINER\",\"SecretAccessKey\":\"secret\","
     "\"Token\":\"token\",\"Expiration\":\"2099-01-01T00:00:00Z\"}";
 
-/* The container credentials endpoint: one process, one connection at a time. */
+/* The container credentials endpoint (GET: a JSON document) and STS (POST: the XML one): one
+ * process, one connection at a time; a request body is read whole before the answer. */
 static void creds_serve(int ls) {
     for (;;) {
         int s = accept(ls, NULL, NULL);
         if (s < 0)
             continue;
-        char req[8192];
+        char req[16384];
         size_t got = 0;
-        while (got < sizeof(req) - 1) {
+        char *end = NULL;
+        req[0] = '\0';
+        while (got < sizeof(req) - 1 && !end) {
             ssize_t n = recv(s, req + got, sizeof(req) - 1 - got, 0);
             if (n <= 0)
                 break;
             got += (size_t)n;
             req[got] = '\0';
-            if (strstr(req, "\r\n\r\n"))
-                break;
+            end = strstr(req, "\r\n\r\n");
         }
-        char out[1024];
+        const char *cl = strcasestr(req, "\r\ncontent-length:");
+        size_t want = end ? (size_t)(end + 4 - req) + (cl ? strtoul(cl + 17, NULL, 10) : 0) : 0;
+        while (got < want && got < sizeof(req) - 1) {
+            ssize_t n = recv(s, req + got, sizeof(req) - 1 - got, 0);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        bool post = !strncmp(req, "POST ", 5);
+        const char *body = post ? sts_body : creds_body;
+        char out[2048];
         int n = snprintf(out, sizeof(out),
-                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n"
                          "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                         strlen(creds_body), creds_body);
+                         post ? "text/xml" : "application/json", strlen(body), body);
         ssize_t w = send(s, out, (size_t)n, MSG_NOSIGNAL);
         (void)w;
         close(s);
@@ -636,6 +680,12 @@ static int setup(void) {
         return -1;
     char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/creds", cport);
+    snprintf(g_sts_url, sizeof(g_sts_url), "http://127.0.0.1:%d", cport);
+    char tf[400];
+    snprintf(tf, sizeof(tf), "%s/token", g_dir);
+    FILE *tok = fopen(tf, "w");
+    if (!tok || fputs("eyJ.torture.token", tok) < 0 || fclose(tok))
+        return -1;
     /* the default chain finds only the container provider */
     setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", url, 1);
     unsetenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
