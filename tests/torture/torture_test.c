@@ -220,6 +220,36 @@ static enum s3f_status op_client(struct s3f_client *unused, long at, const char 
     return st;
 }
 
+/* A client whose region, endpoint and keys come from the shared config and credentials files
+ * of a named profile (src/auth/profile.c), and its credentials source. */
+static enum s3f_status op_client_profile(struct s3f_client *unused, long at, const char **bad) {
+    struct s3f_client_options o;
+    client_options(&o);
+    o.region = NULL;
+    o.endpoint_url = NULL;
+    o.access_key_id = NULL;
+    o.secret_access_key = NULL;
+    char path[400];
+    snprintf(path, sizeof(path), "%s/config", g_dir);
+    setenv("AWS_CONFIG_FILE", path, 1);
+    snprintf(path, sizeof(path), "%s/credentials", g_dir);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+    setenv("AWS_PROFILE", "torture", 1);
+    struct s3f_client *c = NULL;
+    char src[64], akid[64];
+    arm(at);
+    enum s3f_status st = s3f_client_new(&o, &c, &g_err);
+    if (st == S3F_OK)
+        st = s3f_client_credentials_source(c, src, sizeof(src), akid, sizeof(akid), &g_err);
+    disarm();
+    if (st == S3F_OK && (strcmp(src, "profile:torture") || strcmp(akid, "AKIDPROFILE") ||
+                         strcmp(s3f_client_region(c), "eu-torture-1") ||
+                         strcmp(s3f_client_endpoint(c), g_endpoint)))
+        *bad = "client_profile: wrong region, endpoint or credentials";
+    s3f_client_free(c);
+    return st;
+}
+
 static enum s3f_status op_upload_buffer(struct s3f_client *c, long at, const char **bad) {
     struct s3f_object_info info;
     arm(at);
@@ -418,6 +448,7 @@ static enum s3f_status op_credentials_head(struct s3f_client *c, long at, const 
  * to keep the whole sweep to a few minutes. Counts and times: docs/TESTING.md. */
 static const struct op ops[] = {
     {"client", false, op_client, 0, 0},
+    {"client_profile", false, op_client_profile, 0, 0},
     {"credentials", true, op_credentials, 0, 0},
     {"credentials_head", true, op_credentials_head, 150, 3},
     {"web_identity", true, op_web_identity, 0, 0},
@@ -681,6 +712,22 @@ static int setup(void) {
     char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/creds", cport);
     snprintf(g_sts_url, sizeof(g_sts_url), "http://127.0.0.1:%d", cport);
+    char cfg[400];
+    snprintf(cfg, sizeof(cfg), "%s/config", g_dir);
+    FILE *cf = fopen(cfg, "w");
+    if (!cf || fprintf(cf, "[default]\nregion = us-east-1\n\n[profile torture]\n"
+                           "region = eu-torture-1\nmax_attempts = 3\n"
+                           "services = torture-svc\n\n[services torture-svc]\ns3 =\n"
+                           "  endpoint_url = %s\n",
+                       g_endpoint) < 0 || fclose(cf))
+        return -1;
+    snprintf(cfg, sizeof(cfg), "%s/credentials", g_dir);
+    cf = fopen(cfg, "w");
+    if (!cf || fputs("[default]\naws_access_key_id = AKIDDEFAULT\n"
+                     "aws_secret_access_key = x\n\n[torture]\n"
+                     "aws_access_key_id = AKIDPROFILE\naws_secret_access_key = secret\n", cf) < 0 ||
+        fclose(cf))
+        return -1;
     char tf[400];
     snprintf(tf, sizeof(tf), "%s/token", g_dir);
     FILE *tok = fopen(tf, "w");
