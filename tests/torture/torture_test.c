@@ -663,6 +663,25 @@ static int start_sink(void) {
     return -1;
 }
 
+/* The files setup() writes in g_dir (runs remove their own). */
+#define N_FIXTURE_FILES 5
+static char g_fixture_files[N_FIXTURE_FILES][320];
+
+/* SIGTERM (meson's timeout), SIGINT, SIGHUP, SIGPIPE: the servers and the files go too. */
+static void on_signal(int sig) {
+    if (g_sink_pid > 0)
+        kill(g_sink_pid, SIGTERM);
+    if (g_creds_pid > 0)
+        kill(g_creds_pid, SIGTERM);
+    for (size_t i = 0; i < N_FIXTURE_FILES; i++) /* unlink, rmdir: async-signal-safe */
+        unlink(g_fixture_files[i]);
+    rmdir(g_dir);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static const int g_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE};
+
 static void rm_dir(void) {
     DIR *d = opendir(g_dir);
     if (d) {
@@ -693,6 +712,9 @@ static int setup(void) {
     snprintf(g_dir, sizeof(g_dir), "%s/s3f-torture.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(g_dir))
         return -1;
+    const char *names[N_FIXTURE_FILES] = {"src", "config", "credentials", "token", "sink-port"};
+    for (size_t i = 0; i < N_FIXTURE_FILES; i++)
+        snprintf(g_fixture_files[i], sizeof(g_fixture_files[i]), "%s/%s", g_dir, names[i]);
     g_data = malloc(OBJ);
     if (!g_data)
         return -1;
@@ -803,6 +825,8 @@ static pid_t spawn(const struct op *op, long at, int *fd) {
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        for (size_t i = 0; i < sizeof(g_signals) / sizeof(g_signals[0]); i++)
+            signal(g_signals[i], SIG_DFL);
         close(p[0]);
         int deadline = atoi(getenv("TORTURE_DEADLINE_S") ? getenv("TORTURE_DEADLINE_S") : "60");
         alarm(deadline > 0 ? (unsigned)deadline : 60); /* a hang dies of SIGALRM */
@@ -842,7 +866,8 @@ static bool reap(const struct op *op, struct child *ch, struct tally *t) {
         const char *what = WIFEXITED(ws) && WEXITSTATUS(ws) == 3 ? "wrong result or status"
                            : WIFSIGNALED(ws) && WTERMSIG(ws) == SIGALRM ? "hang (deadline)"
                            : WIFSIGNALED(ws)                           ? "killed by a signal"
-                           : WIFEXITED(ws) && WEXITSTATUS(ws) == 23    ? "leak (LeakSanitizer)"
+                           : WIFEXITED(ws) && (WEXITSTATUS(ws) == 1 || WEXITSTATUS(ws) == 23)
+                               ? "sanitizer report (a leak, or an error after the result)"
                                                                        : "failed";
         printf("FAIL %s %ld: %s (wait status %d) result: %s", op->name, ch->at, what, ws,
                got ? line : "(none)\n");
@@ -931,6 +956,8 @@ int main(int argc, char **argv) {
         stop_servers();
         return rc == -77 ? 77 : 1;
     }
+    for (size_t i = 0; i < sizeof(g_signals) / sizeof(g_signals[0]); i++)
+        signal(g_signals[i], on_signal);
     if (!getenv("TORTURE_COLD") || strcmp(getenv("TORTURE_COLD"), "1")) {
         /* OpenSSL fetches its algorithms on first use (thousands of allocations, once per
          * process): done here, so that the runs count the operations' own allocations */
