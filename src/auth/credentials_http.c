@@ -113,7 +113,8 @@ static enum s3f_status http_perform(const struct s3f__chain_settings *s,
     if (curl_easy_setopt(h, CURLOPT_URL, rq->url) == CURLE_OUT_OF_MEMORY ||
         curl_easy_setopt(h, CURLOPT_USERAGENT, "s3flash/" S3FLASH_VERSION) ==
             CURLE_OUT_OF_MEMORY ||
-        (s->ca_bundle && curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_bundle) == CURLE_OUT_OF_MEMORY) ||
+        (s->ca_bundle &&
+         curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_bundle) == CURLE_OUT_OF_MEMORY) ||
         (rq->no_proxy && curl_easy_setopt(h, CURLOPT_NOPROXY, "*") == CURLE_OUT_OF_MEMORY))
         goto nomem;
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);

@@ -28,17 +28,18 @@
  *                                 (N = 0: count only); prints the status and the count
  *   torture_test --list           the operations
  * Environment: S3FLASH_SINK (the sink; default $S3F_BUILD_ROOT/bench/s3flash-sink),
- * TORTURE_JOBS (runs at once, default the CPUs up to 4), TORTURE_DEADLINE_S (per run, default 60),
- * TORTURE_VERBOSE=1 (print every run's result), TORTURE_STACK=1 (a single run prints
- * the stack of the failed allocation; sanitizer builds), TORTURE_FULL=1 (every N for every operation; by default the large operations take every N
- * up to their bound and then every stride-th: see `ops` below).
+ * TORTURE_JOBS (runs at once; default the CPUs, at most 4), TORTURE_DEADLINE_S (per run,
+ * default 60), TORTURE_VERBOSE=1 (every run's result), TORTURE_STACK=1 (a single run prints
+ * the stack of the failed allocation; sanitizer builds), TORTURE_FULL=1 (every N for every
+ * operation; by default the large operations take every N up to their bound, then every
+ * stride-th: see `ops` below), TORTURE_COLD=1 (no OpenSSL warm-up: see main).
+ * A run also fails when, after an injected failure, the status blames the caller
+ * (blames_caller below). The runs' N are reproducible up to the I/O threads' timing.
  * Exit: 0 when every run passed, 1 otherwise (each failing OP N is printed), 77 (skip) when
  * the sink is not built. */
+#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -51,7 +52,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include <curl/curl.h>
 #include <openssl/crypto.h>
@@ -253,7 +253,8 @@ static enum s3f_status op_client_profile(struct s3f_client *unused, long at, con
 static enum s3f_status op_upload_buffer(struct s3f_client *c, long at, const char **bad) {
     struct s3f_object_info info;
     arm(at);
-    enum s3f_status st = s3f_upload_buffer(c, BUCKET, "up-buffer", g_data, OBJ, NULL, &info, &g_err);
+    enum s3f_status st =
+        s3f_upload_buffer(c, BUCKET, "up-buffer", g_data, OBJ, NULL, &info, &g_err);
     disarm();
     if (st == S3F_OK && info.size != OBJ)
         *bad = "upload_buffer: wrong size";
@@ -413,7 +414,8 @@ static enum s3f_status op_reader(struct s3f_client *c, long at, const char **bad
 static enum s3f_status op_credentials(struct s3f_client *c, long at, const char **bad) {
     char src[64], akid[64];
     arm(at);
-    enum s3f_status st = s3f_client_credentials_source(c, src, sizeof(src), akid, sizeof(akid), &g_err);
+    enum s3f_status st =
+        s3f_client_credentials_source(c, src, sizeof(src), akid, sizeof(akid), &g_err);
     disarm();
     if (st == S3F_OK && (strcmp(src, "container") || strcmp(akid, "AKIDCONTAINER")))
         *bad = "credentials: wrong source or key";
