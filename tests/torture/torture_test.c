@@ -422,6 +422,42 @@ static enum s3f_status op_credentials(struct s3f_client *c, long at, const char 
     return st;
 }
 
+/* ListObjectsV2 (a query to sign and escape, an XML answer). */
+static enum s3f_status op_list(struct s3f_client *c, long at, const char **bad) {
+    struct s3f_list_options lo = {.prefix = "dir/a&b <c>", .delimiter = "/", .max_keys = 10};
+    struct s3f_list_page *pg = NULL;
+    arm(at);
+    enum s3f_status st = s3f_list_objects_v2(c, BUCKET, &lo, &pg, &g_err);
+    disarm();
+    if ((st == S3F_OK) != (pg != NULL))
+        *bad = "list: status and page disagree";
+    s3f_list_page_free(pg);
+    return st;
+}
+
+/* DeleteObjects (an XML body built, with Content-MD5). */
+static enum s3f_status op_delete_objects(struct s3f_client *c, long at, const char **bad) {
+    const char *keys[] = {"k1", "k&2", "k<3>", "dir/k 4"};
+    size_t failed = 0;
+    arm(at);
+    enum s3f_status st = s3f_delete_objects(c, BUCKET, keys, 4, &failed, &g_err);
+    disarm();
+    if (st == S3F_OK && failed)
+        *bad = "delete_objects: keys reported failed";
+    return st;
+}
+
+/* s3f_copy of a small object: HEAD of the source, one CopyObject (XML answer). */
+static enum s3f_status op_copy(struct s3f_client *c, long at, const char **bad) {
+    struct s3f_object_info info;
+    arm(at);
+    enum s3f_status st = s3f_copy(c, BUCKET, DL_KEY, BUCKET, "copied", NULL, &info, &g_err);
+    disarm();
+    if (st == S3F_OK && info.size != OBJ)
+        *bad = "copy: wrong size";
+    return st;
+}
+
 /* The web identity provider: AssumeRoleWithWebIdentity (a POST, an XML answer: expat). */
 static enum s3f_status op_web_identity(struct s3f_client *c, long at, const char **bad) {
     char src[64], akid[64];
@@ -455,6 +491,9 @@ static const struct op ops[] = {
     {"credentials_head", true, op_credentials_head, 150, 3},
     {"web_identity", true, op_web_identity, 0, 0},
     {"put_object", true, op_put_object, 0, 0},
+    {"list", true, op_list, 0, 0},
+    {"delete_objects", true, op_delete_objects, 0, 0},
+    {"copy", true, op_copy, 0, 0},
     {"upload_buffer", true, op_upload_buffer, 150, 3},
     {"upload_file", true, op_upload_file, 150, 3},
     {"writer", true, op_writer, 150, 3},
