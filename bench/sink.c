@@ -180,6 +180,8 @@ struct ob {
 
 static void ob_put(struct ob *b, const char *s, size_t n)
 {
+    if (n == 0) /* s may be NULL (an absent list prefix): memcpy must not see it */
+        return;
     if (b->overflow || n > b->cap - b->len) {
         b->overflow = true;
         return;

@@ -4,9 +4,10 @@
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), builds
 # the wheel and tests it as a user meets it (scripts/wheel-test.sh: libraries bundled, installed
 # into a clean Debian 12 root, the drop-in flow against the same RGW), then runs the C tests
-# again under ASan+UBSan (LeakSanitizer on) and the Python tests of the C paths with the
-# extension built that way, then the unit tests and the engine's threaded C integration tests
-# under ThreadSanitizer, and stops the servers.
+# again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
+# (tests/torture) and the Python tests of the C paths with the extension built that way, then
+# the unit tests and the engine's threaded C integration tests under ThreadSanitizer, and
+# stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
 #   S3FLASH_SKIP_TSAN=1     skip the ThreadSanitizer pass
@@ -70,6 +71,8 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
         python3 -m pytest -q -p no:cacheprovider --rootdir tests/python tests/python/test_io.py \
         tests/python/test_files.py tests/python/test_errors.py tests/python/test_roundtrip.py \
         tests/python/test_fork.py tests/python/test_lazy_load.py
+    # allocation-failure torture of whole operations against the sink (docs/TESTING.md)
+    meson test -C build-asan --suite torture --print-errorlogs
 fi
 # ThreadSanitizer: the library's threads (I/O threads, transfers, the janitor, the credential
 # refresher) under the unit tests and the engine's C integration programs against RGW

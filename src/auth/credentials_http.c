@@ -42,12 +42,16 @@ struct http_request {
 struct http_response {
     long status;
     struct s3f__buf body;      /* capped at HTTP_BODY_MAX */
+    bool oom;                  /* the body stopped for want of memory, not at the cap */
 };
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
-    struct s3f__buf *b = ud;
+    struct http_response *rs = ud;
     size_t n = size * nmemb;
-    return s3f__buf_append(b, ptr, n) == S3F_OK ? n : 0;
+    enum s3f_status st = s3f__buf_append(&rs->body, ptr, n);
+    if (st == S3F_ERR_NO_MEMORY)
+        rs->oom = true;
+    return st == S3F_OK ? n : 0;
 }
 
 static void wipe_slist(struct curl_slist *l) {
@@ -58,6 +62,7 @@ static void wipe_slist(struct curl_slist *l) {
 
 static void response_init(struct http_response *rs) {
     rs->status = 0;
+    rs->oom = false;
     s3f__buf_init(&rs->body, HTTP_BODY_MAX);
 }
 
@@ -78,6 +83,7 @@ static enum s3f_status http_perform(const struct s3f__chain_settings *s,
     why[0] = '\0';
     s3f__buf_reset(&rs->body);
     rs->status = 0;
+    rs->oom = false;
     if (curl_init_rc != CURLE_OK) {
         snprintf(why, why_len, "libcurl initialisation failed");
         return S3F_ERR_INTERNAL;
@@ -103,7 +109,14 @@ static enum s3f_status http_perform(const struct s3f__chain_settings *s,
             goto nomem;
         hdrs = n;
     }
-    curl_easy_setopt(h, CURLOPT_URL, rq->url);
+    /* the options that copy a string can fail for want of memory; the others cannot */
+    if (curl_easy_setopt(h, CURLOPT_URL, rq->url) == CURLE_OUT_OF_MEMORY ||
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "s3flash/" S3FLASH_VERSION) ==
+            CURLE_OUT_OF_MEMORY ||
+        (s->ca_bundle &&
+         curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_bundle) == CURLE_OUT_OF_MEMORY) ||
+        (rq->no_proxy && curl_easy_setopt(h, CURLOPT_NOPROXY, "*") == CURLE_OUT_OF_MEMORY))
+        goto nomem;
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 #if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85.0 */
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -113,22 +126,18 @@ static enum s3f_status http_perform(const struct s3f__chain_settings *s,
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)rq->connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)rq->timeout_ms);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "s3flash/" S3FLASH_VERSION);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &rs->body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, rs);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
-    if (s->ca_bundle)
-        curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_bundle);
-    if (rq->no_proxy)
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
     if (strcmp(rq->method, "POST") == 0) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
     } else if (strcmp(rq->method, "PUT") == 0) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+        if (curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT") == CURLE_OUT_OF_MEMORY)
+            goto nomem;
     }
     uint64_t t0 = s3f__now_ms();
     CURLcode rc = curl_easy_perform(h);
@@ -153,6 +162,11 @@ static enum s3f_status http_perform(const struct s3f__chain_settings *s,
         snprintf(why, why_len, "TLS: %s", detail);
         break;
     case S3F_ERR_ABORTED:
+        if (rs->oom) {
+            st = S3F_ERR_NO_MEMORY;
+            snprintf(why, why_len, "out of memory");
+            break;
+        }
         st = S3F_ERR_BAD_RESPONSE;
         snprintf(why, why_len, "response larger than %zu bytes", HTTP_BODY_MAX);
         break;
@@ -290,11 +304,14 @@ static void sts_doc_cleanup(struct sts_doc *d) {
     s3f__buf_cleanup(&d->text);
 }
 
+/* expat allocates through the library's malloc/realloc/free (as src/s3/xml.c). */
+static const XML_Memory_Handling_Suite sts_xml_mem = {malloc, realloc, free};
+
 /* Parse an STS response or error document; 0 if it is well-formed XML. */
 static int sts_parse(struct sts_doc *d, const char *body, size_t len) {
     memset(d, 0, sizeof(*d));
     s3f__buf_init(&d->text, XML_FIELD_MAX);
-    XML_Parser p = XML_ParserCreate("UTF-8");
+    XML_Parser p = XML_ParserCreate_MM("UTF-8", &sts_xml_mem, NULL);
     if (!p) {
         d->oom = true;
         return -1;
@@ -305,6 +322,8 @@ static int sts_parse(struct sts_doc *d, const char *body, size_t len) {
     XML_SetCharacterDataHandler(p, sts_chars);
     XML_SetStartDoctypeDeclHandler(p, sts_doctype);
     int ok = len <= INT32_MAX && XML_Parse(p, body ? body : "", (int)len, XML_TRUE) == XML_STATUS_OK;
+    if (!ok && XML_GetErrorCode(p) == XML_ERROR_NO_MEMORY)
+        d->oom = true;
     XML_ParserFree(p);
     return ok && !d->oom ? 0 : -1;
 }
@@ -462,9 +481,16 @@ static enum s3f_status check_full_uri(const char *uri, struct s3f_error *err) {
     enum s3f_status st = S3F_OK;
     if (!u)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-    if (curl_url_set(u, CURLUPART_URL, uri, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
+    CURLUcode uc = curl_url_set(u, CURLUPART_URL, uri, 0);
+    if (uc == CURLUE_OK)
+        uc = curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+    if (uc == CURLUE_OK)
+        uc = curl_url_get(u, CURLUPART_HOST, &host, 0);
+    if (uc == CURLUE_OUT_OF_MEMORY) {
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+        goto out;
+    }
+    if (uc != CURLUE_OK) {
         st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
                             "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
         goto out;

@@ -168,7 +168,8 @@ static enum s3f_status derive_key(const char *secret, const char *date8, const c
     wipe(b, sizeof(b));
     if (rc) {
         wipe(key, 32);
-        return s3f__error_set(err, S3F_ERR_INTERNAL, OP, NULL, "HMAC-SHA256 failed (OpenSSL)");
+        return s3f__error_set(err, s3f__crypto_status(), OP, NULL,
+                              "HMAC-SHA256 failed (OpenSSL)");
     }
     return S3F_OK;
 }
@@ -566,7 +567,7 @@ static enum s3f_status finish(const struct s3f__sigv4_request *req,
 
     char creq_hash[65];
     if (s3f__sha256_hex(p->creq.data, p->creq.len, creq_hash))
-        return s3f__error_set(err, S3F_ERR_INTERNAL, OP, NULL, "SHA-256 failed (OpenSSL)");
+        return s3f__error_set(err, s3f__crypto_status(), OP, NULL, "SHA-256 failed (OpenSSL)");
     st = s3f__buf_appendf(&p->sts, S3F__SIGV4_ALGORITHM "\n%s\n%s\n%s", amz_date, scope,
                           creq_hash);
     if (st)
@@ -581,7 +582,8 @@ static enum s3f_status finish(const struct s3f__sigv4_request *req,
     int rc = s3f__hmac_sha256(key, sizeof(key), p->sts.data, p->sts.len, mac);
     wipe(key, sizeof(key));
     if (rc)
-        return s3f__error_set(err, S3F_ERR_INTERNAL, OP, NULL, "HMAC-SHA256 failed (OpenSSL)");
+        return s3f__error_set(err, s3f__crypto_status(), OP, NULL,
+                              "HMAC-SHA256 failed (OpenSSL)");
     s3f__hex(mac, sizeof(mac), sig);
     return S3F_OK;
 }

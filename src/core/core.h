@@ -100,6 +100,9 @@ int s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t l
  * works here (tried once; in test builds S3FLASH_TEST_NO_MD5=1 says no), and callers send
  * a CRC32C checksum instead of Content-MD5 when it does not. */
 bool s3f__md5_available(void);
+/* After an OpenSSL call above failed (on the same thread): S3F_ERR_NO_MEMORY when OpenSSL ran
+ * out of memory, else S3F_ERR_INTERNAL. Empties the thread's OpenSSL error queue. */
+enum s3f_status s3f__crypto_status(void);
 int s3f__md5(const void *data, size_t len, uint8_t out[16]);
 /* Streaming SHA-256. */
 struct s3f__sha256_ctx { void *evp; };

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -47,7 +48,24 @@ int s3f__hmac_sha256(const void *key, size_t key_len, const void *data, size_t l
     return 0;
 }
 
-/* 1: MD5 works, 0: not (a FIPS provider), -1: not tried yet. */
+/* OpenSSL 3.0 pushes ERR_R_MALLOC_FAILURE for most failed allocations but not all: EVP_Q_mac
+ * (under HMAC()) reports an inner one as EVP's "initialization error", some fail with nothing
+ * queued. SHA-256, HMAC-SHA256 and MD5 of memory have no other cause of those two (a FIPS
+ * provider without MD5 says "unsupported"), so they are taken for out of memory too. */
+enum s3f_status s3f__crypto_status(void) {
+    bool oom = false, any = false;
+    unsigned long e;
+    while ((e = ERR_get_error()) != 0) {
+        any = true;
+        if (ERR_GET_REASON(e) == ERR_R_MALLOC_FAILURE ||
+            (ERR_GET_LIB(e) == ERR_LIB_EVP && ERR_GET_REASON(e) == EVP_R_INITIALIZATION_ERROR))
+            oom = true;
+    }
+    return oom || !any ? S3F_ERR_NO_MEMORY : S3F_ERR_INTERNAL;
+}
+
+/* 1: MD5 works, 0: not (a FIPS provider), -1: not tried yet (or the last try ran out of
+ * memory: a transient failure is not taken for a FIPS host and cached). */
 static atomic_int md5_state = -1;
 
 bool s3f__md5_available(void) {
@@ -69,6 +87,8 @@ bool s3f__md5_available(void) {
 #endif
         uint8_t d[16];
         ok = ok && digest(EVP_md5(), "", 0, d, 16) == 0;
+        if (!ok && s3f__crypto_status() == S3F_ERR_NO_MEMORY)
+            return false; /* asked again next time */
     }
     atomic_store_explicit(&md5_state, ok ? 1 : 0, memory_order_release);
     return ok;

@@ -260,7 +260,11 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     req->easy = e;
     req->io = t;
     curl_easy_setopt(e, CURLOPT_PRIVATE, req);
-    curl_easy_setopt(e, CURLOPT_URL, req->url);
+    /* Options that copy a string fail only for want of memory: the request then completes
+     * with CURLE_OUT_OF_MEMORY (complete() releases the handle), instead of going out
+     * without its URL or method. */
+    if (curl_easy_setopt(e, CURLOPT_URL, req->url) == CURLE_OUT_OF_MEMORY)
+        return false;
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, req->headers);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->error);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -303,8 +307,9 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     if (req->timeout_ms)
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)req->timeout_ms);
-    if (t->pool->ca_bundle)
-        curl_easy_setopt(e, CURLOPT_CAINFO, t->pool->ca_bundle);
+    if (t->pool->ca_bundle &&
+        curl_easy_setopt(e, CURLOPT_CAINFO, t->pool->ca_bundle) == CURLE_OUT_OF_MEMORY)
+        return false;
     if (o->tls_insecure) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -321,10 +326,12 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
         curl_easy_setopt(e, CURLOPT_READDATA, req);
         curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
         curl_easy_setopt(e, CURLOPT_SEEKDATA, req);
-        if (strcmp(req->method, "PUT") != 0)
-            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+        if (strcmp(req->method, "PUT") != 0 &&
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method) == CURLE_OUT_OF_MEMORY)
+            return false;
     } else if (strcmp(req->method, "GET") != 0) {
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+        if (curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method) == CURLE_OUT_OF_MEMORY)
+            return false;
     }
     return true;
 }

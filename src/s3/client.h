@@ -62,6 +62,7 @@ struct s3f__s3_attempt {
     uint64_t sink_pos;             /* next object offset the sink expects */
     bool sink_failed;
     bool body_overflow;            /* the response did not fit body_out's cap */
+    bool body_oom;                 /* body_out could not grow (out of memory) */
     /* response headers */
     char etag[128];
     char request_id[128];

@@ -631,7 +631,7 @@ enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const c
         uint8_t d[16];
         if (s3f__md5(data ? data : "", len, d)) {
             s3f__op_cleanup(&op);
-            return s3f__error_set(err, S3F_ERR_INTERNAL, "PutObject", NULL,
+            return s3f__error_set(err, s3f__crypto_status(), "PutObject", NULL,
                                   "MD5 failed (OpenSSL)");
         }
         s3f__base64(d, 16, op.md5);
@@ -715,7 +715,7 @@ enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
         char md5_b64[25], crc_b64[9];
         bool use_md5 = s3f__md5_available();
         if (use_md5 && s3f__md5(body.data, body.len, md5)) {
-            st = s3f__error_set(err, S3F_ERR_INTERNAL, "DeleteObjects", bucket,
+            st = s3f__error_set(err, s3f__crypto_status(), "DeleteObjects", bucket,
                                 "MD5 failed (OpenSSL)");
             break;
         }

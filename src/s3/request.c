@@ -348,8 +348,12 @@ static int on_body(void *ud, const char *data, size_t len) {
             return 0;
         }
         if (a->r->body_out) {
-            if (s3f__buf_append(a->r->body_out, data, len) != S3F_OK) {
-                a->body_overflow = true;
+            enum s3f_status bst = s3f__buf_append(a->r->body_out, data, len);
+            if (bst != S3F_OK) {
+                if (bst == S3F_ERR_NO_MEMORY)
+                    a->body_oom = true;
+                else
+                    a->body_overflow = true;
                 return 1;
             }
             return 0;
@@ -451,7 +455,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     char payload_hash[65] = "UNSIGNED-PAYLOAD";
     if (r->sign_payload &&
         s3f__sha256_hex(r->body ? r->body : "", r->body ? r->body_len : 0, payload_hash)) {
-        st = s3f__error_set(err, S3F_ERR_INTERNAL, r->operation, resource,
+        st = s3f__error_set(err, s3f__crypto_status(), r->operation, resource,
                             "SHA-256 failed (OpenSSL)");
         goto out;
     }
@@ -752,6 +756,9 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
             last.status = a->bad;
             s3f__strlcpy(last.message, a->bad_msg, sizeof(last.message));
             s3f__strlcpy(last.host_id, a->host_id, sizeof(last.host_id));
+        } else if (tst == S3F_ERR_ABORTED && a->body_oom) {
+            last.status = S3F_ERR_NO_MEMORY;
+            snprintf(last.message, sizeof(last.message), "out of memory");
         } else if (tst == S3F_ERR_ABORTED && a->body_overflow) {
             last.status = S3F_ERR_BAD_RESPONSE;
             snprintf(last.message, sizeof(last.message),

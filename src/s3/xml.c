@@ -15,6 +15,10 @@
 
 #define NAME_MAX_LEN 64
 
+/* expat allocates through the library's malloc/realloc/free rather than its own calls into
+ * libc, so what wraps the library's allocator (tests/torture/torture_test.c) wraps expat's. */
+static const XML_Memory_Handling_Suite xml_mem = {malloc, realloc, free};
+
 struct xdoc {
     XML_Parser parser;
     const char *what; /* operation, for messages */
@@ -148,7 +152,7 @@ static enum s3f_status xdoc_run(struct xdoc *d, const char *body, size_t len,
         return s3f__error_set(err, S3F_ERR_BAD_RESPONSE, NULL, NULL,
                               "%s response: XML body too large (%zu bytes)", d->what, len);
     s3f__buf_init(&d->text, S3F__XML_MAX_TEXT);
-    d->parser = XML_ParserCreate(NULL);
+    d->parser = XML_ParserCreate_MM(NULL, &xml_mem, NULL);
     if (!d->parser)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, NULL, NULL, "out of memory");
     XML_SetUserData(d->parser, d);

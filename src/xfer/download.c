@@ -810,8 +810,11 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
     }
     d.fd = create_temp(path, &tmp);
     if (d.fd < 0) {
-        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "cannot create a file beside %s: %s",
-                            path, strerror(errno));
+        st = errno == ENOMEM ? s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", path,
+                                              "out of memory")
+                             : s3f__error_set(err, S3F_ERR_IO, "download", path,
+                                              "cannot create a file beside %s: %s", path,
+                                              strerror(errno));
         download_cleanup(&d);
         return st;
     }

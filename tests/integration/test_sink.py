@@ -236,6 +236,17 @@ def test_list_is_empty(sink):
     assert b"<Contents>" not in data
 
 
+def test_list_without_prefix(sink):
+    # no prefix parameter: the empty <Prefix> is written from no bytes at all (under UBSan, the
+    # ASan pass of tests/run.sh, a memcpy from NULL once stopped the sink here)
+    r, data = req(sink, "GET", "/bkt?list-type=2")
+    assert r.status == 200
+    assert xml_field(data, "Prefix") == ""
+    assert xml_field(data, "KeyCount") == "0"
+    r, data = req(sink, "GET", "/bkt")
+    assert r.status == 200 and xml_field(data, "Prefix") == ""
+
+
 def complete_body(parts):
     items = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{e}</ETag></Part>" for n, e in parts)
     return f"<CompleteMultipartUpload>{items}</CompleteMultipartUpload>".encode()
