@@ -96,12 +96,12 @@ class S3FlashFileSystem(AbstractFileSystem):
                  token: Optional[str] = None, *, client_kwargs: Optional[dict] = None,
                  config_kwargs: Optional[dict] = None, region: Optional[str] = None,
                  profile: Optional[str] = None, username: Optional[str] = None,
-                 password: Optional[str] = None,
+                 password: Optional[str] = None, requester_pays: Optional[bool] = None,
                  s3client_config: Optional[S3ClientConfig] = None, **kwargs: Any):
         given = dict(anon=anon, endpoint_url=endpoint_url, key=key or username,
                      secret=secret or password, token=token, client_kwargs=client_kwargs,
                      config_kwargs=config_kwargs, region=region, profile=profile,
-                     s3client_config=s3client_config)
+                     requester_pays=requester_pays, s3client_config=s3client_config)
         opts = {k: v for k, v in self._defaults.items() if k in given}
         opts.update({k: v for k, v in given.items() if v is not None})
         super().__init__(**kwargs)
@@ -129,6 +129,8 @@ class S3FlashFileSystem(AbstractFileSystem):
             changes.update(access_key_id=akid, secret_access_key=secret, session_token=token)
         if opts.get("profile"):
             changes["profile"] = opts["profile"]
+        if opts.get("requester_pays"):  # as s3fs: x-amz-request-payer on every request
+            changes["requester_pays"] = True
         if isinstance(verify, str):
             changes["ca_bundle"] = verify
         config = dataclasses.replace(base, **changes) if changes else base

@@ -142,3 +142,18 @@ def test_requester_pays_dcp(payer_bucket, rgw, region, proxy):
     assert torch.equal(out["a"], sd["a"]) and torch.equal(out["b"], sd["b"])
     seen = _payers(proxy)
     assert len(seen) >= 4 and all(p == "requester" for _, p in seen), seen
+
+
+def test_requester_pays_fsspec(payer_bucket, rgw, region, proxy):
+    """s3fs's storage option requester_pays=True, on S3FlashFileSystem."""
+    from s3flash.fsspec import S3FlashFileSystem
+    proxy.reset()
+    fs = S3FlashFileSystem(key=rgw.other_access_key, secret=rgw.other_secret_key,
+                           endpoint_url=proxy.endpoint, region=region, requester_pays=True,
+                           skip_instance_cache=True)
+    assert fs.cat_file(f"{payer_bucket}/owned.bin") == b"owner's bytes"
+    fs.pipe_file(f"{payer_bucket}/fs.bin", b"via fsspec")
+    assert f"{payer_bucket}/fs.bin" in fs.ls(payer_bucket, detail=False)
+    fs.rm(f"{payer_bucket}/fs.bin")
+    seen = _payers(proxy)
+    assert seen and all(p == "requester" for _, p in seen), seen
