@@ -14,6 +14,8 @@ const struct cli_opt_spec cli_global_opts[] = {
     {"profile", 0, 1, OPT_PROFILE, "NAME", "profile of ~/.aws/config and ~/.aws/credentials"},
     {"no-sign-request", 0, 0, OPT_NO_SIGN_REQUEST, NULL,
      "send anonymous requests; do not look for credentials"},
+    {"request-payer", 0, 1, OPT_REQUEST_PAYER, "requester",
+     "pay for the requests to a Requester Pays bucket (x-amz-request-payer)"},
     {"force-path-style", 0, 0, OPT_FORCE_PATH_STYLE, NULL,
      "address buckets as http://host/bucket/key (also S3FLASH_FORCE_PATH_STYLE=1)"},
     {"debug", 0, 0, OPT_DEBUG, NULL, "log every request and response to stderr"},

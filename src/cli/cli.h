@@ -44,6 +44,7 @@ enum cli_opt_id {
     OPT_REGION,
     OPT_PROFILE,
     OPT_NO_SIGN_REQUEST,
+    OPT_REQUEST_PAYER,
     OPT_FORCE_PATH_STYLE,
     OPT_DEBUG,
     OPT_QUIET,

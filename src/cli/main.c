@@ -192,6 +192,7 @@ struct s3f_client *cli_client(struct cli_ctx *ctx) {
     opts.region = a->value[OPT_REGION];
     opts.profile = a->value[OPT_PROFILE];
     opts.anonymous = a->set[OPT_NO_SIGN_REQUEST] ? 1 : 0;
+    opts.requester_pays = a->value[OPT_REQUEST_PAYER] ? 1 : 0; /* "requester", checked */
     const char *fps = getenv("S3FLASH_FORCE_PATH_STYLE");
     opts.force_path_style =
         (a->set[OPT_FORCE_PATH_STYLE] || (fps && (strcmp(fps, "1") == 0 ||
@@ -242,6 +243,9 @@ int main(int argc, char **argv) {
         cli_print_help(stderr, commands, NULL);
         return CLI_EXIT_USAGE;
     }
+    if (args.value[OPT_REQUEST_PAYER] && strcmp(args.value[OPT_REQUEST_PAYER], "requester") != 0)
+        return cli_usage_error(cmd, "--request-payer takes 'requester', not '%s'",
+                               args.value[OPT_REQUEST_PAYER]);
     if (args.n_pos < cmd->min_pos || args.n_pos > cmd->max_pos) {
         if (args.n_pos < cmd->min_pos)
             return cli_usage_error(cmd, "%s needs %s", cmd->name, cmd->synopsis);
