@@ -2,9 +2,12 @@
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), then
-# runs the C tests again under ASan+UBSan (LeakSanitizer on), and stops the servers.
+# runs the C tests again under ASan+UBSan (LeakSanitizer on), fuzzes every parser for a
+# bounded time (tests/fuzz/run.sh), and stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the sanitizer pass
+#   S3FLASH_SKIP_FUZZ=1     skip the fuzzing step (clang build of tests/fuzz: the regression
+#                           inputs replayed, then every target fuzzed ~10 s, ~90 s in all)
 #   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,5 +53,10 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     meson test -C build-asan --suite unit --print-errorlogs
     S3FLASH_BUILD_DIR="$root/build-asan" python3 -m pytest -q -p no:cacheprovider tests/integration
+fi
+if [ "${S3FLASH_SKIP_FUZZ:-0}" != 1 ]; then
+    # every crash found so far is replayed, then each target fuzzed; any crash, sanitizer
+    # report (UBSan halts) or leak fails the step
+    bash tests/fuzz/run.sh all "${S3FLASH_FUZZ_SECONDS:-10}"
 fi
 echo "all tests passed"
