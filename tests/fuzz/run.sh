@@ -39,11 +39,17 @@ fi
 
 bdir=${S3FLASH_FUZZ_BUILD_DIR:-$root/build-fuzz}
 if [[ ! -f $bdir/build.ninja ]]; then
-    CC=${CC:-clang} meson setup "$bdir" -Dfuzz=enabled -Db_sanitize=address,undefined \
+    if ! CC=${CC:-clang} meson setup "$bdir" -Dfuzz=enabled -Db_sanitize=address,undefined \
         -Db_lundef=false -Dtests=false -Dtest_hooks=disabled -Dcli=false -Dbench=false \
-        -Dpython=disabled -Dwerror=true >/dev/null
+        -Dpython=disabled -Dwerror=true >"${TMPDIR:-/tmp}/s3flash-fuzz-setup.log" 2>&1; then
+        cat "${TMPDIR:-/tmp}/s3flash-fuzz-setup.log" >&2
+        exit 1
+    fi
 fi
-ninja -C "$bdir" -j2 >/dev/null
+if ! out=$(ninja -C "$bdir" -j2 2>&1); then
+    printf '%s\n' "$out" >&2
+    exit 1
+fi
 
 work=${S3FLASH_FUZZ_WORK:-}
 own_work=0
