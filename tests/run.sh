@@ -6,12 +6,14 @@
 # into a clean Debian 12 root, the drop-in flow against the same RGW), then runs the C tests
 # again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
 # (tests/torture) and the Python tests of the C paths with the extension built that way, then
-# the unit tests and the engine's threaded C integration tests under ThreadSanitizer, and
-# stops the servers.
+# the unit tests and the engine's threaded C integration tests under ThreadSanitizer, fuzzes
+# every parser for a bounded time (tests/fuzz/run.sh), and stops the servers.
 #   tests/run.sh            everything
 #   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
 #   S3FLASH_SKIP_TSAN=1     skip the ThreadSanitizer pass
 #   S3FLASH_SKIP_WHEEL=1    skip the wheel test (scripts/wheel-test.sh)
+#   S3FLASH_SKIP_FUZZ=1     skip the fuzzing step (clang build of tests/fuzz: the regression
+#                           inputs replayed, then every target fuzzed ~10 s, ~90 s in all)
 #   S3FLASH_SKIP_INSTALL=1  do not run the dependency installer
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,5 +87,10 @@ if [ "${S3FLASH_SKIP_TSAN:-0}" != 1 ]; then
         -p no:cacheprovider tests/integration/test_xfer.py tests/integration/test_transport.py \
         tests/integration/test_janitor_deadline.py tests/integration/test_progress_blocking.py \
         tests/integration/test_lost_responses.py
+fi
+if [ "${S3FLASH_SKIP_FUZZ:-0}" != 1 ]; then
+    # every crash found so far is replayed, then each target fuzzed; any crash, sanitizer
+    # report (UBSan halts) or leak fails the step
+    bash tests/fuzz/run.sh all "${S3FLASH_FUZZ_SECONDS:-10}"
 fi
 echo "all tests passed"

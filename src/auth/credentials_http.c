@@ -328,6 +328,18 @@ static int sts_parse(struct sts_doc *d, const char *body, size_t len) {
     return ok && !d->oom ? 0 : -1;
 }
 
+int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FIELDS]) {
+    _Static_assert(F_N == S3F__STS_FIELDS, "s3f__sts_parse_fields: field count");
+    struct sts_doc d;
+    int rc = sts_parse(&d, body, len);
+    for (int f = 0; f < F_N; f++) {
+        fields[f] = d.fields[f];
+        d.fields[f] = NULL;
+    }
+    sts_doc_cleanup(&d);
+    return rc;
+}
+
 /* Append `name=<encoded value>&` to b. */
 static enum s3f_status form_param(struct s3f__buf *b, const char *name, const char *value) {
     enum s3f_status st;

@@ -89,6 +89,14 @@ enum s3f_status s3f__credentials_set(struct s3f__credentials *out, const char *a
 enum s3f_status s3f__read_token_file(const char *path, size_t max, const char *what, char **out,
                                      struct s3f_error *err);
 
+/* The STS AssumeRoleWithWebIdentity response or error document parser of the web identity
+ * provider, for tests/fuzz/fuzz_sts.c: returns 0 when `body` is well-formed XML (no DTD);
+ * fields[] receives the text (malloc'ed, free each with s3f__wipe_free; NULL when absent)
+ * of Credentials/AccessKeyId, SecretAccessKey, SessionToken, Expiration, Error/Code,
+ * Error/Message and RequestId, in that order, also when it returns -1. */
+#define S3F__STS_FIELDS 7
+int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FIELDS]);
+
 /* Free with wiping (for secrets). NULL ok. */
 void s3f__wipe_free(char *s);
 

@@ -70,8 +70,10 @@ int64_t s3f__wall_time_s(void);    /* seconds since the epoch (in test builds,
                                       -Dtest_hooks, plus S3FLASH_TEST_CLOCK_OFFSET_S) */
 /* "20150830T123600Z" into buf (>= 17 bytes). */
 void s3f__time_amz(int64_t t, char *buf);
-/* Parse ISO-8601 "2015-08-30T12:36:00Z" / "2015-08-30T12:36:00.000Z" / with "+00:00",
- * or RFC 1123 "Sun, 30 Aug 2015 12:36:00 GMT". Returns 0 and sets *out, -1 if invalid. */
+/* Parse ISO-8601 "2015-08-30T12:36:00Z" / "2015-08-30T12:36:00.000Z" / with "+HH:MM" or
+ * "-HH:MM" / no zone (UTC), or RFC 1123 "Sun, 30 Aug 2015 12:36:00 GMT" (or UTC). Fields
+ * have their fixed digit counts (1-2 for the RFC 1123 day and time) and are range-checked;
+ * whitespace around is ignored. Returns 0 and sets *out, -1 if invalid. */
 int s3f__time_parse(const char *s, int64_t *out);
 void s3f__sleep_ms(uint64_t ms);
 

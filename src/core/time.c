@@ -1,5 +1,6 @@
 /* Clocks and time formats. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +55,60 @@ static int64_t to_epoch(int y, int mo, int d, int h, int mi, int s) {
     return days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + s;
 }
 
+/* Exactly n ASCII digits at *p (advanced past them) into *v. */
+static bool digits(const char **p, int n, int *v) {
+    int x = 0;
+    for (int i = 0; i < n; i++) {
+        char c = (*p)[i];
+        if (c < '0' || c > '9')
+            return false;
+        x = x * 10 + (c - '0');
+    }
+    *p += n;
+    *v = x;
+    return true;
+}
+
+/* One or two ASCII digits at *p (advanced past them) into *v. */
+static bool digits12(const char **p, int *v) {
+    if (!digits(p, 1, v))
+        return false;
+    int d;
+    if (**p >= '0' && **p <= '9' && digits(p, 1, &d))
+        *v = *v * 10 + d;
+    return true;
+}
+
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+        p++;
+    return p;
+}
+
+static bool lit(const char **p, char c) {
+    if (**p != c)
+        return false;
+    (*p)++;
+    return true;
+}
+
+static bool time_ok(int mo, int d, int h, int mi, int sec) {
+    return mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && h <= 23 && mi <= 59 && sec <= 60;
+}
+
+/* Every field is a fixed number of digits and range-checked before any arithmetic, so no
+ * input (tests/fuzz/fuzz_time.c) can overflow or read past the string. */
 int s3f__time_parse(const char *s, int64_t *out) {
     if (!s)
         return -1;
-    int y, mo, d, h, mi, sec, n = 0;
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) == 6 && n >= 19) {
-        const char *p = s + n;
+    int y, mo, d, h, mi, sec;
+    const char *p = skip_ws(s);
+    if (p[0] >= '0' && p[0] <= '9') {
+        /* ISO-8601: YYYY-MM-DDTHH:MM:SS[.fff][Z|+HH:MM|-HH:MM] */
+        if (!digits(&p, 4, &y) || !lit(&p, '-') || !digits(&p, 2, &mo) || !lit(&p, '-') ||
+            !digits(&p, 2, &d) || !lit(&p, 'T') || !digits(&p, 2, &h) || !lit(&p, ':') ||
+            !digits(&p, 2, &mi) || !lit(&p, ':') || !digits(&p, 2, &sec))
+            return -1;
         if (*p == '.') {
             p++;
             while (*p >= '0' && *p <= '9')
@@ -69,30 +118,50 @@ int s3f__time_parse(const char *s, int64_t *out) {
         if (*p == 'Z') {
             p++;
         } else if (*p == '+' || *p == '-') {
-            int oh, om;
-            if (sscanf(p + 1, "%2d:%2d", &oh, &om) != 2)
+            int sign = *p++ == '+' ? 1 : -1, oh, om;
+            if (!digits(&p, 2, &oh) || !lit(&p, ':') || !digits(&p, 2, &om) || oh > 23 ||
+                om > 59)
                 return -1;
-            off = (oh * 3600 + om * 60) * (*p == '+' ? 1 : -1);
-            p += 6;
-        } else if (*p != '\0') {
-            return -1;
+            off = (int64_t)(oh * 3600 + om * 60) * sign;
         }
-        if (*p != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+        if (*skip_ws(p) != '\0' || !time_ok(mo, d, h, mi, sec))
             return -1;
         *out = to_epoch(y, mo, d, h, mi, sec) - off;
         return 0;
     }
+    /* RFC 1123: "Sun, 30 Aug 2015 12:36:00 GMT" (UTC also taken) */
     static const char *months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    char wd[8], mon[8], tz[8];
-    if (sscanf(s, "%7[A-Za-z], %d %7s %d %d:%d:%d %7s", wd, &d, mon, &y, &h, &mi, &sec, tz) == 8) {
-        for (int i = 0; i < 12; i++)
-            if (strcmp(mon, months[i]) == 0) {
-                if (strcmp(tz, "GMT") != 0 && strcmp(tz, "UTC") != 0)
-                    return -1;
-                *out = to_epoch(y, i + 1, d, h, mi, sec);
-                return 0;
-            }
-    }
-    return -1;
+    int nwd = 0;
+    while ((p[nwd] >= 'A' && p[nwd] <= 'Z') || (p[nwd] >= 'a' && p[nwd] <= 'z'))
+        nwd++;
+    if (nwd == 0 || nwd > 9)
+        return -1;
+    p += nwd;
+    if (!lit(&p, ','))
+        return -1;
+    p = skip_ws(p);
+    if (!digits12(&p, &d))
+        return -1;
+    p = skip_ws(p);
+    mo = 0;
+    for (int i = 0; i < 12 && !mo; i++)
+        if (strncmp(p, months[i], 3) == 0)
+            mo = i + 1;
+    if (!mo)
+        return -1;
+    p = skip_ws(p + 3);
+    if (!digits(&p, 4, &y))
+        return -1;
+    p = skip_ws(p);
+    if (!digits12(&p, &h) || !lit(&p, ':') || !digits12(&p, &mi) || !lit(&p, ':') ||
+        !digits12(&p, &sec))
+        return -1;
+    p = skip_ws(p);
+    if (strncmp(p, "GMT", 3) != 0 && strncmp(p, "UTC", 3) != 0)
+        return -1;
+    if (*skip_ws(p + 3) != '\0' || !time_ok(mo, d, h, mi, sec))
+        return -1;
+    *out = to_epoch(y, mo, d, h, mi, sec);
+    return 0;
 }

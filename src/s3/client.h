@@ -95,6 +95,12 @@ struct s3f__s3_attempt {
     char bad_msg[400];
 };
 
+/* The executor's response-header callback (an s3f__http_header_fn, `ud` the attempt):
+ * records one header of the response (ETag, request ids, content type, version, storage
+ * class, the x-amz-checksum-* values, Last-Modified and Date, Content-Length, Content-Range
+ * "bytes F-L/T") in *ud. Pure: no I/O, no allocation; exposed for tests/fuzz/fuzz_headers.c. */
+void s3f__s3_attempt_on_header(void *ud, const char *name, size_t n, const char *v, size_t vlen);
+
 struct s3f__s3_request;
 /* Completion of an asynchronous request: runs on an I/O thread exactly once, never inside
  * s3f__s3_submit; `st` is the final status after retries (the err passed to submit is filled

@@ -39,7 +39,7 @@ static bool name_is(const char *name, size_t n, const char *want) {
     return strlen(want) == n && strncasecmp(name, want, n) == 0;
 }
 
-static void on_header(void *ud, const char *name, size_t n, const char *v, size_t vlen) {
+void s3f__s3_attempt_on_header(void *ud, const char *name, size_t n, const char *v, size_t vlen) {
     struct s3f__s3_attempt *a = ud;
     char tmp[128];
     if (name_is(name, n, "etag")) {
@@ -697,7 +697,7 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
         a->http.body_len = r->body_len;
         a->http.read_body = r->read_body;
         a->http.read_ud = r->read_ud;
-        a->http.on_header = on_header;
+        a->http.on_header = s3f__s3_attempt_on_header;
         a->http.on_body = on_body;
         a->http.cb_ud = a;
         /* curl silently re-sends a request whose reused connection died before any

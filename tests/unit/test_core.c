@@ -70,6 +70,27 @@ static void test_time(void) {
     CHECK_INT(t, 1440938160);
     CHECK_INT(s3f__time_parse("yesterday", &t), -1);
     CHECK_INT(s3f__time_parse("2015-13-30T12:36:00Z", &t), -1);
+    /* the forms the fuzzer (tests/fuzz/fuzz_time.c) broke: each is refused, t untouched */
+    t = 7;
+    CHECK_INT(s3f__time_parse("2015-08-30T12:36:00-00:0", &t), -1); /* read past the end */
+    CHECK_INT(s3f__time_parse("2015-08-30T12:36:00+", &t), -1);
+    CHECK_INT(s3f__time_parse("Sun, 30 Aug 2015 999999999:00:00 GMT", &t), -1); /* overflow */
+    CHECK_INT(s3f__time_parse("Sun, -2147483648 Aug 2015 12:36:00 GMT", &t), -1);
+    CHECK_INT(s3f__time_parse("Sun, 30 Aug 2147483647 12:36:00 GMT", &t), -1);
+    CHECK_INT(s3f__time_parse("2015-08-30T12:36:00+99:99", &t), -1);
+    CHECK_INT(s3f__time_parse("2015-08-30T-1:36:00Z", &t), -1);
+    CHECK_INT(t, 7);
+    /* the lenient forms servers send still parse */
+    CHECK_INT(s3f__time_parse(" 2015-08-30T12:36:00Z\r\n", &t), 0);
+    CHECK_INT(t, 1440938160);
+    CHECK_INT(s3f__time_parse("2015-08-30T10:06:00-02:30", &t), 0);
+    CHECK_INT(t, 1440938160);
+    CHECK_INT(s3f__time_parse("2015-08-30T12:36:00", &t), 0);
+    CHECK_INT(t, 1440938160);
+    CHECK_INT(s3f__time_parse("Sun, 30 Aug 2015 12:36:00 UTC", &t), 0);
+    CHECK_INT(t, 1440938160);
+    CHECK_INT(s3f__time_parse("Tue, 1 Sep 2015 2:36:00 GMT", &t), 0);
+    CHECK_INT(t, 1441074960);
     char amz[17];
     s3f__time_amz(1440938160, amz);
     CHECK_STR(amz, "20150830T123600Z");

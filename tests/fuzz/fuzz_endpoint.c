@@ -1,0 +1,56 @@
+/* Endpoint URLs and endpoint resolution (src/s3/endpoint.c). Input: a flags byte, then
+ * region, NUL, bucket, NUL, endpoint URL (empty: none), NUL, object key. On success the
+ * object URL and path are built for the key; the bucket checks run on the bucket. */
+#include <string.h>
+
+#include "fuzz.h"
+#include "s3/endpoint.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1)
+        return 0;
+    uint8_t f = data[0];
+    size_t pos = 1;
+    char *region = fuzz_field(data, size, &pos);
+    char *bucket = fuzz_field(data, size, &pos);
+    char *url = fuzz_field(data, size, &pos);
+    char *key = fuzz_field(data, size, &pos);
+    struct s3f__endpoint_params p = {
+        .region = region,
+        .bucket = bucket,
+        .endpoint_url = url[0] ? url : NULL,
+        .force_path_style = f & 1,
+        .use_fips = f & 2,
+        .use_dual_stack = f & 4,
+        .accelerate = f & 8,
+        .use_global_endpoint = f & 16,
+        .use_object_lambda_endpoint = (f & 0xe0) == 0x20,
+        .use_s3express_control_endpoint = (f & 0xe0) == 0x40,
+    };
+    struct s3f__endpoint e;
+    struct s3f_error err;
+    memset(&err, 0, sizeof(err));
+    if (s3f__endpoint_resolve(&p, &e, &err) == S3F_OK) {
+        FUZZ_CHECK(e.url && e.origin && e.base_path && e.host && e.signing_region &&
+                   e.signing_name);
+        size_t n = strlen(e.url);
+        FUZZ_CHECK(n == 0 || e.url[n - 1] != '/');
+        char *u = s3f__endpoint_object_url(&e, key, (f & 0x80) ? "uploads" : NULL);
+        char *path = s3f__endpoint_object_path(&e, key);
+        FUZZ_CHECK(u && path && path[0] == '/');
+        free(u);
+        free(path);
+    } else {
+        FUZZ_CHECK(memchr(err.message, 0, sizeof(err.message)));
+    }
+    s3f__endpoint_cleanup(&e);
+    (void)s3f__bucket_name_valid(bucket, true);
+    (void)s3f__bucket_name_valid(bucket, false);
+    (void)s3f__bucket_dns_compatible(bucket, true);
+    (void)s3f__bucket_dns_compatible(bucket, false);
+    free(region);
+    free(bucket);
+    free(url);
+    free(key);
+    return 0;
+}
