@@ -1,0 +1,70 @@
+/* What the files of the extension s3flash._s3flash share (see _s3flash.c for the whole
+ * picture): the Client object, the exceptions and the helpers every type uses.
+ *
+ *   _s3flash.c  module init, parse_uri, the shared helpers
+ *   errors.c    the exception types and raising an S3 error as one of them
+ *   client.c    Client: configuration, the C client per process, the object, bucket, file
+ *               and multipart operations
+ *   writer.c    Writer (a streaming upload) and Client.open_writer
+ *   reader.c    Reader (a random-access reader) and Client.open_reader
+ * As CPython's Modules/_io/ splits its types. Private to src/python. */
+#ifndef S3FLASH_PY_H
+#define S3FLASH_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <s3flash/s3flash.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    PyObject_HEAD
+    struct s3f_client *client; /* NULL until first use, and in a child after fork */
+    pid_t pid;                 /* process that built `client` */
+    unsigned long forks_seen;  /* how many times a fork was detected (tests) */
+    char *region, *endpoint, *profile, *akid, *secret, *token, *ca_bundle;
+    int initialized, force_path_style, anonymous, max_attempts, tls_insecure, requester_pays;
+    enum s3f_checksum_algorithm checksum;
+    double gbps;
+    unsigned long long part_size, memory_limit;
+    unsigned int max_inflight, io_threads, max_connections;
+} ClientObject;
+
+/* heap types, made in PyInit__s3flash */
+extern PyTypeObject *ClientType, *WriterType, *ReaderType;
+extern PyType_Spec Client_spec, Writer_spec, Reader_spec;
+
+/* the exceptions (errors.c), made in PyInit__s3flash */
+extern PyObject *S3Exception, *S3NotFoundError, *S3PermissionError, *S3ValueError,
+    *S3TimeoutError, *S3ConnectionError, *S3MemoryError, *S3IOError;
+
+PyObject *raise_s3_ex(enum s3f_status st, const struct s3f_error *err, const char *path,
+                      const char *extra);
+PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err);
+int set_str_attr(PyObject *obj, const char *name, const char *value);
+int set_int_attr(PyObject *obj, const char *name, long value);
+char *dup_or_null(const char *s);
+void free_secret(char *s);
+void lock_take(PyThread_type_lock lk);
+PyObject *info_to_dict(const struct s3f_object_info *info);
+int parse_checksum(const char *name, enum s3f_checksum_algorithm *out);
+void free_instance(PyObject *self);
+struct s3f_client *client_get(ClientObject *self);
+PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw);
+int get_contiguous(PyObject *obj, Py_buffer *view, void **copy);
+
+#define CLIENT_OR_NULL(self, c)                                                               \
+    struct s3f_client *c = client_get(self);                                                 \
+    if (!c)                                                                                   \
+        return NULL
+
+#endif /* S3FLASH_PY_H */
