@@ -276,7 +276,7 @@ void cli_engine_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts
 const char *cli_checksum_name(enum s3f_checksum_algorithm alg);
 
 /* ------------------------------------------------------------------------------------
- * Downloads to local files (cmd_cp.c, shared with cat)
+ * Downloads to local files (object_io.c, tmpdirs.c; shared by cp, mv, sync and cat)
  * ---------------------------------------------------------------------------------- */
 
 /* Download s3://bucket/key to stdout ("-": streamed, one GetObject resumed after a broken
@@ -293,5 +293,11 @@ enum s3f_status cli_download(struct cli_ctx *ctx, const char *bucket, const char
  * client (and so its I/O threads) exists: the signals are blocked in every other thread.
  * 0, or -1 with errno. */
 int cli_download_signals(void);
+
+/* Create "PATH.s3flash-tmp-XXXXXX" (mode 0700) and register it for the signal thread;
+ * *dir receives its malloc'ed name (tmpdirs.c). */
+enum s3f_status cli_tmp_dir_create(const char *path, char **dir, struct s3f_error *err);
+/* Remove a registered temporary directory (and what is left in it), unregister, free. */
+void cli_tmp_dir_remove(char *dir);
 
 #endif /* S3FLASH_CLI_H */

@@ -66,7 +66,7 @@ int cli_run_all(struct cli_run *r, size_t workers);
  * (--concurrency, else its default), at most CLI_MAX_WORKERS. */
 size_t cli_run_workers(struct cli_ctx *ctx);
 
-/* Transfers of one object, in cmd_cp.c (used by the jobs). The progress item is set up
+/* Transfers of one object, in object_io.c (used by the jobs). The progress item is set up
  * by them (prog: the run's bar). A download into a regular file gets the object's
  * Last-Modified as its modification (and access) time, as the AWS CLI does. */
 enum s3f_status cli_upload(struct cli_ctx *ctx, const char *path, const char *bucket,
