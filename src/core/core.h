@@ -106,11 +106,6 @@ bool s3f__md5_available(void);
  * out of memory, else S3F_ERR_INTERNAL. Empties the thread's OpenSSL error queue. */
 enum s3f_status s3f__crypto_status(void);
 int s3f__md5(const void *data, size_t len, uint8_t out[16]);
-/* Streaming SHA-256. */
-struct s3f__sha256_ctx { void *evp; };
-int s3f__sha256_init(struct s3f__sha256_ctx *c);
-int s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len);
-int s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]); /* also frees */
 
 /* CRC32C / CRC32 (ISO-HDLC) with ISA-L; `crc` is the running value (start with 0).
  * CRC64NVME, combining CRCs and the algorithm-generic checksum: core/checksum.h. */

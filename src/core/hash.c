@@ -102,33 +102,6 @@ int s3f__md5(const void *data, size_t len, uint8_t out[16]) {
     return digest(EVP_md5(), data, len, out, 16);
 }
 
-int s3f__sha256_init(struct s3f__sha256_ctx *c) {
-    c->evp = NULL;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (!ctx)
-        return -1;
-    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(ctx);
-        return -1;
-    }
-    c->evp = ctx;
-    return 0;
-}
-
-int s3f__sha256_update(struct s3f__sha256_ctx *c, const void *data, size_t len) {
-    return c->evp && EVP_DigestUpdate((EVP_MD_CTX *)c->evp, data, len) == 1 ? 0 : -1;
-}
-
-int s3f__sha256_final(struct s3f__sha256_ctx *c, uint8_t out[32]) {
-    unsigned int n = 32;
-    int rc = c->evp && EVP_DigestFinal_ex((EVP_MD_CTX *)c->evp, out, &n) == 1 && n == 32 ? 0 : -1;
-    if (rc)
-        memset(out, 0, 32);
-    EVP_MD_CTX_free((EVP_MD_CTX *)c->evp);
-    c->evp = NULL;
-    return rc;
-}
-
 /* ISA-L's crc32_iscsi takes and returns the raw register (no final inversion handled by the
  * caller), crc32_gzip_refl works on the reflected CRC32 with the inversions built in. */
 uint32_t s3f__crc32c(uint32_t crc, const void *data, size_t len) {
