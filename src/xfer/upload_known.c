@@ -110,8 +110,13 @@ static enum s3f_status upload_known(struct upload *u, uint64_t size,
         pthread_mutex_lock(&u->lock);
         if (cst) {
             char msg[256];
-            snprintf(msg, sizeof(msg), "could not read the file: %s",
-                     cst == S3F_ERR_IO ? strerror(errno) : "it became shorter");
+            if (cst == S3F_ERR_IO)
+                snprintf(msg, sizeof(msg), "could not read the file: %s", strerror(errno));
+            else /* the same words as a short read on an I/O thread (upload.c) */
+                snprintf(msg, sizeof(msg),
+                         "the source file ended before part %zu did (it was to end at offset "
+                         "%" PRIu64 "): it shrank during the upload",
+                         (size_t)i + 1, p->offset + p->size);
             s3f__up_fail_msg(u, S3F_ERR_IO, "upload", msg);
         } else {
             part_set_state(u, i, PART_PREPARED);
