@@ -135,8 +135,9 @@ struct s3f_client_options {
     /* 1: always path-style (http://host/bucket/key). 0: virtual-hosted style where the
      * bucket name is DNS-safe and the endpoint is not an IP address, else path style. */
     int force_path_style;
-    /* AWS endpoint variants (ignored with a custom endpoint, where FIPS and dual-stack are
-     * refused as the AWS SDKs do). 1: on, -1: off, 0: from the environment and profile:
+    /* AWS endpoint variants; with a custom endpoint, FIPS and dual-stack are refused
+     * (S3F_ERR_INVALID_ARGUMENT from the first request), as by the AWS SDKs.
+     * 1: on, -1: off, 0: from the environment and profile:
      * FIPS (s3-fips.REGION.amazonaws.com): AWS_USE_FIPS_ENDPOINT, the profile's
      * use_fips_endpoint; dual-stack IPv4/IPv6 (s3.dualstack.REGION...):
      * AWS_USE_DUALSTACK_ENDPOINT, the profile's use_dualstack_endpoint or
