@@ -29,6 +29,7 @@ import pytest
 
 from conftest import build_dir
 from faults import s3_error, start_faultproxy
+from helpers import wait_for
 from test_xfer import moto_env  # noqa: F401  (fixture)
 
 MIB = 1 << 20
@@ -374,14 +375,6 @@ def test_upload_retries_exhausted(rgw, proxy, s3, bucket, src, how, fault):
 
 
 # ---- uploads: the server killed mid-transfer -------------------------------------------------
-
-def wait_for(cond, timeout=20, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
 
 def run_through_outage(proxy, argv, env, on_the_wire, what, down_seconds=None, timeout=60):
     """Run the driver; once on_the_wire() holds, the server dies: every connection reset,

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from faults import FAULTPROXY, s3_error, start_faultproxy
+from helpers import wait_for
 
 PATTERN = bytes((i * 31 + i // 251) % 256 for i in range(1 << 20))
 
@@ -303,9 +304,7 @@ def test_reset_request_body(proxy, upstream):
         c.request("PUT", "/b/up", body=pattern(2 << 20))
         c.getresponse().read()
     c.close()
-    deadline = time.monotonic() + 10  # the upstream sees the cut connection (an event)
-    while not upstream.partial and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: upstream.partial, 10, "the upstream to see the cut connection")
     assert upstream.puts == []  # the upstream never got a whole body
     assert upstream.partial == [("/b/up", 1000)]  # but the first N bytes of it
     assert proxy.stats()["faults"] == {"0:reset_request_body_at": 1}
@@ -526,12 +525,9 @@ def test_refuses_a_non_loopback_upstream():
 
 
 
-def wait_acted(p, timeout=10):
-    """Until the proxy has acted on a fault (its log): the event a test waits for."""
-    deadline = time.monotonic() + timeout
-    while not any(e.get("acted") for e in p.stats()["log"]):
-        assert time.monotonic() < deadline, "the proxy never acted"
-        time.sleep(0.01)
+def wait_acted(p):
+    """Until the proxy has acted on a fault (its log)."""
+    wait_for(lambda: any(e.get("acted") for e in p.stats()["log"]), 10, "the proxy to act")
 
 def test_sigterm_during_a_stall(upstream):
     p = start_faultproxy("127.0.0.1", upstream.server_address[1])
