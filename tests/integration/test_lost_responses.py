@@ -26,8 +26,8 @@ from urllib.parse import urlparse
 import pytest
 
 from faults import s3_error, start_faultproxy
-from test_engine_faults import (SIZE, Run, assert_object, count, driver_argv, driver_env,
-                                sha, uploads)
+from test_engine_faults import (SIZE, Run, assert_object, count, driver_argv,  # noqa: F401
+                                driver_env, sha, src, uploads)
 from test_sink import Sink
 
 BUCKET_SINK = "bkt"
@@ -63,14 +63,6 @@ def sink_proxy(sink_server):
     s, p = sink_server
     p.reset()
     return s, p
-
-
-@pytest.fixture
-def src(tmp_path):
-    data = os.urandom(SIZE)
-    path = tmp_path / "src.bin"
-    path.write_bytes(data)
-    return path, data
 
 
 def completes(key):
