@@ -2,21 +2,15 @@
 the test user bills the requester and a policy lets the second user in; RGW refuses that
 user's reads and listings without x-amz-request-payer (403 AccessDenied) and serves them
 with it."""
-import json
-
 import pytest
+from s3servers import make_requester_pays
 
 
 @pytest.fixture(scope="module")
 def payer(s3, rgw, bucket):
     if not rgw.other_access_key:
         pytest.skip("no second user (S3FLASH_TEST_OTHER_ACCESS_KEY)")
-    s3.put_bucket_request_payment(Bucket=bucket,
-                                  RequestPaymentConfiguration={"Payer": "Requester"})
-    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:*"],
-                       "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
+    make_requester_pays(s3, bucket)
     s3.put_object(Bucket=bucket, Key="paid/obj", Body=b"owner's bytes")
     return bucket
 

@@ -10,13 +10,13 @@ GETs, listings, server-side copy, deletes, torch.save/torch.load and a DCP check
 """
 
 import importlib.util
-import json
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import torch
+from s3servers import make_requester_pays
 
 import s3flash
 from s3flash import S3Checkpoint, S3Client, S3ClientConfig, S3MapDataset
@@ -47,12 +47,7 @@ def payer_bucket(s3, rgw):
         pytest.skip("no second RGW user (S3FLASH_TEST_OTHER_*)")
     name = f"s3fpy-payer-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=name)
-    s3.put_bucket_request_payment(Bucket=name,
-                                  RequestPaymentConfiguration={"Payer": "Requester"})
-    s3.put_bucket_policy(Bucket=name, Policy=json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:*"],
-                       "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"]}]}))
+    make_requester_pays(s3, name)
     s3.put_object(Bucket=name, Key="owned.bin", Body=b"owner's bytes")
     yield name
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):

@@ -7,6 +7,7 @@ one is given, else started for the session and stopped after.
     def rgw(): yield from rgw_session()
 """
 
+import json
 import os
 import shutil
 import socket
@@ -104,3 +105,15 @@ def moto_session():
         yield parse_exports(p.stdout)
     finally:
         subprocess.run(["bash", str(MOTO_SH), "stop", d], capture_output=True, timeout=60)
+
+
+def make_requester_pays(s3, bucket):
+    """Make `bucket` (of the boto3 client's user) bill the requester and let any
+    authenticated user in by a bucket policy: RGW then refuses another user's reads and
+    listings without x-amz-request-payer."""
+    s3.put_bucket_request_payment(Bucket=bucket,
+                                  RequestPaymentConfiguration={"Payer": "Requester"})
+    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:*"],
+                       "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
