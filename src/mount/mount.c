@@ -331,7 +331,11 @@ int mnt_run(const struct mnt_options *in) {
     int lr = fuse_loop_mt(f, lc);
     fuse_loop_cfg_destroy(lc);
     fuse_remove_signal_handlers(se);
-    rc = lr == 0 ? 0 : 1;
+    /* libfuse's signal handler leaves the signal's number as the loop's result */
+    int sig = lr < 0 ? -lr : lr;
+    rc = (lr == 0 || sig == SIGTERM || sig == SIGINT || sig == SIGHUP) ? 0 : 1;
+    if (rc)
+        mnt_log(S3F_LOG_ERROR, "the FUSE session ended with an error (%d)", lr);
     mnt_log(S3F_LOG_INFO, "unmounting %s", o.mountpoint);
 out:
     if (f) {

@@ -1,0 +1,386 @@
+"""`s3flash mount` against the real RGW through real FUSE mounts (docs/SEMANTICS.md).
+
+Each test mounts a bucket (or a prefix) into a temporary directory with the real binary and
+unmounts it in teardown, also when the test failed. Requests are counted from the daemon's
+--debug log (one "-> Operation METHOD url" line per request sent), never guessed from time.
+Needs root, /dev/fuse and fusermount3: skipped, with the reason, only when one is missing.
+"""
+
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from helpers import wait_for
+
+
+def _fuse_missing():
+    if os.geteuid() != 0:
+        return "mount tests run as root"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse (FUSE is not available here)"
+    if not shutil.which("fusermount3"):
+        return "fusermount3 is not installed (Debian package fuse3)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_fuse_missing() is not None, reason=_fuse_missing() or "")
+
+MiB = 1 << 20
+
+
+def _daemon_pids(mountpoint):
+    """Pids of s3flash processes whose command line names `mountpoint`."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"s3flash") and b"mount" in argv and \
+                os.fsencode(str(mountpoint)) in argv:
+            pids.append(int(d))
+    return pids
+
+
+class Mounter:
+    def __init__(self, cli, tmp_path):
+        self.cli = cli
+        self.tmp = tmp_path
+        self.mounts = []
+
+    def argv(self, source, mountpoint, *opts):
+        return [self.cli.path, "--endpoint-url", self.cli.rgw.endpoint, "mount",
+                source, str(mountpoint), "--log-file", str(self.tmp / "mount.log"), *opts]
+
+    def mount(self, source, *opts, name=None):
+        mp = self.tmp / (name or f"mnt-{uuid.uuid4().hex[:6]}")
+        mp.mkdir(exist_ok=True)
+        p = subprocess.run(self.argv(source, mp, *opts), env=self.cli.env(),
+                           capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr.decode()
+        self.mounts.append(mp)
+        assert os.path.ismount(mp)
+        return mp
+
+    def log(self):
+        try:
+            return (self.tmp / "mount.log").read_text()
+        except FileNotFoundError:
+            return ""
+
+    def requests(self, since=0):
+        """Operations of the requests logged after offset `since` of the log."""
+        return re.findall(r"-> (\w+) ", self.log()[since:])
+
+    def unmount(self, mp):
+        subprocess.run(["fusermount3", "-u", str(mp)], capture_output=True, timeout=30)
+        if os.path.ismount(mp):
+            subprocess.run(["fusermount3", "-u", "-z", str(mp)], capture_output=True,
+                           timeout=30)
+        wait_for(lambda: not _daemon_pids(mp), timeout=20, what=f"the daemon of {mp} to end")
+
+    def close(self):
+        for mp in self.mounts:
+            try:
+                self.unmount(mp)
+            except Exception as e:  # keep unmounting the others
+                print(f"unmount {mp}: {e}")
+
+
+@pytest.fixture
+def mounter(cli, tmp_path):
+    m = Mounter(cli, tmp_path)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def pfx():
+    """A fresh prefix per test inside the module's bucket."""
+    return f"t-{uuid.uuid4().hex[:8]}/"
+
+
+def _errno(fn):
+    with pytest.raises(OSError) as ei:
+        fn()
+    return ei.value.errno
+
+
+# ---- reads and writes ---------------------------------------------------------------------
+
+def test_read_write_round_trip_multipart(mounter, s3, bucket, pfx):
+    mp = mounter.mount(f"{bucket}/{pfx}", "--part-size", "5M")
+    small = b"hello mount\n"
+    (mp / "small.txt").write_bytes(small)
+    big = os.urandom(13 * MiB + 12345)  # three parts of 5 MiB
+    with open(mp / "big.bin", "wb") as f:
+        for i in range(0, len(big), 1 * MiB):
+            f.write(big[i:i + MiB])
+    assert s3.get_object(Bucket=bucket, Key=pfx + "small.txt")["Body"].read() == small
+    obj = s3.get_object(Bucket=bucket, Key=pfx + "big.bin")
+    assert obj["ETag"].strip('"').endswith("-3"), obj["ETag"]  # a multipart upload
+    assert obj["Body"].read() == big
+    assert (mp / "small.txt").read_bytes() == small
+    assert (mp / "big.bin").read_bytes() == big
+    with open(mp / "big.bin", "rb") as f:  # random reads
+        for off in (7 * MiB + 3, 11, len(big) - 100, 5 * MiB - 1):
+            f.seek(off)
+            assert f.read(4096) == big[off:off + 4096]
+    assert os.stat(mp / "big.bin").st_size == len(big)
+
+
+def test_out_of_order_write_is_einval(mounter, s3, bucket, pfx):
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    fd = os.open(mp / "ooo.bin", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        assert os.write(fd, b"a" * 100) == 100
+        assert _errno(lambda: os.pwrite(fd, b"b", 500)) == errno.EINVAL
+        assert _errno(lambda: os.pwrite(fd, b"b", 0)) == errno.EINVAL
+        assert os.pwrite(fd, b"c" * 10, 100) == 10  # in order still works
+        os.fsync(fd)  # completes the upload
+        assert _errno(lambda: os.pwrite(fd, b"d", 110)) == errno.EINVAL
+    finally:
+        os.close(fd)
+    assert s3.get_object(Bucket=bucket, Key=pfx + "ooo.bin")["Body"].read() == \
+        b"a" * 100 + b"c" * 10
+
+
+def test_overwrite_needs_flag_and_o_trunc(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "f", Body=b"old")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--metadata-ttl", "0")
+    assert _errno(lambda: open(mp / "f", "wb")) == errno.EPERM
+    assert _errno(lambda: os.open(mp / "f", os.O_WRONLY)) == errno.EPERM
+    assert s3.get_object(Bucket=bucket, Key=pfx + "f")["Body"].read() == b"old"
+    mounter.unmount(mp)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--allow-overwrite", "--metadata-ttl", "0")
+    assert _errno(lambda: os.open(mp / "f", os.O_WRONLY)) == errno.EPERM  # no O_TRUNC
+    assert _errno(lambda: os.open(mp / "f", os.O_WRONLY | os.O_CREAT | os.O_EXCL)) == \
+        errno.EEXIST
+    (mp / "f").write_bytes(b"new content")
+    assert s3.get_object(Bucket=bucket, Key=pfx + "f")["Body"].read() == b"new content"
+    assert (mp / "f").read_bytes() == b"new content"
+
+
+def test_delete_needs_allow_delete(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "d.txt", Body=b"x")
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    assert _errno(lambda: os.unlink(mp / "d.txt")) == errno.EPERM
+    assert s3.head_object(Bucket=bucket, Key=pfx + "d.txt")
+    mounter.unmount(mp)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--allow-delete")
+    os.unlink(mp / "d.txt")
+    assert not os.path.exists(mp / "d.txt")
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=pfx + "d.txt")
+    assert _errno(lambda: os.unlink(mp / "d.txt")) == errno.ENOENT
+    # a file being written cannot be deleted
+    with open(mp / "w.txt", "wb") as f:
+        f.write(b"1")
+        assert _errno(lambda: os.unlink(mp / "w.txt")) == errno.EBUSY
+
+
+def test_rename_needs_allow_rename_and_refuses_directories(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "a.txt", Body=b"rename me")
+    s3.put_object(Bucket=bucket, Key=pfx + "dir/x", Body=b"x")
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    assert _errno(lambda: os.rename(mp / "a.txt", mp / "b.txt")) == errno.EPERM
+    mounter.unmount(mp)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--allow-rename")
+    os.rename(mp / "a.txt", mp / "b.txt")
+    assert not os.path.exists(mp / "a.txt")
+    assert (mp / "b.txt").read_bytes() == b"rename me"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=pfx)["Contents"]]
+    assert pfx + "a.txt" not in keys and pfx + "b.txt" in keys
+    assert _errno(lambda: os.rename(mp / "dir", mp / "dir2")) == errno.ENOTSUP
+    s3.put_object(Bucket=bucket, Key=pfx + "c.txt", Body=b"c")
+    assert _errno(lambda: os.rename(mp / "b.txt", mp / "c.txt")) == errno.EPERM  # overwrite
+    assert s3.get_object(Bucket=bucket, Key=pfx + "c.txt")["Body"].read() == b"c"
+
+
+def test_mkdir_is_local_and_rmdir(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "full/x", Body=b"x")
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    os.mkdir(mp / "new")
+    assert os.path.isdir(mp / "new")
+    assert "new" in os.listdir(mp)
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=pfx + "new")
+    assert _errno(lambda: os.mkdir(mp / "new")) == errno.EEXIST
+    os.mkdir(mp / "new" / "sub")
+    assert _errno(lambda: os.rmdir(mp / "new")) == errno.ENOTEMPTY
+    os.rmdir(mp / "new" / "sub")
+    os.rmdir(mp / "new")
+    assert not os.path.exists(mp / "new")
+    assert _errno(lambda: os.rmdir(mp / "full")) == errno.ENOTEMPTY
+    # a file written inside a local directory makes it a prefix in S3
+    os.mkdir(mp / "made")
+    (mp / "made" / "f").write_bytes(b"f")
+    assert s3.get_object(Bucket=bucket, Key=pfx + "made/f")["Body"].read() == b"f"
+    assert os.listdir(mp / "made") == ["f"]
+
+
+def test_readdir_streams_many_pages_without_a_head_per_entry(mounter, s3, bucket, pfx):
+    from helpers import put_many
+    names = sorted(f"k{i:03d}" for i in range(45))
+    put_many(s3, bucket, [pfx + "many/" + n for n in names], body=b"12345")
+    s3.put_object(Bucket=bucket, Key=pfx + "many/sub/z", Body=b"z")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--page-size", "10", "--debug",
+                       "--metadata-ttl", "60")
+    start = len(mounter.log())
+    out = subprocess.run(["ls", "-l", str(mp / "many")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if not ln.startswith("total")]
+    assert [ln.split()[-1] for ln in lines] == names + ["sub"]
+    assert all(ln.split()[4] == "5" for ln in lines[:-1])  # sizes from the listing
+    ops = mounter.requests(start)
+    assert "HeadObject" not in ops, ops
+    # 46 entries at 10 per page: 5 pages (+ the lookup of "many" itself)
+    assert 5 <= ops.count("ListObjectsV2") <= 6, ops
+
+
+def test_object_replaced_mid_read_is_eio(mounter, s3, bucket, pfx):
+    data = os.urandom(24 * MiB)
+    s3.put_object(Bucket=bucket, Key=pfx + "v.bin", Body=data)
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    with open(mp / "v.bin", "rb", buffering=0) as f:
+        assert f.read(MiB) == data[:MiB]
+        s3.put_object(Bucket=bucket, Key=pfx + "v.bin", Body=os.urandom(24 * MiB))
+        f.seek(20 * MiB)
+        assert _errno(lambda: f.read(MiB)) == errno.EIO
+    assert "PreconditionFailed" in mounter.log() or "412" in mounter.log()
+
+
+# ---- options ------------------------------------------------------------------------------
+
+def test_modes_owner_and_metadata_refusals(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "d/f", Body=b"abc")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--uid", "1234", "--gid", "567",
+                       "--dir-mode", "0700", "--file-mode", "0600")
+    st = os.stat(mp / "d" / "f")
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777, st.st_size) == (1234, 567, 0o600, 3)
+    st = os.stat(mp / "d")
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (1234, 567, 0o700)
+    os.chmod(mp / "d" / "f", 0o600)  # the mount's mode: accepted
+    assert _errno(lambda: os.chmod(mp / "d" / "f", 0o644)) == errno.EPERM
+    assert _errno(lambda: os.chown(mp / "d" / "f", 0, 0)) == errno.EPERM
+    assert _errno(lambda: os.symlink("f", mp / "d" / "l")) == errno.ENOTSUP
+    assert _errno(lambda: os.link(mp / "d" / "f", mp / "d" / "h")) == errno.ENOTSUP
+    assert _errno(lambda: os.setxattr(mp / "d" / "f", "user.a", b"1")) == errno.ENOTSUP
+    assert _errno(lambda: os.truncate(mp / "d" / "f", 1)) == errno.EPERM
+    with open(mp / "d" / "f", "rb") as f:
+        import fcntl
+        assert _errno(lambda: fcntl.flock(f, fcntl.LOCK_EX)) == errno.ENOTSUP
+
+
+def test_read_only(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "r", Body=b"r")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--read-only")
+    assert (mp / "r").read_bytes() == b"r"
+    assert _errno(lambda: open(mp / "new", "wb")) == errno.EROFS
+    assert _errno(lambda: os.mkdir(mp / "dir")) == errno.EROFS
+    assert _errno(lambda: os.unlink(mp / "r")) == errno.EROFS
+
+
+def test_memory_target_refuses_writers_with_enomem(mounter, bucket, pfx):
+    # pool = 3/4 of 32 MiB = 24 MiB; each writer reserves 2 x 5 MiB: two fit, not three
+    mp = mounter.mount(f"{bucket}/{pfx}", "--memory-target", "32M", "--part-size", "5M")
+    f1 = open(mp / "w1", "wb", buffering=0)
+    f2 = open(mp / "w2", "wb", buffering=0)
+    f1.write(b"1")  # not empty: close completes the upload and returns the reservation
+    f2.write(b"2")
+    try:
+        assert _errno(lambda: open(mp / "w3", "wb")) == errno.ENOMEM
+    finally:
+        f1.close()
+        f2.close()
+    with open(mp / "w3", "wb") as f:  # the reservations were returned at close
+        f.write(b"ok")
+    assert (mp / "w3").read_bytes() == b"ok"
+
+
+def test_metadata_ttl_caches_lookups(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "m", Body=b"m")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--debug", "--metadata-ttl", "300")
+    os.stat(mp / "m")
+    start = len(mounter.log())
+    for _ in range(5):
+        os.stat(mp / "m")
+    assert mounter.requests(start) == []
+    mounter.unmount(mp)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--debug", "--metadata-ttl", "0",
+                       "--negative-metadata-ttl", "0")
+    start = len(mounter.log())
+    for _ in range(3):
+        os.stat(mp / "m")
+    # every stat goes to S3 (the kernel's lookup and getattr: one or two HEADs each)
+    assert 3 <= mounter.requests(start).count("HeadObject") <= 6
+
+
+# ---- the daemon ---------------------------------------------------------------------------
+
+def test_sigterm_unmounts_cleanly_and_aborts_open_writes(cli, mounter, s3, bucket, tmp_path):
+    mp = tmp_path / "sig"
+    mp.mkdir()
+    p = subprocess.Popen(mounter.argv(bucket, mp, "--foreground"), env=cli.env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: os.path.ismount(mp) or p.poll() is not None, timeout=30,
+                 what="the mount")
+        assert os.path.ismount(mp), p.stderr.read().decode()
+        fd = os.open(mp / "open-at-exit", os.O_CREAT | os.O_WRONLY)
+        os.write(fd, b"unfinished")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+        assert not os.path.ismount(mp)
+        with pytest.raises(OSError):  # the file system is gone under it
+            os.close(fd)
+        # the upload still open was aborted: no object
+        assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="open-at-exit")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if os.path.ismount(mp):
+            subprocess.run(["fusermount3", "-u", "-z", str(mp)])
+
+
+def test_fusermount_u_ends_the_daemon(mounter, bucket):
+    mp = mounter.mount(bucket)
+    pids = _daemon_pids(mp)
+    assert len(pids) == 1
+    r = subprocess.run(["fusermount3", "-u", str(mp)], capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.ismount(mp)
+    wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), timeout=20,
+             what="the daemon to end")
+
+
+def test_bad_bucket_and_bad_options_fail_on_the_terminal(cli, mounter, tmp_path):
+    mp = tmp_path / "bad"
+    mp.mkdir()
+    p = subprocess.run(mounter.argv(f"no-such-bucket-{uuid.uuid4().hex[:8]}", mp),
+                       env=cli.env(), capture_output=True, timeout=60)
+    assert p.returncode == 1
+    assert b"NoSuchBucket" in p.stderr, p.stderr
+    assert not os.path.ismount(mp)
+    for opts, msg in ((["--metadata-ttl", "soon"], b"--metadata-ttl"),
+                      (["--dir-mode", "999"], b"--dir-mode"),
+                      (["--memory-target", "1M"], b"--memory-target"),
+                      (["--read-only", "--allow-delete"], b"--read-only"),
+                      (["--max-cache-size", "1G"], b"--cache")):
+        p = subprocess.run(mounter.argv("somebucket", mp, *opts), env=cli.env(),
+                           capture_output=True, timeout=60)
+        assert p.returncode == 2, (opts, p.stderr)
+        assert msg in p.stderr, (opts, p.stderr)
+    p = subprocess.run(mounter.argv("somebucket", tmp_path / "missing"), env=cli.env(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1 and b"missing" in p.stderr, p.stderr
