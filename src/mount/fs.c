@@ -1383,13 +1383,14 @@ void mnt_fs_free(struct mnt_fs *fs) {
         return;
     pthread_mutex_lock(&fs->mu);
     size_t aborted = 0;
-    for (struct fh *h = fs->writers; h; h = h->next_writer) {
+    /* The session has ended: no operation runs or will run on these handles. */
+    while (fs->writers) {
+        struct fh *h = fs->writers;
+        fs->writers = h->next_writer;
         s3f_writer_abort(h->w); /* the daemon is ending: no half-written object */
-        h->w = NULL;
-        h->done = 1;
+        fh_free(h);
         aborted++;
     }
-    fs->writers = NULL;
     pthread_mutex_unlock(&fs->mu);
     if (aborted)
         mnt_log(S3F_LOG_WARN, "unmounted with %zu file(s) still open for writing: their "
