@@ -52,6 +52,19 @@ struct localdir {
     char *path;
 };
 
+struct dent;
+
+/* A complete listing of a directory, served to opendir while fresh (the listing cache). */
+struct listing {
+    struct listing *next;
+    char *path;
+    struct dent *ents;
+    size_t n;
+    double expires;
+};
+#define LISTINGS_MAX 64             /* directories whose listing is kept */
+#define LISTING_MAX_ENTRIES 100000  /* a larger directory is listed every time */
+
 struct mnt_fs {
     struct mnt_options o;
     char *bucket, *prefix;
@@ -64,6 +77,8 @@ struct mnt_fs {
     struct localdir *localdirs;
     struct fh *writers;       /* open write handles, through fh->next_writer */
     uint64_t writer_reserved, writer_budget;
+    struct listing *listings; /* most recent first */
+    size_t n_listings;
 };
 
 struct fh {
@@ -292,6 +307,72 @@ struct attr {
     int64_t mtime;
     char etag[128];
 };
+
+struct dent {
+    char *name;
+    struct attr a;
+};
+
+static void dents_free(struct dent *e, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(e[i].name);
+    free(e);
+}
+
+/* ---- the listing cache (fs->mu held) ------------------------------------------------ */
+
+static void listing_free(struct listing *l) {
+    dents_free(l->ents, l->n);
+    free(l->path);
+    free(l);
+}
+
+/* Forget the listings of `path`'s directory and of every directory above it (a change
+ * through this mount: a new, replaced, deleted or renamed name). */
+static void listings_drop_above(struct mnt_fs *fs, const char *path) {
+    for (struct listing **pp = &fs->listings; *pp;) {
+        struct listing *l = *pp;
+        if (strcmp(l->path, "/") == 0 || is_under(l->path, path)) {
+            *pp = l->next;
+            listing_free(l);
+            fs->n_listings--;
+        } else {
+            pp = &l->next;
+        }
+    }
+}
+
+/* Keep a complete listing (takes `ents`). */
+static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, size_t n) {
+    struct listing *l = calloc(1, sizeof(*l));
+    if (!l || !(l->path = strdup(path))) {
+        free(l);
+        dents_free(ents, n);
+        return;
+    }
+    l->ents = ents;
+    l->n = n;
+    l->expires = now_mono() + fs->o.metadata_ttl_s;
+    for (struct listing **pp = &fs->listings; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->path, path) == 0) {
+            struct listing *old = *pp;
+            *pp = old->next;
+            listing_free(old);
+            fs->n_listings--;
+            break;
+        }
+    }
+    l->next = fs->listings;
+    fs->listings = l;
+    if (++fs->n_listings > LISTINGS_MAX) {
+        struct listing **pp = &fs->listings;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        listing_free(*pp);
+        *pp = NULL;
+        fs->n_listings--;
+    }
+}
 
 static void fill_stat(const struct mnt_fs *fs, const struct attr *a, struct stat *st) {
     memset(st, 0, sizeof(*st));
@@ -702,6 +783,7 @@ static int finish_upload(struct mnt_fs *fs, struct fh *h) {
     }
     pthread_mutex_lock(&fs->mu);
     writer_unlist(fs, h);
+    listings_drop_above(fs, h->path);
     if (h->status == 0) {
         meta_set(fs, h->path, K_FILE, h->written, (int64_t)time(NULL), info.etag);
         /* the local directories above it are now prefixes in S3 */
@@ -833,7 +915,10 @@ static int op_unlink(const char *path) {
         mnt_log_error("unlink", path, &err);
         return -errno_of(st, 0);
     }
-    meta_set_locked(fs, path, K_MISSING, 0, 0, NULL);
+    pthread_mutex_lock(&fs->mu);
+    meta_set(fs, path, K_MISSING, 0, 0, NULL);
+    listings_drop_above(fs, path);
+    pthread_mutex_unlock(&fs->mu);
     return 0;
 }
 
@@ -885,8 +970,12 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
         rc = st == S3F_ERR_NOT_FOUND ? -ENOENT : -errno_of(st, 1);
         goto out;
     }
-    meta_set_locked(fs, to, K_FILE, info.size ? info.size : a.size,
-                    info.last_modified ? info.last_modified : (int64_t)time(NULL), info.etag);
+    pthread_mutex_lock(&fs->mu);
+    meta_set(fs, to, K_FILE, info.size ? info.size : a.size,
+             info.last_modified ? info.last_modified : (int64_t)time(NULL), info.etag);
+    listings_drop_above(fs, to);
+    listings_drop_above(fs, from);
+    pthread_mutex_unlock(&fs->mu);
     st = s3f_delete_object(fs->c, fs->bucket, src, &err);
     if (st != S3F_OK) {
         mnt_log_error("rename (delete of the source)", from, &err);
@@ -990,14 +1079,10 @@ static int op_rmdir(const char *path) {
     pthread_mutex_lock(&fs->mu);
     localdir_remove(fs, path);
     meta_set(fs, path, K_MISSING, 0, 0, NULL);
+    listings_drop_above(fs, path);
     pthread_mutex_unlock(&fs->mu);
     return 0;
 }
-
-struct dent {
-    char *name;
-    struct attr a;
-};
 
 struct dh {
     pthread_mutex_t mu;
@@ -1007,6 +1092,11 @@ struct dh {
     uint64_t base;        /* global index of ents[0] */
     char *token;
     int started, listing_done, complete;
+    int from_cache;       /* served from the listing cache */
+    /* every entry of the listing so far, for the listing cache (dropped past the bound) */
+    struct dent *all;
+    size_t n_all, cap_all;
+    int all_over;
     /* local directories and files being written in this directory, from opendir */
     char **extra;
     int *extra_seen;
@@ -1018,6 +1108,11 @@ static void dh_reset(struct dh *d) {
     for (size_t i = 0; i < d->n; i++)
         free(d->ents[i].name);
     d->n = 0;
+    dents_free(d->all, d->n_all);
+    d->all = NULL;
+    d->n_all = d->cap_all = 0;
+    d->all_over = 0;
+    d->from_cache = 0;
     d->base = 0;
     free(d->token);
     d->token = NULL;
@@ -1031,6 +1126,7 @@ static void dh_free(struct dh *d) {
         return;
     dh_reset(d);
     free(d->ents);
+    free(d->all);
     for (size_t i = 0; i < d->n_extra; i++)
         free(d->extra[i]);
     free(d->extra);
@@ -1040,6 +1136,33 @@ static void dh_free(struct dh *d) {
     free(d->dkey);
     pthread_mutex_destroy(&d->mu);
     free(d);
+}
+
+/* Record an entry of the listing for the listing cache (best effort). */
+static void dh_keep(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    if (d->all_over)
+        return;
+    if (d->n_all == d->cap_all) {
+        size_t cap = d->cap_all ? d->cap_all * 2 : 256;
+        struct dent *e = cap > LISTING_MAX_ENTRIES ? NULL : realloc(d->all, cap * sizeof(*e));
+        if (!e) {
+            dents_free(d->all, d->n_all);
+            d->all = NULL;
+            d->n_all = d->cap_all = 0;
+            d->all_over = 1;
+            return;
+        }
+        d->all = e;
+        d->cap_all = cap;
+    }
+    char *s = strndup(name, len);
+    if (!s) {
+        d->all_over = 1;
+        return;
+    }
+    d->all[d->n_all].name = s;
+    d->all[d->n_all].a = *a;
+    d->n_all++;
 }
 
 static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a) {
@@ -1096,8 +1219,22 @@ static int op_opendir(const char *path, struct fuse_file_info *fi) {
             if (is_child(path, h->path) && (d->extra[d->n_extra] = strdup(strrchr(h->path, '/') + 1)))
                 d->extra_kind[d->n_extra++] = K_FILE;
     }
+    int cached_rc = 0;
+    if (d->extra && d->extra_seen && d->extra_kind) {
+        for (struct listing *l = fs->listings; l; l = l->next) {
+            if (strcmp(l->path, path) != 0)
+                continue;
+            if (l->expires > now_mono()) {
+                for (size_t i = 0; i < l->n && cached_rc == 0; i++)
+                    cached_rc = dh_push(d, l->ents[i].name, strlen(l->ents[i].name),
+                                        &l->ents[i].a);
+                d->started = d->listing_done = d->from_cache = 1;
+            }
+            break;
+        }
+    }
     pthread_mutex_unlock(&fs->mu);
-    if (!d->extra || !d->extra_seen || !d->extra_kind)
+    if (!d->extra || !d->extra_seen || !d->extra_kind || cached_rc)
         goto nomem;
     fi->fh = (uint64_t)(uintptr_t)d;
     return 0;
@@ -1159,6 +1296,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             a.mtime = e->last_modified;
             snprintf(a.etag, sizeof(a.etag), "%s", e->etag ? e->etag : "");
             rc = dh_push(d, name, len, &a);
+            dh_keep(d, name, len, &a);
             char *cp = child_path(d->path, name, len);
             if (cp && !writer_find(fs, cp))
                 meta_set(fs, cp, K_FILE, a.size, a.mtime, a.etag);
@@ -1174,6 +1312,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
                 continue;
             a.kind = K_DIR;
             rc = dh_push(d, name, len, &a);
+            dh_keep(d, name, len, &a);
             char *cp = child_path(d->path, name, len);
             if (cp)
                 meta_set(fs, cp, K_DIR, 0, 0, NULL);
@@ -1189,6 +1328,13 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             rc = -ENOMEM;
     } else {
         d->listing_done = 1;
+        if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
+            pthread_mutex_lock(&fs->mu);
+            listing_put(fs, d->path, d->all, d->n_all);
+            pthread_mutex_unlock(&fs->mu);
+            d->all = NULL;
+            d->n_all = d->cap_all = 0;
+        }
     }
     s3f_list_page_free(page);
     return rc;
@@ -1219,7 +1365,7 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
         offset = 2;
     }
     uint64_t g = (uint64_t)offset - 2;
-    if (g < d->base || (g == 0 && d->started))
+    if ((g < d->base || (g == 0 && d->started)) && !(d->from_cache && d->base == 0))
         dh_reset(d);
     int emitted = 0;
     for (;;) {
@@ -1396,6 +1542,11 @@ void mnt_fs_free(struct mnt_fs *fs) {
         mnt_log(S3F_LOG_WARN, "unmounted with %zu file(s) still open for writing: their "
                 "uploads were aborted (no object created)", aborted);
     meta_clear(fs);
+    while (fs->listings) {
+        struct listing *l = fs->listings;
+        fs->listings = l->next;
+        listing_free(l);
+    }
     while (fs->localdirs) {
         struct localdir *d = fs->localdirs;
         fs->localdirs = d->next;

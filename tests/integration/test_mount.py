@@ -384,3 +384,24 @@ def test_bad_bucket_and_bad_options_fail_on_the_terminal(cli, mounter, tmp_path)
     p = subprocess.run(mounter.argv("somebucket", tmp_path / "missing"), env=cli.env(),
                        capture_output=True, timeout=60)
     assert p.returncode == 1 and b"missing" in p.stderr, p.stderr
+
+
+def test_listing_cache_serves_readdir_within_the_ttl(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "lc/a", Body=b"a")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--debug", "--metadata-ttl", "300")
+    assert os.listdir(mp / "lc") == ["a"]
+    start = len(mounter.log())
+    assert os.listdir(mp / "lc") == ["a"]
+    assert "ListObjectsV2" not in mounter.requests(start)  # from the listing cache
+    # a change through the mount is seen at once
+    (mp / "lc" / "b").write_bytes(b"b")
+    assert sorted(os.listdir(mp / "lc")) == ["a", "b"]
+    # a change by another client is seen after the TTL only (here: not yet)
+    s3.put_object(Bucket=bucket, Key=pfx + "lc/c", Body=b"c")
+    assert sorted(os.listdir(mp / "lc")) == ["a", "b"]
+    mounter.unmount(mp)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--debug", "--metadata-ttl", "0")
+    start = len(mounter.log())
+    assert sorted(os.listdir(mp / "lc")) == ["a", "b", "c"]
+    assert sorted(os.listdir(mp / "lc")) == ["a", "b", "c"]
+    assert mounter.requests(start).count("ListObjectsV2") >= 2
