@@ -285,6 +285,7 @@ int mnt_run(const struct mnt_options *in) {
     char *argv[] = {"s3flash", "-o", fsopt, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
     f = fuse_new(&args, &mnt_fs_ops, sizeof(mnt_fs_ops), fs);
+    fuse_opt_free_args(&args);
     if (!f) {
         fail("cannot set up the FUSE session (see the messages above)");
         goto out;
