@@ -3,6 +3,8 @@
  * metadata cache, and the open file and directory handles. docs/SEMANTICS.md is the
  * contract: each refusal below returns the errno that file names.
  *
+ * Lock order: a handle's mutex, then fs->mu (never the other way round).
+ *
  * Shared state (struct mnt_fs, guarded by fs->mu): the metadata cache (path -> kind, size,
  * mtime, ETag, expiry; negative entries for missing names), the directories made by mkdir,
  * and the files open for writing. fs->mu is never held across a request to S3. Each open
@@ -404,7 +406,7 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
     struct fh *w = writer_find(fs, path);
     if (w) {
         a->kind = K_FILE;
-        a->size = w->written; /* read without w->mu: a snapshot is fine for stat */
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED); /* a snapshot for stat */
         a->mtime = w->opened;
         pthread_mutex_unlock(&fs->mu);
         return 0;
@@ -554,19 +556,18 @@ static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi) 
     struct mnt_fs *fs = FS();
     if (fs->o.read_only)
         return -EROFS;
-    pthread_mutex_lock(&fs->mu); /* keeps a listed writer alive while we look at it */
+    /* fs->mu keeps a listed writer alive while we look at it; h->mu is not taken under it
+     * (the lock order is h->mu, then fs->mu), so its fields are read atomically */
+    pthread_mutex_lock(&fs->mu);
     struct fh *h = NULL;
     if (fi && fi->fh && ((struct fh *)(uintptr_t)fi->fh)->is_write)
         h = (struct fh *)(uintptr_t)fi->fh;
     else if (path)
         h = writer_find(fs, path);
     int rc = -EPERM;
-    if (h) {
-        pthread_mutex_lock(&h->mu);
-        if (!h->done && size >= 0 && (uint64_t)size == h->written)
-            rc = 0;
-        pthread_mutex_unlock(&h->mu);
-    }
+    if (h && !__atomic_load_n(&h->done, __ATOMIC_RELAXED) && size >= 0 &&
+        (uint64_t)size == __atomic_load_n(&h->written, __ATOMIC_RELAXED))
+        rc = 0;
     pthread_mutex_unlock(&fs->mu);
     return rc;
 }
@@ -768,7 +769,7 @@ static int op_read(const char *path, char *buf, size_t size, off_t off,
 static int finish_upload(struct mnt_fs *fs, struct fh *h) {
     if (h->done)
         return h->status;
-    h->done = 1;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     if (h->w) {
@@ -833,7 +834,7 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
         h->status = -errno_of(st, 1);
         rc = h->status;
         struct mnt_fs *fs = FS();
-        h->done = 1;
+        __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&fs->mu);
         writer_unlist(fs, h);
         struct meta *m = meta_find(fs, h->path);
@@ -842,7 +843,7 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
         pthread_mutex_unlock(&fs->mu);
         goto out;
     }
-    h->written += size;
+    __atomic_store_n(&h->written, h->written + size, __ATOMIC_RELAXED);
     rc = size > INT_MAX ? INT_MAX : (int)size;
 out:
     pthread_mutex_unlock(&h->mu);

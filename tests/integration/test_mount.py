@@ -405,3 +405,40 @@ def test_listing_cache_serves_readdir_within_the_ttl(mounter, s3, bucket, pfx):
     assert sorted(os.listdir(mp / "lc")) == ["a", "b", "c"]
     assert sorted(os.listdir(mp / "lc")) == ["a", "b", "c"]
     assert mounter.requests(start).count("ListObjectsV2") >= 2
+
+
+def test_handles_are_for_reading_or_writing(mounter, s3, bucket, pfx):
+    s3.put_object(Bucket=bucket, Key=pfx + "rw", Body=b"existing")
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    fd = os.open(mp / "rw", os.O_RDWR)  # an existing file without O_TRUNC: a read handle
+    try:
+        assert os.read(fd, 100) == b"existing"
+        assert _errno(lambda: os.pwrite(fd, b"x", 0)) == errno.EBADF
+    finally:
+        os.close(fd)
+    fd = os.open(mp / "new", os.O_RDWR | os.O_CREAT, 0o644)  # a new file: a write handle
+    try:
+        os.write(fd, b"abc")
+        assert _errno(lambda: os.pread(fd, 3, 0)) == errno.EBADF
+        assert os.stat(mp / "new").st_size == 3  # visible while written, with its size
+        assert _errno(lambda: open(mp / "new", "rb")) == errno.EBUSY  # not readable yet
+        assert _errno(lambda: open(mp / "new", "wb")) == errno.EBUSY  # one writer
+        assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=pfx + "new")
+    finally:
+        os.close(fd)
+    assert (mp / "new").read_bytes() == b"abc"
+    # an empty file (touch) becomes a 0-byte object
+    (mp / "empty").touch()
+    wait_for(lambda: "Contents" in s3.list_objects_v2(Bucket=bucket, Prefix=pfx + "empty"),
+             what="the empty object (uploaded at release)")
+    assert s3.head_object(Bucket=bucket, Key=pfx + "empty")["ContentLength"] == 0
+
+
+def test_allow_other_max_threads_and_cache_are_accepted(mounter, s3, bucket, pfx, tmp_path):
+    s3.put_object(Bucket=bucket, Key=pfx + "c", Body=b"cached?")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--allow-other", "--max-threads", "2",
+                       "--cache", str(tmp_path / "cache"), "--max-cache-size", "64M")
+    with open("/proc/self/mountinfo") as f:
+        line = next(ln for ln in f if f" {mp} " in ln)
+    assert "allow_other" in line and "fuse.s3flash" in line, line
+    assert (mp / "c").read_bytes() == b"cached?"
