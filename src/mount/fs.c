@@ -89,6 +89,8 @@ struct fh {
     int rdwr;                 /* read handle opened O_RDWR: writes get EBADF */
     char *path, *key;
     struct s3f_reader *r;
+    uint64_t size;            /* read handles: the attributes at open */
+    int64_t mtime;
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
@@ -498,10 +500,12 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
             return 0;
         }
         if (h->r) {
+            /* the attributes the handle was opened with (the same as lookup's: a changed
+             * mtime would make the kernel drop the file's pages) */
             memset(&a, 0, sizeof(a));
             a.kind = K_FILE;
-            a.size = s3f_reader_size(h->r);
-            a.mtime = s3f_reader_info(h->r)->last_modified;
+            a.size = h->size;
+            a.mtime = h->mtime;
             fill_stat(fs, &a, st);
             return 0;
         }
@@ -716,6 +720,8 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
     if (!h)
         return -ENOMEM;
     h->rdwr = acc == O_RDWR;
+    h->size = a.size;
+    h->mtime = a.mtime;
     struct s3f_reader_options ro = {.known = 1, .known_size = a.size, .known_etag = a.etag};
     if (!a.etag[0])
         ro.known = 0; /* never happens from a listing or HEAD; the reader HEADs */

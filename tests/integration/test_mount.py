@@ -442,3 +442,18 @@ def test_allow_other_max_threads_and_cache_are_accepted(mounter, s3, bucket, pfx
         line = next(ln for ln in f if f" {mp} " in ln)
     assert "allow_other" in line and "fuse.s3flash" in line, line
     assert (mp / "c").read_bytes() == b"cached?"
+
+
+def test_page_cache_kept_while_the_etag_is_unchanged(mounter, s3, bucket, pfx):
+    v1, v2 = os.urandom(MiB), os.urandom(MiB)
+    s3.put_object(Bucket=bucket, Key=pfx + "pc", Body=v1)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--debug", "--metadata-ttl", "0",
+                       "--negative-metadata-ttl", "0")
+    assert (mp / "pc").read_bytes() == v1
+    start = len(mounter.log())
+    assert (mp / "pc").read_bytes() == v1
+    assert "GetObject" not in mounter.requests(start)  # the kernel's pages were kept
+    s3.put_object(Bucket=bucket, Key=pfx + "pc", Body=v2)  # same size, another ETag
+    start = len(mounter.log())
+    assert (mp / "pc").read_bytes() == v2  # a new ETag at open drops the old pages
+    assert "GetObject" in mounter.requests(start)
