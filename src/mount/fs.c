@@ -542,20 +542,6 @@ static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_inf
     return 0;
 }
 
-/* The write handle of `path` (or fi's), or NULL. */
-static struct fh *write_handle(struct mnt_fs *fs, const char *path, struct fuse_file_info *fi) {
-    if (fi && fi->fh) {
-        struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-        return h->is_write ? h : NULL;
-    }
-    if (!path)
-        return NULL;
-    pthread_mutex_lock(&fs->mu);
-    struct fh *h = writer_find(fs, path);
-    pthread_mutex_unlock(&fs->mu);
-    return h;
-}
-
 static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
     struct mnt_fs *fs = FS();
     if (fs->o.read_only)
@@ -576,11 +562,16 @@ static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi) 
     return rc;
 }
 
+/* Accepted and ignored (times are S3's Last-Modified), so that tar, cp -p and rsync -t
+ * do not fail on a time they cannot keep; docs/SEMANTICS.md says so. */
 static int op_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi) {
     struct mnt_fs *fs = FS();
     if (fs->o.read_only)
         return -EROFS;
-    return write_handle(fs, path, fi) ? 0 : -EPERM;
+    if (fi && fi->fh)
+        return 0;
+    struct attr a;
+    return path ? resolve(fs, path, &a, 0) : 0;
 }
 
 /* ---- operations: files ------------------------------------------------------------- */
