@@ -70,7 +70,9 @@ struct listing {
 struct mnt_fs {
     struct mnt_options o;
     char *bucket, *prefix;
-    struct s3f_client *c;
+    struct s3f_client *c;     /* readers, listings, HEADs */
+    struct s3f_client *cw;    /* writers, copies, deletes: a pool of its own, so open
+                                 readers' windows never make a writer wait */
     uint64_t part_size;
     int64_t start_time;
     pthread_mutex_t mu;
@@ -625,7 +627,7 @@ static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_inf
     struct s3f_upload_options uo = {.part_size_bytes = fs->o.part_size_bytes};
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_writer_open(fs->c, fs->bucket, h->key, &uo, &h->w, &err);
+    enum s3f_status st = s3f_writer_open(fs->cw, fs->bucket, h->key, &uo, &h->w, &err);
     if (st != S3F_OK) {
         pthread_mutex_unlock(&fs->mu);
         mnt_log_error("open for writing", path, &err);
@@ -907,7 +909,7 @@ static int op_unlink(const char *path) {
         return -ENOMEM;
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_delete_object(fs->c, fs->bucket, key, &err);
+    enum s3f_status st = s3f_delete_object(fs->cw, fs->bucket, key, &err);
     free(key);
     if (st != S3F_OK) {
         mnt_log_error("unlink", path, &err);
@@ -962,7 +964,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
     struct s3f_object_info info;
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_copy(fs->c, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
+    enum s3f_status st = s3f_copy(fs->cw, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
     if (st != S3F_OK) {
         mnt_log_error("rename (copy)", from, &err);
         rc = st == S3F_ERR_NOT_FOUND ? -ENOENT : -errno_of(st, 1);
@@ -974,7 +976,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
     listings_drop_above(fs, to);
     listings_drop_above(fs, from);
     pthread_mutex_unlock(&fs->mu);
-    st = s3f_delete_object(fs->c, fs->bucket, src, &err);
+    st = s3f_delete_object(fs->cw, fs->bucket, src, &err);
     if (st != S3F_OK) {
         mnt_log_error("rename (delete of the source)", from, &err);
         rc = -EIO;
@@ -1497,12 +1499,14 @@ const struct fuse_operations mnt_fs_ops = {
     .fallocate = op_fallocate,
 };
 
-struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client) {
+struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client,
+                          struct s3f_client *wclient) {
     struct mnt_fs *fs = calloc(1, sizeof(*fs));
     if (!fs)
         return NULL;
     fs->o = *opts;
     fs->c = client;
+    fs->cw = wclient;
     fs->bucket = strdup(opts->bucket);
     fs->prefix = strdup(opts->prefix ? opts->prefix : "");
     fs->meta = calloc(META_BUCKETS, sizeof(*fs->meta));
@@ -1516,7 +1520,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     pthread_mutex_init(&fs->mu, NULL);
     fs->start_time = (int64_t)time(NULL);
     struct s3f_client_stats cs;
-    s3f_client_stats(client, &cs, 0);
+    s3f_client_stats(wclient, &cs, 0);
     fs->part_size = opts->part_size_bytes ? opts->part_size_bytes : cs.part_size_bytes;
     fs->writer_budget = cs.pool_limit_bytes;
     return fs;

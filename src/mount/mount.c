@@ -227,15 +227,17 @@ int mnt_run(const struct mnt_options *in) {
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
-    struct s3f_client *client = NULL;
+    struct s3f_client *client = NULL, *wclient = NULL;
     struct mnt_fs *fs = NULL;
     struct fuse *f = NULL;
     int mounted = 0;
 
     if (!o.memory_target_bytes)
         o.memory_target_bytes = default_memory_target();
-    /* the buffer pool gets three quarters; the rest is for FUSE buffers and metadata */
-    o.client.memory_limit_bytes = o.memory_target_bytes / 4 * 3;
+    /* Two buffer pools of 3/8 each, the readers' (read-ahead windows) and the writers'
+     * (parts being filled and sent), so that open readers never make a writer wait; the
+     * last quarter is for FUSE's buffers, the metadata cache and the rest. */
+    o.client.memory_limit_bytes = o.memory_target_bytes / 8 * 3;
     if (o.client.memory_limit_bytes < (16ull << 20))
         o.client.memory_limit_bytes = 16ull << 20;
     if (o.part_size_bytes)
@@ -248,6 +250,12 @@ int mnt_run(const struct mnt_options *in) {
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status s = s3f_client_new(&o.client, &client, &err);
+    if (s == S3F_OK) {
+        struct s3f_client_options wo = o.client;
+        wo.cache_dir = NULL; /* the block cache is for reads */
+        wo.cache_max_bytes = 0;
+        s = s3f_client_new(&wo, &wclient, &err);
+    }
     if (s != S3F_OK) {
         char buf[1600];
         if (err.status == S3F_OK)
@@ -268,7 +276,7 @@ int mnt_run(const struct mnt_options *in) {
     }
     s3f_list_page_free(page);
 
-    fs = mnt_fs_new(&o, client);
+    fs = mnt_fs_new(&o, client, wclient);
     if (!fs) {
         fail("out of memory");
         goto out;
@@ -345,6 +353,7 @@ out:
         fuse_destroy(f);
     }
     mnt_fs_free(fs);
+    s3f_client_free(wclient);
     s3f_client_free(client);
     if (report_fd >= 0)
         close(report_fd);

@@ -298,8 +298,9 @@ def test_read_only(mounter, s3, bucket, pfx):
 
 
 def test_memory_target_refuses_writers_with_enomem(mounter, bucket, pfx):
-    # pool = 3/4 of 32 MiB = 24 MiB; each writer reserves 2 x 5 MiB: two fit, not three
-    mp = mounter.mount(f"{bucket}/{pfx}", "--memory-target", "32M", "--part-size", "5M")
+    # the writers' pool = 3/8 of 64 MiB = 24 MiB; each writer reserves 2 x 5 MiB: two fit,
+    # not three
+    mp = mounter.mount(f"{bucket}/{pfx}", "--memory-target", "64M", "--part-size", "5M")
     f1 = open(mp / "w1", "wb", buffering=0)
     f2 = open(mp / "w2", "wb", buffering=0)
     f1.write(b"1")  # not empty: close completes the upload and returns the reservation
