@@ -177,10 +177,23 @@ int mnt_run(const struct mnt_options *in) {
         return 1;
     }
     o.mountpoint = mp;
+    /* the daemon runs in "/": a relative --cache is made absolute now */
+    char *cache_abs = NULL;
+    if (o.cache_dir && o.cache_dir[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof(cwd)) ||
+            asprintf(&cache_abs, "%s/%s", cwd, o.cache_dir) < 0) {
+            fprintf(stderr, "s3flash: --cache %s: cannot make the path absolute\n", o.cache_dir);
+            free(mp);
+            return 1;
+        }
+        o.cache_dir = cache_abs;
+    }
     if (o.log_file) {
         log_fp = fopen(o.log_file, "a");
         if (!log_fp) {
             fprintf(stderr, "s3flash: --log-file %s: %s\n", o.log_file, strerror(errno));
+            free(cache_abs);
             free(mp);
             return 1;
         }
@@ -191,6 +204,7 @@ int mnt_run(const struct mnt_options *in) {
         int p[2];
         if (pipe(p) != 0) {
             fprintf(stderr, "s3flash: pipe: %s\n", strerror(errno));
+            free(cache_abs);
             free(mp);
             return 1;
         }
@@ -198,11 +212,13 @@ int mnt_run(const struct mnt_options *in) {
         pid_t pid = fork();
         if (pid < 0) {
             fprintf(stderr, "s3flash: fork: %s\n", strerror(errno));
+            free(cache_abs);
             free(mp);
             return 1;
         }
         if (pid > 0) {
             close(p[1]);
+            free(cache_abs);
             free(mp);
             return parent_wait(p[0], pid);
         }
@@ -361,6 +377,7 @@ out:
         fclose(log_fp);
     if (log_syslog)
         closelog();
+    free(cache_abs);
     free(mp);
     return rc;
 }
