@@ -83,6 +83,10 @@ struct mnt_fs {
     uint64_t writer_reserved, writer_budget;
     struct listing *listings; /* most recent first */
     size_t n_listings;
+    /* open read and directory handles, freed by mnt_fs_free when the session ends with
+     * some still open (the kernel's RELEASE of the last ones may never come) */
+    struct fh *readers;
+    struct dh *dirs;
 };
 
 struct fh {
@@ -103,6 +107,7 @@ struct fh {
     uint64_t reserved;
     int listed;               /* in fs->writers */
     struct fh *next_writer;
+    struct fh *rd_prev, *rd_next; /* read handles: in fs->readers */
 };
 
 static struct mnt_fs *FS(void) { return fuse_get_context()->private_data; }
@@ -738,6 +743,12 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
     fi->keep_cache = keep && !direct;
     fi->direct_io = direct;
     fi->fh = (uint64_t)(uintptr_t)h;
+    pthread_mutex_lock(&fs->mu);
+    h->rd_next = fs->readers;
+    if (fs->readers)
+        fs->readers->rd_prev = h;
+    fs->readers = h;
+    pthread_mutex_unlock(&fs->mu);
     return 0;
 }
 
@@ -880,6 +891,15 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
         finish_upload(FS(), h);
         pthread_mutex_unlock(&h->mu);
     } else {
+        struct mnt_fs *fs = FS();
+        pthread_mutex_lock(&fs->mu);
+        if (h->rd_prev)
+            h->rd_prev->rd_next = h->rd_next;
+        else if (fs->readers == h)
+            fs->readers = h->rd_next;
+        if (h->rd_next)
+            h->rd_next->rd_prev = h->rd_prev;
+        pthread_mutex_unlock(&fs->mu);
         s3f_reader_close(h->r);
         h->r = NULL;
     }
@@ -1102,6 +1122,7 @@ struct dh {
     int *extra_seen;
     enum kind *extra_kind;
     size_t n_extra;
+    struct dh *prev, *next;   /* in fs->dirs */
 };
 
 static void dh_reset(struct dh *d) {
@@ -1237,6 +1258,12 @@ static int op_opendir(const char *path, struct fuse_file_info *fi) {
     if (!d->extra || !d->extra_seen || !d->extra_kind || cached_rc)
         goto nomem;
     fi->fh = (uint64_t)(uintptr_t)d;
+    pthread_mutex_lock(&fs->mu);
+    d->next = fs->dirs;
+    if (fs->dirs)
+        fs->dirs->prev = d;
+    fs->dirs = d;
+    pthread_mutex_unlock(&fs->mu);
     return 0;
 nomem:
     dh_free(d);
@@ -1244,7 +1271,19 @@ nomem:
 }
 
 static int op_releasedir(const char *path, struct fuse_file_info *fi) {
-    dh_free((struct dh *)(uintptr_t)fi->fh);
+    struct mnt_fs *fs = FS();
+    struct dh *d = (struct dh *)(uintptr_t)fi->fh;
+    if (!d)
+        return 0;
+    pthread_mutex_lock(&fs->mu);
+    if (d->prev)
+        d->prev->next = d->next;
+    else if (fs->dirs == d)
+        fs->dirs = d->next;
+    if (d->next)
+        d->next->prev = d->prev;
+    pthread_mutex_unlock(&fs->mu);
+    dh_free(d);
     return 0;
 }
 
@@ -1540,6 +1579,17 @@ void mnt_fs_free(struct mnt_fs *fs) {
         aborted++;
     }
     pthread_mutex_unlock(&fs->mu);
+    while (fs->readers) {
+        struct fh *h = fs->readers;
+        fs->readers = h->rd_next;
+        s3f_reader_close(h->r);
+        fh_free(h);
+    }
+    while (fs->dirs) {
+        struct dh *d = fs->dirs;
+        fs->dirs = d->next;
+        dh_free(d);
+    }
     if (aborted)
         mnt_log(S3F_LOG_WARN, "unmounted with %zu file(s) still open for writing: their "
                 "uploads were aborted (no object created)", aborted);
