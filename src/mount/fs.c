@@ -403,8 +403,22 @@ static void fill_stat(const struct mnt_fs *fs, const struct attr *a, struct stat
     st->st_gid = fs->o.gid;
 }
 
+struct head_job {
+    struct mnt_fs *fs;
+    char *key;
+    enum s3f_status st;
+    struct s3f_object_info info;
+    struct s3f_error err;
+};
+
+static void *head_job_run(void *arg) {
+    struct head_job *j = arg;
+    j->st = s3f_head_object(j->fs->c, j->fs->bucket, j->key, NULL, &j->info, &j->err);
+    return NULL;
+}
+
 /* What `path` is: 0 with *a filled, or -errno (-ENOENT when missing). `fresh`: ignore the
- * metadata cache (O_DIRECT). Sends at most one LIST and one HEAD. */
+ * metadata cache (O_DIRECT). Sends one LIST and one HEAD, at the same time. */
 static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) {
     memset(a, 0, sizeof(*a));
     if (strcmp(path, "/") == 0) {
@@ -436,15 +450,32 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
     }
     pthread_mutex_unlock(&fs->mu);
 
+    /* The HEAD of the key runs on a helper thread while this one LISTs key/: one round
+     * trip. A directory shadows a file of the same name. */
+    struct head_job hj;
+    memset(&hj, 0, sizeof(hj));
+    hj.fs = fs;
+    hj.key = key_of(fs, path, "");
+    char *dkey = key_of(fs, path, "/");
+    if (!hj.key || !dkey) {
+        free(hj.key);
+        free(dkey);
+        return -ENOMEM;
+    }
+    s3f_error_clear(&hj.err);
+    pthread_t th;
+    int threaded = pthread_create(&th, NULL, head_job_run, &hj) == 0;
+    if (!threaded)
+        head_job_run(&hj);
     struct s3f_error err;
     s3f_error_clear(&err);
-    char *dkey = key_of(fs, path, "/");
-    if (!dkey)
-        return -ENOMEM;
     struct s3f_list_options lo = {.prefix = dkey, .max_keys = 1};
     struct s3f_list_page *page = NULL;
     enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
     free(dkey);
+    if (threaded)
+        pthread_join(th, NULL);
+    free(hj.key);
     if (st != S3F_OK) {
         mnt_log_error("lookup", path, &err);
         return -errno_of(st, 0);
@@ -456,25 +487,19 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
         meta_set_locked(fs, path, K_DIR, 0, 0, NULL);
         return 0;
     }
-    char *key = key_of(fs, path, "");
-    if (!key)
-        return -ENOMEM;
-    struct s3f_object_info info;
-    st = s3f_head_object(fs->c, fs->bucket, key, NULL, &info, &err);
-    free(key);
-    if (st == S3F_ERR_NOT_FOUND) {
+    if (hj.st == S3F_ERR_NOT_FOUND) {
         meta_set_locked(fs, path, K_MISSING, 0, 0, NULL);
         return -ENOENT;
     }
-    if (st != S3F_OK) {
-        mnt_log_error("lookup", path, &err);
-        return -errno_of(st, 0);
+    if (hj.st != S3F_OK) {
+        mnt_log_error("lookup", path, &hj.err);
+        return -errno_of(hj.st, 0);
     }
     a->kind = K_FILE;
-    a->size = info.size;
-    a->mtime = info.last_modified;
-    snprintf(a->etag, sizeof(a->etag), "%s", info.etag);
-    meta_set_locked(fs, path, K_FILE, info.size, info.last_modified, info.etag);
+    a->size = hj.info.size;
+    a->mtime = hj.info.last_modified;
+    snprintf(a->etag, sizeof(a->etag), "%s", hj.info.etag);
+    meta_set_locked(fs, path, K_FILE, hj.info.size, hj.info.last_modified, hj.info.etag);
     return 0;
 }
 
