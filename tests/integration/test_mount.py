@@ -465,3 +465,15 @@ def test_page_cache_kept_while_the_etag_is_unchanged(mounter, s3, bucket, pfx):
     start = len(mounter.log())
     assert (mp / "pc").read_bytes() == v2  # a new ETag at open drops the old pages
     assert "GetObject" in mounter.requests(start)
+
+
+def test_negative_metadata_ttl(mounter, s3, bucket, pfx):
+    mp = mounter.mount(f"{bucket}/{pfx}", "--negative-metadata-ttl", "300")
+    assert not os.path.exists(mp / "later")
+    s3.put_object(Bucket=bucket, Key=pfx + "later", Body=b"l")
+    assert not os.path.exists(mp / "later")  # "missing" is remembered
+    mounter.unmount(mp)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--negative-metadata-ttl", "0")
+    assert not os.path.exists(mp / "later2")
+    s3.put_object(Bucket=bucket, Key=pfx + "later2", Body=b"l")
+    assert (mp / "later2").read_bytes() == b"l"  # seen at once
