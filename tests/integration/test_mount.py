@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from faults import faultproxy_factory, s3_error  # noqa: F401 (a fixture)
 from helpers import wait_for
 
 
@@ -58,14 +59,14 @@ class Mounter:
         self.tmp = tmp_path
         self.mounts = []
 
-    def argv(self, source, mountpoint, *opts):
-        return [self.cli.path, "--endpoint-url", self.cli.rgw.endpoint, "mount",
+    def argv(self, source, mountpoint, *opts, endpoint=None):
+        return [self.cli.path, "--endpoint-url", endpoint or self.cli.rgw.endpoint, "mount",
                 source, str(mountpoint), "--log-file", str(self.tmp / "mount.log"), *opts]
 
-    def mount(self, source, *opts, name=None):
+    def mount(self, source, *opts, name=None, endpoint=None):
         mp = self.tmp / (name or f"mnt-{uuid.uuid4().hex[:6]}")
         mp.mkdir(exist_ok=True)
-        p = subprocess.run(self.argv(source, mp, *opts), env=self.cli.env(),
+        p = subprocess.run(self.argv(source, mp, *opts, endpoint=endpoint), env=self.cli.env(),
                            capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr.decode()
         self.mounts.append(mp)
@@ -477,3 +478,45 @@ def test_negative_metadata_ttl(mounter, s3, bucket, pfx):
     assert not os.path.exists(mp / "later2")
     s3.put_object(Bucket=bucket, Key=pfx + "later2", Body=b"l")
     assert (mp / "later2").read_bytes() == b"l"  # seen at once
+
+
+def _write_all(path, data, flags):
+    """Write `data` in 1 MiB pieces and close; the errno of the first failure, or 0."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        for i in range(0, len(data), MiB):
+            os.write(fd, data[i:i + MiB])
+    except OSError as e:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        return e.errno
+    try:
+        os.close(fd)
+    except OSError as e:
+        return e.errno
+    return 0
+
+
+def test_failed_upload_leaves_no_object_and_the_previous_intact(
+        mounter, s3, rgw, bucket, pfx, faultproxy_factory):
+    from urllib.parse import urlparse
+    u = urlparse(rgw.endpoint)
+    proxy = faultproxy_factory(u.hostname, u.port)
+    s3.put_object(Bucket=bucket, Key=pfx + "keep", Body=b"old")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--part-size", "5M", "--allow-overwrite",
+                       endpoint=proxy.endpoint)
+    # every second part is refused (a 400 is not retried): the uploads fail mid-way
+    proxy.set_faults([s3_error("InvalidArgument", 400,
+                               match={"method": "PUT", "query": "partNumber=2"})])
+    data = os.urandom(12 * MiB)
+    assert _write_all(mp / "keep", data, os.O_WRONLY | os.O_TRUNC) == errno.EIO
+    assert _write_all(mp / "fresh", data, os.O_WRONLY | os.O_CREAT) == errno.EIO
+    assert proxy.stats()["faults_total"] >= 2
+    assert s3.get_object(Bucket=bucket, Key=pfx + "keep")["Body"].read() == b"old"
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=pfx + "fresh")
+    wait_for(lambda: not s3.list_multipart_uploads(Bucket=bucket, Prefix=pfx).get("Uploads"),
+             what="the failed uploads to be aborted")
+    proxy.set_faults([])
+    assert (mp / "keep").read_bytes() == b"old"
