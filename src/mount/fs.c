@@ -799,6 +799,20 @@ static int op_read(const char *path, char *buf, size_t size, off_t off,
     return (int)n;
 }
 
+/* A new object at `path` (fs->mu held): the local directories above it are now prefixes
+ * in S3, no longer local. */
+static void promote_parents(struct mnt_fs *fs, const char *path) {
+    char dir[PATH_MAX];
+    parent_of(path, dir);
+    while (strcmp(dir, "/") != 0) {
+        localdir_remove(fs, dir);
+        meta_set(fs, dir, K_DIR, 0, 0, NULL);
+        char up[PATH_MAX];
+        parent_of(dir, up);
+        strcpy(dir, up);
+    }
+}
+
 /* Complete (or, after a failure, abort) the upload of a write handle; h->mu held. Returns
  * 0 or -errno; the result is kept for later calls. */
 static int finish_upload(struct mnt_fs *fs, struct fh *h) {
@@ -822,16 +836,7 @@ static int finish_upload(struct mnt_fs *fs, struct fh *h) {
     listings_drop_above(fs, h->path);
     if (h->status == 0) {
         meta_set(fs, h->path, K_FILE, h->written, (int64_t)time(NULL), info.etag);
-        /* the local directories above it are now prefixes in S3 */
-        char dir[PATH_MAX];
-        parent_of(h->path, dir);
-        while (strcmp(dir, "/") != 0) {
-            localdir_remove(fs, dir);
-            meta_set(fs, dir, K_DIR, 0, 0, NULL);
-            char up[PATH_MAX];
-            parent_of(dir, up);
-            strcpy(dir, up);
-        }
+        promote_parents(fs, h->path);
     } else {
         struct meta *m = meta_find(fs, h->path);
         if (m)
@@ -1018,6 +1023,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
     pthread_mutex_lock(&fs->mu);
     meta_set(fs, to, K_FILE, info.size ? info.size : a.size,
              info.last_modified ? info.last_modified : (int64_t)time(NULL), info.etag);
+    promote_parents(fs, to);
     listings_drop_above(fs, to);
     listings_drop_above(fs, from);
     pthread_mutex_unlock(&fs->mu);
