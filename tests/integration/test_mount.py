@@ -520,3 +520,29 @@ def test_failed_upload_leaves_no_object_and_the_previous_intact(
              what="the failed uploads to be aborted")
     proxy.set_faults([])
     assert (mp / "keep").read_bytes() == b"old"
+
+
+def test_unsupported_operations_fail_fast_and_markers(mounter, s3, bucket, pfx):
+    import fcntl
+    s3.put_object(Bucket=bucket, Key=pfx + "f", Body=b"f")
+    s3.put_object(Bucket=bucket, Key=pfx + "marker/", Body=b"")  # a directory marker
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    assert sorted(os.listdir(mp)) == ["f", "marker"]
+    assert os.path.isdir(mp / "marker") and os.listdir(mp / "marker") == []
+    assert _errno(lambda: os.rmdir(mp / "marker")) == errno.EPERM  # never deletes objects
+    assert _errno(lambda: os.mkfifo(mp / "fifo")) == errno.ENOTSUP
+    assert _errno(lambda: os.getxattr(mp / "f", "user.x")) == errno.ENOTSUP
+    assert _errno(lambda: os.listxattr(mp / "f")) == errno.ENOTSUP
+    assert _errno(lambda: os.readlink(mp / "f")) == errno.EINVAL
+    with open(mp / "f", "rb") as f:
+        assert _errno(lambda: fcntl.lockf(f, fcntl.LOCK_SH)) == errno.ENOTSUP
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    with open(mp / "new", "wb") as f:
+        assert libc.fallocate(f.fileno(), 0, 0, 4096) == -1
+        assert ctypes.get_errno() == errno.EOPNOTSUPP
+        # glibc emulates posix_fallocate by writing past the end: an out-of-order write
+        assert _errno(lambda: os.posix_fallocate(f.fileno(), 0, 4096)) == errno.EINVAL
+    st = os.statvfs(mp)
+    assert st.f_bsize == MiB and st.f_namemax == 255
