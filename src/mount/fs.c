@@ -631,13 +631,33 @@ static struct fh *fh_new(struct mnt_fs *fs, const char *path) {
     return h;
 }
 
+/* The process (thread group) of the thread `tid` that FUSE names as the caller, from
+ * /proc; `tid` itself when that cannot be read. So that open and close on two threads of
+ * one process count as the same process. */
+static pid_t process_of(pid_t tid) {
+    char name[64], line[256];
+    snprintf(name, sizeof(name), "/proc/%d/status", (int)tid);
+    FILE *f = fopen(name, "re");
+    if (!f)
+        return tid;
+    pid_t tgid = tid;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "Tgid:", 5) == 0) {
+            tgid = (pid_t)strtol(line + 5, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return tgid > 0 ? tgid : tid;
+}
+
 /* Open a write handle on `path` (the checks of create/open done by the caller). */
 static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_info *fi) {
     struct fh *h = fh_new(fs, path);
     if (!h)
         return -ENOMEM;
     h->is_write = 1;
-    h->opener = fuse_get_context()->pid;
+    h->opener = process_of(fuse_get_context()->pid);
     h->opened = (int64_t)time(NULL);
     pthread_mutex_lock(&fs->mu);
     if (writer_find(fs, path)) {
@@ -896,7 +916,7 @@ static int op_flush(const char *path, struct fuse_file_info *fi) {
         return 0;
     int rc = 0;
     pthread_mutex_lock(&h->mu);
-    if (h->written > 0 && fuse_get_context()->pid == h->opener)
+    if (h->written > 0 && process_of(fuse_get_context()->pid) == h->opener)
         rc = finish_upload(FS(), h);
     pthread_mutex_unlock(&h->mu);
     return rc;

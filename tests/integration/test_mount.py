@@ -546,3 +546,25 @@ def test_unsupported_operations_fail_fast_and_markers(mounter, s3, bucket, pfx):
         assert _errno(lambda: os.posix_fallocate(f.fileno(), 0, 4096)) == errno.EINVAL
     st = os.statvfs(mp)
     assert st.f_bsize == MiB and st.f_namemax == 255
+
+
+def test_close_on_another_thread_completes_the_upload(mounter, s3, bucket, pfx):
+    import threading
+    mp = mounter.mount(f"{bucket}/{pfx}")
+    fd = os.open(mp / "threads", os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"written on one thread")
+    result = {}
+
+    def closer():
+        try:
+            os.close(fd)
+            result["ok"] = True
+        except OSError as e:
+            result["errno"] = e.errno
+    t = threading.Thread(target=closer)
+    t.start()
+    t.join()
+    assert result == {"ok": True}
+    # close returned once the object was in S3 (flush, not the later release)
+    assert s3.get_object(Bucket=bucket, Key=pfx + "threads")["Body"].read() == \
+        b"written on one thread"
