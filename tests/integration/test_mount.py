@@ -84,11 +84,16 @@ class Mounter:
         return re.findall(r"-> (\w+) ", self.log()[since:])
 
     def unmount(self, mp):
-        subprocess.run(["fusermount3", "-u", str(mp)], capture_output=True, timeout=30)
-        if os.path.ismount(mp):
+        def umount():
+            # EBUSY while the kernel's RELEASE of files closed just before is in flight
+            subprocess.run(["fusermount3", "-u", str(mp)], capture_output=True, timeout=30)
+            return not os.path.ismount(mp)
+        try:
+            wait_for(umount, timeout=10, what=f"fusermount3 -u {mp}")
+        except AssertionError:
             subprocess.run(["fusermount3", "-u", "-z", str(mp)], capture_output=True,
                            timeout=30)
-        wait_for(lambda: not _daemon_pids(mp), timeout=20, what=f"the daemon of {mp} to end")
+        wait_for(lambda: not _daemon_pids(mp), timeout=30, what=f"the daemon of {mp} to end")
 
     def close(self):
         for mp in self.mounts:
