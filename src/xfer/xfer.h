@@ -166,6 +166,20 @@ struct s3f__xfer_shared {
     struct s3f__janitor janitor;
 };
 
+/* The engine of one client: its options as the caller gave them (resolved into a
+ * s3f__xfer_shared on the first transfer) and that state. Created by s3f_client_new before
+ * the s3 client, stopped before the transport goes away and freed after it, by
+ * s3f_client_free (xfer.c); the s3 client holds only the pointer. */
+struct s3f__xfer_engine {
+    double throughput_target_gbps;
+    uint64_t part_size_bytes;
+    uint64_t memory_limit_bytes;
+    uint32_t max_inflight_requests;
+    enum s3f_checksum_algorithm checksum;
+    pthread_mutex_t lock;
+    struct s3f__xfer_shared *shared; /* NULL until the first transfer; under `lock` */
+};
+
 /* The client's transfer state, created on first use from its options. S3F_ERR_NO_MEMORY. */
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err);
