@@ -51,11 +51,13 @@ static void XMLCALL on_start_el(void *ud, const XML_Char *qname, const XML_Char 
         return;
     const char *name = local_name(qname);
     if (d->depth == S3F__XML_MAX_DEPTH) {
-        s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "elements nested deeper than %d", S3F__XML_MAX_DEPTH);
+        s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "elements nested deeper than %d",
+                      S3F__XML_MAX_DEPTH);
         return;
     }
     if (strlen(name) >= NAME_MAX_LEN) {
-        s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "element name longer than %d bytes", NAME_MAX_LEN - 1);
+        s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "element name longer than %d bytes",
+                      NAME_MAX_LEN - 1);
         return;
     }
     if (d->depth == 0) {
@@ -63,8 +65,8 @@ static void XMLCALL on_start_el(void *ud, const XML_Char *qname, const XML_Char 
             d->error_root = true;
         } else if (strcmp(name, d->root) != 0 &&
                    !(d->root_alt && strcmp(name, d->root_alt) == 0)) {
-            s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "unexpected root element <%s>, expected <%s>", name,
-                  d->root);
+            s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "unexpected root element <%s>, expected <%s>",
+                          name, d->root);
             return;
         }
     }
@@ -110,7 +112,7 @@ static void XMLCALL on_text(void *ud, const XML_Char *s, int len) {
         s3f__xml_fail(d, st, "out of memory");
     else if (st)
         s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "text of <%s> longer than %d bytes",
-              d->names[d->depth - 1], S3F__XML_MAX_TEXT);
+                      d->names[d->depth - 1], S3F__XML_MAX_TEXT);
 }
 
 static void XMLCALL on_doctype(void *ud, const XML_Char *name, const XML_Char *sysid,
@@ -254,8 +256,8 @@ void s3f__xml_set_str(struct xdoc *d, char **dst, const char *text, size_t len) 
 void s3f__xml_set_fixed(struct xdoc *d, char *dst, size_t cap, const char *name, const char *text,
                       size_t len) {
     if (len >= cap) {
-        s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "<%s> is %zu bytes, more than the %zu expected", name,
-              len, cap - 1);
+        s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "<%s> is %zu bytes, more than the %zu expected",
+                      name, len, cap - 1);
         return;
     }
     memcpy(dst, text, len);
@@ -341,7 +343,7 @@ void *s3f__xml_grow(struct xdoc *d, void *arr, size_t n, size_t *cap, size_t ele
                   const char *what) {
     if (n >= S3F__XML_MAX_ENTRIES) {
         s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "more than %d <%s> entries in one page",
-              S3F__XML_MAX_ENTRIES, what);
+                      S3F__XML_MAX_ENTRIES, what);
         return NULL;
     }
     if (n < *cap)
@@ -360,7 +362,7 @@ void *s3f__xml_grow(struct xdoc *d, void *arr, size_t n, size_t *cap, size_t ele
 
 void s3f__xml_bad_value(struct xdoc *d, const char *name, const char *text, size_t len) {
     s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "invalid <%s> value \"%.*s\"", name,
-          (int)(len > 40 ? 40 : len), text);
+                  (int)(len > 40 ? 40 : len), text);
 }
 
 /* ---- error documents ---------------------------------------------------------------------- */
@@ -436,7 +438,8 @@ static void info_end(struct xdoc *d, const char *name, const char *text, size_t 
     } else if (strcmp(name, "ChecksumCRC32") == 0) {
         s3f__xml_set_fixed(d, in->checksum_crc32, sizeof(in->checksum_crc32), name, text, len);
     } else if (strcmp(name, "ChecksumCRC64NVME") == 0) {
-        s3f__xml_set_fixed(d, in->checksum_crc64nvme, sizeof(in->checksum_crc64nvme), name, text, len);
+        s3f__xml_set_fixed(d, in->checksum_crc64nvme, sizeof(in->checksum_crc64nvme), name, text,
+                           len);
     } else if (strcmp(name, "ChecksumSHA256") == 0) {
         s3f__xml_set_fixed(d, in->checksum_sha256, sizeof(in->checksum_sha256), name, text, len);
     }

@@ -19,7 +19,7 @@ static void list_start(struct xdoc *d, const char *name) {
     struct s3f_list_page *pg = c->page;
     if (d->depth == 2 && strcmp(name, "Contents") == 0) {
         void *a = s3f__xml_grow(d, pg->objects, pg->n_objects, &c->obj_cap, sizeof(*pg->objects),
-                       "Contents");
+                                "Contents");
         if (!a)
             return;
         pg->objects = a;
@@ -60,7 +60,7 @@ static void list_end(struct xdoc *d, const char *name, const char *text, size_t 
     } else if (d->depth == 3 && strcmp(s3f__xml_parent(d), "CommonPrefixes") == 0 &&
                strcmp(name, "Prefix") == 0) {
         void *a = s3f__xml_grow(d, pg->common_prefixes, pg->n_common_prefixes, &c->pfx_cap,
-                       sizeof(*pg->common_prefixes), "CommonPrefixes");
+                                sizeof(*pg->common_prefixes), "CommonPrefixes");
         if (!a)
             return;
         pg->common_prefixes = a;
@@ -125,7 +125,8 @@ enum s3f_status s3f__xml_parse_list_objects_v2(const char *body, size_t len,
             }
     }
     if (pg->is_truncated && (!pg->next_continuation_token || !*pg->next_continuation_token)) {
-        st = s3f__xml_bad_doc(err, d.what, "IsTruncated is true but NextContinuationToken is missing");
+        st = s3f__xml_bad_doc(err, d.what,
+                              "IsTruncated is true but NextContinuationToken is missing");
         goto fail;
     }
     if (!pg->is_truncated) {
@@ -225,7 +226,8 @@ enum s3f_status s3f__xml_parse_list_parts(const char *body, size_t len,
     if (!st && d.error_root)
         st = s3f__xml_error_result(&d, err);
     else if (!st && c.page->is_truncated && !c.next_seen)
-        st = s3f__xml_bad_doc(err, d.what, "IsTruncated is true but NextPartNumberMarker is missing");
+        st = s3f__xml_bad_doc(err, d.what,
+                              "IsTruncated is true but NextPartNumberMarker is missing");
     if (st) {
         s3f_parts_page_free(c.page);
         return st;
@@ -246,7 +248,7 @@ static void uploads_start(struct xdoc *d, const char *name) {
     struct s3f_uploads_page *pg = c->page;
     if (d->depth == 2 && strcmp(name, "Upload") == 0) {
         void *a = s3f__xml_grow(d, pg->uploads, pg->n_uploads, &c->cap, sizeof(*pg->uploads),
-                       "Upload");
+                                "Upload");
         if (!a)
             return;
         pg->uploads = a;
@@ -352,8 +354,10 @@ struct buckets_ctx {
 static void buckets_start(struct xdoc *d, const char *name) {
     struct buckets_ctx *c = d->ctx;
     struct s3f_bucket_list *l = c->list;
-    if (d->depth == 3 && strcmp(name, "Bucket") == 0 && strcmp(s3f__xml_parent(d), "Buckets") == 0) {
-        void *a = s3f__xml_grow(d, l->buckets, l->n_buckets, &c->cap, sizeof(*l->buckets), "Bucket");
+    if (d->depth == 3 && strcmp(name, "Bucket") == 0 &&
+        strcmp(s3f__xml_parent(d), "Buckets") == 0) {
+        void *a = s3f__xml_grow(d, l->buckets, l->n_buckets, &c->cap, sizeof(*l->buckets),
+                                "Bucket");
         if (!a)
             return;
         l->buckets = a;
@@ -364,7 +368,8 @@ static void buckets_start(struct xdoc *d, const char *name) {
 static void buckets_end(struct xdoc *d, const char *name, const char *text, size_t len) {
     struct buckets_ctx *c = d->ctx;
     struct s3f_bucket_list *l = c->list;
-    if (d->depth == 3 && strcmp(name, "Bucket") == 0 && strcmp(s3f__xml_parent(d), "Buckets") == 0) {
+    if (d->depth == 3 && strcmp(name, "Bucket") == 0 &&
+        strcmp(s3f__xml_parent(d), "Buckets") == 0) {
         const struct s3f_bucket_entry *b = &l->buckets[l->n_buckets - 1];
         if (!b->name || !*b->name)
             s3f__xml_fail(d, S3F_ERR_BAD_RESPONSE, "<Bucket> without <Name>");
