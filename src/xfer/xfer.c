@@ -57,38 +57,8 @@ static void shared_free(struct s3f__xfer_shared *x) {
     free(x);
 }
 
-enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
-                               struct s3f_error *err) {
-    static const struct s3f_client_options defaults;
-    if (!opts)
-        opts = &defaults;
-    if (!out)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
-                              "out must not be NULL");
-    *out = NULL;
-    s3f_error_clear(err);
-    struct s3f__xfer_engine *e;
-    enum s3f_status st = engine_new(opts, &e, err);
-    if (st)
-        return st;
-    if ((st = s3f__s3_client_new(opts, out, err))) {
-        pthread_mutex_destroy(&e->lock);
-        free(e);
-        return st;
-    }
-    (*out)->xfer = e;
-    return S3F_OK;
-}
-
-void s3f_client_free(struct s3f_client *c) {
-    if (!c)
-        return;
-    struct s3f__xfer_engine *e = c->xfer;
-    /* the janitor's last tries need the transport; the pool and scheduler outlive it (a
-     * request's completion may still hand back buffers while the transport stops) */
-    if (e && e->shared)
-        s3f__janitor_stop(e->shared);
-    s3f__s3_client_free(c);
+/* After the transport is gone: the state, then the options. NULL ok. */
+static void engine_free(struct s3f__xfer_engine *e) {
     if (!e)
         return;
     if (e->shared)
@@ -96,8 +66,6 @@ void s3f_client_free(struct s3f_client *c) {
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
-
-/* ---- the engine's state, created on the first transfer -------------------------------- */
 
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err) {
@@ -141,6 +109,40 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
 out:
     pthread_mutex_unlock(&e->lock);
     return st;
+}
+
+enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
+                               struct s3f_error *err) {
+    static const struct s3f_client_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "out must not be NULL");
+    *out = NULL;
+    s3f_error_clear(err);
+    struct s3f__xfer_engine *e;
+    enum s3f_status st = engine_new(opts, &e, err);
+    if (st)
+        return st;
+    if ((st = s3f__s3_client_new(opts, out, err))) {
+        engine_free(e);
+        return st;
+    }
+    (*out)->xfer = e;
+    return S3F_OK;
+}
+
+void s3f_client_free(struct s3f_client *c) {
+    if (!c)
+        return;
+    struct s3f__xfer_engine *e = c->xfer;
+    /* the janitor's last tries need the transport; the pool and scheduler outlive it (a
+     * request's completion may still hand back buffers while the transport stops) */
+    if (e && e->shared)
+        s3f__janitor_stop(e->shared);
+    s3f__s3_client_free(c);
+    engine_free(e);
 }
 
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
