@@ -1,4 +1,19 @@
-/* The S3 client: configuration resolved at creation, the request executor with signing and
+/* src/s3: the S3 protocol over the transport.
+ * Owns: the client's configuration (client.c: s3f__s3_client_new, the s3 half of
+ *   s3f_client_new), endpoints and addressing (endpoint.c), s3:// URIs (uri.c); the
+ *   executor that signs, sends, checks and retries (request.c, with request_response.c
+ *   for what an attempt does with the response, retry.c for the status mapping, the retry
+ *   decision, quota and backoff, idempotency.c for each operation's class); the operations
+ *   (ops.c: object operations and presign, ops_multipart.c, ops_list.c: listings and
+ *   buckets, ops_prepared.c: the prepared requests of ops_internal.h that the engine
+ *   submits); the XML documents (xml.c, xml_list.c, xml_delete.c).
+ * May call: core/, auth/, http/; libcurl (client.c, the executor's URLs and header lists,
+ *   endpoint.c's URL parser), expat (xml*.c). Never xfer/: the engine of a client is only a
+ *   pointer here (struct s3f__xfer_engine), created and freed by xfer/.
+ * Called by: xfer/ (this header and ops_internal.h) and, for the public functions it
+ *   implements, the front ends.
+ *
+ * The S3 client: configuration resolved at creation, the request executor with signing and
  * AWS standard-mode retries, and the operations built on it. */
 #ifndef S3F_S3_CLIENT_H
 #define S3F_S3_CLIENT_H
