@@ -1,3 +1,14 @@
+/* src/auth: who the requests are signed as, and how.
+ * Owns: SigV4 header signing and presigning (sigv4.c, sigv4.h); the credentials: values,
+ *   snapshots with their signing keys, the cached provider and its refresher thread
+ *   (credentials.c, this header), the default chain and its local providers
+ *   (credentials_chain.c), the network providers STS, container and IMDS
+ *   (credentials_http.c); the shared config and credentials files (profile.c) and the
+ *   providers' JSON (json.c).
+ * May call: core/; libcurl and expat (the network providers' own small fetches and STS
+ *   XML); of http/ only s3f__http_status_of_curl (one map of CURLcode to statuses).
+ *   Never s3/ or xfer/. Called by s3/ (client.c, the executor).
+ */
 /* AWS credentials: static credentials and the standard default chain, with caching and
  * refresh of temporary credentials.
  *

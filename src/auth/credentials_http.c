@@ -378,10 +378,16 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
     struct sts_doc doc;
     memset(&doc, 0, sizeof(doc));
     char url[1024];
-    const char *ep = s->sts_endpoint;
-    const char *authority = strstr(ep, "://");
-    bool has_path = authority && strchr(authority + 3, '/');
-    snprintf(url, sizeof(url), "%s%s", ep, has_path ? "" : "/");
+    /* The endpoint as libcurl reads it (a "/" path where it has none); as given when curl
+     * cannot read it, and the request then fails as curl says. */
+    snprintf(url, sizeof(url), "%s", s->sts_endpoint);
+    CURLU *cu = curl_url();
+    char *norm = NULL;
+    if (cu && curl_url_set(cu, CURLUPART_URL, s->sts_endpoint, 0) == CURLUE_OK &&
+        curl_url_get(cu, CURLUPART_URL, &norm, 0) == CURLUE_OK)
+        snprintf(url, sizeof(url), "%s", norm);
+    curl_free(norm);
+    curl_url_cleanup(cu);
 
     if (form_param(&body, "Action", "AssumeRoleWithWebIdentity") ||
         form_param(&body, "Version", "2011-06-15") ||

@@ -1,4 +1,5 @@
-/* Shared between credentials.c (cache, chain, environment, profile, process) and
+/* Shared between credentials.c (values, snapshots, the cached provider),
+ * credentials_chain.c (the chain's settings and order; environment, profile, process) and
  * credentials_http.c (web identity/STS, container, IMDS). Not for other layers. */
 #ifndef S3F_AUTH_CREDENTIALS_INTERNAL_H
 #define S3F_AUTH_CREDENTIALS_INTERNAL_H
@@ -57,6 +58,17 @@ struct s3f__chain_settings {
 typedef enum s3f_status (*s3f__chain_fetch_fn)(const struct s3f__chain_settings *s,
                                                struct s3f__credentials *out, char *note,
                                                size_t note_len, struct s3f_error *err);
+
+/* The chain's settings from the options, the environment and the profile `c` (may be NULL).
+ * Caller frees with s3f__chain_settings_free. S3F_ERR_NO_MEMORY, S3F_ERR_CONFIG. */
+enum s3f_status s3f__chain_settings_new(const struct s3f__credentials_options *o,
+                                        const struct s3f__aws_config *c,
+                                        struct s3f__chain_settings **out, struct s3f_error *err);
+void s3f__chain_settings_free(struct s3f__chain_settings *s);
+/* Run the chain from the start (only = -1) or just provider `only`. On success *chosen is
+ * the index of the provider that answered; credentials already expired are an error. */
+enum s3f_status s3f__chain_run(const struct s3f__chain_settings *s, int only,
+                               struct s3f__credentials *out, int *chosen, struct s3f_error *err);
 
 enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *s,
                                               struct s3f__credentials *out, char *note,

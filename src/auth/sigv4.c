@@ -1,4 +1,4 @@
-/* AWS Signature Version 4 (header, presigned query, aws-chunked chunk signatures).
+/* AWS Signature Version 4 (header, presigned query).
  *
  * Canonical request (all lines joined with '\n'):
  *   method, canonical URI, canonical query, one "name:value" line per header (sorted by
@@ -768,67 +768,4 @@ out:
     s3f__buf_cleanup(&q);
     parts_cleanup(&p);
     return st;
-}
-
-/* ---- aws-chunked ---------------------------------------------------------------------------- */
-
-enum s3f_status s3f__sigv4_chunk_signer_init(struct s3f__sigv4_chunk_signer *cs,
-                                             const struct s3f__sigv4_credentials *creds,
-                                             const struct s3f__sigv4_config *cfg,
-                                             struct s3f_error *err) {
-    if (!cs)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "output is NULL");
-    memset(cs, 0, sizeof(*cs));
-    enum s3f_status st = check_common(creds, cfg, err);
-    if (st)
-        return st;
-    make_scope(cfg, cs->amz_date, cs->scope);
-    st = derive_key(creds->secret_access_key, cs->amz_date, cfg->region, cfg->service,
-                    cs->signing_key, err);
-    if (st)
-        s3f__sigv4_chunk_signer_cleanup(cs);
-    return st;
-}
-
-int s3f__sigv4_sign_chunk(const struct s3f__sigv4_chunk_signer *cs, const char *prev_signature,
-                          const char *chunk_sha256_hex, char out[65]) {
-    char sts[64 + S3F__SIGV4_SCOPE_MAX + 3 * 65];
-    int n = snprintf(sts, sizeof(sts), "AWS4-HMAC-SHA256-PAYLOAD\n%s\n%s\n%.64s\n%s\n%.64s",
-                     cs->amz_date, cs->scope, prev_signature, S3F__SIGV4_EMPTY_SHA256,
-                     chunk_sha256_hex);
-    uint8_t mac[32];
-    if (s3f__hmac_sha256(cs->signing_key, sizeof(cs->signing_key), sts, (size_t)n, mac)) {
-        memset(out, 0, 65);
-        return -1;
-    }
-    s3f__hex(mac, sizeof(mac), out);
-    return 0;
-}
-
-void s3f__sigv4_chunk_signer_cleanup(struct s3f__sigv4_chunk_signer *cs) {
-    if (cs)
-        wipe(cs, sizeof(*cs));
-}
-
-size_t s3f__sigv4_chunk_header(uint64_t chunk_size, const char *signature, char *buf,
-                               size_t len) {
-    int n = snprintf(buf, len, "%" PRIx64 ";chunk-signature=%.64s\r\n", chunk_size, signature);
-    return n < 0 || (size_t)n >= len ? 0 : (size_t)n;
-}
-
-static uint64_t chunk_wire_len(uint64_t size) {
-    uint64_t digits = 1;
-    for (uint64_t v = size >> 4; v; v >>= 4)
-        digits++;
-    return digits + 17 /* ";chunk-signature=" */ + 64 + 2 + size + 2;
-}
-
-uint64_t s3f__sigv4_chunked_length(uint64_t payload_len, uint64_t chunk_size) {
-    if (!chunk_size)
-        return 0;
-    uint64_t full = payload_len / chunk_size, rest = payload_len % chunk_size;
-    uint64_t total = full * chunk_wire_len(chunk_size) + chunk_wire_len(0);
-    if (rest)
-        total += chunk_wire_len(rest);
-    return total;
 }

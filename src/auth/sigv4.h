@@ -1,5 +1,7 @@
-/* AWS Signature Version 4: header signing, presigned query strings, and the chunk
- * signatures of aws-chunked streaming uploads (STREAMING-AWS4-HMAC-SHA256-PAYLOAD).
+/* AWS Signature Version 4: header signing and presigned query strings. (No aws-chunked
+ * chunk signer: Ceph RGW 16.2 stores an aws-chunked body with a trailer as it came, framing
+ * included, so trailing checksums cannot replace the checksum pass before a part is sent;
+ * nothing else needed it.)
  *
  * The signer is pure: it takes the request as it will go on the wire and returns what to
  * add to it. It never logs. The secret key and the signing key derived from it never appear
@@ -136,43 +138,5 @@ enum s3f_status s3f__sigv4_presign(const struct s3f__sigv4_request *req,
                                    const struct s3f__sigv4_config *cfg, char **query_out,
                                    char **canonical_request_out, char **string_to_sign_out,
                                    struct s3f_error *err);
-
-/* ---- aws-chunked streaming (x-amz-content-sha256: STREAMING-AWS4-HMAC-SHA256-PAYLOAD) ----
- * Sign the request headers first with that payload hash: out.signature is the seed. Then
- * each chunk (and the final empty one) is sent as
- *   hex(size) ";chunk-signature=" signature "\r\n" data "\r\n"
- * where signature = s3f__sigv4_sign_chunk(previous signature, sha256 of the data). */
-struct s3f__sigv4_chunk_signer {
-    uint8_t signing_key[32]; /* secret: never log or copy it; wiped by _cleanup */
-    char amz_date[17];
-    char scope[S3F__SIGV4_SCOPE_MAX];
-};
-
-/* Derive the signing key for the credentials, region, service and date of cfg (the same
- * cfg as the seed request). Call s3f__sigv4_chunk_signer_cleanup when done (also after an
- * error, harmless). Errors: S3F_ERR_INVALID_ARGUMENT, S3F_ERR_NO_MEMORY. */
-enum s3f_status s3f__sigv4_chunk_signer_init(struct s3f__sigv4_chunk_signer *cs,
-                                             const struct s3f__sigv4_credentials *creds,
-                                             const struct s3f__sigv4_config *cfg,
-                                             struct s3f_error *err);
-
-/* Signature of one chunk: HMAC of "AWS4-HMAC-SHA256-PAYLOAD\n" date "\n" scope "\n"
- * prev_signature "\n" sha256("") "\n" chunk_sha256_hex, as lowercase hex into out. Both
- * inputs are 64 hex digits (the seed signature for the first chunk). Returns 0, or -1
- * when OpenSSL fails (out is then empty: send nothing). */
-int s3f__sigv4_sign_chunk(const struct s3f__sigv4_chunk_signer *cs, const char *prev_signature,
-                          const char *chunk_sha256_hex, char out[65]);
-
-/* Wipe the signing key. */
-void s3f__sigv4_chunk_signer_cleanup(struct s3f__sigv4_chunk_signer *cs);
-
-/* The chunk header "hex(size);chunk-signature=<sig>\r\n" into buf (NUL-terminated); returns
- * its length, or 0 if len is too small (86 bytes always suffice). */
-size_t s3f__sigv4_chunk_header(uint64_t chunk_size, const char *signature, char *buf,
-                               size_t len);
-
-/* Content-Length of the aws-chunked body for payload_len bytes cut in chunks of chunk_size
- * bytes (the last one shorter), final empty chunk included. 0 if chunk_size is 0. */
-uint64_t s3f__sigv4_chunked_length(uint64_t payload_len, uint64_t chunk_size);
 
 #endif /* S3F_AUTH_SIGV4_H */

@@ -1,4 +1,11 @@
 /*
+ * src/cli: the s3flash command-line tool, a front end.
+ * Owns: the command line and help texts (main.c, args.c), one file per command (cmd_*.c),
+ *   one-object transfers that cp, mv, sync and cat share (object_io.c), the --recursive job
+ *   pool (transfer.c), the downloads' temporary directories and their signal thread
+ *   (tmpdirs.c), filters (filter.c), progress (progress.c), shared helpers (util.c).
+ * May call: the public header <s3flash/s3flash.h> only, and its own helpers.
+ *
  * The s3flash command-line tool: shared declarations of its parts.
  *
  * The CLI is a front end: it uses only the public header <s3flash/s3flash.h>, never the

@@ -1,5 +1,12 @@
-/* Internal core: errors, growable buffers with caps, logging, time, encodings, hashes.
- * Every layer may include this; it includes nothing of the other layers. */
+/* src/core: the base every layer stands on.
+ * Owns: statuses and struct s3f_error (status.c), capped growable buffers (buf.c), logging
+ *   (log.c), clocks and the HTTP/ISO-8601 dates (time.c), hex, base64 and percent-encoding
+ *   (encode.c), SHA-256, HMAC and MD5 through OpenSSL (hash.c), the CRC checksums through
+ *   ISA-L (checksum.c, checksum.h), random numbers (random.c).
+ * May call: libc, OpenSSL, ISA-L and the public header's types; nothing of the other
+ *   folders. Every folder may include it.
+ *
+ * This header: errors, growable buffers with caps, logging, time, encodings, hashes. */
 #ifndef S3F_CORE_H
 #define S3F_CORE_H
 

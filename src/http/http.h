@@ -1,4 +1,11 @@
-/* The HTTP transport: libcurl multi handles driven by a small pool of I/O threads.
+/* src/http: the transport.
+ * Owns: the I/O threads, their libcurl multi handles and connections, admission and the
+ *   control lane, the stall clock, the map of CURLcode to statuses (http.c).
+ * May call: core/, libcurl. Never auth/, s3/, xfer/. Called by s3/ (the executor and the
+ *   client that creates the pool), auth/ (the CURLcode map only), xfer/ (the count of data
+ *   connections only).
+ *
+ * The HTTP transport: libcurl multi handles driven by a small pool of I/O threads.
  *
  * A request is a `struct s3f__http_request` owned by the caller. It is submitted to the pool
  * and completes on an I/O thread, which calls its `done` (the s3 layer's executor waits

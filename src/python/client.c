@@ -1,5 +1,7 @@
 /* Client: its configuration, the C client of this process (rebuilt after fork) and the
- * object, bucket, file, listing and multipart operations; each waits with the GIL released. */
+ * object, bucket, file, listing and multipart operations; each waits with the GIL released.
+ * Over 800 lines because it is one type: one thin method per C operation and the type's
+ * method table, as each type of CPython's Modules/_io/ keeps to its own file. */
 #include "s3flash_py.h"
 
 /* The C client for this process, built if needed. GIL held throughout, so two threads never

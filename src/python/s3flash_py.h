@@ -1,4 +1,8 @@
-/* What the files of the extension s3flash._s3flash share (see _s3flash.c for the whole
+/* src/python: the CPython extension s3flash._s3flash, a front end (docs/PYTHON.md; the
+ * Python package on top of it is python/s3flash/).
+ * May call: the public header <s3flash/s3flash.h> and the limited C API of Python only.
+ *
+ * What the files of the extension s3flash._s3flash share (see _s3flash.c for the whole
  * picture): the Client object, the exceptions and the helpers every type uses.
  *
  *   _s3flash.c  module init, parse_uri, the shared helpers

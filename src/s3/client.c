@@ -1,4 +1,6 @@
-/* Client creation: region, endpoint, credentials chain and transport resolved once. */
+/* The s3 layer's part of client creation: region, endpoint, credentials chain and transport
+ * resolved once. s3f_client_new itself (src/xfer/xfer.c) composes this with the transfer
+ * engine, which validates and keeps its own options. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,22 +62,14 @@ static enum s3f_status parse_attempts(const char *v, const char *where, int *out
     return S3F_OK;
 }
 
-enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
-                               struct s3f_error *err) {
-    static const struct s3f_client_options defaults;
-    if (!opts)
-        opts = &defaults;
-    if (!out)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
-                              "out must not be NULL");
+enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
+                                   struct s3f_client **out, struct s3f_error *err) {
     *out = NULL;
-    s3f_error_clear(err);
     enum s3f_status st;
     struct s3f_client *c = calloc(1, sizeof(*c));
     if (!c)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
     pthread_mutex_init(&c->retry.lock, NULL);
-    pthread_mutex_init(&c->xfer.lock, NULL);
     c->retry.capacity = c->retry.tokens = 500;
     c->logger.fn = opts->log_fn;
     c->logger.user_data = opts->log_user_data;
@@ -186,37 +180,6 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
             goto fail;
     }
 
-    /* transfer engine settings (resolved by src/xfer on first use) */
-    if (opts->part_size_bytes &&
-        (opts->part_size_bytes < (5ull << 20) || opts->part_size_bytes > (5ull << 30))) {
-        st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
-                            "part_size_bytes must be 5 MiB to 5 GiB, got %llu",
-                            (unsigned long long)opts->part_size_bytes);
-        goto fail;
-    }
-    if (opts->memory_limit_bytes && opts->memory_limit_bytes < (16ull << 20)) {
-        st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
-                            "memory_limit_bytes must be at least 16 MiB, got %llu",
-                            (unsigned long long)opts->memory_limit_bytes);
-        goto fail;
-    }
-    if (opts->throughput_target_gbps < 0 || opts->throughput_target_gbps != opts->throughput_target_gbps) {
-        st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
-                            "throughput_target_gbps must be positive (or 0 for the default)");
-        goto fail;
-    }
-    if ((unsigned)opts->checksum > S3F_CHECKSUM_CRC64NVME) {
-        st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
-                            "unknown checksum algorithm %d", (int)opts->checksum);
-        goto fail;
-    }
-    c->xfer.throughput_target_gbps = opts->throughput_target_gbps;
-    c->xfer.part_size_bytes = opts->part_size_bytes;
-    c->xfer.memory_limit_bytes = opts->memory_limit_bytes;
-    c->xfer.max_inflight_requests = opts->max_inflight_requests;
-    c->xfer.checksum = opts->checksum;
-    c->xfer.max_connections = opts->max_connections ? opts->max_connections : 64;
-
     struct s3f__http_pool_options ho = {
         .io_threads = opts->io_threads,
         .max_connections = opts->max_connections,
@@ -239,19 +202,14 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
 oom:
     st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
 fail:
-    s3f_client_free(c);
+    s3f__s3_client_free(c);
     return st;
 }
 
-void s3f_client_free(struct s3f_client *c) {
+void s3f__s3_client_free(struct s3f_client *c) {
     if (!c)
         return;
-    if (c->xfer.state && c->xfer.state_stop)
-        c->xfer.state_stop(c->xfer.state);
     s3f__http_pool_free(c->http);
-    if (c->xfer.state && c->xfer.state_free)
-        c->xfer.state_free(c->xfer.state);
-    pthread_mutex_destroy(&c->xfer.lock);
     s3f__credentials_provider_free(c->creds);
     s3f__aws_config_free(c->config);
     free(c->region);

@@ -1,4 +1,19 @@
-/* The S3 client: configuration resolved at creation, the request executor with signing and
+/* src/s3: the S3 protocol over the transport.
+ * Owns: the client's configuration (client.c: s3f__s3_client_new, the s3 half of
+ *   s3f_client_new), endpoints and addressing (endpoint.c), s3:// URIs (uri.c); the
+ *   executor that signs, sends, checks and retries (request.c, with request_response.c
+ *   for what an attempt does with the response, retry.c for the status mapping, the retry
+ *   decision, quota and backoff, idempotency.c for each operation's class); the operations
+ *   (ops.c: object operations and presign, ops_multipart.c, ops_list.c: listings and
+ *   buckets, ops_prepared.c: the prepared requests of ops_internal.h that the engine
+ *   submits); the XML documents (xml.c, xml_list.c, xml_delete.c).
+ * May call: core/, auth/, http/; libcurl (client.c, the executor's URLs and header lists,
+ *   endpoint.c's URL parser), expat (xml*.c). Never xfer/: the engine of a client is only a
+ *   pointer here (struct s3f__xfer_engine), created and freed by xfer/.
+ * Called by: xfer/ (this header and ops_internal.h) and, for the public functions it
+ *   implements, the front ends.
+ *
+ * The S3 client: configuration resolved at creation, the request executor with signing and
  * AWS standard-mode retries, and the operations built on it. */
 #ifndef S3F_S3_CLIENT_H
 #define S3F_S3_CLIENT_H
@@ -19,21 +34,7 @@ struct s3f__retry_bucket {
     int capacity;   /* 500 */
 };
 
-/* Transfer-engine settings as the caller gave them (src/xfer resolves the defaults), and
- * the engine's per-client state: created on first use under `lock`, freed with the client
- * through state_free. */
-struct s3f__client_xfer {
-    double throughput_target_gbps;
-    uint64_t part_size_bytes;
-    uint64_t memory_limit_bytes;
-    uint32_t max_inflight_requests;
-    enum s3f_checksum_algorithm checksum;
-    uint32_t max_connections;     /* of the transport, resolved */
-    pthread_mutex_t lock;
-    void *state;
-    void (*state_free)(void *state);
-    void (*state_stop)(void *state); /* before the transport is freed */
-};
+struct s3f__xfer_engine; /* the transfer engine's own (src/xfer/xfer.h) */
 
 struct s3f_client {
     struct s3f__logger logger;
@@ -49,8 +50,18 @@ struct s3f_client {
     struct s3f__credentials_provider *creds;  /* NULL when anonymous */
     struct s3f__http_pool *http;
     struct s3f__retry_bucket retry;
-    struct s3f__client_xfer xfer;
+    /* The transfer engine of this client: its options and state, created and freed by the
+     * engine (s3f_client_new and s3f_client_free in src/xfer/xfer.c compose the s3 client
+     * and the engine). The s3 layer never reads it. */
+    struct s3f__xfer_engine *xfer;
 };
+
+/* The s3 layer's part of s3f_client_new and s3f_client_free (src/xfer/xfer.c calls them
+ * around the engine's): configuration, credentials chain and transport. `opts` is not
+ * NULL; on failure *out is NULL and err says why. */
+enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
+                                   struct s3f_client **out, struct s3f_error *err);
+void s3f__s3_client_free(struct s3f_client *c);
 
 #define S3F_MAX_EXTRA_HEADERS 16
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #define OP "endpoint"
 
 /* ---- partitions (botocore data/partitions.json) --------------------------------------- */
@@ -211,80 +213,97 @@ static bool path_char_ok(unsigned char c) {
     return is_alnum((char)c) || strchr("-._~!$&'()*+,;=:@/%", c) != NULL;
 }
 
-/* 0: parsed. -1: invalid. -2: carries user information (never echoed). */
+/* Parsed by libcurl's URL parser, the one that sends the requests (so the host and path
+ * signed are those on the wire: curl removes dot segments and normalises IPv4 numbers and
+ * ports), and held to the rules' stricter shape: http or https, a host of letters, digits,
+ * '-', '.' and '_' (or an IPv6 literal), a port from 1, a path of RFC 3986 characters, no
+ * query, fragment or user information.
+ * 0: parsed. -1: invalid. -2: carries user information (never echoed). -3: out of memory. */
 static int parse_url(const char *s, struct url *u) {
     memset(u, 0, sizeof(*u));
-    const char *rest;
-    if (strncasecmp(s, "https://", 8) == 0) {
-        u->https = true;
-        rest = s + 8;
-    } else if (strncasecmp(s, "http://", 7) == 0) {
-        rest = s + 7;
-    } else {
+    int r = -1;
+    char *scheme = NULL, *host = NULL, *zone = NULL, *port = NULL, *path = NULL;
+    /* The rules' shape first (what curl would take, or forget when empty): "http://" or
+     * "https://" then the host, no query or fragment, no user information (the URL is
+     * then never echoed) */
+    size_t sl = strncasecmp(s, "https://", 8) == 0  ? 8
+                : strncasecmp(s, "http://", 7) == 0 ? 7
+                                                    : 0;
+    if (!sl || s[sl] == '/' || strpbrk(s, "?#"))
         return -1;
-    }
-    size_t alen = strcspn(rest, "/?#");
-    const char *path = rest + alen;
-    if (*path == '?' || *path == '#' || strpbrk(path, "?#"))
-        return -1; /* the rules refuse query strings and fragments */
-    if (memchr(rest, '@', alen))
+    size_t alen = strcspn(s + sl, "/");
+    if (memchr(s + sl, '@', alen))
         return -2;
-    if (alen == 0 || alen >= sizeof(u->authority) || strlen(path) >= sizeof(u->path))
-        return -1;
-    memcpy(u->authority, rest, alen);
-    u->authority[alen] = '\0';
+    if (alen && s[sl + alen - 1] == ':')
+        return -1; /* an empty port */
+    CURLU *h = curl_url();
+    if (!h)
+        return -3;
+    CURLUcode uc = curl_url_set(h, CURLUPART_URL, s, 0);
+    if (uc == CURLUE_OK)
+        uc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
+    if (uc == CURLUE_OK)
+        uc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+    if (uc == CURLUE_OK)
+        uc = curl_url_get(h, CURLUPART_PATH, &path, 0);
+    if (uc == CURLUE_OUT_OF_MEMORY)
+        r = -3;
+    if (uc != CURLUE_OK)
+        goto out;
+    u->https = strcmp(scheme, "https") == 0;
+    CURLUcode uz = curl_url_get(h, CURLUPART_ZONEID, &zone, 0);
+    CURLUcode uo = curl_url_get(h, CURLUPART_PORT, &port, 0);
+    if (uz == CURLUE_OUT_OF_MEMORY || uo == CURLUE_OUT_OF_MEMORY) {
+        r = -3;
+        goto out;
+    }
     for (const char *q = path; *q; q++)
         if (!path_char_ok((unsigned char)*q))
-            return -1;
-    strcpy(u->path, path);
+            goto out;
+    if (strcmp(path, "/") != 0 && strlen(path) < sizeof(u->path))
+        strcpy(u->path, path); /* "/" alone is no path */
+    else if (strcmp(path, "/") != 0)
+        goto out;
 
-    /* host and port */
-    const char *a = u->authority, *port = NULL;
-    size_t hlen;
-    if (a[0] == '[') {
-        const char *close = strchr(a, ']');
-        if (!close || close == a + 1)
-            return -1;
-        for (const char *q = a + 1; q < close; q++)
-            if (!(is_alnum(*q) || *q == ':' || *q == '.' || *q == '%'))
-                return -1;
-        if (!memchr(a + 1, ':', (size_t)(close - a - 1)))
-            return -1;
-        hlen = (size_t)(close - a) + 1;
-        if (close[1] == ':')
-            port = close + 2;
-        else if (close[1] != '\0')
-            return -1;
+    /* host (as curl reads it) and port */
+    char hostpart[300];
+    size_t hlen = strlen(host);
+    if (host[0] == '[') {
+        if (zone) /* the zone of a link-local address, as written in a URL */
+            snprintf(hostpart, sizeof(hostpart), "%.*s%%25%s]", (int)(hlen - 1), host, zone);
+        else
+            snprintf(hostpart, sizeof(hostpart), "%s", host);
         u->is_ip = true;
     } else {
-        const char *colon = strchr(a, ':');
-        hlen = colon ? (size_t)(colon - a) : strlen(a);
-        if (colon)
-            port = colon + 1;
-        if (hlen == 0)
-            return -1;
+        if (hlen == 0 || hlen >= sizeof(hostpart))
+            goto out;
         for (size_t i = 0; i < hlen; i++)
-            if (!(is_alnum(a[i]) || a[i] == '-' || a[i] == '.' || a[i] == '_'))
-                return -1;
-        u->is_ip = is_ipv4(a, hlen);
+            if (!(is_alnum(host[i]) || host[i] == '-' || host[i] == '.' || host[i] == '_'))
+                goto out;
+        memcpy(hostpart, host, hlen + 1);
+        u->is_ip = is_ipv4(host, hlen);
     }
     bool default_port = true;
     if (port) {
-        size_t plen = strlen(port);
-        if (plen == 0 || plen > 5 || strspn(port, "0123456789") != plen)
-            return -1;
         long v = strtol(port, NULL, 10);
         if (v < 1 || v > 65535)
-            return -1;
+            goto out;
         default_port = v == (u->https ? 443 : 80);
     }
-    if (default_port) {
-        memcpy(u->host_header, a, hlen);
-        u->host_header[hlen] = '\0';
-    } else {
-        strcpy(u->host_header, a);
-    }
-    return 0;
+    int n = snprintf(u->authority, sizeof(u->authority), "%s%s%s", hostpart, port ? ":" : "",
+                     port ? port : "");
+    if (n < 0 || (size_t)n >= sizeof(u->authority))
+        goto out;
+    snprintf(u->host_header, sizeof(u->host_header), "%s", default_port ? hostpart : u->authority);
+    r = 0;
+out:
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(zone);
+    curl_free(port);
+    curl_free(path);
+    curl_url_cleanup(h);
+    return r;
 }
 
 /* ---- result assembly -------------------------------------------------------------------- */
@@ -376,6 +395,8 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
     bool custom = p->endpoint_url != NULL;
     if (custom) {
         int r = parse_url(p->endpoint_url, &u);
+        if (r == -3)
+            return oom(err, resource);
         if (r == -2)
             return s3f__error_set(err, S3F_ERR_INVALID_URI, OP, resource,
                                   "Custom endpoint must not contain user information "

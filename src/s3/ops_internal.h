@@ -1,5 +1,6 @@
 /* S3 operations prepared as requests, for callers that submit them asynchronously (the
- * transfer engine) as well as for the blocking public functions in ops.c.
+ * transfer engine) as well as for the blocking public functions in ops*.c; built in
+ * ops_prepared.c.
  *
  * A `struct s3f__op` is one request plus the small buffers it owns (query string, a request
  * body the builder made, the XML answer, response metadata, computed header values). The

@@ -1,5 +1,7 @@
 /* s3:// URIs: "s3://bucket/key/with/slashes". The key is taken verbatim (no percent-decoding,
- * '?' and '#' are key characters), as the AWS CLI does. */
+ * '?' and '#' are key characters), as the AWS CLI does. Not through libcurl's curl_url(),
+ * the parser of endpoint URLs: it would cut the key at '?' and '#' and refuse spaces and
+ * control characters, which keys may hold. */
 #include <stdio.h>
 #include <string.h>
 

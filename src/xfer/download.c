@@ -15,7 +15,11 @@
  *
  * Threads and locks as in upload.c: the caller's thread sets up and waits, I/O threads run
  * the requests; fields under "guarded by lock" need d->lock; the scheduler and request
- * submission are used with no lock held. */
+ * submission are used with no lock held.
+ *
+ * Over 800 lines: the three destinations (memory regions, a file, a buffer the download
+ * allocates) share this session and its part machinery. Split per destination, as
+ * upload*.c are, once the block cache's changes to it (issue 11) have landed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -1,6 +1,7 @@
 /* Uploads: from memory regions, from a file, and the streaming writer, and server-side
  * copies (s3f_copy: parts are UploadPartCopy requests of ranges of the source), as one
- * state machine. docs/TRANSFER.md describes the states.
+ * state machine fed by one source adapter per kind (struct up_source, upload_internal.h).
+ * docs/TRANSFER.md describes the states.
  *
  * Threads: the caller's thread prepares parts (checksums, or copies into pool chunks for the
  * writer) and waits; I/O threads run the requests and their completions. Everything under
@@ -195,7 +196,7 @@ void s3f__up_advance(struct upload *u, struct actions *act) {
         set_state(u, UP_DONE);
         return;
     }
-    if (u->src == SRC_COPY && !u->verified) {
+    if (u->source->verify_before_complete && !u->verified) {
         /* Some servers (Ceph RGW) ignore x-amz-copy-source-if-match on UploadPartCopy: a
          * source replaced during the copy would give an object of two versions. Every
          * part is copied now; if the source still has the ETag it had at the start, no
@@ -263,58 +264,6 @@ void s3f__up_callback_exit(struct upload *u) {
     pthread_mutex_unlock(&u->lock);
 }
 
-/* ---- request bodies (I/O threads) --------------------------------------------------- */
-
-static long read_iov(void *ud, char *buf, size_t len, uint64_t offset) {
-    struct upreq *q = ud;
-    struct upload *u = q->u;
-    uint64_t pos = q->off + offset;
-    /* first region whose end is past pos */
-    size_t lo = 0, hi = u->n_iov;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (u->iov_end[mid] <= pos)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    size_t done = 0;
-    for (size_t i = lo; i < u->n_iov && done < len; i++) {
-        uint64_t start = u->iov_end[i] - u->iov[i].len;
-        if (u->iov[i].len == 0)
-            continue;
-        uint64_t in = pos + done - start;
-        size_t n = (size_t)(u->iov[i].len - in);
-        if (n > len - done)
-            n = len - done;
-        memcpy(buf + done, (const char *)u->iov[i].base + in, n);
-        done += n;
-    }
-    return done ? (long)done : -1;
-}
-
-static long read_file(void *ud, char *buf, size_t len, uint64_t offset) {
-    struct upreq *q = ud;
-    ssize_t n;
-    do {
-        n = pread(q->u->fd, buf, len, (off_t)(q->off + offset));
-    } while (n < 0 && errno == EINTR);
-    if (n > 0)
-        return (long)n;
-    q->read_errno = n < 0 ? errno : -1; /* 0: the file shrank; part_done says so */
-    q->read_at = q->off + offset;
-    return -1;
-}
-
-static long read_chunks(void *ud, char *buf, size_t len, uint64_t offset) {
-    struct upreq *q = ud;
-    size_t cs = q->u->x->pool.chunk_size;
-    size_t ci = (size_t)(offset / cs), in = (size_t)(offset % cs);
-    size_t n = cs - in < len ? cs - in : len;
-    memcpy(buf, (const char *)q->chunks[ci] + in, n);
-    return (long)n;
-}
-
 /* ---- data requests ------------------------------------------------------------------- */
 
 static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
@@ -327,9 +276,8 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     u->outstanding--;
     struct upart *p = &u->parts[q->part];
     s3f__up_release_chunks(u, p);
-    if (st == S3F_OK && u->src == SRC_COPY) /* the ETag is in the XML answer */
-        st = u->multipart ? s3f__op_upload_part_copy_result(&q->op, &q->op.info, &q->err)
-                          : s3f__op_copy_object_result(&q->op, &q->op.info, &q->err);
+    if (u->source->done)
+        st = u->source->done(u, q, st);
     if (st == S3F_OK) {
         s3f__strlcpy(p->etag, q->op.info.etag, sizeof(p->etag));
         part_set_state(u, q->part, PART_DONE);
@@ -341,20 +289,6 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         }
     } else {
         part_set_state(u, q->part, PART_PREPARED);
-        if (q->read_errno) { /* the transport saw an aborted read: say why */
-            const char *op = u->multipart ? "UploadPart" : "PutObject";
-            st = S3F_ERR_IO;
-            s3f_error_clear(&q->err);
-            if (q->read_errno < 0)
-                s3f__error_set(&q->err, st, op, u->resource,
-                               "the source file ended at offset %" PRIu64 ", before part %zu "
-                               "did: it shrank during the upload",
-                               q->read_at, q->part + 1);
-            else
-                s3f__error_set(&q->err, st, op, u->resource,
-                               "reading the source file at offset %" PRIu64 ": %s",
-                               q->read_at, strerror(q->read_errno));
-        }
         s3f__up_fail(u, st, &q->err);
     }
     s3f__up_advance(u, &act);
@@ -365,6 +299,20 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     s3f__up_do_actions(u, &act);
     s3f__sched_done(&u->x->sched);
     s3f__up_callback_exit(u); /* the waiter reports the progress (s3f__up_report_progress) */
+}
+
+enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i) {
+    struct upart *p = &u->parts[i];
+    enum s3f_status st = S3F_OK;
+    if (u->multipart)
+        st = s3f__op_upload_part(&q->op, u->bucket, u->key, u->upload_id, (int)i + 1, &p->ck,
+                                 &q->err);
+    else
+        s3f__op_put_object(&q->op, u->bucket, u->key, u->content_type, &p->ck);
+    q->op.r.body_len = (size_t)p->size;
+    if (!p->size)
+        q->op.r.body = "";
+    return st;
 }
 
 /* Scheduler callback: send the next queued part. */
@@ -388,20 +336,7 @@ static bool start_part(struct s3f__sched_entry *e) {
         q->part = i;
         q->off = p->offset;
         q->chunks = p->chunks;
-        if (u->src == SRC_COPY && u->multipart) {
-            st = s3f__op_upload_part_copy(&q->op, u->bucket, u->key, u->upload_id, (int)i + 1,
-                                          u->src_bucket, u->src_key, u->src_version_id, true,
-                                          p->offset, p->offset + p->size - 1, u->src_etag,
-                                          &q->err);
-        } else if (u->src == SRC_COPY) {
-            st = s3f__op_copy_object(&q->op, u->bucket, u->key, u->src_bucket, u->src_key,
-                                     u->src_version_id, u->src_etag, &q->err);
-        } else if (u->multipart) {
-            st = s3f__op_upload_part(&q->op, u->bucket, u->key, u->upload_id, (int)i + 1,
-                                     &p->ck, &q->err);
-        } else {
-            s3f__op_put_object(&q->op, u->bucket, u->key, u->content_type, &p->ck);
-        }
+        st = u->source->request(u, q, i);
     }
     if (st) {
         if (q) {
@@ -418,45 +353,6 @@ static bool start_part(struct s3f__sched_entry *e) {
         return false;
     }
     struct s3f__s3_request *r = &q->op.r;
-    r->body_len = (size_t)p->size;
-    switch (u->src) {
-    case SRC_MEMORY: {
-        /* a part inside one region is sent from it directly */
-        size_t lo = 0, hi = u->n_iov;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (u->iov_end[mid] <= p->offset)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (p->size == 0) {
-            r->body = "";
-        } else if (lo < u->n_iov && p->offset + p->size <= u->iov_end[lo]) {
-            uint64_t start = u->iov_end[lo] - u->iov[lo].len;
-            r->body = (const char *)u->iov[lo].base + (p->offset - start);
-        } else {
-            r->body = NULL;
-            r->read_body = read_iov;
-            r->read_ud = q;
-        }
-        break;
-    }
-    case SRC_FILE:
-        r->body = p->size ? NULL : "";
-        r->read_body = p->size ? read_file : NULL;
-        r->read_ud = q;
-        break;
-    case SRC_CHUNKS:
-        r->body = p->size ? NULL : "";
-        r->read_body = p->size ? read_chunks : NULL;
-        r->read_ud = q;
-        break;
-    case SRC_COPY: /* no body: the server reads the source */
-        r->body = "";
-        r->body_len = 0;
-        break;
-    }
     part_set_state(u, i, PART_SENDING);
     u->outstanding++;
     pthread_mutex_unlock(&u->lock);
@@ -477,9 +373,8 @@ void s3f__upload_free(struct upload *u) {
     free(u->parts);
     s3f__op_cleanup(&u->ctl);
     free(u->upload_id);
-    free(u->iov_end);
-    if (u->src == SRC_FILE && u->fd >= 0)
-        close(u->fd);
+    if (u->source && u->source->cleanup)
+        u->source->cleanup(u);
     free(u->bucket);
     free(u->key);
     free(u->content_type);

@@ -1,11 +1,14 @@
 /* The multipart upload session shared by the upload sources (xfer/upload.c; see there and
  * docs/TRANSFER.md): its states, parts and requests, and the functions the sources call.
  *
- *   upload.c        the session: states, the send queue, data requests, life cycle
+ *   upload.c        the session: states, the send queue, data requests, life cycle; it
+ *                   reaches its source only through struct up_source
  *   upload_ctl.c    its control requests: Create, the copy's VERIFY HEAD, Complete and its
  *                   reconciliation, HEAD, Abort, and the orphan check after a lost Create
  *   upload_known.c  sources of known size: memory regions, a file; server-side copies
+ *                   (three adapters, and the part plan they share)
  *   writer.c        the streaming writer: parts filled from pool chunks as bytes come
+ *                   (one adapter)
  * Private to src/xfer. */
 #ifndef S3F_XFER_UPLOAD_INTERNAL_H
 #define S3F_XFER_UPLOAD_INTERNAL_H
@@ -34,7 +37,6 @@ enum up_state {
     UP_FAILED,      /* nothing was created */
 };
 
-enum src_kind { SRC_MEMORY, SRC_FILE, SRC_CHUNKS, SRC_COPY };
 enum ctl_kind { CTL_NONE, CTL_CREATE, CTL_VERIFY, CTL_COMPLETE, CTL_HEAD, CTL_ABORT };
 
 struct upart {
@@ -55,14 +57,14 @@ struct upload {
     char *bucket, *key, *content_type;
     char resource[600];
     enum s3f_checksum_algorithm alg;      /* never DEFAULT */
-    enum src_kind src;
-    const struct s3f_iovec *iov;          /* SRC_MEMORY */
+    const struct up_source *source;       /* where the bytes come from (set once) */
+    const struct s3f_iovec *iov;          /* memory regions */
     size_t n_iov;
     uint64_t *iov_end;                    /* end offset of each region in the object */
-    int fd;                               /* SRC_FILE */
-    char *src_bucket, *src_key;           /* SRC_COPY: the source object, */
+    int fd;                               /* a file */
+    char *src_bucket, *src_key;           /* a copy: the source object, */
     char *src_version_id, *src_etag;      /* its version (or NULL) and the pinned ETag */
-    uint64_t single_max;                  /* SRC_COPY: up to this size, one CopyObject */
+    uint64_t single_max;                  /* a copy: up to this size, one CopyObject */
     uint64_t part_size;                   /* known size: the plan; writer: first parts */
     uint64_t part_cap;                    /* writer: largest part */
     s3f_progress_fn progress;
@@ -112,11 +114,29 @@ struct upreq {
     struct upload *u;
     size_t part;
     uint64_t off;                         /* object offset of the body */
-    void **chunks;                        /* SRC_CHUNKS: the part's chunks */
+    void **chunks;                        /* the writer: the part's chunks */
     struct s3f_error err;
-    int read_errno;                       /* SRC_FILE: pread failed (errno), or -1: the
+    int read_errno;                       /* a file: pread failed (errno), or -1: the
                                            * file ended early (it shrank) */
     uint64_t read_at;                     /* file offset of that read */
+};
+
+/* One kind of source behind the session, as aws-c-s3 gives each kind of meta request its
+ * vtable: what a part's data request sends and what its answer carries. The session
+ * (upload.c) never asks which kind it has. The adapters: memory regions, a file and a
+ * server-side copy (upload_known.c), the writer's pool chunks (writer.c). */
+struct up_source {
+    const char *name;
+    /* Build the data request of part i into q->op, with its body (u->lock held). Sources
+     * of bytes call s3f__up_data_request and point the body at the part's bytes. */
+    enum s3f_status (*request)(struct upload *u, struct upreq *q, size_t i);
+    /* A data request ended with `st` (u->lock held): the final status, with q->err filled
+     * for a failure (NULL: st as it is). */
+    enum s3f_status (*done)(struct upload *u, struct upreq *q, enum s3f_status st);
+    /* Release what the source holds (NULL: nothing). */
+    void (*cleanup)(struct upload *u);
+    /* The source may change under the upload: HEAD it before Complete (copies). */
+    bool verify_before_complete;
 };
 
 /* What to do once u->lock is released. */
@@ -133,6 +153,10 @@ struct actions {
 void s3f__up_advance(struct upload *u, struct actions *act);
 enum s3f_status s3f__up_build_ctl(struct upload *u, enum ctl_kind kind);
 void s3f__up_callback_exit(struct upload *u);
+/* The data request of part i of a source of bytes (u->lock held): UploadPart, or the single
+ * PutObject, with the part's size and checksum; an empty part gets an empty body. The
+ * source then points the body at the part's bytes. */
+enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i);
 void s3f__up_do_actions(struct upload *u, const struct actions *act);
 void s3f__up_fail(struct upload *u, enum s3f_status st, const struct s3f_error *e);
 enum s3f_status s3f__up_fail_msg(struct upload *u, enum s3f_status st, const char *op,

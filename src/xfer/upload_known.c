@@ -1,7 +1,12 @@
-/* Upload sources of known size: memory regions (s3f_upload_iov, s3f_upload_buffer), a
- * file (s3f_upload_file, read by offset on the I/O threads), and server-side copies
- * (s3f_copy: UploadPartCopy of ranges of the source). Parts and checksums are planned
- * here; the session (upload.c) sends them. */
+/* Upload sources of known size, one adapter each (struct up_source): memory regions
+ * (s3f_upload_iov, s3f_upload_buffer), a file (s3f_upload_file, read by offset on the I/O
+ * threads), and server-side copies (s3f_copy: UploadPartCopy of ranges of the source).
+ * Parts and checksums are planned here; the session (upload.c) sends them.
+ *
+ * A file's bytes are read twice: once on the caller's thread for the part's checksum,
+ * which goes in the request's headers, then by the I/O thread that sends the part.
+ * Trailing checksums (aws-chunked, STREAMING-UNSIGNED-PAYLOAD-TRAILER) would need only the
+ * second read, but Ceph RGW 16.2 stores such a body with its chunk framing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,6 +19,162 @@
 #include "xfer/upload_internal.h"
 
 #define SCRATCH_SIZE ((size_t)1 << 20) /* file reads for part checksums */
+
+/* ---- the adapters: memory regions, a file, a server-side copy ----------------------- */
+
+/* Bodies (I/O threads): the bytes of part q at `offset` of its body. */
+static long read_iov(void *ud, char *buf, size_t len, uint64_t offset) {
+    struct upreq *q = ud;
+    struct upload *u = q->u;
+    uint64_t pos = q->off + offset;
+    /* first region whose end is past pos */
+    size_t lo = 0, hi = u->n_iov;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (u->iov_end[mid] <= pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t done = 0;
+    for (size_t i = lo; i < u->n_iov && done < len; i++) {
+        uint64_t start = u->iov_end[i] - u->iov[i].len;
+        if (u->iov[i].len == 0)
+            continue;
+        uint64_t in = pos + done - start;
+        size_t n = (size_t)(u->iov[i].len - in);
+        if (n > len - done)
+            n = len - done;
+        memcpy(buf + done, (const char *)u->iov[i].base + in, n);
+        done += n;
+    }
+    return done ? (long)done : -1;
+}
+
+static enum s3f_status memory_request(struct upload *u, struct upreq *q, size_t i) {
+    enum s3f_status st = s3f__up_data_request(u, q, i);
+    const struct upart *p = &u->parts[i];
+    if (st || !p->size)
+        return st;
+    /* a part inside one region is sent from it directly */
+    size_t lo = 0, hi = u->n_iov;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (u->iov_end[mid] <= p->offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    struct s3f__s3_request *r = &q->op.r;
+    if (lo < u->n_iov && p->offset + p->size <= u->iov_end[lo]) {
+        uint64_t start = u->iov_end[lo] - u->iov[lo].len;
+        r->body = (const char *)u->iov[lo].base + (p->offset - start);
+    } else {
+        r->body = NULL;
+        r->read_body = read_iov;
+        r->read_ud = q;
+    }
+    return S3F_OK;
+}
+
+static void memory_cleanup(struct upload *u) {
+    free(u->iov_end);
+    u->iov_end = NULL;
+}
+
+static const struct up_source memory_source = {
+    .name = "memory",
+    .request = memory_request,
+    .cleanup = memory_cleanup,
+};
+
+static long read_file(void *ud, char *buf, size_t len, uint64_t offset) {
+    struct upreq *q = ud;
+    ssize_t n;
+    do {
+        n = pread(q->u->fd, buf, len, (off_t)(q->off + offset));
+    } while (n < 0 && errno == EINTR);
+    if (n > 0)
+        return (long)n;
+    q->read_errno = n < 0 ? errno : -1; /* 0: the file shrank; part_done says so */
+    q->read_at = q->off + offset;
+    return -1;
+}
+
+static enum s3f_status file_request(struct upload *u, struct upreq *q, size_t i) {
+    enum s3f_status st = s3f__up_data_request(u, q, i);
+    if (st || !u->parts[i].size)
+        return st;
+    q->op.r.body = NULL;
+    q->op.r.read_body = read_file;
+    q->op.r.read_ud = q;
+    return S3F_OK;
+}
+
+/* The transport saw an aborted read of the file: say why. */
+static enum s3f_status file_done(struct upload *u, struct upreq *q, enum s3f_status st) {
+    if (st == S3F_OK || !q->read_errno)
+        return st;
+    const char *op = u->multipart ? "UploadPart" : "PutObject";
+    st = S3F_ERR_IO;
+    s3f_error_clear(&q->err);
+    if (q->read_errno < 0)
+        s3f__error_set(&q->err, st, op, u->resource,
+                       "the source file ended at offset %" PRIu64 ", before part %zu "
+                       "did: it shrank during the upload",
+                       q->read_at, q->part + 1);
+    else
+        s3f__error_set(&q->err, st, op, u->resource,
+                       "reading the source file at offset %" PRIu64 ": %s",
+                       q->read_at, strerror(q->read_errno));
+    return st;
+}
+
+static void file_cleanup(struct upload *u) {
+    if (u->fd >= 0)
+        close(u->fd);
+    u->fd = -1;
+}
+
+static const struct up_source file_source = {
+    .name = "file",
+    .request = file_request,
+    .done = file_done,
+    .cleanup = file_cleanup,
+};
+
+/* UploadPartCopy of the part's range of the source, or one CopyObject; no body: the server
+ * reads the source. */
+static enum s3f_status copy_request(struct upload *u, struct upreq *q, size_t i) {
+    const struct upart *p = &u->parts[i];
+    enum s3f_status st;
+    if (u->multipart)
+        st = s3f__op_upload_part_copy(&q->op, u->bucket, u->key, u->upload_id, (int)i + 1,
+                                      u->src_bucket, u->src_key, u->src_version_id, true,
+                                      p->offset, p->offset + p->size - 1, u->src_etag,
+                                      &q->err);
+    else
+        st = s3f__op_copy_object(&q->op, u->bucket, u->key, u->src_bucket, u->src_key,
+                                 u->src_version_id, u->src_etag, &q->err);
+    q->op.r.body = "";
+    q->op.r.body_len = 0;
+    return st;
+}
+
+/* The ETag is in the XML answer. */
+static enum s3f_status copy_done(struct upload *u, struct upreq *q, enum s3f_status st) {
+    if (st == S3F_OK)
+        st = u->multipart ? s3f__op_upload_part_copy_result(&q->op, &q->op.info, &q->err)
+                          : s3f__op_copy_object_result(&q->op, &q->op.info, &q->err);
+    return st;
+}
+
+static const struct up_source copy_source = {
+    .name = "copy",
+    .request = copy_request,
+    .done = copy_done,
+    .verify_before_complete = true,
+};
 
 /* ---- uploads of known size ----------------------------------------------------------- */
 
@@ -63,14 +224,14 @@ static enum s3f_status upload_known(struct upload *u, uint64_t size,
         return st;
     }
     uint32_t n = s3f__plan_part_count(size, ps);
-    if (u->src == SRC_COPY && size <= u->single_max) { /* one CopyObject */
+    if (u->source == &copy_source && size <= u->single_max) { /* one CopyObject */
         n = 1;
         ps = size;
     }
     u->part_size = ps;
     u->parts = calloc(n, sizeof(*u->parts));
     char *scratch = NULL;
-    if (!u->parts || (u->src == SRC_FILE && u->alg != S3F_CHECKSUM_NONE &&
+    if (!u->parts || (u->source == &file_source && u->alg != S3F_CHECKSUM_NONE &&
                       !(scratch = malloc(SCRATCH_SIZE))))
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "upload", u->resource, "out of memory");
     u->cap_parts = u->n_parts = n;
@@ -102,7 +263,7 @@ static enum s3f_status upload_known(struct upload *u, uint64_t size,
         if (failed)
             break;
         if (u->alg != S3F_CHECKSUM_NONE) {
-            if (u->src == SRC_MEMORY)
+            if (u->source == &memory_source)
                 iov_checksum(u, p->offset, p->size, &p->ck);
             else
                 cst = file_checksum(u, p->offset, p->size, scratch, &p->ck);
@@ -150,7 +311,7 @@ enum s3f_status s3f_upload_iov(struct s3f_client *c, const char *bucket, const c
     enum s3f_status st = s3f__upload_new(c, bucket, key, opts, "upload", &u, err);
     if (st)
         return st;
-    u->src = SRC_MEMORY;
+    u->source = &memory_source;
     u->iov = iov;
     u->n_iov = n_iov;
     u->iov_end = calloc(n_iov ? n_iov : 1, sizeof(*u->iov_end));
@@ -189,7 +350,7 @@ enum s3f_status s3f_upload_file(struct s3f_client *c, const char *bucket, const 
     enum s3f_status st = s3f__upload_new(c, bucket, key, opts, "upload", &u, err);
     if (st)
         return st;
-    u->src = SRC_FILE;
+    u->source = &file_source;
     u->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (u->fd < 0 || fstat(u->fd, &sb) != 0) {
@@ -233,7 +394,7 @@ enum s3f_status s3f_copy(struct s3f_client *c, const char *src_bucket, const cha
     struct upload *u;
     if ((st = s3f__upload_new(c, dst_bucket, dst_key, &uo, "copy", &u, err)))
         return st;
-    u->src = SRC_COPY;
+    u->source = &copy_source;
     u->part_size = opts->part_size_bytes ? opts->part_size_bytes
                    : u->x->part_size > S3F__COPY_PART_DEFAULT ? u->x->part_size
                                                                : S3F__COPY_PART_DEFAULT;

@@ -12,6 +12,33 @@
 
 #include "xfer/upload_internal.h"
 
+/* ---- the adapter: parts from pool chunks ---------------------------------------------- */
+
+/* Body (I/O threads): the bytes of part q at `offset` of its body, from its chunks. */
+static long read_chunks(void *ud, char *buf, size_t len, uint64_t offset) {
+    struct upreq *q = ud;
+    size_t cs = q->u->x->pool.chunk_size;
+    size_t ci = (size_t)(offset / cs), in = (size_t)(offset % cs);
+    size_t n = cs - in < len ? cs - in : len;
+    memcpy(buf, (const char *)q->chunks[ci] + in, n);
+    return (long)n;
+}
+
+static enum s3f_status chunks_request(struct upload *u, struct upreq *q, size_t i) {
+    enum s3f_status st = s3f__up_data_request(u, q, i);
+    if (st || !u->parts[i].size)
+        return st;
+    q->op.r.body = NULL;
+    q->op.r.read_body = read_chunks;
+    q->op.r.read_ud = q;
+    return S3F_OK;
+}
+
+static const struct up_source chunks_source = {
+    .name = "writer",
+    .request = chunks_request,
+};
+
 /* ---- the streaming writer ------------------------------------------------------------- */
 
 struct s3f_writer {
@@ -68,7 +95,7 @@ enum s3f_status s3f_writer_open(struct s3f_client *c, const char *bucket, const 
     enum s3f_status st = s3f__upload_new(c, bucket, key, opts, "upload", &u, err);
     if (st)
         return st;
-    u->src = SRC_CHUNKS;
+    u->source = &chunks_source;
     /* a part must fit in the pool at least twice over, so that one can fill while one
      * is sent */
     uint64_t cap = u->x->memory_limit / 2 / S3F__POOL_CHUNK * S3F__POOL_CHUNK;

@@ -1,5 +1,7 @@
-/* The transfer engine's per-client state: resolved settings, the buffer pool and the
- * request scheduler, created on the client's first transfer. */
+/* The transfer engine of a client: its own options, checked by s3f_client_new, which
+ * composes the s3 client (src/s3/client.c) with the engine, and its teardown in
+ * s3f_client_free; the per-client state (resolved settings, the buffer pool, the request
+ * scheduler, the janitor) created on the client's first transfer. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,24 +11,69 @@
 #define DEFAULT_PART_SIZE (8 * S3F__MIB)
 #define DEFAULT_MEMORY_LIMIT (512 * S3F__MIB)
 
-static void shared_stop(void *p) {
-    s3f__janitor_stop(p);
+/* ---- the engine's options and the client's composition -------------------------------- */
+
+/* Check and keep the engine's options (they resolve on the first transfer). */
+static enum s3f_status engine_new(const struct s3f_client_options *opts,
+                                  struct s3f__xfer_engine **out, struct s3f_error *err) {
+    *out = NULL;
+    if (opts->part_size_bytes &&
+        (opts->part_size_bytes < (5ull << 20) || opts->part_size_bytes > (5ull << 30))) {
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "part_size_bytes must be 5 MiB to 5 GiB, got %llu",
+                              (unsigned long long)opts->part_size_bytes);
+    }
+    if (opts->memory_limit_bytes && opts->memory_limit_bytes < (16ull << 20)) {
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "memory_limit_bytes must be at least 16 MiB, got %llu",
+                              (unsigned long long)opts->memory_limit_bytes);
+    }
+    if (opts->throughput_target_gbps < 0 ||
+        opts->throughput_target_gbps != opts->throughput_target_gbps) {
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "throughput_target_gbps must be positive (or 0 for the default)");
+    }
+    if ((unsigned)opts->checksum > S3F_CHECKSUM_CRC64NVME) {
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "unknown checksum algorithm %d", (int)opts->checksum);
+    }
+    struct s3f__xfer_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
+    e->throughput_target_gbps = opts->throughput_target_gbps;
+    e->part_size_bytes = opts->part_size_bytes;
+    e->memory_limit_bytes = opts->memory_limit_bytes;
+    e->max_inflight_requests = opts->max_inflight_requests;
+    e->checksum = opts->checksum;
+    pthread_mutex_init(&e->lock, NULL);
+    *out = e;
+    return S3F_OK;
 }
 
-static void shared_free(void *p) {
-    struct s3f__xfer_shared *x = p;
+static void shared_free(struct s3f__xfer_shared *x) {
     s3f__janitor_cleanup(&x->janitor);
     s3f__sched_cleanup(&x->sched);
     s3f__pool_cleanup(&x->pool);
     free(x);
 }
 
+/* After the transport is gone: the state, then the options. NULL ok. */
+static void engine_free(struct s3f__xfer_engine *e) {
+    if (!e)
+        return;
+    if (e->shared)
+        shared_free(e->shared);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err) {
     enum s3f_status st = S3F_OK;
-    pthread_mutex_lock(&c->xfer.lock);
-    if (c->xfer.state) {
-        *out = c->xfer.state;
+    struct s3f__xfer_engine *e = c->xfer;
+    pthread_mutex_lock(&e->lock);
+    if (e->shared) {
+        *out = e->shared;
         goto out;
     }
     struct s3f__xfer_shared *x = calloc(1, sizeof(*x));
@@ -34,7 +81,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "transfer", NULL, "out of memory");
         goto out;
     }
-    const struct s3f__client_xfer *o = &c->xfer;
+    const struct s3f__xfer_engine *o = e;
     x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
     x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
     x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
@@ -57,13 +104,45 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
              (unsigned long long)x->part_size, (unsigned long long)x->memory_limit,
              x->max_inflight, x->target_gbps,
              x->checksum == S3F_CHECKSUM_NONE ? "none" : s3f__checksum_algorithm_name(x->checksum));
-    c->xfer.state = x;
-    c->xfer.state_free = shared_free;
-    c->xfer.state_stop = shared_stop;
+    e->shared = x;
     *out = x;
 out:
-    pthread_mutex_unlock(&c->xfer.lock);
+    pthread_mutex_unlock(&e->lock);
     return st;
+}
+
+enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
+                               struct s3f_error *err) {
+    static const struct s3f_client_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                              "out must not be NULL");
+    *out = NULL;
+    s3f_error_clear(err);
+    struct s3f__xfer_engine *e;
+    enum s3f_status st = engine_new(opts, &e, err);
+    if (st)
+        return st;
+    if ((st = s3f__s3_client_new(opts, out, err))) {
+        engine_free(e);
+        return st;
+    }
+    (*out)->xfer = e;
+    return S3F_OK;
+}
+
+void s3f_client_free(struct s3f_client *c) {
+    if (!c)
+        return;
+    struct s3f__xfer_engine *e = c->xfer;
+    /* the janitor's last tries need the transport; the pool and scheduler outlive it (a
+     * request's completion may still hand back buffers while the transport stops) */
+    if (e && e->shared)
+        s3f__janitor_stop(e->shared);
+    s3f__s3_client_free(c);
+    engine_free(e);
 }
 
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {

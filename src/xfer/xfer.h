@@ -1,4 +1,17 @@
-/* The transfer engine's internals: part planning, the bounded buffer pool, the request
+/* src/xfer: the transfer engine (docs/TRANSFER.md), the top of the library.
+ * Owns: the engine of each client: its options and state, and s3f_client_new and
+ *   s3f_client_free, which compose the s3 client with it (xfer.c); part plans (plan.c), the
+ *   bounded buffer pool (pool.c), fair request slots (sched.c); uploads: the multipart
+ *   session (upload.c, upload_ctl.c: Create, Complete, HEAD, Abort) fed by one source
+ *   adapter per kind (upload_known.c: memory regions, files, server-side copies;
+ *   writer.c: the streaming writer); downloads (download.c), the reader (reader.c), aborts
+ *   retried in the background (janitor.c).
+ * May call: core/; s3/ through client.h (submit, execute, the response head) and
+ *   ops_internal.h (prepared requests); of http/ only s3f__http_pool_data_connections.
+ *   Never libcurl, nor the executor's per-attempt state. Called by the front ends through
+ *   the public header.
+ *
+ * The transfer engine's internals: part planning, the bounded buffer pool, the request
  * scheduler shared fairly by all transfers of a client, and the per-client state.
  * See docs/TRANSFER.md for the design. */
 #ifndef S3F_XFER_H
@@ -164,6 +177,20 @@ struct s3f__xfer_shared {
     struct s3f__pool pool;
     struct s3f__sched sched;
     struct s3f__janitor janitor;
+};
+
+/* The engine of one client: its options as the caller gave them (resolved into a
+ * s3f__xfer_shared on the first transfer) and that state. Created by s3f_client_new before
+ * the s3 client, stopped before the transport goes away and freed after it, by
+ * s3f_client_free (xfer.c); the s3 client holds only the pointer. */
+struct s3f__xfer_engine {
+    double throughput_target_gbps;
+    uint64_t part_size_bytes;
+    uint64_t memory_limit_bytes;
+    uint32_t max_inflight_requests;
+    enum s3f_checksum_algorithm checksum;
+    pthread_mutex_t lock;
+    struct s3f__xfer_shared *shared; /* NULL until the first transfer; under `lock` */
 };
 
 /* The client's transfer state, created on first use from its options. S3F_ERR_NO_MEMORY. */

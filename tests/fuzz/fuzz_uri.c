@@ -1,7 +1,7 @@
 /* s3:// URIs (src/s3/uri.c): the length-taking parser on the raw bytes (NUL bytes
  * included) and the public s3f_uri_parse on the string up to the first NUL, into buffers
  * of the sizes the CLI uses and into small ones. The input as a user's key then goes into
- * a DeleteObjects body (src/s3/xml.c: UTF-8 check, XML escaping), as `s3flash rm` sends it. */
+ * a DeleteObjects body (src/s3/xml_delete.c: UTF-8 check, XML escaping), as `s3flash rm` sends it. */
 #include <string.h>
 
 #include "fuzz.h"

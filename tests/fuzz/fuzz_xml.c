@@ -1,4 +1,4 @@
-/* Every S3 XML response parser (src/s3/xml.c) on the same bytes: error documents,
+/* Every S3 XML response parser (src/s3/xml*.c) on the same bytes: error documents,
  * ListObjectsV2, CreateMultipartUpload, CompleteMultipartUpload, CopyObject, UploadPartCopy
  * (the three with 200-with-error), ListParts, ListMultipartUploads, DeleteObjects. Each
  * parser refuses a wrong root quickly, so one input exercises all of them. Also checks the

@@ -319,6 +319,16 @@ static void test_custom_endpoints(void) {
          "rgw:7480", "/Legacy_Bucket/k/x%20y"},
         {"us-east-1", NULL, "http://h:9000/", false, "http://h:9000", "h:9000", "/k/x%20y"},
         {"us-east-1", "", "http://h:9000", false, "http://h:9000", "h:9000", "/k/x%20y"},
+        /* as libcurl sends them (curl_url()): an abbreviated IPv4 address, dot segments, a
+         * port with a leading zero, a link-local address with its zone */
+        {"us-east-1", "bkt", "http://127.1:7480", false, "http://127.0.0.1:7480/bkt",
+         "127.0.0.1:7480", "/bkt/k/x%20y"},
+        {"us-east-1", "bkt", "http://h:9000/a/../b/./", true, "http://h:9000/b/bkt", "h:9000",
+         "/b/bkt/k/x%20y"},
+        {"us-east-1", "bkt", "http://h:09000", true, "http://h:9000/bkt", "h:9000",
+         "/bkt/k/x%20y"},
+        {"us-east-1", "bkt", "http://[fe80::1%25eth0]:9000", false,
+         "http://[fe80::1%25eth0]:9000/bkt", "[fe80::1%25eth0]:9000", "/bkt/k/x%20y"},
     };
     for (size_t i = 0; i < S3F_ARRAY_LEN(cases); i++) {
         struct s3f__endpoint_params p = {.region = cases[i].region,
@@ -429,6 +439,16 @@ static void test_errors(void) {
         {{.region = "us-east-1", .endpoint_url = "http://[::1"}, S3F_ERR_INVALID_URI,
          "not a valid URI"},
         {{.region = "us-east-1", .endpoint_url = "http://ho st"}, S3F_ERR_INVALID_URI,
+         "not a valid URI"},
+        {{.region = "us-east-1", .endpoint_url = "http:/host"}, S3F_ERR_INVALID_URI,
+         "not a valid URI"},
+        {{.region = "us-east-1", .endpoint_url = "http:///host"}, S3F_ERR_INVALID_URI,
+         "not a valid URI"},
+        {{.region = "us-east-1", .endpoint_url = "http://host:0"}, S3F_ERR_INVALID_URI,
+         "not a valid URI"},
+        {{.region = "us-east-1", .endpoint_url = "http://host/#"}, S3F_ERR_INVALID_URI,
+         "not a valid URI"},
+        {{.region = "us-east-1", .endpoint_url = "http://h\xc3\xa9st"}, S3F_ERR_INVALID_URI,
          "not a valid URI"},
         {{.region = "", .bucket = "b"}, S3F_ERR_INVALID_ARGUMENT, "region must be set"},
         {{.region = "us-east-1", .bucket = "arn:aws:s3:us-west-2:123456789012:accesspoint:x"},

@@ -1,0 +1,123 @@
+/* The listings and bucket operations of the public API: ListObjectsV2, CreateBucket,
+ * ListBuckets, DeleteBucket. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3/ops_common.h"
+
+/* ---- ListObjectsV2 -------------------------------------------------------------------- */
+
+enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bucket,
+                                    const struct s3f_list_options *opts,
+                                    struct s3f_list_page **out, struct s3f_error *err) {
+    static const struct s3f_list_options defaults;
+    if (!opts)
+        opts = &defaults;
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListObjectsV2", NULL,
+                              "out is NULL");
+    *out = NULL;
+    enum s3f_status st = s3f__op_check_args("ListObjectsV2", bucket, NULL, false, err);
+    if (st)
+        return st;
+    if (opts->max_keys < 0 || opts->max_keys > 1000)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListObjectsV2", bucket,
+                              "max_keys must be 0..1000, got %d", opts->max_keys);
+    struct s3f__buf q, body;
+    s3f__buf_init(&q, 8192);
+    s3f__buf_init(&body, XML_BODY_MAX);
+    char max_keys[16];
+    snprintf(max_keys, sizeof(max_keys), "%d", opts->max_keys);
+    if (s3f__op_query_add(&q, "list-type", "2") ||
+        s3f__op_query_add(&q, "encoding-type", "url") ||
+        (opts->prefix && *opts->prefix && s3f__op_query_add(&q, "prefix", opts->prefix)) ||
+        (opts->delimiter && *opts->delimiter &&
+         s3f__op_query_add(&q, "delimiter", opts->delimiter)) ||
+        (opts->continuation_token && *opts->continuation_token &&
+         s3f__op_query_add(&q, "continuation-token", opts->continuation_token)) ||
+        (opts->start_after && *opts->start_after &&
+         s3f__op_query_add(&q, "start-after", opts->start_after)) ||
+        (opts->max_keys && s3f__op_query_add(&q, "max-keys", max_keys))) {
+        s3f__buf_cleanup(&q);
+        return s3f__op_oom(err, "ListObjectsV2");
+    }
+    struct s3f__s3_request r;
+    s3f__op_request_init(&r, "ListObjectsV2", "GET", bucket, NULL);
+    r.query = q.data;
+    r.body_out = &body;
+    st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_list_objects_v2(body.data, body.len, out, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "ListObjectsV2", sizeof(err->operation));
+    s3f__buf_cleanup(&q);
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+
+/* ---- buckets ------------------------------------------------------------------------ */
+
+enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *bucket,
+                                  struct s3f_error *err) {
+    enum s3f_status st = s3f__op_check_args("CreateBucket", bucket, NULL, false, err);
+    if (st)
+        return st;
+    struct s3f__buf body;
+    s3f__buf_init(&body, 4096);
+    struct s3f__s3_request r;
+    s3f__op_request_init(&r, "CreateBucket", "PUT", bucket, NULL);
+    /* us-east-1 takes no LocationConstraint; a custom endpoint may know no AWS region */
+    if (strcmp(c->region, "us-east-1") != 0 && !c->endpoint_url) {
+        if (s3f__buf_appendf(&body,
+                             "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/"
+                             "2006-03-01/\"><LocationConstraint>%s</LocationConstraint>"
+                             "</CreateBucketConfiguration>",
+                             c->region)) {
+            s3f__buf_cleanup(&body);
+            return s3f__op_oom(err, "CreateBucket");
+        }
+    }
+    r.body = body.data ? body.data : "";
+    r.body_len = body.len;
+    st = s3f__s3_execute(c, &r, err);
+    s3f__buf_cleanup(&body);
+    if (st && err && strcmp(err->code, "BucketAlreadyOwnedByYou") == 0) {
+        s3f_error_clear(err);
+        return S3F_OK;
+    }
+    return st;
+}
+
+enum s3f_status s3f_list_buckets(struct s3f_client *c, struct s3f_bucket_list **out,
+                                 struct s3f_error *err) {
+    s3f_error_clear(err);
+    if (!out)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListBuckets", NULL,
+                              "out is NULL");
+    *out = NULL;
+    struct s3f__buf body;
+    s3f__buf_init(&body, XML_BODY_MAX);
+    struct s3f__s3_request r;
+    s3f__op_request_init(&r, "ListBuckets", "GET", NULL, NULL);
+    r.body_out = &body;
+    enum s3f_status st = s3f__s3_execute(c, &r, err);
+    if (st == S3F_OK)
+        st = s3f__xml_parse_list_buckets(body.data, body.len, out, err);
+    if (st && err && !err->operation[0])
+        s3f__strlcpy(err->operation, "ListBuckets", sizeof(err->operation));
+    s3f__buf_cleanup(&body);
+    return st;
+}
+
+enum s3f_status s3f_delete_bucket(struct s3f_client *c, const char *bucket,
+                                  struct s3f_error *err) {
+    enum s3f_status st = s3f__op_check_args("DeleteBucket", bucket, NULL, false, err);
+    if (st)
+        return st;
+    struct s3f__s3_request r;
+    s3f__op_request_init(&r, "DeleteBucket", "DELETE", bucket, NULL);
+    return s3f__s3_execute(c, &r, err);
+}
