@@ -72,6 +72,8 @@ enum cli_opt_id {
     OPT_EXACT_TIMESTAMPS, /* sync */
     OPT_SIZE_ONLY,        /* sync */
     OPT_DRYRUN,           /* cp, mv, rm, sync */
+    OPT_CACHE,            /* cp, mv, sync: the block cache's directory */
+    OPT_MAX_CACHE_SIZE,
     OPT_COUNT_,
 };
 
@@ -130,6 +132,8 @@ struct cli_engine {
     uint32_t max_inflight_requests;
     uint32_t io_threads;
     enum s3f_checksum_algorithm checksum;
+    const char *cache_dir;     /* --cache (NULL: none) */
+    uint64_t cache_max_bytes;  /* --max-cache-size (0: the library's default) */
 };
 
 struct cli_ctx {

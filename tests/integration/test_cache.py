@@ -130,3 +130,28 @@ def test_unusable_cache_dir_does_not_fail_reads(s3env, bucket, proxy, tmp_path):
         stats, err = run(env, "read", mode, bucket, "cache/unusable", 3 * MIB, 30, not_a_dir)
         assert stats["hits"] == 0 and stats["inserted"] == 0
         assert "is not used" in err
+
+
+def test_cli_cp_second_download_sends_no_get(s3env, bucket, proxy, tmp_path, cli_path):
+    env = dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint)
+    run(env, "put", bucket, "cache/cli", SIZE, 40)
+    env.update(AWS_ACCESS_KEY_ID=s3env["S3FLASH_TEST_ACCESS_KEY"],
+               AWS_SECRET_ACCESS_KEY=s3env["S3FLASH_TEST_SECRET_KEY"],
+               AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    cache = tmp_path / "cache"
+    outs = []
+    for i in range(2):
+        proxy.reset()
+        out = tmp_path / f"out{i}"
+        r = subprocess.run([cli_path, "cp", "--quiet", "--endpoint-url", proxy.endpoint,
+                            "--region", s3env["S3FLASH_TEST_REGION"], "--force-path-style",
+                            "--cache", str(cache), "--max-cache-size", "1G",
+                            f"s3://{bucket}/cache/cli", str(out)],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append((gets(proxy), out.read_bytes()))
+    (g1, b1), (g2, b2) = outs
+    assert g1 > 0 and g2 == 0
+    assert b1 == b2 and len(b1) == SIZE
+    assert sum(p.stat().st_size for p in block_files(cache)) >= SIZE
