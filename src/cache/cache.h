@@ -53,6 +53,7 @@ struct s3f__cache_object {
     uint64_t size;
     char *dir;                    /* <cache>/v1/<2 hex>/<64 hex>, malloc'ed */
     char *scratch;                /* one block, allocated on first need */
+    uint64_t scratch_block;       /* the block scratch holds (checked), UINT64_MAX: none */
 };
 /* S3F_ERR_NO_MEMORY (o is then empty; cleanup is still safe). */
 enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__cache *c,

@@ -59,11 +59,14 @@ enum s3f_status s3f__cache_pread(struct s3f__cache_object *o, void *buf, size_t 
             if ((st = fetch(ud, out + (pos - offset), (size_t)(stop - pos), pos, err)))
                 break;
         } else {
-            if (!s3f__cache_get(o, b, s)) {
+            /* small sequential reads take one block from disk once, not once per read */
+            if (o->scratch_block != b && !s3f__cache_get(o, b, s)) {
+                o->scratch_block = UINT64_MAX;
                 if ((st = fetch(ud, s, (size_t)blen, bstart, err)))
                     break;
                 s3f__cache_put(o, b, s);
             }
+            o->scratch_block = b;
             memcpy(out + (pos - offset), s + (pos - bstart), (size_t)(stop - pos));
         }
         pos = stop;

@@ -208,6 +208,7 @@ enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__
     snprintf(o->dir, n, "%s/%.2s/%s", c->root, hex, hex);
     o->cache = c;
     o->size = size;
+    o->scratch_block = UINT64_MAX;
     return S3F_OK;
 }
 

@@ -6,12 +6,13 @@
  *     MODE: reader (s3f_reader, reads of 1 MiB + 7 bytes), random (s3f_reader, 4 KiB reads
  *     at scattered offsets), buffer (s3f_download_buffer), alloc (s3f_download_alloc),
  *     file (s3f_download_file); checks every byte against the pattern of SEED and prints
- *     "stats hits=H misses=M hit_bytes=B inserted=I errors=E".
+ *     "stats hits=H misses=M hit_bytes=B inserted=I errors=E ms=T" (T: the read's time).
  * Needs S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY. Exit status 0 when all is right. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "s3flash/s3flash.h"
@@ -73,6 +74,8 @@ static int read_object(const char *mode, const char *bucket, const char *key, si
     struct s3f_error e;
     enum s3f_status st = S3F_OK;
     int bad = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!strcmp(mode, "reader") || !strcmp(mode, "random")) {
         struct s3f_reader *r = NULL;
         if ((st = s3f_reader_open(c, bucket, key, NULL, &r, &e)))
@@ -126,6 +129,7 @@ static int read_object(const char *mode, const char *bucket, const char *key, si
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st)
         return fail(mode, &e);
     if (bad || memcmp(got, want, size) != 0) {
@@ -134,10 +138,11 @@ static int read_object(const char *mode, const char *bucket, const char *key, si
     }
     struct s3f_client_stats s;
     s3f_client_stats(c, &s, 0);
-    printf("stats hits=%llu misses=%llu hit_bytes=%llu inserted=%llu errors=%llu\n",
+    printf("stats hits=%llu misses=%llu hit_bytes=%llu inserted=%llu errors=%llu ms=%lld\n",
            (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
            (unsigned long long)s.cache_hit_bytes, (unsigned long long)s.cache_inserted_bytes,
-           (unsigned long long)s.cache_errors);
+           (unsigned long long)s.cache_errors,
+           (long long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
     free(want);
     free(got);
     s3f_client_free(c);
