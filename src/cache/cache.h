@@ -79,6 +79,8 @@ struct s3f__cache_counters {
     uint64_t hits, misses, hit_bytes, inserted_bytes, errors, evicted_bytes;
 };
 void s3f__cache_counters(struct s3f__cache *c, struct s3f__cache_counters *out);
+/* A block the caller found missing without s3f__cache_get (whole-object downloads). */
+void s3f__cache_count_miss(struct s3f__cache *c);
 /* Bytes of block files under the directory now, counted by a scan (tests, stats). */
 uint64_t s3f__cache_scan_bytes(struct s3f__cache *c);
 

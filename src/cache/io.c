@@ -268,6 +268,7 @@ void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *k
         char *p = iov_place(iov, n_iov, b * bs, len);
         if (!p && (p = scratch(&o)))
             iov_copy(iov, n_iov, b * bs, p, len, false);
+        s3f__cache_count_miss(c);
         if (p)
             s3f__cache_put(&o, b, p);
     }
@@ -288,6 +289,7 @@ void s3f__cache_fill_fd(struct s3f__cache *c, const char *bucket, const char *ke
         ssize_t n = pread(fd, p, (size_t)len, (off_t)(b * bs));
         if (n != (ssize_t)len)
             break;
+        s3f__cache_count_miss(c);
         s3f__cache_put(&o, b, p);
     }
     s3f__cache_object_cleanup(&o);

@@ -169,6 +169,10 @@ void s3f__cache_counters(struct s3f__cache *c, struct s3f__cache_counters *out) 
     out->evicted_bytes = __atomic_load_n(&c->n.evicted_bytes, __ATOMIC_RELAXED);
 }
 
+void s3f__cache_count_miss(struct s3f__cache *c) {
+    count(&c->n.misses, 1);
+}
+
 /* ---- objects --------------------------------------------------------------------------- */
 
 enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__cache *c,
