@@ -112,13 +112,15 @@ bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const
 bool s3f__cache_serve_fd(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
                          const char *key, const char *version_id, const char *if_match,
                          int fd, struct s3f_object_info *info);
-/* s3f_download_alloc: served when every block is there; *data from alloc(size) (NULL from
- * alloc: *alloc_failed set, nothing served). */
+/* s3f_download_alloc: true when every block is there: the call is then answered here, with
+ * *st (alloc(size) called once; NULL from it: S3F_ERR_NO_MEMORY; a block lost meanwhile
+ * whose ranged GET fails: that GET's error in err). false: nothing was allocated. */
 bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, void *(*alloc)(void *, size_t),
                             void *alloc_ud, void **data, size_t *len,
-                            struct s3f_object_info *info, bool *alloc_failed);
+                            struct s3f_object_info *info, enum s3f_status *st,
+                            struct s3f_error *err);
 /* Insert every block of a downloaded object (`etag`, `size`) from the destination. */
 void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *key,
                          const char *etag, uint64_t size, const struct s3f_iovec *iov,

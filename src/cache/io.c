@@ -92,10 +92,10 @@ static int region_write(void *ud, const void *data, size_t len, uint64_t offset)
 
 /* Block `b` into dst: from the cache, else by a ranged GET pinned to the ETag (the block
  * was evicted or found corrupt since the check), then inserted. */
-static bool block_into(struct s3f_client *client, struct s3f__cache_object *o, uint64_t b,
-                       char *dst) {
+static enum s3f_status block_fetch(struct s3f_client *client, struct s3f__cache_object *o,
+                                   uint64_t b, char *dst, struct s3f_error *err) {
     if (s3f__cache_get(o, b, dst))
-        return true;
+        return S3F_OK;
     uint64_t bs = s3f__cache_block_bytes(o->cache), len = s3f__cache_block_len(o, b);
     struct region_sink r = {dst, b * bs, len};
     struct s3f_get_options go;
@@ -104,10 +104,16 @@ static bool block_into(struct s3f_client *client, struct s3f__cache_object *o, u
     go.range_start = b * bs;
     go.range_end = b * bs + len - 1;
     go.if_match = o->etag;
-    if (s3f_get_object(client, o->bucket, o->key, &go, region_write, &r, NULL, NULL) != S3F_OK)
-        return false;
-    s3f__cache_put(o, b, dst);
-    return true;
+    enum s3f_status st = s3f_get_object(client, o->bucket, o->key, &go, region_write, &r, NULL,
+                                        err);
+    if (st == S3F_OK)
+        s3f__cache_put(o, b, dst);
+    return st;
+}
+
+static bool block_into(struct s3f_client *client, struct s3f__cache_object *o, uint64_t b,
+                       char *dst) {
+    return block_fetch(client, o, b, dst, NULL) == S3F_OK;
 }
 
 static uint64_t n_blocks(const struct s3f__cache_object *o) {
@@ -224,34 +230,31 @@ bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, void *(*alloc)(void *, size_t),
                             void *alloc_ud, void **data, size_t *len,
-                            struct s3f_object_info *info, bool *alloc_failed) {
-    *alloc_failed = false;
+                            struct s3f_object_info *info, enum s3f_status *st,
+                            struct s3f_error *err) {
+    *st = S3F_OK;
     struct s3f__cache_object o;
-    bool ok = head_all_cached(client, c, bucket, key, version_id, if_match, info, &o);
-    if (ok && o.size > SIZE_MAX)
-        ok = false;
-    char *dst = NULL;
-    if (ok) {
-        dst = alloc ? alloc(alloc_ud, (size_t)o.size) : malloc(o.size ? (size_t)o.size : 1);
-        if (!dst) {
-            *alloc_failed = true;
-            ok = false;
-        }
+    if (!head_all_cached(client, c, bucket, key, version_id, if_match, info, &o) ||
+        o.size > SIZE_MAX) {
+        s3f__cache_object_cleanup(&o);
+        return false;
     }
+    /* from here on the call is answered here: the allocator runs at most once */
+    char *dst = alloc ? alloc(alloc_ud, (size_t)o.size) : malloc(o.size ? (size_t)o.size : 1);
+    if (!dst)
+        *st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "GetObject", NULL,
+                             "cannot allocate %" PRIu64 " bytes for the object", o.size);
     uint64_t bs = s3f__cache_block_bytes(c);
-    for (uint64_t b = 0; ok && b < n_blocks(&o); b++)
-        ok = block_into(client, &o, b, dst + b * bs);
-    if (ok) {
+    for (uint64_t b = 0; !*st && b < n_blocks(&o); b++)
+        *st = block_fetch(client, &o, b, dst + b * bs, err);
+    if (!*st) {
         *data = dst;
         *len = (size_t)o.size;
-    } else if (dst) {
-        /* the object changed since the HEAD: the download tells. The caller's allocator's
-         * memory stays the caller's (Python frees its object). */
-        if (!alloc)
-            free(dst);
+    } else if (dst && !alloc) {
+        free(dst); /* the caller's allocator's memory stays the caller's */
     }
     s3f__cache_object_cleanup(&o);
-    return ok;
+    return true;
 }
 
 void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *key,

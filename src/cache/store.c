@@ -51,6 +51,7 @@ struct s3f__cache {
     int lock_fd;
     pthread_mutex_t lock;         /* with the flock of lock_fd: inserts and evictions */
     int warned;                   /* atomic: the first error was logged */
+    int warned_room;              /* atomic: "no room" was logged */
     uint64_t seq;                 /* atomic: temporary file names */
     struct s3f__cache_counters n; /* atomics */
 };
@@ -583,6 +584,14 @@ void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *dat
     if (total + fsize > c->max_bytes || free_bytes < floor + fsize)
         total = evict_locked(c, fsize);
     bool placed = false;
+    if (total == UINT64_MAX && !__atomic_exchange_n(&c->warned_room, 1, __ATOMIC_RELAXED)) {
+        fs_space(c, &free_bytes, &floor);
+        s3f__log(c->logger, S3F_LOG_WARN,
+                 "cache %s: no room for new blocks (%" PRIu64 " bytes free on its file system, "
+                 "%" PRIu64 " to be left free; bound %" PRIu64 " bytes): reads go to S3 "
+                 "(logged once)",
+                 c->dir, free_bytes, floor, c->max_bytes);
+    }
     if (total != UINT64_MAX) {
         struct stat old;
         bool replaced = stat(path, &old) == 0;

@@ -1030,19 +1030,15 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     struct s3f__xfer_shared *x;
     if ((st = s3f__xfer_shared_get(c, &x, err)))
         return st;
-    if (x->cache) { /* the block cache: served from it, or filled after the GET */
-        struct s3f_object_info cinfo;
-        bool alloc_failed;
-        if (s3f__cache_serve_alloc(c, x->cache, bucket, key, opts->version_id, opts->if_match,
-                                   alloc, alloc_user_data, data, len, &cinfo, &alloc_failed)) {
-            if (info)
-                *info = cinfo;
-            return S3F_OK;
-        }
-        if (alloc_failed)
-            return s3f__error_set(err, S3F_ERR_NO_MEMORY, op_name, NULL,
-                                  "cannot allocate %" PRIu64 " bytes for the object",
-                                  cinfo.size);
+    struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
+    if (x->cache && s3f__cache_serve_alloc(c, x->cache, bucket, key, opts->version_id,
+                                           opts->if_match, alloc, alloc_user_data, data, len,
+                                           &cinfo, &st, err)) {
+        if (info && st == S3F_OK)
+            *info = cinfo;
+        else if (info)
+            memset(info, 0, sizeof(*info));
+        return st;
     }
     struct whole *w = calloc(1, sizeof(*w));
     if (!w)

@@ -71,7 +71,7 @@ def test_second_read_sends_no_get(mode, s3env, bucket, proxy, tmp_path):
         assert second["hit_bytes"] == SIZE
 
 
-@pytest.mark.parametrize("mode", ["reader", "buffer", "file"])
+@pytest.mark.parametrize("mode", ["reader", "buffer", "alloc", "file"])
 def test_corrupted_block_is_fetched_again(mode, s3env, bucket, proxy, tmp_path):
     env = dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint)
     key = f"cache/corrupt-{mode}"
