@@ -33,6 +33,8 @@ struct s3f__cache_options {
     uint64_t min_free_bytes;      /* 0: 5% of the file system */
     uint64_t block_bytes;         /* 0: 1 MiB; a power of two, 64 KiB to 64 MiB */
     const struct s3f__logger *logger; /* must outlive the cache; NULL: silent */
+    const char *scope;            /* part of every block's identity: the endpoint URL ("" or
+                                     NULL: AWS), so that two services' objects never meet */
 };
 
 struct s3f__cache;

@@ -4,8 +4,8 @@
  * Layout under the cache directory:
  *   v1/lock                      flock'd by the process that inserts or evicts; holds the
  *                                bytes of all block files (8 bytes, host order)
- *   v1/<h[0:2]>/<h>/<index>      a block, h = hex SHA-256 of bucket \0 key \0 ETag \0 size
- *                                \0 block size; written as v1/<..>/<h>/.tmp.<pid>.<n> and
+ *   v1/<h[0:2]>/<h>/<index>      a block, h = hex SHA-256 of endpoint \0 bucket \0 key \0
+ *                                ETag \0 size \0 block size; written as v1/<..>/<h>/.tmp.<pid>.<n> and
  *                                renamed into place
  * A block file: a 56-byte header (magic "S3FCBLK1", version, header length, object size,
  * offset, length, CRC32C of the data, lengths of bucket, key and ETag), the bucket, key and
@@ -45,6 +45,7 @@
 struct s3f__cache {
     char *dir;                    /* as given */
     char *root;                   /* <dir>/v1 */
+    char *scope;                  /* the endpoint, hashed into every object's name */
     uint64_t max_bytes, min_free_bytes, block_bytes;
     bool free_from_fs;            /* min_free_bytes: 5% of the file system, computed each time */
     const struct s3f__logger *logger;
@@ -118,11 +119,12 @@ enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__
     c->free_from_fs = o->min_free_bytes == 0;
     c->logger = o->logger;
     c->dir = s3f__strdup(o->dir);
+    c->scope = s3f__strdup(o->scope ? o->scope : "");
     size_t n = strlen(o->dir) + 8;
     c->root = malloc(n);
     char *lockp = malloc(n + 8);
     enum s3f_status st = S3F_OK;
-    if (!c->dir || !c->root || !lockp) {
+    if (!c->dir || !c->scope || !c->root || !lockp) {
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "cache", NULL, "out of memory");
         goto out;
     }
@@ -153,6 +155,7 @@ void s3f__cache_free(struct s3f__cache *c) {
         close(c->lock_fd);
     pthread_mutex_destroy(&c->lock);
     free(c->dir);
+    free(c->scope);
     free(c->root);
     free(c);
 }
@@ -185,7 +188,8 @@ enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__
     char num[48];
     enum s3f_status st = S3F_OK;
     size_t lens[3] = {strlen(bucket), strlen(key), strlen(etag)};
-    if (s3f__buf_append(&id, bucket, lens[0] + 1) || s3f__buf_append(&id, key, lens[1] + 1) ||
+    if (s3f__buf_append(&id, c->scope, strlen(c->scope) + 1) ||
+        s3f__buf_append(&id, bucket, lens[0] + 1) || s3f__buf_append(&id, key, lens[1] + 1) ||
         s3f__buf_append(&id, etag, lens[2] + 1))
         st = S3F_ERR_NO_MEMORY;
     snprintf(num, sizeof(num), "%" PRIu64, size);

@@ -61,6 +61,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
             .min_free_bytes = o->cache_min_free_bytes,
             .block_bytes = o->cache_block_bytes,
             .logger = &c->logger,
+            .scope = s3f_client_endpoint(c),
         };
         struct s3f_error cerr;
         s3f_error_clear(&cerr);
