@@ -557,16 +557,20 @@ void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *dat
     uint64_t seq = __atomic_fetch_add(&c->seq, 1, __ATOMIC_RELAXED);
     snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%" PRIu64, o->dir, (long)getpid(), seq);
     block_path(o, index, path, sizeof(path));
-    int fd = -1;
+    int fd = -1, open_errno = 0;
     for (int tries = 0; tries < 3 && fd < 0; tries++) {
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0 && errno == ENOENT && make_dirs(o) != 0)
-            break; /* an evictor may remove the directory between mkdir and open: retry */
-        if (fd < 0 && errno != ENOENT)
+        open_errno = fd < 0 ? errno : 0;
+        if (open_errno != ENOENT)
             break;
+        /* no directory yet, or an evictor removed it between our mkdir and open: retry */
+        if (make_dirs(o) != 0) {
+            open_errno = errno;
+            break;
+        }
     }
     if (fd < 0) {
-        cache_error(c, "cannot create %s: %s", tmp, strerror(errno));
+        cache_error(c, "cannot create %s: %s", tmp, strerror(open_errno));
         return;
     }
     int e = 0;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,6 +19,8 @@
 
 static char root[256];
 static int dir_counter;
+/* the cache's one WARN line goes to stderr: a failure shows its cause */
+static const struct s3f__logger warn_log = {NULL, NULL, S3F_LOG_WARN};
 
 static void new_dir(char *out, size_t n) {
     snprintf(out, n, "%s/c%d", root, dir_counter++);
@@ -25,7 +28,7 @@ static void new_dir(char *out, size_t n) {
 
 static struct s3f__cache *open_cache(const char *dir, uint64_t max, uint64_t min_free) {
     struct s3f__cache_options o = {.dir = dir, .max_bytes = max, .min_free_bytes = min_free,
-                                   .block_bytes = BS};
+                                   .block_bytes = BS, .logger = &warn_log};
     struct s3f__cache *c = NULL;
     struct s3f_error err;
     s3f_error_clear(&err);
@@ -225,7 +228,7 @@ static void test_processes(void) {
         pids[p] = fork();
         if (pids[p] == 0) {
             struct s3f__cache_options opt = {.dir = dir, .max_bytes = max, .min_free_bytes = 1,
-                                             .block_bytes = BS};
+                                             .block_bytes = BS, .logger = &warn_log};
             struct s3f__cache *c = NULL;
             if (s3f__cache_open(&opt, &c, NULL))
                 _exit(2);
@@ -259,6 +262,60 @@ static void test_processes(void) {
     }
     CHECK(s3f__cache_scan_bytes(c0) <= max);
     s3f__cache_free(c0);
+}
+
+/* Threads of one process on one cache (the flock does not exclude them; the mutex does). */
+struct thread_job {
+    struct s3f__cache *c;
+    unsigned seed;
+    int bad;
+};
+
+static void *thread_main(void *arg) {
+    struct thread_job *j = arg;
+    struct s3f__cache_object o[2];
+    s3f__cache_object_init(&o[0], j->c, "b", "t0", "\"e\"", 32 * BS);
+    s3f__cache_object_init(&o[1], j->c, "b", "t1", "\"e\"", 32 * BS);
+    char *buf = malloc(BS), *want = malloc(BS);
+    for (int i = 0; i < 200; i++) {
+        int k = rand_r(&j->seed) % 2;
+        uint64_t b = (uint64_t)(rand_r(&j->seed) % 32);
+        fill(want, BS, 20 + k, b);
+        if (s3f__cache_get(&o[k], b, buf)) {
+            if (memcmp(buf, want, BS) != 0)
+                j->bad++;
+        } else {
+            s3f__cache_put(&o[k], b, want);
+        }
+    }
+    free(buf);
+    free(want);
+    s3f__cache_object_cleanup(&o[0]);
+    s3f__cache_object_cleanup(&o[1]);
+    return NULL;
+}
+
+static void test_threads(void) {
+    char dir[300];
+    new_dir(dir, sizeof(dir));
+    uint64_t max = 12 * (HDR + 1 + 2 + 3 + BS);
+    struct s3f__cache *c = open_cache(dir, max, 1);
+    struct thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct thread_job){c, 100u + (unsigned)i, 0};
+        pthread_create(&th[i], NULL, thread_main, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_INT(jobs[i].bad, 0);
+    }
+    struct s3f__cache_counters n;
+    s3f__cache_counters(c, &n);
+    CHECK_INT(n.errors, 0);
+    CHECK(n.hits > 0 && n.evicted_bytes > 0);
+    CHECK(s3f__cache_scan_bytes(c) <= max);
+    s3f__cache_free(c);
 }
 
 /* ---- s3f__cache_pread with a counting source ------------------------------------------ */
@@ -341,6 +398,7 @@ int main(void) {
     RUN(test_corruption);
     RUN(test_eviction_lru);
     RUN(test_processes);
+    RUN(test_threads);
     RUN(test_pread);
     RUN(test_bad_dir);
     char cmd[300];
