@@ -5,8 +5,8 @@
  *   v1/lock                      flock'd by the process that inserts or evicts; holds the
  *                                bytes of all block files (8 bytes, host order)
  *   v1/<h[0:2]>/<h>/<index>      a block, h = hex SHA-256 of endpoint \0 bucket \0 key \0
- *                                ETag \0 size \0 block size; written as v1/<..>/<h>/.tmp.<pid>.<n> and
- *                                renamed into place
+ *                                ETag \0 size \0 block size; written as
+ *                                v1/<..>/<h>/.tmp.<pid>.<n> and renamed into place
  * A block file: a 56-byte header (magic "S3FCBLK1", version, header length, object size,
  * offset, length, CRC32C of the data, lengths of bucket, key and ETag), the bucket, key and
  * ETag, then the data. A reader opens the file, checks every header field against what it

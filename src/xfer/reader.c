@@ -582,10 +582,11 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
 /* The block cache's source: read_at, all of [offset, offset+len) or an error. */
 static enum s3f_status cache_fetch(void *ud, void *dst, size_t len, uint64_t offset,
                                    struct s3f_error *err) {
+    struct s3f_reader *rd = ud;
     size_t n = 0;
-    enum s3f_status st = read_at(ud, dst, len, offset, &n, err);
+    enum s3f_status st = read_at(rd, dst, len, offset, &n, err);
     if (st == S3F_OK && n != len)
-        st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "read", ((struct s3f_reader *)ud)->resource,
+        st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "read", rd->resource,
                             "%zu of %zu bytes read", n, len);
     return st;
 }
