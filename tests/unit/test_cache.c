@@ -224,6 +224,7 @@ static void test_processes(void) {
     struct s3f__cache *c0 = open_cache(dir, max, 1); /* creates the directory */
     enum { PROCS = 4, ROUNDS = 300 };
     pid_t pids[PROCS];
+    fflush(stdout); /* not printed again by the children */
     for (int p = 0; p < PROCS; p++) {
         pids[p] = fork();
         if (pids[p] == 0) {
