@@ -480,8 +480,9 @@ uint64_t s3f__cache_scan_bytes(struct s3f__cache *c) {
 
 /* Make room for `need` more bytes (lock held): evict oldest first until the files take at
  * most max_bytes - need (less a sixteenth, so that evictions are not one per insert) and
- * the file system keeps its floor. Returns the new total, or UINT64_MAX when no room can
- * be made. */
+ * the file system keeps its floor (the new block's temporary file, written already, is
+ * counted in what is used). Returns the new total, or UINT64_MAX when no room can be
+ * made. */
 static uint64_t evict_locked(struct s3f__cache *c, uint64_t need) {
     struct scan s = {0};
     scan_tree(c, &s, true);
@@ -489,7 +490,7 @@ static uint64_t evict_locked(struct s3f__cache *c, uint64_t need) {
     fs_space(c, &free_bytes, &floor);
     uint64_t slack = c->max_bytes / 16;
     uint64_t target = c->max_bytes > need + slack ? c->max_bytes - need - slack : 0;
-    uint64_t free_target = floor + need + slack;
+    uint64_t free_target = floor + slack; /* the new block's file is written already */
     if (!s.oom && s.n)
         qsort(s.e, s.n, sizeof(*s.e), by_age);
     uint64_t total = s.total, evicted = 0;
@@ -517,7 +518,7 @@ static uint64_t evict_locked(struct s3f__cache *c, uint64_t need) {
         cache_error(c, "out of memory while scanning for eviction");
         return UINT64_MAX;
     }
-    if (total + need > c->max_bytes || free_bytes < floor + need)
+    if (total + need > c->max_bytes || free_bytes < floor)
         return UINT64_MAX;
     return total;
 }
@@ -589,7 +590,7 @@ void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *dat
     uint64_t total = usage_read(c);
     uint64_t free_bytes, floor;
     fs_space(c, &free_bytes, &floor);
-    if (total + fsize > c->max_bytes || free_bytes < floor + fsize)
+    if (total + fsize > c->max_bytes || free_bytes < floor)
         total = evict_locked(c, fsize);
     bool placed = false;
     if (total == UINT64_MAX && !__atomic_exchange_n(&c->warned_room, 1, __ATOMIC_RELAXED)) {

@@ -155,3 +155,23 @@ def test_cli_cp_second_download_sends_no_get(s3env, bucket, proxy, tmp_path, cli
     assert g1 > 0 and g2 == 0
     assert b1 == b2 and len(b1) == SIZE
     assert sum(p.stat().st_size for p in block_files(cache)) >= SIZE
+
+
+@pytest.mark.parametrize("mode", ["reader", "buffer", "file"])
+def test_full_cache_disk_does_not_fail_reads(mode, s3env, bucket, proxy, tmp_path):
+    """The cache on a 2 MiB tmpfs with no free-space floor: inserts fail with ENOSPC; the
+    read still returns the right bytes, the failures are counted and logged once."""
+    d = tmp_path / "full"
+    d.mkdir()
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {m.stderr.strip()}")
+    try:
+        env = dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint)
+        run(env, "put", bucket, f"cache/full-{mode}", 6 * MIB, 50)
+        stats, err = run(env, "read", mode, bucket, f"cache/full-{mode}", 6 * MIB, 50, d)
+        assert stats["errors"] > 0 and stats["inserted"] < 6 * MIB
+        assert err.count("No space left on device") == 1, err
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
