@@ -92,6 +92,10 @@ static void S3F_PRINTF(2, 3) cache_error(struct s3f__cache *c, const char *fmt, 
              c->dir, msg);
 }
 
+static void lock_take(struct s3f__cache *c);
+static void lock_drop(struct s3f__cache *c);
+static void usage_write(struct s3f__cache *c, uint64_t v);
+
 static int mkdir_one(const char *p) {
     return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
@@ -136,9 +140,17 @@ enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__
         goto out;
     }
     c->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (c->lock_fd < 0)
+    if (c->lock_fd < 0) {
         st = s3f__error_set(err, S3F_ERR_IO, "cache", o->dir, "cannot open %s: %s", lockp,
                             strerror(errno));
+        goto out;
+    }
+    /* a new (or emptied) count next to blocks already there: count them once */
+    lock_take(c);
+    struct stat sb;
+    if (fstat(c->lock_fd, &sb) == 0 && sb.st_size < (off_t)sizeof(uint64_t))
+        usage_write(c, s3f__cache_scan_bytes(c));
+    lock_drop(c);
 out:
     free(lockp);
     if (st)
