@@ -139,27 +139,40 @@ static bool head_all_cached(struct s3f_client *client, struct s3f__cache *c,
     return true;
 }
 
-/* Where bytes [start, start+len) of the iovec stream are, when in one region. */
-static char *iov_place(const struct s3f_iovec *iov, size_t n_iov, uint64_t start,
-                       uint64_t len) {
-    uint64_t at = 0;
-    for (size_t i = 0; i < n_iov; i++) {
-        if (start < at + iov[i].len)
-            return start + len <= at + iov[i].len ? (char *)iov[i].base + (start - at) : NULL;
-        at += iov[i].len;
+/* A position in an iovec stream, moved forward only (blocks are visited in order, so a
+ * download into many regions costs one pass over them, not one per block). */
+struct iov_cursor {
+    const struct s3f_iovec *iov;
+    size_t n_iov, i; /* the region holding `at`.. */
+    uint64_t at;     /* ..which starts at this stream offset */
+};
+
+/* Move to the region holding stream offset `start` (>= every earlier one). */
+static void iov_seek(struct iov_cursor *k, uint64_t start) {
+    while (k->i < k->n_iov && start >= k->at + k->iov[k->i].len) {
+        k->at += k->iov[k->i].len;
+        k->i++;
     }
-    return NULL;
 }
 
-/* Copy between a flat block and the iovec stream at `start` (to_iov: into the regions). */
-static void iov_copy(const struct s3f_iovec *iov, size_t n_iov, uint64_t start, char *flat,
-                     uint64_t len, bool to_iov) {
-    uint64_t at = 0;
-    for (size_t i = 0; i < n_iov && len; i++) {
-        uint64_t rend = at + iov[i].len;
+/* Where bytes [start, start+len) of the stream are, when in one region. */
+static char *iov_place(struct iov_cursor *k, uint64_t start, uint64_t len) {
+    iov_seek(k, start);
+    if (k->i == k->n_iov || start + len > k->at + k->iov[k->i].len)
+        return NULL;
+    return (char *)k->iov[k->i].base + (start - k->at);
+}
+
+/* Copy between a flat block and the stream at `start` (to_iov: into the regions). */
+static void iov_copy(struct iov_cursor *k, uint64_t start, char *flat, uint64_t len,
+                     bool to_iov) {
+    iov_seek(k, start);
+    uint64_t at = k->at;
+    for (size_t i = k->i; i < k->n_iov && len; i++) {
+        uint64_t rend = at + k->iov[i].len;
         if (start < rend) {
             uint64_t n = rend - start < len ? rend - start : len;
-            char *p = (char *)iov[i].base + (start - at);
+            char *p = (char *)k->iov[i].base + (start - at);
             if (to_iov)
                 memcpy(p, flat, (size_t)n);
             else
@@ -184,13 +197,14 @@ bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const
     if (ok && o.size > capacity)
         ok = false; /* the download reports it */
     uint64_t bs = s3f__cache_block_bytes(c);
+    struct iov_cursor k = {iov, n_iov, 0, 0};
     for (uint64_t b = 0; ok && b < n_blocks(&o); b++) {
         uint64_t len = s3f__cache_block_len(&o, b);
-        char *p = iov_place(iov, n_iov, b * bs, len);
+        char *p = iov_place(&k, b * bs, len);
         if (p) {
             ok = block_into(client, &o, b, p);
         } else if ((p = scratch(&o)) && (ok = block_into(client, &o, b, p))) {
-            iov_copy(iov, n_iov, b * bs, p, len, true);
+            iov_copy(&k, b * bs, p, len, true);
         } else {
             ok = false;
         }
@@ -264,13 +278,14 @@ void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *k
     if (!etag || !etag[0] || s3f__cache_object_init(&o, c, bucket, key, etag, size))
         return;
     uint64_t bs = s3f__cache_block_bytes(c);
+    struct iov_cursor k = {iov, n_iov, 0, 0};
     for (uint64_t b = 0; b < n_blocks(&o); b++) {
         if (s3f__cache_has(&o, b))
             continue;
         uint64_t len = s3f__cache_block_len(&o, b);
-        char *p = iov_place(iov, n_iov, b * bs, len);
+        char *p = iov_place(&k, b * bs, len);
         if (!p && (p = scratch(&o)))
-            iov_copy(iov, n_iov, b * bs, p, len, false);
+            iov_copy(&k, b * bs, p, len, false);
         s3f__cache_count_miss(c);
         if (p)
             s3f__cache_put(&o, b, p);

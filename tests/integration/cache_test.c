@@ -4,7 +4,8 @@
  *   cache_test put BUCKET KEY SIZE SEED
  *   cache_test read MODE BUCKET KEY SIZE SEED CACHE_DIR [MAX_BYTES]
  *     MODE: reader (s3f_reader, reads of 1 MiB + 7 bytes), random (s3f_reader, 4 KiB reads
- *     at scattered offsets), buffer (s3f_download_buffer), alloc (s3f_download_alloc),
+ *     at scattered offsets), buffer (s3f_download_buffer), iov (s3f_download_iov into
+ *     regions that blocks straddle), alloc (s3f_download_alloc),
  *     file (s3f_download_file); checks every byte against the pattern of SEED and prints
  *     "stats hits=H misses=M hit_bytes=B inserted=I errors=E ms=T" (T: the read's time).
  * Needs S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY. Exit status 0 when all is right. */
@@ -101,6 +102,12 @@ static int read_object(const char *mode, const char *bucket, const char *key, si
         s3f_reader_close(r);
     } else if (!strcmp(mode, "buffer")) {
         st = s3f_download_buffer(c, bucket, key, got, size, NULL, NULL, &e);
+    } else if (!strcmp(mode, "iov")) {
+        /* regions that blocks straddle: 1.5 MiB, 7 bytes, an empty one, the rest */
+        size_t a = size < (3u << 19) ? size : (3u << 19), b = size - a < 7 ? size - a : 7;
+        struct s3f_iovec iov[4] = {
+            {got, a}, {got + a, b}, {got + a + b, 0}, {got + a + b, size - a - b}};
+        st = s3f_download_iov(c, bucket, key, iov, 4, NULL, NULL, &e);
     } else if (!strcmp(mode, "alloc")) {
         void *data = NULL;
         size_t len = 0;

@@ -3,7 +3,7 @@ tests/servers/faultproxy.py, which counts the requests on the wire. Each read is
 process (tests/integration/cache_test.c): a restart of the client.
 
 - a second read through a new client with the same cache_dir sends no GET (the reader,
-  its random reads, s3f_download_buffer, _alloc and _file), and the bytes are right;
+  its random reads, s3f_download_buffer, _iov, _alloc and _file), and the bytes are right;
 - a block corrupted on disk is detected (CRC32C), fetched again with one ranged GET, and
   the right bytes come back; the block is rewritten (a third read sends no GET);
 - an object replaced on the server (a new ETag) is never served from the old blocks;
@@ -53,7 +53,7 @@ def block_files(cache_dir):
             if p.is_file() and p.name != "lock" and not p.name.startswith(".")]
 
 
-@pytest.mark.parametrize("mode", ["reader", "random", "buffer", "alloc", "file"])
+@pytest.mark.parametrize("mode", ["reader", "random", "buffer", "iov", "alloc", "file"])
 def test_second_read_sends_no_get(mode, s3env, bucket, proxy, tmp_path):
     env = dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint)
     key = f"cache/{mode}"
