@@ -303,6 +303,7 @@ bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
     }
     struct hdr h;
     struct stat sb;
+    memset(&sb, 0, sizeof(sb));
     const char *why = NULL;
     size_t bl = strlen(o->bucket), kl = strlen(o->key), el = strlen(o->etag);
     char *names = NULL;
@@ -332,7 +333,9 @@ bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
     if (why) {
         close(fd);
         cache_error(c, "block %s dropped: %s", path, why);
-        unlink(path);
+        struct stat cur; /* not a good block another process renamed into place meanwhile */
+        if (stat(path, &cur) == 0 && cur.st_ino == sb.st_ino && cur.st_dev == sb.st_dev)
+            unlink(path);
         count(&c->n.misses, 1);
         return false;
     }
