@@ -155,6 +155,8 @@ struct cli_engine {
     uint32_t max_inflight_requests;
     uint32_t io_threads;
     enum s3f_checksum_algorithm checksum;
+    const char *cache_dir;     /* --cache (NULL: none) */
+    uint64_t cache_max_bytes;  /* --max-cache-size (0: the library's default) */
 };
 
 struct cli_ctx {

@@ -25,6 +25,7 @@
 #include "core/core.h"
 
 struct s3f_client;
+struct s3f__cache;
 
 #define S3F__MIB ((uint64_t)1 << 20)
 #define S3F__GIB ((uint64_t)1 << 30)
@@ -177,6 +178,7 @@ struct s3f__xfer_shared {
     struct s3f__pool pool;
     struct s3f__sched sched;
     struct s3f__janitor janitor;
+    struct s3f__cache *cache;      /* the block cache (src/cache), NULL: none or unusable */
 };
 
 /* The engine of one client: its options as the caller gave them (resolved into a
@@ -189,6 +191,8 @@ struct s3f__xfer_engine {
     uint64_t memory_limit_bytes;
     uint32_t max_inflight_requests;
     enum s3f_checksum_algorithm checksum;
+    char *cache_dir;              /* the block cache (src/cache), NULL: none */
+    uint64_t cache_max_bytes, cache_min_free_bytes, cache_block_bytes;
     pthread_mutex_t lock;
     struct s3f__xfer_shared *shared; /* NULL until the first transfer; under `lock` */
 };
