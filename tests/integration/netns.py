@@ -1,0 +1,89 @@
+"""Hosts as network namespaces, from Python: a thin wrapper over tests/servers/netns.sh for
+the multi-host tests (test_netns.py, test_multirank.py) and bench/multirank.py.
+
+    with Netns(2, prefix="s3ftest") as net:       # store + c1, c2
+        net.popen("store", [sink, "--bind", net.addr("store"), ...])
+        net.run("c1", ["python3", "client.py"])
+
+Everything started through popen() runs inside a namespace, and `down` (on exit) ends what is
+still running there, so a failed test leaves no server behind.
+"""
+import os
+import shutil
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "tests", "servers", "netns.sh")
+
+
+def unavailable():
+    """Why namespaces cannot be made here (a skip reason), or None."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if not shutil.which("ip") or not shutil.which("tc"):
+        return "iproute2 (ip, tc) is not installed"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"`ip netns` is unavailable: {probe.stderr.strip()}"
+    return None
+
+
+class Netns:
+    def __init__(self, computes, prefix="s3ftest", rate=None, store_rate=None):
+        self.computes = computes
+        self.prefix = prefix
+        self.env = dict(os.environ, NETNS_PREFIX=prefix)
+        self.procs = []
+        args = ["up", str(computes)]
+        if rate:
+            args += ["--rate", rate]
+        if store_rate:
+            args += ["--store-rate", store_rate]
+        self.script(*args)
+
+    def script(self, *args, timeout=60):
+        r = subprocess.run(["bash", SCRIPT, *args], env=self.env, capture_output=True,
+                           text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"netns.sh {' '.join(args)}: rc {r.returncode}: {r.stderr}")
+        return r.stdout
+
+    def hosts(self):
+        return self.script("hosts").split()
+
+    def addr(self, host):
+        return self.script("addr", host).strip()
+
+    def cap(self, host, rate):
+        self.script("cap", host, rate)
+
+    def cmd(self, host, argv):
+        """argv run in HOST's namespace."""
+        return ["ip", "netns", "exec", f"{self.prefix}-{host}", *argv]
+
+    def popen(self, host, argv, **kw):
+        p = subprocess.Popen(self.cmd(host, argv), **kw)
+        self.procs.append(p)
+        return p
+
+    def run(self, host, argv, **kw):
+        return subprocess.run(self.cmd(host, argv), **kw)
+
+    def down(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+        self.script("down")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
