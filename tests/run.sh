@@ -48,10 +48,16 @@ export S3FLASH_TEST_ENDPOINT S3FLASH_TEST_ACCESS_KEY S3FLASH_TEST_SECRET_KEY \
     S3FLASH_TEST_OTHER_ACCESS_KEY S3FLASH_TEST_OTHER_SECRET_KEY S3FLASH_TEST_REGION
 
 export S3FLASH_BUILD_DIR="$root/build"
-python3 -m pytest -q -p no:cacheprovider tests/integration
+# (test_netns.py: hosts as network namespaces; test_multirank.py runs after the Python step,
+# which installs torch)
+python3 -m pytest -q -p no:cacheprovider --ignore=tests/integration/test_multirank.py \
+    tests/integration
 
 # the Python package: pip-installed (meson-python), tested against the same RGW
 bash tests/python/run.sh
+# many ranks on several hosts: torchrun (gloo) on two compute namespaces, 4 ranks saving and
+# loading through s3flash.dcp to an RGW of its own on a store namespace (docs/TESTING.md)
+python3 -m pytest -q -p no:cacheprovider tests/integration/test_multirank.py
 
 # the wheel: bundled libraries, abi3 under each Python here, then a clean Debian 12 root
 # (debootstrap, cached under /var/tmp/s3flash-wheel) with nothing but python3 and the wheel

@@ -87,3 +87,51 @@ class Netns:
 
     def __exit__(self, *exc):
         self.down()
+
+
+WORKER = os.path.join(ROOT, "tests", "integration", "multirank_worker.py")
+
+
+def torchrun(net, hosts, nproc, args, env, log_dir, port, timeout=180):
+    """multirank_worker.py under torchrun (gloo, static rendezvous on the first host) on each
+    of HOSTS with NPROC ranks each; ranks are numbered host by host. Each rank's stdout and
+    stderr go to LOG_DIR/<host>/<run>/attempt_0/<local rank>/. Returns [(host, rc, output)]."""
+    import sys
+    env = dict(env, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
+    procs = []
+    for k, host in enumerate(hosts):
+        d = os.path.join(log_dir, host)
+        os.makedirs(d, exist_ok=True)
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
+                "--node_rank", str(k), "--nproc_per_node", str(nproc),
+                "--master_addr", net.addr(hosts[0]), "--master_port", str(port),
+                "--max_restarts", "0", "--monitor_interval", "0.2",
+                "--log_dir", d, "--redirects", "3", WORKER, *args]
+        procs.append((host, net.popen(host, argv, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)))
+    out = []
+    for host, p in procs:
+        try:
+            text, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+            text += f"\n[timed out after {timeout} s]"
+        out.append((host, p.returncode, text))
+    return out
+
+
+def rank_logs(log_dir):
+    """{global rank: stderr text} from a torchrun LOG_DIR (hosts in order, NPROC each)."""
+    logs = {}
+    for host in sorted(os.listdir(log_dir), key=lambda h: (len(h), h)):
+        for dirpath, _, files in os.walk(os.path.join(log_dir, host)):
+            if "stderr.log" in files:
+                logs.setdefault(host, {})[int(os.path.basename(dirpath))] = open(
+                    os.path.join(dirpath, "stderr.log"), errors="replace").read()
+    ranks, base = {}, 0
+    for host in sorted(logs, key=lambda h: (len(h), h)):
+        for local in sorted(logs[host]):
+            ranks[base + local] = logs[host][local]
+        base += len(logs[host])
+    return ranks
