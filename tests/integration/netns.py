@@ -135,3 +135,25 @@ def rank_logs(log_dir):
             ranks[base + local] = logs[host][local]
         base += len(logs[host])
     return ranks
+
+
+def s3_harness(net, host, endpoint, env, op, bucket, prefix=""):
+    """boto3 from HOST (the root namespace cannot reach the store): op "create" makes BUCKET,
+    "list" returns the keys under PREFIX. The harness's view, never the code under test."""
+    import json
+    import sys
+    code = ("import boto3, json\n"
+            f"s = boto3.client('s3', endpoint_url={endpoint!r})\n"
+            f"if {op!r} == 'create':\n"
+            f"    s.create_bucket(Bucket={bucket!r}); print('[]')\n"
+            "else:\n"
+            "    keys = []\n"
+            "    for page in s.get_paginator('list_objects_v2').paginate(\n"
+            f"            Bucket={bucket!r}, Prefix={prefix!r}):\n"
+            "        keys += [o['Key'] for o in page.get('Contents', [])]\n"
+            "    print(json.dumps(keys))\n")
+    r = net.run(host, [sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(f"s3 harness {op}: {r.stderr}")
+    return json.loads(r.stdout)

@@ -20,7 +20,7 @@ import tempfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from netns import Netns, rank_logs, torchrun, unavailable  # noqa: E402
+from netns import Netns, rank_logs, s3_harness, torchrun, unavailable  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "s3fmr"
@@ -80,22 +80,7 @@ class Store:
         self.harness("create", "")
 
     def harness(self, op, prefix):
-        """boto3 from c1 (the root namespace cannot reach the store): create the bucket or
-        list the keys under PREFIX."""
-        code = ("import boto3, json, sys\n"
-                f"s = boto3.client('s3', endpoint_url={self.endpoint!r})\n"
-                f"if {op!r} == 'create':\n"
-                f"    s.create_bucket(Bucket={BUCKET!r}); print('[]')\n"
-                "else:\n"
-                "    keys = []\n"
-                "    for page in s.get_paginator('list_objects_v2').paginate(\n"
-                f"            Bucket={BUCKET!r}, Prefix={prefix!r}):\n"
-                "        keys += [o['Key'] for o in page.get('Contents', [])]\n"
-                "    print(json.dumps(keys))\n")
-        r = self.net.run("c1", [sys.executable, "-c", code], env=self.env, capture_output=True,
-                         text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
+        return s3_harness(self.net, "c1", self.endpoint, self.env, op, BUCKET, prefix)
 
     def torchrun(self, name, hosts, nproc, *args):
         self.port += 1
