@@ -24,8 +24,9 @@
 #include "sink.h"
 
 uint8_t *g_pat;
-struct opts g_opt = {"127.0.0.1", 0, NULL, 2, 1024, 1000000, 4096, 256u << 10, false,
-                     false, 0, false};
+struct opts g_opt = {.bind_addr = "127.0.0.1", .threads = 2, .max_conns = 1024,
+                     .max_objects = 1000000, .max_uploads = 4096, .recv_buf = 256u << 10,
+                     .prefix_depth = 1, .prefix_burst_ms = 100};
 atomic_bool g_stop;
 atomic_int g_nconns;
 char g_last_modified[64];
@@ -55,6 +56,27 @@ static void usage(FILE *f)
             "  --store BYTES       keep the bytes of objects and parts (up to BYTES in all;\n"
             "                      K/M/G/T suffixes) and serve them back; writes over the\n"
             "                      limit get 507 (default: bodies are discarded)\n"
+            "S3-like limits (off by default; see bench/README.md for the numbers' sources):\n"
+            "  --s3-like           the preset: --conn-rate 80M --first-byte-ms 20\n"
+            "                      --first-byte-p99-ms 100 --first-byte-min-ms 5\n"
+            "                      --prefix-get-rate 5500 --prefix-put-rate 3500\n"
+            "                      (options after it override it)\n"
+            "  --conn-rate RATE    bytes/s each connection sends and receives (K/M/G: 1024s)\n"
+            "  --conn-send-rate RATE, --conn-recv-rate RATE   one direction only\n"
+            "  --total-rate RATE   bytes/s all connections together, each direction\n"
+            "  --total-send-rate RATE, --total-recv-rate RATE one direction only\n"
+            "  --first-byte-ms MS  median first-byte latency of each response (lognormal)\n"
+            "  --first-byte-p99-ms MS   its 99th percentile (default: the median: constant)\n"
+            "  --first-byte-min-ms MS   its floor (default 0)\n"
+            "  --seed N            of the latency draws (default 1)\n"
+            "  --prefix-get-rate N GET/HEAD requests/s per key prefix; more get 503 SlowDown\n"
+            "  --prefix-put-rate N PUT/POST/DELETE requests/s per key prefix\n"
+            "  --prefix-depth N    a prefix is the key up to its Nth '/' (default 1; 0: the\n"
+            "                      bucket)\n"
+            "  --prefix-burst-ms MS  requests a prefix may save up, in ms of its rate\n"
+            "                      (default 100; at least 1 request)\n"
+            "  --trace FILE        every 100 ms a line: ms, connections open, connections\n"
+            "                      with a request in progress, body bytes in, bytes out\n"
             "  --verbose           log every request to stderr\n"
             "  --quiet             no statistics at exit\n"
             "  --help              this text\n"
@@ -96,6 +118,29 @@ static bool opt_bytes(const char *s, uint64_t *out)
     return true;
 }
 
+/* A non-negative decimal number (milliseconds, requests per second). */
+static bool opt_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || v > 1e12)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* --s3-like: what S3 looks like to one client (sources in bench/README.md). */
+static void s3_like(void)
+{
+    g_opt.conn_send_rate = g_opt.conn_recv_rate = 80.0 * 1048576;
+    g_opt.fb_median_ms = 20;
+    g_opt.fb_p99_ms = 100;
+    g_opt.fb_min_ms = 5;
+    g_opt.prefix_get_rate = 5500;
+    g_opt.prefix_put_rate = 3500;
+}
+
 static int parse_args(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -110,8 +155,11 @@ static int parse_args(int argc, char **argv)
             g_opt.quiet = true;
         } else if (!strcmp(a, "--keep-checksums")) {
             g_opt.keep_checksums = true;
+        } else if (!strcmp(a, "--s3-like")) {
+            s3_like();
         } else if (i + 1 < argc) {
             const char *val = argv[++i];
+            uint64_t b;
             if (!strcmp(a, "--bind"))
                 g_opt.bind_addr = val;
             else if (!strcmp(a, "--port-file"))
@@ -130,6 +178,36 @@ static int parse_args(int argc, char **argv)
                 g_opt.recv_buf = (size_t)v;
             else if (!strcmp(a, "--store") && opt_bytes(val, &g_opt.store_max))
                 ;
+            else if (!strcmp(a, "--conn-rate") && opt_bytes(val, &b))
+                g_opt.conn_send_rate = g_opt.conn_recv_rate = (double)b;
+            else if (!strcmp(a, "--conn-send-rate") && opt_bytes(val, &b))
+                g_opt.conn_send_rate = (double)b;
+            else if (!strcmp(a, "--conn-recv-rate") && opt_bytes(val, &b))
+                g_opt.conn_recv_rate = (double)b;
+            else if (!strcmp(a, "--total-rate") && opt_bytes(val, &b))
+                g_opt.total_send_rate = g_opt.total_recv_rate = (double)b;
+            else if (!strcmp(a, "--total-send-rate") && opt_bytes(val, &b))
+                g_opt.total_send_rate = (double)b;
+            else if (!strcmp(a, "--total-recv-rate") && opt_bytes(val, &b))
+                g_opt.total_recv_rate = (double)b;
+            else if (!strcmp(a, "--first-byte-ms") && opt_double(val, &g_opt.fb_median_ms))
+                ;
+            else if (!strcmp(a, "--first-byte-p99-ms") && opt_double(val, &g_opt.fb_p99_ms))
+                ;
+            else if (!strcmp(a, "--first-byte-min-ms") && opt_double(val, &g_opt.fb_min_ms))
+                ;
+            else if (!strcmp(a, "--seed") && opt_num(val, 0, LLONG_MAX, &v))
+                g_opt.seed = (uint64_t)v;
+            else if (!strcmp(a, "--prefix-get-rate") && opt_double(val, &g_opt.prefix_get_rate))
+                ;
+            else if (!strcmp(a, "--prefix-put-rate") && opt_double(val, &g_opt.prefix_put_rate))
+                ;
+            else if (!strcmp(a, "--prefix-depth") && opt_num(val, 0, 1000, &v))
+                g_opt.prefix_depth = (int)v;
+            else if (!strcmp(a, "--prefix-burst-ms") && opt_double(val, &g_opt.prefix_burst_ms))
+                ;
+            else if (!strcmp(a, "--trace"))
+                g_opt.trace_file = val;
             else {
                 fprintf(stderr, "s3flash-sink: bad option or value: %s %s\n", a, val);
                 return -1;
@@ -183,7 +261,7 @@ int main(int argc, char **argv)
 
     g_pat = malloc(2 * (size_t)PAT_PERIOD);
     g_up.slots = calloc(g_opt.max_uploads, sizeof(*g_up.slots));
-    if (!g_pat || !g_up.slots || !objmap_init()) {
+    if (!g_pat || !g_up.slots || !objmap_init() || !limits_init()) {
         fprintf(stderr, "s3flash-sink: out of memory\n");
         goto out;
     }
@@ -223,6 +301,7 @@ int main(int argc, char **argv)
         struct worker *w = &ws[i];
         int pfd[2];
         w->idx = i;
+        w->rng = mix64((g_opt.seed ? g_opt.seed : 1) * 0x9e3779b97f4a7c15ULL + (uint64_t)i);
         w->listen_fd = lfd;
         w->stop_fd = sfd;
         w->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -262,8 +341,22 @@ int main(int argc, char **argv)
             fprintf(stderr, ", storing up to %" PRIu64 " bytes", g_opt.store_max);
         fputc('\n', stderr);
     }
-    int sig;
-    sigwait(&set, &sig);
+    if (g_opt.trace_file) { /* a --trace line every 100 ms until the signal */
+        FILE *tf = fopen(g_opt.trace_file, "w");
+        if (!tf) {
+            fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.trace_file);
+            goto stop;
+        }
+        uint64_t t0 = now_ns();
+        struct timespec tick = {0, 100 * 1000000L};
+        while (sigtimedwait(&set, NULL, &tick) < 0 && (errno == EAGAIN || errno == EINTR))
+            limits_trace(tf, t0);
+        limits_trace(tf, t0); /* and one at the end */
+        fclose(tf);
+    } else {
+        int sig;
+        sigwait(&set, &sig);
+    }
     rc = 0;
 stop:
     atomic_store(&g_stop, true);
@@ -286,6 +379,7 @@ stop:
                     g_pool.held, g_pool.pooled, g_pool.peak, g_opt.store_max);
         fprintf(stderr, "s3flash-sink: %" PRIu64 " requests, %" PRIu64 " body bytes in, %" PRIu64
                         " body bytes out\n", nreq, bin, bout);
+        limits_report();
     }
 out:
     if (ws)
@@ -311,6 +405,7 @@ out:
     objmap_free();
     ck_free();
     pool_free();
+    limits_free();
     free(g_pat);
     return rc;
 }

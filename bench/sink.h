@@ -1,11 +1,13 @@
 /*
- * s3flash-sink's shared declarations. The sink is four files:
+ * s3flash-sink's shared declarations. The sink is five files:
  *   sink.c        options, start-up and shut-down (main)
  *   sink_http.c   connections: the worker threads and their epoll loops, accepting and handing
  *                 off connections, HTTP/1.1 request heads, bodies (Content-Length, chunked),
  *                 sending responses and GET bodies
  *   sink_s3.c     the S3 protocol: what each request means and the response it gets (XML
  *                 documents, errors, ETags, ranges)
+ *   sink_limits.c S3-like limits: byte rates per connection and in all, first-byte latency,
+ *                 request rates per key prefix (503 SlowDown), the --trace of connections
  *   sink_store.c  what the sink remembers: the object map, multipart uploads, whole-object
  *                 checksums and, in store mode, the bytes (a pool of reusable buffers)
  * See sink.c for what the sink is and bench/README.md for the protocol subset.
@@ -18,6 +20,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -71,6 +74,15 @@ struct opts {
     bool quiet;
     uint64_t store_max; /* --store: 0 = discard bodies (the default), else keep up to this */
     bool keep_checksums; /* --keep-checksums: whole-object checksums served on HEAD/GET */
+    /* S3-like limits (sink_limits.c; 0 = off): */
+    double conn_send_rate, conn_recv_rate; /* bytes/s each connection sends / receives */
+    double total_send_rate, total_recv_rate; /* bytes/s all connections together */
+    double fb_median_ms, fb_p99_ms, fb_min_ms; /* first-byte latency: lognormal, floor */
+    uint64_t seed;                         /* of the first-byte latency draws */
+    double prefix_get_rate, prefix_put_rate; /* requests/s per prefix (GET+HEAD / the rest) */
+    int prefix_depth;                      /* a prefix: the key up to its Nth '/' */
+    double prefix_burst_ms;                /* per-prefix bucket depth, in ms of its rate */
+    const char *trace_file;                /* --trace: connections and bytes every 100 ms */
 };
 extern struct opts g_opt;
 
@@ -163,6 +175,14 @@ void ck_set(const char *k, size_t n, const char *hdr);
 void ck_get(const char *k, size_t n, char *out, size_t cap);
 void ck_free(void);
 
+/* ---- sink_limits.c: S3-like limits ---- */
+/* A token bucket: rate per second, up to burst saved; tokens may go below 0 (debt). */
+struct bucket {
+    double rate, burst, quantum, tokens;
+    uint64_t last_ns;
+};
+enum dir { DIR_SEND, DIR_RECV };
+
 /* ---- sink_http.c: connections ---- */
 enum method { M_OTHER, M_GET, M_HEAD, M_PUT, M_POST, M_DELETE };
 enum state { ST_HEAD, ST_BODY, ST_SEND };
@@ -232,6 +252,12 @@ struct conn {
     char in[HDR_CAP];
     char out[OUT_CAP];
     char name[HDR_CAP + 1]; /* decoded bucket "/" key */
+    /* S3-like limits (sink_limits.c) */
+    struct bucket lim_send, lim_recv; /* this connection's byte rates */
+    uint64_t wake_ns;  /* asleep (no epoll interest) until then; 0: awake */
+    uint64_t fb_due;   /* the current response's first byte is not sent before then */
+    bool fb_done;      /* the first-byte delay of the current response has passed */
+    bool busy;         /* a request is in progress (counted in g_lim.active) */
 };
 
 struct worker {
@@ -248,6 +274,7 @@ struct worker {
     uint64_t nreq, bytes_in, bytes_out;
     time_t date_t;
     char date[64];
+    uint64_t rng;  /* first-byte latency draws (sink_limits.c) */
 };
 
 extern struct worker *g_workers;
@@ -260,6 +287,27 @@ void http_date(time_t t, char *buf, size_t n);
 bool hv_eq(struct hdrval v, const char *s);
 void drop_handoffs(struct worker *w);
 void *worker_main(void *arg);
+
+/* ---- sink_limits.c ---- */
+struct lim_stats {
+    atomic_int active;                 /* connections with a request in progress */
+    atomic_uint_fast64_t bytes_in, bytes_out;
+    atomic_uint_fast64_t slowdown_get, slowdown_put; /* 503 SlowDown answers */
+    atomic_uint_fast64_t admitted_get, admitted_put; /* requests a prefix limit let through */
+};
+extern struct lim_stats g_lim;
+extern bool g_lim_bytes, g_lim_timers; /* any byte-rate limit; any limit that sleeps */
+uint64_t now_ns(void);
+bool limits_init(void);
+void limits_free(void);
+void limits_conn_init(struct conn *c);
+size_t limit_io(struct conn *c, enum dir d, size_t want, uint64_t *wake);
+void limit_used(struct conn *c, enum dir d, size_t n);
+uint64_t limit_first_byte_ns(struct worker *w);
+bool limit_prefix_admit(const struct req *r);
+void limits_trace(FILE *f, uint64_t t0);
+void limits_report(void);
+bool conn_sleep(struct conn *c, uint64_t until);
 
 /* ---- sink_s3.c: the S3 protocol ---- */
 void finish_request(struct conn *c);

@@ -78,6 +78,8 @@ static void conn_close(struct conn *c)
     free(c->cbody);
     buf_put(c->sb.p, c->sb.cap);
     blob_unref(c->blob);
+    if (c->busy)
+        atomic_fetch_sub(&g_lim.active, 1);
     free(c);
     atomic_fetch_sub(&w->load, 1);
     atomic_fetch_sub(&g_nconns, 1);
@@ -335,6 +337,7 @@ static void body_got(struct conn *c, enum bdst kind, size_t n)
     else if (kind == BD_STORE)
         c->sb.len += n;
     c->w->bytes_in += n;
+    limit_used(c, DIR_RECV, n);
 }
 
 /* Body bytes that arrived with the head (or a chunk line) in in[]. */
@@ -389,6 +392,8 @@ static int chunked_step(struct conn *c, size_t *budget)
         size_t room;
         enum bdst kind;
         uint8_t *d = body_dst(c, c->ch_left, &room, &kind);
+        if (!(room = limit_io(c, DIR_RECV, room, &c->wake_ns)))
+            return 0; /* the read budget: asleep until c->wake_ns */
         ssize_t n = recv(c->fd, d, room, 0);
         if (n > 0) {
             body_got(c, kind, (size_t)n);
@@ -487,6 +492,10 @@ static int try_head(struct conn *c)
         return 1;
     }
     struct req *r = &c->rq;
+    if (!c->busy) {
+        c->busy = true;
+        atomic_fetch_add(&g_lim.active, 1);
+    }
     c->close_after = r->conn_close || (r->http_minor == 0 && !r->conn_keep_alive);
     c->hdr_end = hdr_end;
     /* Transfer-Encoding: chunked overrides Content-Length (RFC 9112 6.3). An aws-chunked body
@@ -555,6 +564,20 @@ static void request_done(struct conn *c)
     blob_unref(c->blob);
     c->blob = NULL;
     c->state = ST_HEAD;
+    if (c->busy) {
+        c->busy = false;
+        atomic_fetch_sub(&g_lim.active, 1);
+    }
+    c->fb_done = false;
+    c->fb_due = 0;
+}
+
+/* Puts c to sleep until `until` (CLOCK_MONOTONIC ns): no epoll interest; its worker drives
+ * it again then. False if the connection was closed. */
+bool conn_sleep(struct conn *c, uint64_t until)
+{
+    c->wake_ns = until ? until : 1;
+    return set_interest(c, 0) || (conn_close(c), false);
 }
 
 /* Runs the connection's state machine until it would block or has used its budget.
@@ -592,6 +615,8 @@ static bool drive(struct conn *c)
                 int t = chunked_step(c, &budget);
                 if (t < 0)
                     goto close;
+                if (t == 0 && c->wake_ns)
+                    return conn_sleep(c, c->wake_ns);
                 if (t == 0)
                     return set_interest(c, EPOLLIN) || (conn_close(c), false);
                 continue;
@@ -605,6 +630,9 @@ static bool drive(struct conn *c)
             size_t want;
             enum bdst kind;
             uint8_t *dst = body_dst(c, c->body_left, &want, &kind);
+            uint64_t wake;
+            if (!(want = limit_io(c, DIR_RECV, want, &wake)))
+                return conn_sleep(c, wake); /* the read budget */
             ssize_t n = recv(c->fd, dst, want, 0);
             if (n > 0) {
                 c->body_left -= (uint64_t)n;
@@ -627,6 +655,14 @@ static bool drive(struct conn *c)
             }
             if (budget == 0)
                 return set_interest(c, EPOLLOUT) || (conn_close(c), false);
+            if (g_lim_timers && !c->fb_done) { /* the first-byte latency */
+                uint64_t now = now_ns();
+                if (!c->fb_due)
+                    c->fb_due = now + limit_first_byte_ns(w);
+                if (now < c->fb_due)
+                    return conn_sleep(c, c->fb_due);
+                c->fb_done = true;
+            }
             struct iovec iov[SEND_IOVS + 1];
             int niov = 0;
             if (c->out_off < c->out_len)
@@ -658,9 +694,27 @@ static bool drive(struct conn *c)
                 off += len;
                 left -= len;
             }
+            if (g_lim_bytes) { /* pacing: send what the buckets allow, sleep if nothing */
+                size_t total = 0;
+                for (int i = 0; i < niov; i++)
+                    total += iov[i].iov_len;
+                uint64_t wake;
+                size_t allow = limit_io(c, DIR_SEND, total, &wake);
+                if (!allow)
+                    return conn_sleep(c, wake);
+                for (int i = 0; i < niov; i++) {
+                    if (iov[i].iov_len >= allow) {
+                        iov[i].iov_len = allow;
+                        niov = i + 1;
+                        break;
+                    }
+                    allow -= iov[i].iov_len;
+                }
+            }
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
             ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
             if (n > 0) {
+                limit_used(c, DIR_SEND, (size_t)n);
                 size_t k = (size_t)n;
                 size_t hdr = c->out_len - c->out_off;
                 if (k <= hdr) {
@@ -718,6 +772,7 @@ static void conn_add(struct worker *w, int fd)
     c->blob = NULL;
     c->out_len = c->out_off = 0;
     c->pat_left = 0;
+    limits_conn_init(c);
     c->prev = NULL;
     c->next = w->conns;
     if (w->conns)
@@ -785,12 +840,43 @@ void drop_handoffs(struct worker *w)
         }
 }
 
+/* Milliseconds until the earliest wake time of w's sleeping connections (rounded up), or -1
+ * when none sleeps. */
+static int next_wake_ms(struct worker *w)
+{
+    uint64_t first = 0;
+    for (struct conn *c = w->conns; c; c = c->next)
+        if (c->wake_ns && (!first || c->wake_ns < first))
+            first = c->wake_ns;
+    if (!first)
+        return -1;
+    uint64_t now = now_ns();
+    if (first <= now)
+        return 0;
+    uint64_t ms = (first - now + 999999) / 1000000;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
+/* Drives w's connections whose wake time has come. */
+static void wake_due(struct worker *w)
+{
+    uint64_t now = now_ns();
+    struct conn *nx;
+    for (struct conn *c = w->conns; c; c = nx) {
+        nx = c->next;
+        if (c->wake_ns && c->wake_ns <= now) {
+            c->wake_ns = 0;
+            drive(c);
+        }
+    }
+}
+
 void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct epoll_event ev[64];
     while (!atomic_load(&g_stop)) {
-        int n = epoll_wait(w->ep, ev, 64, -1);
+        int n = epoll_wait(w->ep, ev, 64, g_lim_timers ? next_wake_ms(w) : -1);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -809,8 +895,16 @@ void *worker_main(void *arg)
                 take_handoffs(w);
                 continue;
             }
-            drive(p);
+            struct conn *c = p;
+            if (c->wake_ns) { /* asleep: only a dead socket wakes it early */
+                if (ev[i].events & (EPOLLERR | EPOLLHUP))
+                    conn_close(c);
+                continue;
+            }
+            drive(c);
         }
+        if (g_lim_timers)
+            wake_due(w);
     }
 out:
     while (w->conns)

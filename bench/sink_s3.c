@@ -589,6 +589,10 @@ void finish_request(struct conn *c)
                 c->chunked ? c->decoded : r->has_cl ? r->content_length : 0,
                 c->chunked ? " (decoded)" : "");
     }
+    if (!limit_prefix_admit(r)) { /* over its prefix's request rate (sink_limits.c) */
+        respond_error(c, 503, "SlowDown", "Please reduce your request rate.");
+        return;
+    }
     if (r->bucket_len == 0) {
         if (r->method == M_GET || r->method == M_HEAD) {
             struct ob x;
