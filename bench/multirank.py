@@ -12,11 +12,12 @@ Two tables per store:
   strategies   per prefix strategy (default, binary, hex, roundrobin) at the largest rank
                count: time, and per rank the requests retried and the 503s (counted in each
                rank's S3FLASH_LOG=info lines: "attempt N failed (SlowDown...), retrying in").
-               Meant for a store that throttles per prefix: pass the sink's per-prefix limit
-               options with --sink-args (see bench/README.md); RGW does not throttle.
+               On the sink the rows run with --throttle-args (per-prefix request rates, the
+               sink's S3-like mode, bench/README.md), and the 503s the sink answered are shown
+               next to the ranks' counts; RGW does not throttle.
 
     sudo python3 bench/multirank.py --hosts 2 --ranks-per-host 1,2,4 --mb-per-rank 64
-    sudo python3 bench/multirank.py --stores sink --sink-args "--threads 2" --rate 1gbit
+    sudo python3 bench/multirank.py --stores sink --sink-args "--s3-like --threads 2" --rate 1gbit
 
 Options: --stores rgw,sink; --rate / --store-rate cap the links (tbf); --build DIR (default
 build/). Needs root, iproute2 and torch. Leaves nothing behind (namespaces, RGW, sink).
@@ -57,10 +58,11 @@ def rank_env(endpoint, keys, build, tmp):
 
 
 class Store:
-    def __init__(self, kind, net, args, tmp):
+    def __init__(self, kind, net, args, tmp, extra=""):
         self.kind, self.net, self.tmp = kind, net, tmp
         self.sink = None
         self.sink_counts = ""
+        self.sink_503 = "-"
         if kind == "rgw":
             self.rgw_dir = tempfile.mkdtemp(prefix="s3flash-bench-rgw.", dir="/var/tmp")
             os.rmdir(self.rgw_dir)
@@ -75,7 +77,8 @@ class Store:
             self.sink_log = open(os.path.join(tmp, "sink.err"), "w+")
             self.sink = net.popen("store", [exe, "--bind", net.addr("store"), "--port", "0",
                                             "--port-file", port_file, "--store",
-                                            args.sink_store, *shlex.split(args.sink_args)],
+                                            args.sink_store, *shlex.split(args.sink_args),
+                                            *shlex.split(extra)],
                                   stderr=self.sink_log)
             deadline = time.monotonic() + 10
             while not os.path.exists(port_file):
@@ -96,8 +99,16 @@ class Store:
             self.sink.terminate()
             self.sink.wait(timeout=30)
             self.sink_log.seek(0)
-            self.sink_counts = " ".join(l.strip() for l in self.sink_log
+            lines = self.sink_log.read().splitlines()
+            self.sink_counts = " ".join(l.strip() for l in lines
                                         if "requests," in l or "store:" in l)
+            # "prefix limits: A GET/HEAD and B other requests admitted, C GET/HEAD and D other
+            # answered 503 SlowDown, P prefixes" (the sink's S3-like mode)
+            m = [re.search(r"(\d+) GET/HEAD and (\d+) other answered 503 SlowDown, (\d+) "
+                           r"prefixes", l) for l in lines]
+            m = [x for x in m if x]
+            self.sink_503 = (f"{int(m[0].group(1)) + int(m[0].group(2))} "
+                             f"({m[0].group(3)} prefixes)") if m else "-"
 
 
 def run_ranks(net, store, hosts, nproc, strategy, mb, tag, port, tmp):
@@ -128,7 +139,9 @@ def run_ranks(net, store, hosts, nproc, strategy, mb, tag, port, tmp):
     for _, text in sorted(rank_logs(logs).items()):
         why = RETRY.findall(text)
         retries.append(len(why))
-        slowdowns.append(sum(1 for w in why if "SlowDown" in w or "503" in w))
+        # a 503 with a body says SlowDown; one without (HEAD) reads as ServiceUnavailable
+        slowdowns.append(sum(1 for w in why if re.search(
+            r"SlowDown|ServiceUnavailable|503|Throttl", w)))
     row["retries"], row["503s"] = retries, slowdowns
     return row
 
@@ -148,6 +161,10 @@ def main():
     p.add_argument("--store-rate", help="cap of the store's link")
     p.add_argument("--sink-args", default="--threads 2",
                    help="more sink options (per-prefix limits: see bench/README.md)")
+    p.add_argument("--throttle-args", default="--prefix-put-rate 10 --prefix-get-rate 15 "
+                   "--prefix-depth 3", help="sink options of the strategy table: per-prefix "
+                   "request rates (503 SlowDown above them); depth 3 makes the prefix "
+                   "bench/strat-S/<strategy's prefix>/")
     p.add_argument("--sink-store", default="8G", help="the sink's --store bound")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--prefix", default="s3fbench", help="namespace name prefix")
@@ -163,38 +180,53 @@ def main():
           f"{a.mb_per_rank} MiB per rank, links {a.rate or 'uncapped'} "
           f"(store {a.store_rate or 'uncapped'}); logs under {tmp}", flush=True)
     net = Netns(a.hosts, prefix=a.prefix, rate=a.rate, store_rate=a.store_rate)
+
+    def one_row(kind, shared, n, strategy, tag, extra=""):
+        """A row: on RGW the shared instance; the sink is started afresh for each row, so
+        its counts (503s answered) are the row's own."""
+        nonlocal port
+        port += 1
+        d = os.path.join(tmp, kind, tag)
+        os.makedirs(d)
+        store = shared or Store(kind, net, a, d, extra)
+        try:
+            r = run_ranks(net, store, hosts, n, strategy, a.mb_per_rank, tag, port, d)
+        finally:
+            if not shared:
+                store.close()
+        r["sink_503"] = store.sink_503
+        return r
+
     try:
         for kind in a.stores.split(","):
             os.makedirs(os.path.join(tmp, kind))
-            store = Store(kind, net, a, os.path.join(tmp, kind))
+            shared = Store(kind, net, a, os.path.join(tmp, kind)) if kind == "rgw" else None
             try:
                 print(f"\n## {kind}: aggregate throughput as ranks grow (default keys)\n")
                 print("| ranks | checkpoint MiB | save s | save GiB/s | load s | load GiB/s "
                       "| retries | 503s |")
                 print("|---:|---:|---:|---:|---:|---:|---|---|")
                 for n in per_host:
-                    port += 1
-                    r = run_ranks(net, store, hosts, n, "default", a.mb_per_rank,
-                                  f"scale-{n * a.hosts}", port, store.tmp)
+                    r = one_row(kind, shared, n, "default", f"scale-{n * a.hosts}")
                     print(f"| {r['ranks']} | {r['bytes'] / (1 << 20):.0f} | {r['save_s']:.2f} "
                           f"| {r['save_gibs']:.3f} | {r['load_s']:.2f} | {r['load_gibs']:.3f} "
                           f"| {fmt_counts(r['retries'])} | {fmt_counts(r['503s'])} |",
                           flush=True)
                 n = per_host[-1]
-                print(f"\n## {kind}: prefix strategies, {n * a.hosts} ranks\n")
+                throttle = a.throttle_args if kind == "sink" else ""
+                print(f"\n## {kind}: prefix strategies, {n * a.hosts} ranks"
+                      f"{' (sink ' + throttle + ')' if throttle else ''}\n")
                 print("| strategy | save s | save GiB/s | load s | retries per rank "
-                      "| 503s per rank |")
-                print("|---|---:|---:|---:|---|---|")
+                      "| 503s per rank | 503s the sink answered |")
+                print("|---|---:|---:|---:|---|---|---|")
                 for s in a.strategies.split(","):
-                    port += 1
-                    r = run_ranks(net, store, hosts, n, s, a.mb_per_rank, f"strat-{s}", port,
-                                  store.tmp)
+                    r = one_row(kind, shared, n, s, f"strat-{s}", throttle)
                     print(f"| {s} | {r['save_s']:.2f} | {r['save_gibs']:.3f} "
-                          f"| {r['load_s']:.2f} | {r['retries']} | {r['503s']} |", flush=True)
+                          f"| {r['load_s']:.2f} | {r['retries']} | {r['503s']} "
+                          f"| {r['sink_503']} |", flush=True)
             finally:
-                store.close()
-                if store.sink_counts:
-                    print(f"\nsink: {store.sink_counts}")
+                if shared:
+                    shared.close()
     finally:
         net.down()
 
