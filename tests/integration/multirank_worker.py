@@ -10,7 +10,8 @@ Operations, run in the order given (OP=s3://bucket/path):
     save=PATH    dcp.save with --strategy (default, binary, hex, roundrobin)
     load=PATH    dcp.load into zeros and check the values
     fail=PATH    dcp.load must fail (the checkpoint is not loadable)
---kill-rank R: rank R SIGKILLs itself while writing its second item (mid-save).
+--kill-rank R: rank R SIGKILLs itself while writing its second item (mid-save) in the last
+operation (a save).
 Each rank writes --out/rank-R-N-OP.json per operation: seconds (its own), seconds_all (until
 the slowest rank is done), bytes of its shard, the client's counters (S3Client.stats()).
 The endpoint and keys come from S3FLASH_TEST_ENDPOINT and AWS_* in the environment.
@@ -63,7 +64,7 @@ class KillingPlanner(DefaultSavePlanner):
         return super().resolve_data(write_item)
 
 
-def run_op(op, path, a, mesh, rank, region, endpoint):
+def run_op(op, path, a, mesh, rank, region, endpoint, kill):
     """One save/load/fail; returns (seconds, bytes of this rank's shard, client counters)."""
     if op == "save":
         state = {f"t{i}": distribute_tensor(full(i, a), mesh, [Shard(0)])
@@ -77,7 +78,7 @@ def run_op(op, path, a, mesh, rank, region, endpoint):
     if op == "save":
         w = s3dcp.S3StorageWriter(region, path, endpoint=endpoint,
                                   prefix_strategy=strategy(a.strategy, None))
-        planner = KillingPlanner(2) if rank == a.kill_rank else None
+        planner = KillingPlanner(2) if kill else None
         dcp.save(state, storage_writer=w, planner=planner)
         client = w.client
     else:
@@ -126,7 +127,8 @@ def main():
         if op not in ("save", "load", "fail") or not path.startswith("s3://"):
             raise SystemExit(f"bad op {spec!r}: expected save=|load=|fail=s3://bucket/path")
         t0 = time.monotonic()
-        elapsed, nbytes, stats = run_op(op, path, a, mesh, rank, region, endpoint)
+        kill = rank == a.kill_rank and n == len(a.ops) - 1
+        elapsed, nbytes, stats = run_op(op, path, a, mesh, rank, region, endpoint, kill)
         dist.barrier()                      # the slowest rank sets the checkpoint's time
         with open(os.path.join(a.out, f"rank-{rank}-{n}-{op}.json"), "w") as f:
             json.dump({"rank": rank, "world": world, "op": op, "path": path,
