@@ -16,16 +16,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "tests", "servers", "netns.sh")
 
 
+_why = []
+
+
 def unavailable():
-    """Why namespaces cannot be made here (a skip reason), or None."""
+    """Why namespaces cannot be made here (a skip reason), or None. Probes by making one (a
+    container without CAP_SYS_ADMIN lists namespaces but cannot add them)."""
+    if _why:
+        return _why[0]
+    why = None
     if os.geteuid() != 0:
-        return "network namespaces need root"
-    if not shutil.which("ip") or not shutil.which("tc"):
-        return "iproute2 (ip, tc) is not installed"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"`ip netns` is unavailable: {probe.stderr.strip()}"
-    return None
+        why = "network namespaces need root"
+    elif not shutil.which("ip") or not shutil.which("tc"):
+        why = "iproute2 (ip, tc) is not installed"
+    else:
+        name = f"s3fprobe-{os.getpid()}"
+        probe = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+        if probe.returncode != 0:
+            why = f"`ip netns add` fails here: {probe.stderr.strip()}"
+        else:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    _why.append(why)
+    return why
 
 
 class Netns:
