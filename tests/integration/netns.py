@@ -107,9 +107,10 @@ WORKER = os.path.join(ROOT, "tests", "integration", "multirank_worker.py")
 def torchrun(net, hosts, nproc, args, env, log_dir, port, timeout=180):
     """multirank_worker.py under torchrun (gloo, static rendezvous on the first host) on each
     of HOSTS with NPROC ranks each; ranks are numbered host by host. Each rank's stdout and
-    stderr go to LOG_DIR/<host>/<run>/attempt_0/<local rank>/. Returns [(host, rc, output)]."""
+    stderr go to LOG_DIR/<host>/<run>/attempt_0/<local rank>/, each torchrun's own output to
+    LOG_DIR/<host>.torchrun.log. Returns [(host, rc, output)]."""
     import sys
-    env = dict(env, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
+    env = dict(env, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1", LOGLEVEL="INFO")
     procs = []
     for k, host in enumerate(hosts):
         d = os.path.join(log_dir, host)
@@ -129,6 +130,8 @@ def torchrun(net, hosts, nproc, args, env, log_dir, port, timeout=180):
             p.kill()
             text, _ = p.communicate()
             text += f"\n[timed out after {timeout} s]"
+        with open(os.path.join(log_dir, f"{host}.torchrun.log"), "w") as f:
+            f.write(text)
         out.append((host, p.returncode, text))
     return out
 
@@ -136,7 +139,8 @@ def torchrun(net, hosts, nproc, args, env, log_dir, port, timeout=180):
 def rank_logs(log_dir):
     """{global rank: stderr text} from a torchrun LOG_DIR (hosts in order, NPROC each)."""
     logs = {}
-    for host in sorted(os.listdir(log_dir), key=lambda h: (len(h), h)):
+    for host in sorted((h for h in os.listdir(log_dir)
+                        if os.path.isdir(os.path.join(log_dir, h))), key=lambda h: (len(h), h)):
         for dirpath, _, files in os.walk(os.path.join(log_dir, host)):
             if "stderr.log" in files:
                 logs.setdefault(host, {})[int(os.path.basename(dirpath))] = open(
