@@ -54,10 +54,16 @@ if [ ! -e /dev/fuse ]; then
     modprobe fuse 2>/dev/null || true
     mknod -m 666 /dev/fuse c 10 229 2>/dev/null || true
 fi
-python3 -m pytest -q -p no:cacheprovider tests/integration
+# (test_netns.py: hosts as network namespaces; test_multirank.py runs after the Python step,
+# which installs torch)
+python3 -m pytest -q -p no:cacheprovider --ignore=tests/integration/test_multirank.py \
+    tests/integration
 
 # the Python package: pip-installed (meson-python), tested against the same RGW
 bash tests/python/run.sh
+# many ranks on several hosts: torchrun (gloo) on two compute namespaces, 4 ranks saving and
+# loading through s3flash.dcp to an RGW of its own on a store namespace (docs/TESTING.md)
+python3 -m pytest -q -p no:cacheprovider tests/integration/test_multirank.py
 
 # the wheel: bundled libraries, abi3 under each Python here, then a clean Debian 12 root
 # (debootstrap, cached under /var/tmp/s3flash-wheel) with nothing but python3 and the wheel

@@ -16,7 +16,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 import s3flash
 from s3flash import S3ClientConfig, S3ReaderConstructor
-from s3flash.dcp import RoundRobinPrefixStrategy, S3StorageReader, S3StorageWriter
+from s3flash.dcp import (BinaryPrefixStrategy, DefaultPrefixStrategy, HexPrefixStrategy,
+                         RoundRobinPrefixStrategy, S3StorageReader, S3StorageWriter)
 from helpers import assert_same_tensor
 
 MiB = 1 << 20
@@ -418,10 +419,40 @@ def _two_rank_worker(rank, world, store, endpoint, region, uri, out_dir, other_k
                 report["denied_save"] = "no error"
             except FAILURE as e:
                 report["denied_save"] = str(e)[-2000:]
+
+        # each prefix strategy (the numeric ones size their prefix map from the world size)
+        report["strategies"] = {}
+        for name, strategy in PREFIX_STRATEGIES.items():
+            sd4 = {"sharded": sharded, "w": torch.arange(5.0) + rank * 0}
+            dcp.save(sd4, storage_writer=S3StorageWriter(
+                region, f"{uri}-ps-{name}", endpoint=endpoint, prefix_strategy=strategy()))
+            out = {"sharded": distribute_tensor(torch.zeros_like(full), sharded.device_mesh,
+                                                [Shard(0)]), "w": torch.zeros(5)}
+            dcp.load(out, storage_reader=S3StorageReader(region, f"{uri}-ps-{name}",
+                                                         endpoint=endpoint))
+            report["strategies"][name] = (torch.equal(out["sharded"].to_local(),
+                                                      sharded.to_local())
+                                          and torch.equal(out["w"], sd4["w"]))
     finally:
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump(report, f)
         dist.destroy_process_group()
+
+
+# strategy name -> (factory, the keys of a 2-rank save: one object per rank, then .metadata)
+PREFIX_STRATEGIES = {
+    "default": DefaultPrefixStrategy,
+    "binary": lambda: BinaryPrefixStrategy(epoch_num=5),
+    "hex": lambda: HexPrefixStrategy(min_prefix_length=4),
+    "roundrobin": lambda: RoundRobinPrefixStrategy(["left", "right"]),
+}
+PREFIX_LAYOUTS = {
+    "default": [".metadata", "__0_0.distcp", "__1_0.distcp"],
+    "binary": [".metadata", "0000000000/epoch_5/__0_0.distcp",
+               "1000000000/epoch_5/__1_0.distcp"],
+    "hex": [".metadata", "0000/__0_0.distcp", "1000/__1_0.distcp"],
+    "roundrobin": [".metadata", "left/__0_0.distcp", "right/__1_0.distcp"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -442,7 +473,16 @@ def two_ranks(bucket, s3, region, endpoint, rgw):
             "keys": keys_under(s3, bucket, prefix + "/"),
             "uploads": uploads_under(s3, bucket, prefix + "/"),
             "denied_keys": keys_under(s3, bucket, prefix + "-denied/"),
-            "denied_uploads": uploads_under(s3, bucket, prefix + "-denied/")}
+            "denied_uploads": uploads_under(s3, bucket, prefix + "-denied/"),
+            "strategy_keys": {n: keys_under(s3, bucket, f"{prefix}-ps-{n}/")
+                              for n in PREFIX_STRATEGIES}}
+
+
+def test_two_ranks_prefix_strategies(two_ranks):
+    """Each of s3torchconnector's strategies: its key layout with 2 ranks, and a round trip."""
+    assert two_ranks["strategy_keys"] == PREFIX_LAYOUTS
+    for rep in two_ranks["reports"]:
+        assert rep["strategies"] == {n: True for n in PREFIX_STRATEGIES}, rep
 
 
 def test_two_ranks_save_load_bit_exact(two_ranks):

@@ -14,6 +14,7 @@ APT_PACKAGES=(
     libcurl4-openssl-dev libssl-dev libexpat1-dev libisal-dev
     ceph radosgw
     valgrind
+    iproute2                # ip netns, tc: hosts as namespaces (tests/servers/netns.sh)
     clang libclang-rt-dev   # libFuzzer + ASan/UBSan runtimes (tests/fuzz)
     python3 python3-pip python3-venv
     curl ca-certificates

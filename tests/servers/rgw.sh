@@ -17,6 +17,8 @@
 #   RGW_OSD_SIZE_GB    size of the sparse bluestore file     (default 24)
 #   RGW_START_TIMEOUT  seconds to wait for the S3 endpoint   (default 90)
 #   RGW_DEBUG          ceph debug level for rgw log          (default 1)
+#   RGW_BIND_ADDR      address the S3 endpoint listens on    (default 127.0.0.1; 0.0.0.0 for
+#                      a store host in a network namespace, tests/servers/netns.sh rgw)
 set -euo pipefail
 
 ACCESS_KEY=S3FLASHTESTACCESSKEY
@@ -267,7 +269,7 @@ mon_osd_nearfull_ratio = 0.9
 rgw_data = $dir/rgw
 pid_file = $dir/run/\$name.pid
 admin_socket = $dir/run/\$cluster-\$name.asok
-rgw_frontends = beast endpoint=127.0.0.1:$rgwport
+rgw_frontends = beast endpoint=${RGW_BIND_ADDR:-127.0.0.1}:$rgwport
 rgw_dns_name = localhost
 rgw_thread_pool_size = 128
 rgw_enable_usage_log = false
