@@ -91,11 +91,18 @@ class HostStager:
     subclasses) are cloned to the CPU instead (counted in ``cloned``).
 
     Not thread-safe: one caller stages at a time, and the snapshot is valid until the next
-    ``stage``.
+    ``stage``. With ``track_views``, ``live_views`` counts the staged tensors still
+    referenced (``in_use``: the snapshot is still alive somewhere), and ``on_free`` is called
+    when the last one goes.
     """
 
-    def __init__(self, pin_memory: Optional[bool] = None):
+    def __init__(self, pin_memory: Optional[bool] = None, track_views: bool = False,
+                 on_free: Any = None):
         self._pin = pin_memory
+        self._track = track_views
+        self._on_free = on_free
+        self._live_lock = threading.Lock()
+        self.live_views = 0
         self._arena: Any = None
         self.capacity = 0
         self.allocations = 0
@@ -133,6 +140,24 @@ class HostStager:
                 s = torch.frombuffer(mv, dtype=torch.uint8)
             self._slots[(offset, nbytes)] = s
         return s
+
+    @property
+    def in_use(self) -> bool:
+        return self.live_views > 0
+
+    def _view_freed(self) -> None:
+        with self._live_lock:
+            self.live_views -= 1
+            last = self.live_views == 0
+        if last and self._on_free is not None:
+            self._on_free()
+
+    def _track_view(self, v: Any) -> None:
+        if self._track:
+            import weakref
+            with self._live_lock:
+                self.live_views += 1
+            weakref.finalize(v, self._view_freed)
 
     def arena_ptr(self) -> int:
         """Address of the arena (0 before the first stage): a second stage of a state that fits
@@ -194,6 +219,7 @@ class HostStager:
                 s = staged_storage[(str(o.device), st.data_ptr(), st.nbytes())]
                 v = torch.empty(0, dtype=o.dtype).set_(s, o.storage_offset(), o.size(),
                                                        o.stride())
+                self._track_view(v)
                 if isinstance(o, torch.nn.Parameter):
                     return torch.nn.Parameter(v, requires_grad=o.requires_grad)
                 return v
