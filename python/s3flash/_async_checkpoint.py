@@ -224,11 +224,14 @@ class HostStager:
                     return torch.nn.Parameter(v, requires_grad=o.requires_grad)
                 return v
             if isinstance(o, dict):
-                try:  # the same mapping type (OrderedDict, defaultdict...), emptied
-                    out = copy.copy(o)
-                    out.clear()
-                except Exception:
-                    out = {}
+                if type(o) in (dict, OrderedDict):
+                    out = type(o)()
+                else:
+                    try:  # the same mapping type (defaultdict...), emptied
+                        out = copy.copy(o)
+                        out.clear()
+                    except Exception:
+                        out = {}
                 for kk, vv in o.items():
                     out[kk] = rebuild(vv)
                 if hasattr(o, "_metadata"):  # nn.Module.state_dict()'s version info
