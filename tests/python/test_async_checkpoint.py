@@ -429,3 +429,67 @@ def test_sigkill_at_random_points(region, bucket, proxy, s3, tmp_path, seed):
         assert ck.latest() == latest + 1
     print(f"seed {seed}: kill after {event} + {delay:.3f}s: latest {latest}, "
           f"last reported commit {committed}, uploads aborted {len(removed)}")
+
+
+PHASES = {
+    # a part of step 2's object held mid-body: the upload is in progress
+    "part": ({"match": {"method": "PUT", "path": "step-000000000002/state.pt",
+                        "query": "partNumber=2"},
+              "action": "stall", "at": 1000, "seconds": 600, "direction": "request"}, 1),
+    # step 2's object complete, its manifest held mid-body: the commit has not happened
+    "manifest": ({"match": {"method": "PUT", "path": "step-000000000002/manifest.json"},
+                  "action": "stall", "at": 10, "seconds": 600, "direction": "request"}, 1),
+    # step 3 committed, the retention's delete of step 1's manifest held
+    "retention": ({"match": {"method": "DELETE", "path": "step-000000000001/manifest.json"},
+                   "action": "delay", "seconds": 600}, 3),
+}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
+    """SIGKILL while the fault proxy holds one request of a chosen phase of the background
+    save (seen in its log): the upload, the commit, the retention. The last committed step
+    stays latest() and loads, from both tiers; the killed step is not visible; a new save
+    commits and its retention removes the leftovers."""
+    rule, want_latest = PHASES[phase]
+    prefix = f"phase-{phase}-{uuid.uuid4().hex[:6]}/"
+    uri = f"s3://{bucket}/{prefix}"
+    local = tmp_path / "local"
+    proxy.set_faults([rule])
+    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, region, proxy.endpoint, uri,
+                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        def held():
+            assert p.poll() is None, p.stderr.read()
+            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
+                       for e in proxy.stats()["log"])
+        _wait_for(held, timeout=120)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.communicate()
+    assert p.returncode == -signal.SIGKILL
+    proxy.set_faults([])
+    step2 = f"{prefix}step-000000000002/"
+    if phase == "part":
+        assert not exists(s3, bucket, step2 + "state.pt")
+        assert [u["Key"] for u in _uploads(s3, bucket, prefix)] == [step2 + "state.pt"]
+    if phase == "manifest":
+        assert exists(s3, bucket, step2 + "state.pt")
+        assert not exists(s3, bucket, step2 + "manifest.json")
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   local_dir=str(local), keep_remote=2) as ck:
+        assert ck.latest() == want_latest
+        for tier_dir in (str(local), None):
+            ck.local_dir = tier_dir
+            got = ck.load()
+            assert torch.equal(got["w"], torch.full((3 * 2**20,), float(want_latest)))
+            assert got["opt"] == {"step": want_latest}
+        ck.local_dir = str(local)
+        ck.cleanup_uploads()
+        assert not _uploads(s3, bucket, prefix)
+        ck.save({"w": torch.zeros(1)}, 10).result()
+        ck.wait()
+        assert ck.steps() == [want_latest, 10]
+        assert {k.split("/")[1] for k in _keys(s3, bucket, prefix)} == {
+            f"step-{want_latest:012d}", "step-000000000010"}
