@@ -14,6 +14,7 @@ the same files under the same names.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import copy
 import ctypes
@@ -22,6 +23,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 import zlib
 from collections import OrderedDict
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
@@ -300,6 +302,21 @@ class _Job(NamedTuple):
     torch_save_kwargs: Dict[str, Any]
 
 
+_live: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_saves_at_exit() -> None:
+    """The background thread is a daemon: at interpreter exit, saves asked for and not yet
+    committed are finished first (as concurrent.futures does for its workers), instead of
+    being cut off mid-upload."""
+    for ck in list(_live):
+        try:
+            ck.wait()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 class AsyncCheckpointer:
     """Asynchronous, tiered checkpoints: ``save`` waits only for a copy of the state.
 
@@ -349,6 +366,7 @@ class AsyncCheckpointer:
         self._thread: Optional[threading.Thread] = None
         if self.local_dir:
             os.makedirs(self.local_dir, exist_ok=True)
+        _live.add(self)
 
     # -- public -------------------------------------------------------------------------
     @property

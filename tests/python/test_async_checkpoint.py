@@ -347,6 +347,29 @@ def test_uncommitted_steps_are_not_seen(region, endpoint, bucket, prefix, s3):
             ck.load(3)
 
 
+EXIT_CHILD = textwrap.dedent("""
+    import sys, torch, s3flash
+    region, endpoint, uri = sys.argv[1:4]
+    ck = s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint)
+    ck.save({"w": torch.full((6 * 2**20,), 5.0)}, 5)
+    # no close(), no wait(): the interpreter exits with the save in the background
+""")
+
+
+def test_exit_without_close_finishes_the_save(region, endpoint, bucket, prefix, s3):
+    """A script that returns right after save(): the save commits before the interpreter
+    exits (without the exit hook the daemon thread is cut off mid-upload: no commit, and
+    the process aborts)."""
+    uri = f"s3://{bucket}/{prefix}"
+    r = subprocess.run([sys.executable, "-c", EXIT_CHILD, region, endpoint, uri],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint) as ck:
+        assert ck.latest() == 5
+        assert torch.equal(ck.load()["w"], torch.full((6 * 2**20,), 5.0))
+    assert not _uploads(s3, bucket, prefix)
+
+
 KILL_CHILD = textwrap.dedent("""
     import sys, torch, s3flash
     region, endpoint, uri, local = sys.argv[1:5]
