@@ -259,6 +259,26 @@ def row_lightning_s3flash(env, sd, repeat):
     return r + (f"staging allocations {p.stager.allocations}",)
 
 
+def row_gpu_floor(env, sd, repeat):
+    g = {k: v.cuda() for k, v in sd.items()}
+    dst = {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=True).fill_(0) for k, v in sd.items()}
+    times = []
+    for _ in range(repeat + 1):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for k, v in g.items():
+            dst[k].copy_(v, non_blocking=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return times[0], times[1:], times[1:], "GPU state: pinned device-to-host copy"
+
+
+def row_gpu_async(env, sd, repeat):
+    g = {k: v.cuda() for k, v in sd.items()}
+    r = _async_ck(env, g, repeat, "async-gpu", False)
+    return r[0], r[1], r[2], "GPU state; " + r[3]
+
+
 ROWS = [
     ("memcpy floor", row_memcpy),
     ("s3flash save (sync)", row_s3flash_sync),
@@ -271,6 +291,9 @@ ROWS = [
     ("Lightning AsyncCheckpointIO + s3torchconnector", row_lightning_async_stc),
     ("Lightning S3AsyncLightningCheckpoint (s3flash)", row_lightning_s3flash),
 ]
+if torch.cuda.is_available():  # a GPU state: blocked time against the pinned D2H copy
+    ROWS += [("GPU pinned D2H floor", row_gpu_floor),
+             ("GPU s3flash AsyncCheckpointer -> S3", row_gpu_async)]
 
 
 def training_slowdown(env, size, steps_min=20):
@@ -367,7 +390,7 @@ def main():
                 finally:
                     del sd
                 b, tot = median(blocked), median(total)
-                if name == "memcpy floor":
+                if name in ("memcpy floor", "GPU pinned D2H floor"):
                     floor = b
                 if name == "s3flash save (sync)":
                     sync = tot
