@@ -202,6 +202,31 @@ def test_async_plugin_failed_save_removes_nothing(region, endpoint, s3, bucket, 
     assert not exists(s3, bucket, prefix + "a.ckpt")
 
 
+def test_async_plugin_removes_off_the_callers_thread(region, endpoint, s3, bucket, run):
+    """remove_checkpoint returns before its DELETE could have been answered: the fault proxy
+    holds the DELETE for 2 s after it arrives, and the call had returned before that."""
+    import time
+    from urllib.parse import urlparse
+    spec = importlib.util.spec_from_file_location(
+        "integration_faults", ROOT / "tests" / "integration" / "faults.py")
+    faults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(faults)
+    _, prefix, dirpath = run
+    u = urlparse(endpoint)
+    with faults.start_faultproxy(u.hostname, u.port) as proxy:
+        aplugin = S3AsyncLightningCheckpoint(region, endpoint=proxy.endpoint)
+        aplugin.save_checkpoint({"w": torch.ones(3)}, dirpath + "old.ckpt")
+        aplugin.wait()
+        proxy.set_faults([{"match": {"method": "DELETE", "path": "old.ckpt"},
+                           "action": "delay", "seconds": 2}])
+        aplugin.remove_checkpoint(dirpath + "old.ckpt")
+        returned = time.monotonic()
+        aplugin.teardown()
+        [arrived] = [e["time"] for e in proxy.stats()["log"] if e["method"] == "DELETE"]
+        assert returned < arrived + 2
+        assert not exists(s3, bucket, prefix + "old.ckpt")
+
+
 class Custom:
     def __init__(self, v):
         self.v = v
