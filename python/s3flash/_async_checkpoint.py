@@ -96,11 +96,19 @@ class HostStager:
     ``stage``. With ``track_views``, ``live_views`` counts the staged tensors still
     referenced (``in_use``: the snapshot is still alive somewhere), and ``on_free`` is called
     when the last one goes.
+
+    With ``zip_layout``, the arena is laid out for ``s3flash._zipimage``: each storage at a
+    64-byte aligned offset after a gap for its zip header, and room after the last one for
+    the pickle, the small records and the central directory, so the whole torch.save file
+    can be built in place around the staged bytes.
     """
 
     def __init__(self, pin_memory: Optional[bool] = None, track_views: bool = False,
-                 on_free: Any = None):
+                 on_free: Any = None, zip_layout: bool = False):
         self._pin = pin_memory
+        self.zip_layout = zip_layout
+        self.used_end = 0        # end of the last staged storage in the arena
+        self.tail_hint = 0       # extra room after it (zip_layout), grown when short
         self._track = track_views
         self._on_free = on_free
         self._live_lock = threading.Lock()
@@ -137,9 +145,9 @@ class HostStager:
             if nbytes == 0:
                 s = torch.empty(0, dtype=torch.uint8)
             else:
-                mv = memoryview((ctypes.c_ubyte * nbytes).from_address(
-                    self._arena.data_ptr() + offset))
-                s = torch.frombuffer(mv, dtype=torch.uint8)
+                arr = (ctypes.c_ubyte * nbytes).from_address(self._arena.data_ptr() + offset)
+                arr._s3flash_arena = self._arena  # the staged storages keep the arena alive
+                s = torch.frombuffer(memoryview(arr), dtype=torch.uint8)
             self._slots[(offset, nbytes)] = s
         return s
 
@@ -160,6 +168,11 @@ class HostStager:
             with self._live_lock:
                 self.live_views += 1
             weakref.finalize(v, self._view_freed)
+
+    @property
+    def arena(self) -> Any:
+        """The arena (a uint8 CPU tensor), None before the first stage."""
+        return self._arena
 
     def arena_ptr(self) -> int:
         """Address of the arena (0 before the first stage): a second stage of a state that fits
@@ -189,16 +202,28 @@ class HostStager:
         pinned = self._want_pinned(any_cuda)
         layout: Dict[Tuple[str, int, int], int] = {}
         total = 0
-        for k in storages:
-            layout[k] = total
-            total += (k[2] + _ALIGN - 1) // _ALIGN * _ALIGN
+        if self.zip_layout:
+            from ._zipimage import HEADER_GAP
+            for k in storages:
+                if not k[2]:
+                    continue  # zero bytes: an empty storage outside the arena
+                total = (total + HEADER_GAP + _ALIGN - 1) // _ALIGN * _ALIGN
+                layout[k] = total
+                total += k[2]
+            self.used_end = total
+            total += (1 << 20) + 512 * len(storages) + self.tail_hint
+        else:
+            for k in storages:
+                layout[k] = total
+                total += (k[2] + _ALIGN - 1) // _ALIGN * _ALIGN
+            self.used_end = total
         self._reserve(total, pinned)
 
         # copy every distinct storage into its slot
         devices = set()
         staged_storage: Dict[Tuple[str, int, int], Any] = {}
         for k, t in storages.items():
-            slot = self._slot(layout[k], k[2])
+            slot = self._slot(layout.get(k, 0), k[2])
             if k[2]:
                 src = _storage_bytes(t)
                 if t.device.type == "cuda":
@@ -332,6 +357,11 @@ class AsyncCheckpointer:
             stages; ``"skip"`` does not save this step (a warning, and a future whose result
             is None). Memory is bounded either way: one set of host buffers.
         pin_memory: stage into pinned memory (None: when a tensor is on a CUDA device).
+        in_place: build the torch.save zip around the staged bytes and upload it from the
+            host buffers with no copy (the default); the buffers are then busy until the
+            upload ends. False (or a state that does not fit the layout, or
+            torch_save_kwargs): torch.save streams into an S3 writer (one copy into its part
+            buffers), and the buffers are free once the state is serialized.
         client: an ``S3Client`` to use instead of building one.
     """
 
@@ -339,7 +369,8 @@ class AsyncCheckpointer:
                  s3client_config: Optional[S3ClientConfig] = None,
                  local_dir: Optional[str] = None, keep_local: int = 1,
                  keep_remote: Optional[int] = None, *, on_busy: str = "wait",
-                 pin_memory: Optional[bool] = None, client: Optional[S3Client] = None):
+                 pin_memory: Optional[bool] = None, in_place: bool = True,
+                 client: Optional[S3Client] = None):
         bucket, prefix = _s3flash.parse_uri(uri)
         if prefix and not prefix.endswith("/"):
             prefix += "/"
@@ -356,7 +387,9 @@ class AsyncCheckpointer:
         self.on_busy = on_busy
         self._client = client or S3Client(region, endpoint=endpoint,
                                           s3client_config=s3client_config)
-        self.stager = HostStager(pin_memory)
+        self.stager = HostStager(pin_memory, zip_layout=in_place)
+        self.in_place_saves = 0   # saves uploaded from the arena with no copy
+        self.stream_saves = 0     # saves streamed through torch.save into an S3 writer
         self._cond = threading.Condition()
         self._staging_busy = False      # the host buffers hold a state not yet serialized
         self._pending: List[_Job] = []  # at most one (the buffers are single)
@@ -524,23 +557,13 @@ class AsyncCheckpointer:
                               f"{job.step}: {e}", RuntimeWarning)
                 local_step = None
         try:
-            with self._client.put_object(self.bucket, key) as w:
-                tee = _Tee(w, f)
-                try:
-                    torch.save(job.staged, tee, **job.torch_save_kwargs)
-                finally:
-                    self._release_staging()  # serialized: the host buffers are free
-                    if f is not None:
-                        try:
-                            f.close()
-                        except OSError as e:
-                            tee.local_error = tee.local_error or e
-            info = w.info or {}
-            obj = {"name": STATE_NAME, "key": key, "size": tee.size,
-                   "crc32": f"{tee.crc:08x}", "etag": _norm_etag(info.get("etag"))}
-            if info.get("size") is not None and int(info["size"]) != tee.size:
+            size, crc, info, local_error = self._write_object(job, key, f)
+            f = None
+            obj = {"name": STATE_NAME, "key": key, "size": size,
+                   "crc32": f"{crc:08x}", "etag": _norm_etag(info.get("etag"))}
+            if info.get("size") is not None and int(info["size"]) != size:
                 raise _s3flash.S3IOError(f"{key}: uploaded {info['size']} bytes, "
-                                         f"serialized {tee.size}")
+                                         f"serialized {size}")
             manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
                         "step": job.step, "time": time.time(),
                         "torch": torch.__version__, "objects": [obj]}
@@ -548,16 +571,72 @@ class AsyncCheckpointer:
             # the commit: the manifest, after every object is complete
             self._client.upload(self.bucket, sdir + MANIFEST_NAME, body)
             local_path = None
-            if local_step and local_tmp and tee.local_error is None:
+            if local_step and local_tmp and local_error is None:
                 local_path = self._commit_local(local_step, local_tmp, body)
-            elif tee.local_error is not None:
+            elif local_error is not None:
                 warnings.warn(f"s3flash.AsyncCheckpointer: local copy of step {job.step} "
-                              f"failed: {tee.local_error}", RuntimeWarning)
+                              f"failed: {local_error}", RuntimeWarning)
             return CheckpointInfo(job.step, f"s3://{self.bucket}/{sdir}", manifest,
                                   local_path)
         finally:
+            if f is not None:
+                f.close()
             if local_tmp and os.path.exists(local_tmp):
                 os.unlink(local_tmp)
+
+    def _write_object(self, job: _Job, key: str, f: Any
+                      ) -> Tuple[int, int, Dict[str, Any], Optional[BaseException]]:
+        """Serialize the staged state into the object at `key` (and the local file `f`, which
+        this closes). In place when it can (the zip built around the staged bytes in the
+        arena, uploaded with no copy); else torch.save streamed into an S3 writer. Frees the
+        host buffers once they are no longer read. Returns (size, CRC-32, the upload's info,
+        the local file's error)."""
+        import torch
+        from . import _zipimage
+        if self.stager.zip_layout and not job.torch_save_kwargs:
+            st = self.stager
+            try:
+                size, crc, _ = _zipimage.build(job.staged, st.arena, st.used_end, st.capacity)
+            except _zipimage.Unsupported as e:
+                if "does not fit" in str(e):
+                    st.tail_hint = 2 * st.tail_hint + (4 << 20)  # more room from the next save
+            else:
+                try:
+                    view = memoryview(st.arena.numpy())[:size]
+                    local_error: List[BaseException] = []
+                    writer = None
+                    if f is not None:  # the local tier in parallel with the upload
+                        def write_local() -> None:
+                            try:
+                                with f:
+                                    f.write(view)
+                            except OSError as e:
+                                local_error.append(e)
+                        writer = threading.Thread(target=write_local,
+                                                  name="s3flash-checkpoint-local")
+                        writer.start()
+                    try:
+                        info = self._client.upload(self.bucket, key, view)
+                    finally:
+                        if writer is not None:
+                            writer.join()
+                    self.in_place_saves += 1
+                    return size, crc, info or {}, (local_error[0] if local_error else None)
+                finally:
+                    self._release_staging()
+        with self._client.put_object(self.bucket, key) as w:
+            tee = _Tee(w, f)
+            try:
+                torch.save(job.staged, tee, **job.torch_save_kwargs)
+            finally:
+                self._release_staging()  # serialized: the host buffers are free
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError as e:
+                        tee.local_error = tee.local_error or e
+        self.stream_saves += 1
+        return tee.size, tee.crc, w.info or {}, tee.local_error
 
     def _commit_local(self, local_step: str, tmp: str, body: bytes) -> Optional[str]:
         try:

@@ -123,15 +123,20 @@ def _uploads(s3, bucket, prefix):
             .get("Uploads", [])]
 
 
-def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path):
+@pytest.mark.parametrize("in_place", [True, False])
+def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path, in_place):
     """Model + optimizer, several dtypes, shared storages: the same bits back from the local
-    tier, from S3, through s3flash.load and through plain torch.load of the object's bytes."""
+    tier, from S3, through s3flash.load and through plain torch.load of the object's bytes.
+    In place (the zip built around the staged bytes, uploaded from the arena) and streamed
+    (torch.save into an S3 writer); the object is a valid zip either way (every CRC)."""
     _, _, sd = _model_and_optimizer()
     local = tmp_path / "local"
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
-                                   endpoint=endpoint, local_dir=str(local)) as ck:
+                                   endpoint=endpoint, local_dir=str(local),
+                                   in_place=in_place) as ck:
         assert ck.latest() is None
         info = ck.save(sd, 7).result()
+        assert (ck.in_place_saves, ck.stream_saves) == ((1, 0) if in_place else (0, 1))
         assert info.step == 7 and info.local_path == str(local / "step-000000000007")
         assert ck.latest() == 7
         assert _keys(s3, bucket, prefix) == [f"{prefix}step-000000000007/manifest.json",
@@ -145,6 +150,11 @@ def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path):
         import zlib
         assert o["crc32"] == f"{zlib.crc32(body):08x}"
         assert (local / "step-000000000007" / "state.pt").read_bytes() == body
+        import io
+        import zipfile
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            assert z.testzip() is None
+            assert z.namelist()[0] == "archive/data.pkl"
 
         got = ck.load()
         assert ck.last_load_tier == "local"
@@ -152,7 +162,6 @@ def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path):
         v = got["extra"]["view"]
         assert v.untyped_storage().data_ptr() == got["extra"]["base"].untyped_storage().data_ptr()
 
-        import io
         _assert_same(sd, torch.load(io.BytesIO(body)))                   # plain torch.load
         _assert_same(sd, s3flash.load(f"s3://{bucket}/{o['key']}", region=region,
                                       endpoint=endpoint))                 # s3flash's reader
@@ -165,6 +174,23 @@ def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path):
         _assert_same(sd, got)
         with pytest.raises(FileNotFoundError):
             ck2.load(8)
+
+
+def test_in_place_falls_back_to_streaming(region, endpoint, bucket, prefix):
+    """torch_save_kwargs, or a tensor that is not staged in the arena (a sparse one, cloned),
+    send the save through torch.save into an S3 writer; the checkpoint is the same."""
+    sd = {"w": torch.randn(100), "sp": torch.eye(4).to_sparse()}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint) as ck:
+        ck.save(sd, 1).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (0, 1)
+        got = ck.load(1)
+        assert torch.equal(got["w"], sd["w"]) and torch.equal(got["sp"].to_dense(), torch.eye(4))
+        ck.save({"w": sd["w"]}, 2, pickle_protocol=4).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (0, 2)
+        ck.save({"w": sd["w"]}, 3).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (1, 2)
+        assert torch.equal(ck.load(3)["w"], sd["w"])
 
 
 def test_staging_buffers_are_reused(region, endpoint, bucket, prefix):
