@@ -1,5 +1,6 @@
 """AsyncCheckpointer: a save pauses the caller for a copy into reused host buffers; the
-serialization, the upload, the local tier, the commit and the retention run in the background.
+serialization, the upload (in place from those buffers: s3flash/_zipimage.py), the local
+tier, the commit and the retention run in the background.
 
 Layout under the prefix (``s3://bucket/run/``), one folder per step::
 
@@ -352,8 +353,9 @@ class AsyncCheckpointer:
         keep_local: committed steps kept in ``local_dir`` (the newest ones; >= 1).
         keep_remote: committed steps kept in S3 (None: all). Older ones are deleted after a
             new step commits, never the newest committed one.
-        on_busy: when ``save`` is called while the previous state is still being serialized
-            from the host buffers: ``"wait"`` (the default) blocks until they are free, then
+        on_busy: when ``save`` is called while the previous save still holds the host
+            buffers (in place: until its upload ends; streamed: until it is serialized):
+            ``"wait"`` (the default) blocks until they are free, then
             stages; ``"skip"`` does not save this step (a warning, and a future whose result
             is None). Memory is bounded either way: one set of host buffers.
         pin_memory: stage into pinned memory (None: when a tensor is on a CUDA device).

@@ -246,9 +246,9 @@ def test_mutation_while_uploading(region, bucket, prefix, proxy, s3):
 
 
 def test_on_busy_wait_and_skip(region, bucket, prefix, proxy, s3):
-    """While the previous state is still being serialized out of the host buffers (the
-    upload throttled, the client's buffer pool small), "skip" drops the step with a warning
-    and "wait" blocks until the buffers are free; both keep one set of buffers."""
+    """While the previous save still holds the host buffers (the upload throttled, the
+    client's buffer pool small), "skip" drops the step with a warning and "wait" blocks
+    until the buffers are free; both keep one set of buffers."""
     proxy.set_faults([_throttle(32 * MiB)])
     cfg = s3flash.S3ClientConfig(memory_limit=16 * MiB)
     sd = {"w": torch.randn(32 * MiB // 4)}
