@@ -135,7 +135,8 @@ def _async_ck(env, sd, repeat, name, local):
             fut.result()
             ck.wait()
             total.append(time.perf_counter() - t)
-        note = f"staging allocations {ck.stager.allocations}"
+        note = (f"staging allocations {ck.stager.allocations}, in place "
+                f"{ck.in_place_saves}/{ck.in_place_saves + ck.stream_saves}")
     return blocked[0], blocked[1:], total[1:], note
 
 

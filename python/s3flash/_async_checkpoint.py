@@ -468,7 +468,8 @@ class AsyncCheckpointer:
              **torch_load_kwargs: Any) -> Any:
         """The state dict of `step` (None: the latest committed one). From the local tier when
         its copy is complete and matches the manifest (size and CRC-32), else from S3.
-        FileNotFoundError when there is no such committed step."""
+        FileNotFoundError when there is no such committed step. ``mmap=True`` maps the local
+        copy (the tensors are backed by the file's pages: no copy); it is ignored for S3."""
         import torch
         committed = self._committed()
         if step is None:
@@ -484,6 +485,7 @@ class AsyncCheckpointer:
         if path is not None:
             self.last_load_tier = "local"
             return torch.load(path, map_location=map_location, **torch_load_kwargs)
+        torch_load_kwargs.pop("mmap", None)  # a local file only
         with self._client.get_object(self.bucket, obj["key"]) as r:
             return torch.load(r, map_location=map_location, **torch_load_kwargs)
 

@@ -143,8 +143,10 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
     and the training thread never waits for a delete. Lightning's ``AsyncCheckpointIO``, by
     contrast, clones every tensor (fresh memory each save) and removes on the caller's thread.
 
-    A save asked for while the previous one is still being serialized out of the buffers
-    waits for them (one set of buffers: memory stays bounded). ``load_checkpoint`` and
+    The upload goes from the buffers themselves when it can: the torch.save zip is built
+    around the staged bytes (as ``AsyncCheckpointer(in_place=True)``), else torch.save streams
+    into an S3 writer. A save asked for while the previous one still holds the buffers waits
+    for them (one set of buffers: memory stays bounded). ``load_checkpoint`` and
     ``teardown`` wait for the queue first. A failed background save is raised by the next
     ``save_checkpoint``, ``load_checkpoint`` or ``teardown``; each object appears whole or
     not at all, as with ``S3LightningCheckpoint``.
@@ -160,7 +162,9 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
         super().__init__(region, s3client_config, endpoint,
                          reader_constructor=reader_constructor)
         from ._async_checkpoint import HostStager
-        self.stager = HostStager(pin_memory)
+        self.stager = HostStager(pin_memory, zip_layout=True)
+        self.in_place_saves = 0   # uploaded from the staging buffers with no copy
+        self.stream_saves = 0     # torch.save streamed into an S3 writer
         self._cond = threading.Condition()
         self._ops: Deque[Tuple[str, Any]] = collections.deque()
         self._busy = 0                 # operations queued or running
@@ -233,6 +237,27 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
                 self._thread.start()
             self._cond.notify_all()
 
+    def _save_staged(self, bucket: str, key: str, staged: Any) -> None:
+        """In place when the zip fits around the staged bytes (uploaded from the buffers,
+        no copy), else torch.save streamed into an S3 writer."""
+        from . import _zipimage
+        st = self.stager
+        try:
+            size, _, _ = _zipimage.build(staged, st.arena, st.used_end, st.capacity)
+        except _zipimage.Unsupported as e:
+            if "does not fit" in str(e):
+                st.tail_hint = 2 * st.tail_hint + (4 << 20)
+        else:
+            self._client.upload(bucket, key, memoryview(st.arena.numpy())[:size])
+            self.in_place_saves += 1
+            return
+        with self._client.put_object(bucket, key) as w:
+            try:
+                torch.save(staged, w)
+            finally:
+                self._release_staging()
+        self.stream_saves += 1
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -243,11 +268,7 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
                 if kind == "save":
                     bucket, key, staged = arg
                     try:
-                        with self._client.put_object(bucket, key) as w:
-                            try:
-                                torch.save(staged, w)
-                            finally:
-                                self._release_staging()
+                        self._save_staged(bucket, key, staged)
                     finally:
                         self._release_staging()
                 elif self._error is None:

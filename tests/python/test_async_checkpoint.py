@@ -159,6 +159,7 @@ def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path, i
         got = ck.load()
         assert ck.last_load_tier == "local"
         _assert_same(sd, got)
+        _assert_same(sd, ck.load(mmap=True))   # the local copy mapped
         v = got["extra"]["view"]
         assert v.untyped_storage().data_ptr() == got["extra"]["base"].untyped_storage().data_ptr()
 
@@ -169,7 +170,7 @@ def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path, i
     # without the local tier (another node): from S3
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
                                    endpoint=endpoint) as ck2:
-        got = ck2.load(7, map_location="cpu")
+        got = ck2.load(7, map_location="cpu", mmap=True)   # mmap: local only, ignored
         assert ck2.last_load_tier == "s3"
         _assert_same(sd, got)
         with pytest.raises(FileNotFoundError):

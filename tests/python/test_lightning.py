@@ -171,6 +171,7 @@ def test_async_plugin_stages_prunes_and_resumes(tmp_path, s3, region, endpoint, 
     assert len(epochs) == 2, listed
     assert sorted(Path(p).name for p in ck.best_k_models) == epochs
     assert aplugin.stager.allocations == 1        # 8 saves (4 top-k, 4 last), one arena
+    assert (aplugin.in_place_saves, aplugin.stream_saves) == (8, 0)
     last = aplugin.load_checkpoint(dirpath + "last.ckpt")
     assert (last["epoch"], last["global_step"]) == (3, 4 * STEPS)
 
