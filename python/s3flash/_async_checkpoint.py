@@ -233,6 +233,8 @@ class HostStager:
                 else:
                     slot.copy_(src)
             staged_storage[k] = slot.untyped_storage()
+        used = {(layout.get(k, 0), k[2]) for k in storages}
+        self._slots = {o: v for o, v in self._slots.items() if o in used}  # bounded
         for d in devices:  # the device-to-host copies are done before the caller goes on
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(d))
