@@ -147,7 +147,7 @@ class HostStager:
                 s = torch.empty(0, dtype=torch.uint8)
             else:
                 arr = (ctypes.c_ubyte * nbytes).from_address(self._arena.data_ptr() + offset)
-                arr._s3flash_arena = self._arena  # the staged storages keep the arena alive
+                arr._s3flash_arena = self._arena  # type: ignore[attr-defined]  # kept alive by them
                 s = torch.frombuffer(memoryview(arr), dtype=torch.uint8)
             self._slots[(offset, nbytes)] = s
         return s

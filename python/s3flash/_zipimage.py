@@ -141,17 +141,20 @@ def build(staged: Any, arena: Any, used_end: int, capacity: int,
     torch.serialization._save(staged, rec, pickle, pickle_protocol, False)
     base = arena.data_ptr()
     mv = memoryview(arena.numpy()) if arena.numel() else memoryview(b"")
-    segs = []  # (offset, nbytes, name)
+    segs: List[Tuple[int, int, str]] = []  # (offset, nbytes, name)
+    empty: List[str] = []
     for name, storage, nbytes in rec.storages:
         if storage.device.type != "cpu":
             raise Unsupported("storage not on the CPU")
-        off = storage.data_ptr() - base if nbytes else None
-        if nbytes and (off < HEADER_GAP or off + nbytes > used_end or off % ALIGN):
+        if not nbytes:  # zero bytes: no place in the arena, goes with the small records
+            empty.append(name)
+            continue
+        off = storage.data_ptr() - base
+        if off < HEADER_GAP or off + nbytes > used_end or off % ALIGN:
             raise Unsupported(f"storage {name} is not in the staging arena")
         segs.append((off, nbytes, name))
-    # zero-byte storages have no place in the arena: they go with the small records
-    small = list(rec.small) + [(name, b"") for off, n, name in segs if not n]
-    segs = sorted((s for s in segs if s[1]), key=lambda s: s[0])
+    small = list(rec.small) + [(name, b"") for name in empty]
+    segs.sort()
     for a, b in zip(segs, segs[1:]):
         if a[0] + a[1] + HEADER_GAP > b[0]:
             raise Unsupported("storages overlap or their gap is too small")
