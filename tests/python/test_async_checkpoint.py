@@ -192,6 +192,14 @@ def test_in_place_falls_back_to_streaming(region, endpoint, bucket, prefix):
         ck.save({"w": sd["w"]}, 3).result()
         assert (ck.in_place_saves, ck.stream_saves) == (1, 2)
         assert torch.equal(ck.load(3)["w"], sd["w"])
+        # a pickle bigger than the room after the storages: streamed, then the room grows
+        big = {"w": sd["w"], "blob": b"x" * (3 << 20)}
+        ck.save(big, 4).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (1, 3)
+        ck.save(big, 5).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (2, 3)
+        got = ck.load(5)
+        assert got["blob"] == big["blob"] and torch.equal(got["w"], sd["w"])
 
 
 def test_staging_buffers_are_reused(region, endpoint, bucket, prefix):
