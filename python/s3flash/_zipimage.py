@@ -130,15 +130,30 @@ class _RecordingZip:
         raise Unsupported("metadata-only records")
 
 
+def _torch_save_records() -> Any:
+    """torch.serialization._save (private to torch: its shape is checked, and another shape
+    is Unsupported, so that a torch that changed it falls back to torch.save)."""
+    import inspect
+    import torch
+    fn = getattr(torch.serialization, "_save", None)
+    try:
+        params = list(inspect.signature(fn).parameters) if fn is not None else []
+    except (TypeError, ValueError):
+        params = []
+    if params != ["obj", "zip_file", "pickle_module", "pickle_protocol",
+                  "_disable_byteorder_record"]:
+        raise Unsupported("torch.serialization._save has another signature")
+    return fn
+
+
 def build(staged: Any, arena: Any, used_end: int, capacity: int,
           pickle_protocol: int = 2) -> Tuple[int, int, Dict[str, Any]]:
     """Lay the zip of `staged` out in `arena` (a uint8 CPU tensor whose storages hold the
     staged tensors; `used_end` is the end of the last storage, `capacity` the arena's size).
     Returns (size, CRC-32 of arena[0:size], details). Raises Unsupported (nothing usable
     written: the caller falls back) when the layout does not fit."""
-    import torch
     rec = _RecordingZip()
-    torch.serialization._save(staged, rec, pickle, pickle_protocol, False)
+    _torch_save_records()(staged, rec, pickle, pickle_protocol, False)
     base = arena.data_ptr()
     mv = memoryview(arena.numpy()) if arena.numel() else memoryview(b"")
     segs: List[Tuple[int, int, str]] = []  # (offset, nbytes, name)
