@@ -36,7 +36,9 @@ The lightning package is the target; pytorch_lightning is used when lightning is
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import collections
+import threading
+from typing import Any, Deque, Dict, Optional, Tuple
 
 import torch
 
@@ -53,7 +55,7 @@ from ._config import S3ClientConfig
 from ._fsspec_default import provide_s3
 from ._reader import S3ReaderConstructor, S3ReaderConstructorProtocol
 
-__all__ = ["S3LightningCheckpoint", "S3ModelCheckpoint"]
+__all__ = ["S3AsyncLightningCheckpoint", "S3LightningCheckpoint", "S3ModelCheckpoint"]
 
 
 def _keep_on_cpu(storage: Any, location: Any) -> Any:
@@ -127,6 +129,158 @@ class S3LightningCheckpoint(_CheckpointIO):
     def teardown(self) -> None:
         """Nothing to release: saves and loads finish before their calls return (the client,
         its connections and I/O threads, are freed with this object)."""
+
+
+class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
+    """``S3LightningCheckpoint`` that saves in the background, without cloning.
+
+    ``save_checkpoint`` copies the checkpoint's tensors into host buffers allocated once and
+    reused from save to save (``s3flash.HostStager``: pinned, with non-blocking copies, when
+    the tensors are on a GPU) and returns; the serialization and the upload run on one
+    background thread. ``remove_checkpoint`` (``ModelCheckpoint``'s top-k pruning, the
+    previous ``last.ckpt``) is queued behind the saves on that thread too, so an old
+    checkpoint is deleted only after the saves asked for before its removal are complete,
+    and the training thread never waits for a delete. Lightning's ``AsyncCheckpointIO``, by
+    contrast, clones every tensor (fresh memory each save) and removes on the caller's thread.
+
+    The upload goes from the buffers themselves when it can: the torch.save zip is built
+    around the staged bytes (as ``AsyncCheckpointer(in_place=True)``), else torch.save streams
+    into an S3 writer. A save asked for while the previous one still holds the buffers waits
+    for them (one set of buffers: memory stays bounded). ``load_checkpoint`` and
+    ``teardown`` wait for the queue first. A failed background save is raised by the next
+    ``save_checkpoint``, ``load_checkpoint`` or ``teardown``; each object appears whole or
+    not at all, as with ``S3LightningCheckpoint``.
+
+    Args: as ``S3LightningCheckpoint``; ``pin_memory`` as ``s3flash.HostStager``.
+    """
+
+    def __init__(self, region: Optional[str] = None,
+                 s3client_config: Optional[S3ClientConfig] = None,
+                 endpoint: Optional[str] = None, *,
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                 pin_memory: Optional[bool] = None):
+        super().__init__(region, s3client_config, endpoint,
+                         reader_constructor=reader_constructor)
+        from ._async_checkpoint import HostStager
+        self.stager = HostStager(pin_memory, zip_layout=True)
+        self.in_place_saves = 0   # uploaded from the staging buffers with no copy
+        self.stream_saves = 0     # torch.save streamed into an S3 writer
+        self._cond = threading.Condition()
+        self._ops: Deque[Tuple[str, Any]] = collections.deque()
+        self._busy = 0                 # operations queued or running
+        self._staging_busy = False     # the buffers hold a checkpoint not yet serialized
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: str,  # type: ignore[override]
+                        storage_options: Optional[Any] = None) -> None:
+        """Stage ``checkpoint`` and return; the upload to ``path`` runs in the background."""
+        self._raise_error()
+        bucket, key = parse_s3_uri(_check_path(path))
+        with self._cond:
+            while self._staging_busy:
+                self._cond.wait()
+            self._staging_busy = True
+        try:
+            staged = self.stager.stage(checkpoint)
+        except BaseException:
+            self._release_staging()
+            raise
+        self._submit("save", (bucket, key, staged))
+
+    def remove_checkpoint(self, path: str) -> None:  # type: ignore[override]
+        """Queue the removal behind the saves asked for so far; returns at once."""
+        self._submit("remove", _check_path(path))
+
+    def load_checkpoint(self, path: str,  # type: ignore[override]
+                        map_location: Optional[Any] = _keep_on_cpu,
+                        weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        self.wait()
+        self._raise_error()
+        return super().load_checkpoint(path, map_location=map_location,
+                                       weights_only=weights_only)
+
+    def wait(self) -> None:
+        """Wait until every queued save and removal is done."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+
+    def teardown(self) -> None:
+        """Wait for the queue, then raise the first background error, if any."""
+        self.wait()
+        self._raise_error()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        raise TypeError("S3AsyncLightningCheckpoint holds a background thread; "
+                        "it cannot be pickled")
+
+    # -- background ------------------------------------------------------------------
+    def _raise_error(self) -> None:
+        with self._cond:
+            e, self._error = self._error, None
+        if e is not None:
+            raise RuntimeError(f"a background checkpoint operation failed: {e}") from e
+
+    def _release_staging(self) -> None:
+        with self._cond:
+            self._staging_busy = False
+            self._cond.notify_all()
+
+    def _submit(self, kind: str, arg: Any) -> None:
+        with self._cond:
+            self._ops.append((kind, arg))
+            self._busy += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="s3flash-lightning-checkpoint")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _save_staged(self, bucket: str, key: str, staged: Any) -> None:
+        """In place when the zip fits around the staged bytes (uploaded from the buffers,
+        no copy), else torch.save streamed into an S3 writer."""
+        from . import _zipimage
+        st = self.stager
+        try:
+            size, _, _ = _zipimage.build(staged, st.arena, st.used_end, st.capacity)
+        except _zipimage.Unsupported as e:
+            if "does not fit" in str(e):
+                st.tail_hint = 2 * st.tail_hint + (4 << 20)
+        else:
+            self._client.upload(bucket, key, memoryview(st.arena.numpy())[:size])
+            self.in_place_saves += 1
+            return
+        with self._client.put_object(bucket, key) as w:
+            try:
+                torch.save(staged, w)
+            finally:
+                self._release_staging()
+        self.stream_saves += 1
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ops:
+                    self._cond.wait()
+                kind, arg = self._ops.popleft()
+            try:
+                if kind == "save":
+                    bucket, key, staged = arg
+                    try:
+                        self._save_staged(bucket, key, staged)
+                    finally:
+                        self._release_staging()
+                elif self._error is None:
+                    # after a failed save, nothing is removed (it may be the one to keep)
+                    S3LightningCheckpoint.remove_checkpoint(self, arg)
+            except BaseException as e:  # noqa: BLE001  (raised on the caller's next call)
+                with self._cond:
+                    if self._error is None:
+                        self._error = e
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()
 
 
 def _with_protocol(callback: Any, found: "set[str]") -> "set[str]":

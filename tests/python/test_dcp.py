@@ -17,7 +17,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 import s3flash
 from s3flash import S3ClientConfig, S3ReaderConstructor
 from s3flash.dcp import (BinaryPrefixStrategy, DefaultPrefixStrategy, HexPrefixStrategy,
-                         RoundRobinPrefixStrategy, S3StorageReader, S3StorageWriter)
+                         RoundRobinPrefixStrategy, S3HostStager, S3StorageReader,
+                         S3StorageWriter)
 from helpers import assert_same_tensor
 
 MiB = 1 << 20
@@ -213,6 +214,40 @@ def test_async_save(ck, s3, region, endpoint):
     out = app_state(*trained(8))
     dcp.load(out, storage_reader=S3StorageReader(region, uri, endpoint=endpoint))
     assert_same_tree(app_state(*trained(7)), out)
+
+
+def test_async_save_with_host_stager_reuses_buffers(ck, s3, region, endpoint):
+    """dcp.async_save with S3HostStager: each save waits only for the copy into the stager's
+    host buffers, which are allocated once and reused while earlier saves are done; with a
+    save still in flight a second buffer is used, never more than max_buffers."""
+    uri, bucket, prefix = ck
+    model, opt = trained(7)
+    stager = S3HostStager(max_buffers=2)
+    for i in range(3):
+        sd = app_state(model, opt, extra={"i": i})
+        want = {k: v.clone() for k, v in sd["model"].items()}
+        w = S3StorageWriter(region, f"{uri}s{i}/", endpoint=endpoint)
+        fut = dcp.async_save(sd, storage_writer=w, async_stager=stager)
+        with torch.no_grad():  # training goes on at once
+            for p in model.parameters():
+                p.add_(1.0)
+        fut.result(timeout=120)
+        out = app_state(*trained(8), extra={"i": -1})
+        dcp.load(out, storage_reader=S3StorageReader(region, f"{uri}s{i}/", endpoint=endpoint))
+        assert_same_tree(want, out["model"])
+        assert out["extra"]["i"] == i
+        assert stager.allocations == 1, i   # the previous save is done: its buffer is reused
+    ptr = stager.stagers[0].arena_ptr()
+    # two in flight at once: a second buffer, then both reused
+    f1 = dcp.async_save(app_state(model, opt), storage_writer=S3StorageWriter(
+        region, f"{uri}t1/", endpoint=endpoint), async_stager=stager)
+    f2 = dcp.async_save(app_state(model, opt), storage_writer=S3StorageWriter(
+        region, f"{uri}t2/", endpoint=endpoint), async_stager=stager)
+    f1.result(timeout=120)
+    f2.result(timeout=120)
+    assert stager.allocations <= 2 and len(stager.stagers) <= 2
+    assert stager.stagers[0].arena_ptr() == ptr
+    stager.close()
 
 
 def test_failed_save_leaves_no_metadata(ck, s3, region, endpoint):

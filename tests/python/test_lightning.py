@@ -18,7 +18,8 @@ L = pytest.importorskip("lightning")
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
 from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO  # noqa: E402
 
-from s3flash.lightning import S3LightningCheckpoint, S3ModelCheckpoint  # noqa: E402
+from s3flash.lightning import (  # noqa: E402
+    S3AsyncLightningCheckpoint, S3LightningCheckpoint, S3ModelCheckpoint)
 
 from conftest import exists  # noqa: E402
 from helpers import fsspec_registered  # noqa: E402
@@ -155,6 +156,76 @@ def test_async_checkpoint_io(tmp_path, s3, plugin, run):
     _, started = fit(tmp_path, [AsyncCheckpointIO(plugin)], top_k(dirpath), epochs=5,
                      ckpt_path="last")
     assert (started.epoch, started.step) == (4, 4 * STEPS)
+
+
+def test_async_plugin_stages_prunes_and_resumes(tmp_path, s3, region, endpoint, run):
+    """S3AsyncLightningCheckpoint: top-k and last.ckpt as with the synchronous plugin, the
+    staging buffers allocated once for every save of the fit, resume from "last"."""
+    bucket, prefix, dirpath = run
+    aplugin = S3AsyncLightningCheckpoint(region, endpoint=endpoint)
+    ck = top_k(dirpath)
+    fit(tmp_path, [aplugin], ck, epochs=4)
+    listed = keys(s3, bucket, prefix)              # teardown waited for the queue
+    assert "last.ckpt" in listed
+    epochs = [k for k in listed if k.startswith("epoch=")]
+    assert len(epochs) == 2, listed
+    assert sorted(Path(p).name for p in ck.best_k_models) == epochs
+    assert aplugin.stager.allocations == 1        # 8 saves (4 top-k, 4 last), one arena
+    assert (aplugin.in_place_saves, aplugin.stream_saves) == (8, 0)
+    last = aplugin.load_checkpoint(dirpath + "last.ckpt")
+    assert (last["epoch"], last["global_step"]) == (3, 4 * STEPS)
+
+    aplugin2 = S3AsyncLightningCheckpoint(region, endpoint=endpoint)
+    trainer2, started2 = fit(tmp_path, [aplugin2], top_k(dirpath), epochs=6, ckpt_path="last")
+    assert (started2.epoch, started2.step) == (4, 4 * STEPS)
+    assert torch.equal(started2.weight, last["state_dict"]["net.0.weight"])
+    assert trainer2.global_step == 6 * STEPS
+    listed = keys(s3, bucket, prefix)
+    assert len([k for k in listed if k.startswith("epoch=")]) == 2 and "last.ckpt" in listed
+    assert aplugin2.load_checkpoint(dirpath + "last.ckpt")["global_step"] == 6 * STEPS
+
+
+def test_async_plugin_failed_save_removes_nothing(region, endpoint, s3, bucket, run):
+    """A background save that fails is raised by the next call, and the removals queued
+    behind it are not done (the checkpoint they would delete may be the one to keep)."""
+    _, prefix, dirpath = run
+    aplugin = S3AsyncLightningCheckpoint(region, endpoint=endpoint)
+    aplugin.save_checkpoint({"w": torch.ones(3)}, dirpath + "a.ckpt")
+    aplugin.wait()
+    assert exists(s3, bucket, prefix + "a.ckpt")
+    aplugin.save_checkpoint({"w": torch.ones(3), "bad": Unpicklable()}, dirpath + "b.ckpt")
+    aplugin.remove_checkpoint(dirpath + "a.ckpt")
+    with pytest.raises(RuntimeError, match="background checkpoint operation failed"):
+        aplugin.teardown()
+    assert exists(s3, bucket, prefix + "a.ckpt") and not exists(s3, bucket, prefix + "b.ckpt")
+    aplugin.remove_checkpoint(dirpath + "a.ckpt")   # after the error was raised: done
+    aplugin.teardown()
+    assert not exists(s3, bucket, prefix + "a.ckpt")
+
+
+def test_async_plugin_removes_off_the_callers_thread(region, endpoint, s3, bucket, run):
+    """remove_checkpoint returns before its DELETE could have been answered: the fault proxy
+    holds the DELETE for 2 s after it arrives, and the call had returned before that."""
+    import time
+    from urllib.parse import urlparse
+    spec = importlib.util.spec_from_file_location(
+        "integration_faults", ROOT / "tests" / "integration" / "faults.py")
+    faults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(faults)
+    _, prefix, dirpath = run
+    u = urlparse(endpoint)
+    with faults.start_faultproxy(u.hostname, u.port) as proxy:
+        aplugin = S3AsyncLightningCheckpoint(region, endpoint=proxy.endpoint)
+        aplugin.save_checkpoint({"w": torch.ones(3)}, dirpath + "old.ckpt")
+        aplugin.wait()
+        proxy.set_faults([{"match": {"method": "DELETE", "path": "old.ckpt"},
+                           "action": "delay", "seconds": 2}])
+        aplugin.remove_checkpoint(dirpath + "old.ckpt")
+        returned = time.monotonic()
+        aplugin.teardown()
+        [arrived] = [e["time"] for e in proxy.stats()["log"] if e["method"] == "DELETE"]
+        assert returned < arrived + 2
+        assert not exists(s3, bucket, prefix + "old.ckpt")
 
 
 class Custom:

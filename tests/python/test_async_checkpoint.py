@@ -1,0 +1,553 @@
+"""s3flash.AsyncCheckpointer against Ceph RGW: staging into reused host buffers, the background
+upload, the local tier, the manifest commit, retention, and SIGKILL at random points.
+
+The upload is made slow at the socket by tests/servers/faultproxy.py (a throttle rule), so that
+what happens "while the upload runs" provably does: the tests assert on the proxy's log and on
+what is in the bucket, never on sleeps.
+"""
+
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import torch
+
+import s3flash
+from conftest import exists
+from helpers import assert_same_tensor
+
+MiB = 1 << 20
+HERE = Path(__file__).resolve()
+# SIGKILL seeds: S3FLASH_CKPT_KILL_SEEDS=N runs seeds 0..N-1 (20 in CI, about 60 s)
+KILL_SEEDS = list(range(int(os.environ.get("S3FLASH_CKPT_KILL_SEEDS", "20"))))
+
+
+def _faults():
+    spec = importlib.util.spec_from_file_location(
+        "integration_faults", HERE.parents[1] / "integration" / "faults.py")
+    faults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(faults)
+    return faults
+
+
+@pytest.fixture
+def proxy(endpoint):
+    u = urlparse(endpoint)
+    with _faults().start_faultproxy(u.hostname, u.port) as p:
+        yield p
+
+
+@pytest.fixture
+def prefix(request):
+    return f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}/".replace("[", "-").replace("]", "")
+
+
+def _throttle(bps, path=None):
+    match = {"method": "PUT"}
+    if path:
+        match["path"] = path
+    return {"match": match, "action": "throttle", "bytes_per_second": bps,
+            "direction": "request", "client_rcvbuf": 65536}
+
+
+def _wait_for(cond, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _model_and_optimizer(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64),
+                            torch.nn.Linear(64, 8))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    for _ in range(2):
+        opt.zero_grad()
+        m(torch.randn(4, 32, generator=g)).square().mean().backward()
+        opt.step()
+    base = torch.arange(64, dtype=torch.float64)
+    extra = {
+        "bf16": torch.randn(17, generator=g).to(torch.bfloat16),
+        "f16": torch.randn(5, 3, generator=g).to(torch.float16),
+        "i64": torch.arange(-7, 9, dtype=torch.int64),
+        "u8": torch.arange(200, dtype=torch.uint8),
+        "bool": torch.tensor([True, False, True]),
+        "c64": torch.randn(4, generator=g, dtype=torch.complex64),
+        "empty": torch.empty(0, 3),
+        "base": base,
+        "view": base[10:20],            # shares base's storage
+        "strided": base.view(8, 8).t(),  # shares it too, transposed
+        "scalar": torch.tensor(3.5),
+    }
+    return m, opt, {"model": m.state_dict(), "optimizer": opt.state_dict(), "extra": extra,
+                    "epoch": 3, "names": ["a", "b"]}
+
+
+def _assert_same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        assert_same_tensor(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    else:
+        assert a == b
+
+
+def _keys(s3, bucket, prefix):
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return sorted(out)
+
+
+def _uploads(s3, bucket, prefix):
+    return [u for u in s3.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
+            .get("Uploads", [])]
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path, in_place):
+    """Model + optimizer, several dtypes, shared storages: the same bits back from the local
+    tier, from S3, through s3flash.load and through plain torch.load of the object's bytes.
+    In place (the zip built around the staged bytes, uploaded from the arena) and streamed
+    (torch.save into an S3 writer); the object is a valid zip either way (every CRC)."""
+    _, _, sd = _model_and_optimizer()
+    local = tmp_path / "local"
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint, local_dir=str(local),
+                                   in_place=in_place) as ck:
+        assert ck.latest() is None
+        info = ck.save(sd, 7).result()
+        assert (ck.in_place_saves, ck.stream_saves) == ((1, 0) if in_place else (0, 1))
+        assert info.step == 7 and info.local_path == str(local / "step-000000000007")
+        assert ck.latest() == 7
+        assert _keys(s3, bucket, prefix) == [f"{prefix}step-000000000007/manifest.json",
+                                             f"{prefix}step-000000000007/state.pt"]
+        m = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}step-000000000007/"
+                                     "manifest.json")["Body"].read())
+        assert m["step"] == 7 and m["format"] == "s3flash.checkpoint" and m["version"] == 1
+        [o] = m["objects"]
+        body = s3.get_object(Bucket=bucket, Key=o["key"])["Body"].read()
+        assert o["size"] == len(body)
+        import zlib
+        assert o["crc32"] == f"{zlib.crc32(body):08x}"
+        assert (local / "step-000000000007" / "state.pt").read_bytes() == body
+        import io
+        import zipfile
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            assert z.testzip() is None
+            assert z.namelist()[0] == "archive/data.pkl"
+
+        got = ck.load()
+        assert ck.last_load_tier == "local"
+        _assert_same(sd, got)
+        _assert_same(sd, ck.load(mmap=True))   # the local copy mapped
+        v = got["extra"]["view"]
+        assert v.untyped_storage().data_ptr() == got["extra"]["base"].untyped_storage().data_ptr()
+
+        _assert_same(sd, torch.load(io.BytesIO(body)))                   # plain torch.load
+        _assert_same(sd, s3flash.load(f"s3://{bucket}/{o['key']}", region=region,
+                                      endpoint=endpoint))                 # s3flash's reader
+
+    # without the local tier (another node): from S3
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint) as ck2:
+        got = ck2.load(7, map_location="cpu", mmap=True)   # mmap: local only, ignored
+        assert ck2.last_load_tier == "s3"
+        _assert_same(sd, got)
+        with pytest.raises(FileNotFoundError):
+            ck2.load(8)
+
+
+def test_in_place_falls_back_to_streaming(region, endpoint, bucket, prefix):
+    """torch_save_kwargs, or a tensor that is not staged in the arena (a sparse one, cloned),
+    send the save through torch.save into an S3 writer; the checkpoint is the same."""
+    sd = {"w": torch.randn(100), "sp": torch.eye(4).to_sparse()}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint) as ck:
+        ck.save(sd, 1).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (0, 1)
+        got = ck.load(1)
+        assert torch.equal(got["w"], sd["w"]) and torch.equal(got["sp"].to_dense(), torch.eye(4))
+        ck.save({"w": sd["w"]}, 2, pickle_protocol=4).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (0, 2)
+        ck.save({"w": sd["w"]}, 3).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (1, 2)
+        assert torch.equal(ck.load(3)["w"], sd["w"])
+        # a pickle bigger than the room after the storages: streamed, then the room grows
+        big = {"w": sd["w"], "blob": b"x" * (3 << 20)}
+        ck.save(big, 4).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (1, 3)
+        ck.save(big, 5).result()
+        assert (ck.in_place_saves, ck.stream_saves) == (2, 3)
+        got = ck.load(5)
+        assert got["blob"] == big["blob"] and torch.equal(got["w"], sd["w"])
+
+
+def test_staging_buffers_are_reused(region, endpoint, bucket, prefix):
+    """A second save of a state of the same shapes allocates no staging memory: the same
+    arena, the same address; a bigger state grows it once."""
+    sd = {f"t{i}": torch.randn(1000 + i) for i in range(8)}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint) as ck:
+        ck.save(sd, 1).result()
+        ptr, cap = ck.stager.arena_ptr(), ck.stager.capacity
+        assert ck.stager.allocations == 1 and ptr != 0
+        for s in range(2, 5):
+            for t in sd.values():
+                t.add_(1)
+            ck.save(sd, s).result()
+            assert ck.stager.allocations == 1
+            assert ck.stager.arena_ptr() == ptr and ck.stager.capacity == cap
+        _assert_same(sd, ck.load(4))
+        sd["big"] = torch.randn(100_000)
+        ck.save(sd, 5).result()
+        assert ck.stager.allocations == 2
+        _assert_same(sd, ck.load(5))
+
+
+def test_mutation_while_uploading(region, bucket, prefix, proxy, s3):
+    """Training changes its tensors as soon as save() returns, while the upload is provably
+    still running (throttled at the socket; the object and the manifest do not exist yet):
+    the checkpoint holds the values of the step it was taken at."""
+    proxy.set_faults([_throttle(16 * MiB)])
+    sd = {"w": torch.randn(24 * MiB // 4), "b": torch.randn(1000),
+          "opt": {"step": 1, "m": torch.zeros(64)}}
+    want = {"w": sd["w"].clone(), "b": sd["b"].clone(), "opt": {"step": 1, "m": torch.zeros(64)}}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=proxy.endpoint) as ck:
+        fut = ck.save(sd, 1)
+        _wait_for(lambda: any(e["method"] == "PUT" and "state.pt" in e["path"]
+                              for e in proxy.stats()["log"]))
+        # the upload has begun and not finished: no object, no manifest, the future not done
+        assert not fut.done()
+        assert not exists(s3, bucket, f"{prefix}step-000000000001/state.pt")
+        sd["w"].add_(1.0)
+        sd["b"].zero_()
+        sd["opt"]["m"].fill_(5)
+        sd["opt"]["step"] = 2
+        sd["opt"]["new"] = torch.ones(3)
+        mutated_at = time.monotonic()
+        info = fut.result()
+        assert info.step == 1
+        put_times = [e["time"] for e in proxy.stats()["log"] if e["method"] == "PUT"
+                     and "state.pt" in e["path"]]
+        assert put_times and min(put_times) < mutated_at
+        _assert_same(want, ck.load(1))
+
+
+def test_on_busy_wait_and_skip(region, bucket, prefix, proxy, s3):
+    """While the previous save still holds the host buffers (the upload throttled, the
+    client's buffer pool small), "skip" drops the step with a warning and "wait" blocks
+    until the buffers are free; both keep one set of buffers."""
+    proxy.set_faults([_throttle(32 * MiB)])
+    cfg = s3flash.S3ClientConfig(memory_limit=16 * MiB)
+    sd = {"w": torch.randn(32 * MiB // 4)}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=proxy.endpoint, s3client_config=cfg,
+                                   on_busy="skip") as ck:
+        f1 = ck.save(sd, 1)
+        with pytest.warns(RuntimeWarning, match="step 2 skipped"):
+            f2 = ck.save(sd, 2)
+        assert f2.done() and f2.result() is None
+        assert f1.result().step == 1
+        assert ck.steps() == [1]
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=proxy.endpoint, s3client_config=cfg) as ck:
+        f3 = ck.save(sd, 3)
+        sd["w"].add_(1)
+        f4 = ck.save(sd, 4)  # waits for step 3's serialization, then stages
+        assert ck.stager.allocations == 1
+        assert f3.result().step == 3 and f4.result().step == 4
+        assert ck.steps() == [1, 3, 4]
+        _assert_same({"w": sd["w"]}, ck.load(4))
+
+
+def test_corrupt_local_copy_falls_back_to_s3(region, endpoint, bucket, prefix, tmp_path):
+    sd = {"w": torch.randn(10000), "i": torch.arange(100)}
+    local = tmp_path / "local"
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint, local_dir=str(local)) as ck:
+        ck.save(sd, 1).result()
+        path = local / "step-000000000001" / "state.pt"
+        ck.load()
+        assert ck.last_load_tier == "local"
+        # one flipped byte in the middle, same size: the CRC-32 does not match
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        path.write_bytes(bytes(data))
+        _assert_same(sd, ck.load())
+        assert ck.last_load_tier == "s3"
+        # truncated
+        path.write_bytes(bytes(data[:100]))
+        _assert_same(sd, ck.load(1))
+        assert ck.last_load_tier == "s3"
+        # gone
+        path.unlink()
+        _assert_same(sd, ck.load(1))
+        assert ck.last_load_tier == "s3"
+
+
+def test_retention_never_deletes_last_committed(region, bucket, prefix, proxy, s3, tmp_path):
+    """keep_remote / keep_local keep the newest committed steps; older ones go only after a
+    new one is committed (checked while a save is uploading); a failed save (its manifest
+    refused) commits nothing and deletes nothing, and its leftovers go with the next
+    retention."""
+    local = tmp_path / "local"
+    sd = {"w": torch.zeros(1000)}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=proxy.endpoint, local_dir=str(local),
+                                   keep_local=1, keep_remote=2,
+                                   s3client_config=s3flash.S3ClientConfig(max_attempts=1)
+                                   ) as ck:
+        for s in (1, 2, 3):
+            sd["w"].fill_(s)
+            ck.save(sd, s).result()
+            ck.wait()
+        assert ck.steps() == [2, 3]
+        assert sorted(os.listdir(local)) == ["step-000000000003"]
+
+        # step 4 uploads slowly: steps 2 and 3 are both still there meanwhile
+        sd["w"] = torch.randn(MiB)
+        proxy.set_faults([_throttle(4 * MiB, path="state.pt")])
+        f4 = ck.save(sd, 4)
+        assert not f4.done()
+        assert ck.steps() == [2, 3]
+        f4.result()
+        ck.wait()
+        assert ck.steps() == [3, 4]
+
+        # step 5: its manifest refused (403, no retry): not committed, nothing deleted
+        proxy.set_faults([_faults().s3_error("AccessDenied", 403, match={
+            "method": "PUT", "path": "step-000000000005/manifest.json"})])
+        f5 = ck.save(sd, 5)
+        with pytest.raises(s3flash.S3PermissionError):
+            f5.result()
+        ck.wait()
+        assert ck.steps() == [3, 4] and ck.latest() == 4
+        assert exists(s3, bucket, f"{prefix}step-000000000005/state.pt")  # left over
+        _assert_same(sd, ck.load())
+        # keep_remote=1 would keep only the newest committed step: 4, never none
+        proxy.set_faults([])
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=proxy.endpoint, keep_remote=1) as ck:
+        ck.save(sd, 6).result()
+        ck.wait()
+        assert ck.steps() == [6]
+        # the uncommitted step 5 went with the retention (older than the newest commit)
+        assert _keys(s3, bucket, prefix) == [f"{prefix}step-000000000006/manifest.json",
+                                             f"{prefix}step-000000000006/state.pt"]
+
+
+def test_uncommitted_steps_are_not_seen(region, endpoint, bucket, prefix, s3):
+    """latest() sees only steps whose manifest is there and matches their objects."""
+    sd = {"w": torch.randn(100)}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint) as ck:
+        ck.save(sd, 1).result()
+        # step 2: an object without a manifest (a save killed before its commit)
+        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000002/state.pt", Body=b"x" * 10)
+        # step 3: a manifest whose object has another size
+        m = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}step-000000000001/"
+                                     "manifest.json")["Body"].read())
+        m["step"] = 3
+        m["objects"][0]["key"] = f"{prefix}step-000000000003/state.pt"
+        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000003/state.pt", Body=b"y" * 5)
+        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000003/manifest.json",
+                      Body=json.dumps(m).encode())
+        # step 4: a manifest that is not JSON
+        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000004/manifest.json",
+                      Body=b"{not json")
+        assert ck.latest() == 1 and ck.steps() == [1]
+        _assert_same(sd, ck.load())
+        with pytest.raises(FileNotFoundError):
+            ck.load(3)
+
+
+EXIT_CHILD = textwrap.dedent("""
+    import sys, torch, s3flash
+    region, endpoint, uri = sys.argv[1:4]
+    ck = s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint)
+    ck.save({"w": torch.full((6 * 2**20,), 5.0)}, 5)
+    # no close(), no wait(): the interpreter exits with the save in the background
+""")
+
+
+def test_exit_without_close_finishes_the_save(region, endpoint, bucket, prefix, s3):
+    """A script that returns right after save(): the save commits before the interpreter
+    exits (without the exit hook the daemon thread is cut off mid-upload: no commit, and
+    the process aborts)."""
+    uri = f"s3://{bucket}/{prefix}"
+    r = subprocess.run([sys.executable, "-c", EXIT_CHILD, region, endpoint, uri],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint) as ck:
+        assert ck.latest() == 5
+        assert torch.equal(ck.load()["w"], torch.full((6 * 2**20,), 5.0))
+    assert not _uploads(s3, bucket, prefix)
+
+
+KILL_CHILD = textwrap.dedent("""
+    import sys, torch, s3flash
+    region, endpoint, uri, local = sys.argv[1:5]
+    cfg = s3flash.S3ClientConfig(memory_limit=16 * 2**20)
+    ck = s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint, local_dir=local,
+                                   keep_remote=2, keep_local=1, s3client_config=cfg)
+    sd = {"w": torch.zeros(3 * 2**20), "b": torch.zeros(1000, dtype=torch.int64),
+          "opt": {"step": 0}}
+    step = 0
+    def done(f, s):
+        if f.exception() is None:
+            print("COMMITTED", s, flush=True)
+    while True:
+        step += 1
+        sd["w"].fill_(step); sd["b"].fill_(step); sd["opt"]["step"] = step
+        f = ck.save(sd, step)
+        print("STAGED", step, flush=True)
+        f.add_done_callback(lambda f, s=step: done(f, s))
+        sd["w"].fill_(-1)  # training goes on at once
+""")
+
+
+@pytest.mark.parametrize("seed", KILL_SEEDS)
+def test_sigkill_at_random_points(region, bucket, proxy, s3, tmp_path, seed):
+    """A process saving in the background, SIGKILLed at a random point (after a random
+    event of its saves, plus a random delay): latest() is always a complete checkpoint of
+    its step, never older than the last commit the process reported, from S3 and from the
+    local tier; cleanup_uploads removes what the killed upload left."""
+    rng = random.Random(seed)
+    prefix = f"kill-{seed}-{uuid.uuid4().hex[:6]}/"
+    uri = f"s3://{bucket}/{prefix}"
+    local = tmp_path / "local"
+    proxy.set_faults([_throttle(48 * MiB)])
+    event = (rng.choice(["STAGED", "COMMITTED"]), rng.randint(1, 3))
+    delay = rng.uniform(0, 0.4)
+    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, region, proxy.endpoint, uri,
+                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    committed = 0
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            kind, s = line.split()
+            if kind == "COMMITTED":
+                committed = max(committed, int(s))
+            if (kind, int(s)) == event:
+                break
+        time.sleep(delay)  # the random point of the kill, not a wait for an outcome
+    finally:
+        p.send_signal(signal.SIGKILL)
+        out, _ = p.communicate()
+    for line in out.splitlines():  # reported before the kill landed
+        kind, s = line.split()
+        if kind == "COMMITTED":
+            committed = max(committed, int(s))
+    assert p.returncode == -signal.SIGKILL
+
+    proxy.set_faults([])
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   local_dir=str(local)) as ck:
+        latest = ck.latest()
+        if latest is None:  # killed before the first commit
+            assert committed == 0, (committed, event)
+            latest = 0
+        assert latest >= committed, (latest, committed, event)
+        for tier_dir in ((str(local), None) if latest else ()):
+            ck.local_dir = tier_dir
+            got = ck.load()
+            assert torch.equal(got["w"], torch.full((3 * 2**20,), float(latest)))
+            assert torch.equal(got["b"], torch.full((1000,), latest, dtype=torch.int64))
+            assert got["opt"] == {"step": latest}
+        removed = ck.cleanup_uploads(older_than=0)
+        assert not _uploads(s3, bucket, prefix)
+        # a new save after the crash commits and becomes latest
+        got = {"w": torch.zeros(1), "b": torch.zeros(1), "opt": {}}
+        ck.local_dir = str(local)
+        ck.save(got, latest + 1).result()
+        assert ck.latest() == latest + 1
+    print(f"seed {seed}: kill after {event} + {delay:.3f}s: latest {latest}, "
+          f"last reported commit {committed}, uploads aborted {len(removed)}")
+
+
+PHASES = {
+    # a part of step 2's object held mid-body: the upload is in progress
+    "part": ({"match": {"method": "PUT", "path": "step-000000000002/state.pt",
+                        "query": "partNumber=2"},
+              "action": "stall", "at": 1000, "seconds": 600, "direction": "request"}, 1),
+    # step 2's object complete, its manifest held mid-body: the commit has not happened
+    "manifest": ({"match": {"method": "PUT", "path": "step-000000000002/manifest.json"},
+                  "action": "stall", "at": 10, "seconds": 600, "direction": "request"}, 1),
+    # step 3 committed, the retention's delete of step 1's manifest held
+    "retention": ({"match": {"method": "DELETE", "path": "step-000000000001/manifest.json"},
+                   "action": "delay", "seconds": 600}, 3),
+}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
+    """SIGKILL while the fault proxy holds one request of a chosen phase of the background
+    save (seen in its log): the upload, the commit, the retention. The last committed step
+    stays latest() and loads, from both tiers; the killed step is not visible; a new save
+    commits and its retention removes the leftovers."""
+    rule, want_latest = PHASES[phase]
+    prefix = f"phase-{phase}-{uuid.uuid4().hex[:6]}/"
+    uri = f"s3://{bucket}/{prefix}"
+    local = tmp_path / "local"
+    proxy.set_faults([rule])
+    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, region, proxy.endpoint, uri,
+                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        def held():
+            assert p.poll() is None, p.stderr.read()
+            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
+                       for e in proxy.stats()["log"])
+        _wait_for(held, timeout=120)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.communicate()
+    assert p.returncode == -signal.SIGKILL
+    proxy.set_faults([])
+    step2 = f"{prefix}step-000000000002/"
+    if phase == "part":
+        assert not exists(s3, bucket, step2 + "state.pt")
+        assert [u["Key"] for u in _uploads(s3, bucket, prefix)] == [step2 + "state.pt"]
+    if phase == "manifest":
+        assert exists(s3, bucket, step2 + "state.pt")
+        assert not exists(s3, bucket, step2 + "manifest.json")
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   local_dir=str(local), keep_remote=2) as ck:
+        assert ck.latest() == want_latest
+        for tier_dir in (str(local), None):
+            ck.local_dir = tier_dir
+            got = ck.load()
+            assert torch.equal(got["w"], torch.full((3 * 2**20,), float(want_latest)))
+            assert got["opt"] == {"step": want_latest}
+        ck.local_dir = str(local)
+        ck.cleanup_uploads()
+        assert not _uploads(s3, bucket, prefix)
+        ck.save({"w": torch.zeros(1)}, 10).result()
+        ck.wait()
+        assert ck.steps() == [want_latest, 10]
+        assert {k.split("/")[1] for k in _keys(s3, bucket, prefix)} == {
+            f"step-{want_latest:012d}", "step-000000000010"}
