@@ -18,6 +18,8 @@ APT_PACKAGES=(
     python3 python3-pip python3-venv
     curl ca-certificates
     debootstrap
+    rsync                   # tests/integration/test_mount_use.py (rsync -r into a mount)
+    s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
 )
 PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt)
 
