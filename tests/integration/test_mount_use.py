@@ -454,3 +454,85 @@ def test_daemon_killed_recovery(s3, bucket, prefix, mounts, tmp_path):
     assert list_keys(s3, bucket, prefix) == [prefix + "old"]
     with open(os.path.join(m2.dir, "old"), "rb") as f:
         assert f.read() == old
+
+
+# ---- the node-local cache (--cache DIR) ----------------------------------------------------
+
+def object_gets(proxy, key):
+    """The GETs of the object `key` (not listings) in the proxy's log, with their Range."""
+    return [e for e in proxy.stats()["log"]
+            if e["method"] == "GET" and e["path"].endswith("/" + key)]
+
+
+def block_files(cache_dir):
+    out = []
+    for dirpath, _dirs, files in os.walk(cache_dir):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            if os.path.isfile(p) and not f.startswith("."):
+                out.append(p)
+    return sorted(out)
+
+
+def range_len(r):
+    a, b = r.split("=", 1)[1].split("-")
+    return int(b) - int(a) + 1
+
+
+def test_cache_survives_a_remount(s3, bucket, prefix, mounts, proxy, tmp_path):
+    body = data(5 * MIB + 777, 31)
+    put(s3, bucket, prefix + "c", body)
+    cache = str(tmp_path / "cache")
+    m = mounts(prefix, "--cache", cache, endpoint=proxy.endpoint, name="c1")
+    with open(os.path.join(m.dir, "c"), "rb") as f:
+        assert sha(f.read()) == sha(body)
+    assert object_gets(proxy, prefix + "c"), "the first read sent no GET"
+    m.stop()
+    proxy.reset()
+    m = mounts(prefix, "--cache", cache, endpoint=proxy.endpoint, name="c2")
+    with open(os.path.join(m.dir, "c"), "rb") as f:
+        assert sha(f.read()) == sha(body)
+    # the second mount read every byte from the cache: not one GET of the object
+    assert object_gets(proxy, prefix + "c") == []
+
+
+def test_cache_corrupted_block_is_refetched(s3, bucket, prefix, mounts, proxy, tmp_path):
+    body = data(4 * MIB + 100, 32)
+    put(s3, bucket, prefix + "k", body)
+    cache = str(tmp_path / "cache")
+    m = mounts(prefix, "--cache", cache, endpoint=proxy.endpoint, name="k1")
+    with open(os.path.join(m.dir, "k"), "rb") as f:
+        assert sha(f.read()) == sha(body)
+    m.stop()
+    files = block_files(cache)
+    assert len(files) >= 5, files        # 4 MiB + 100 bytes: 5 blocks of 1 MiB
+    victim = max(files, key=os.path.getsize)
+    with open(victim, "r+b") as f:        # flip one byte of the data (past any header)
+        f.seek(os.path.getsize(victim) - 1000)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0x40]))
+    proxy.reset()
+    m = mounts(prefix, "--cache", cache, endpoint=proxy.endpoint, name="k2")
+    with open(os.path.join(m.dir, "k"), "rb") as f:
+        assert sha(f.read()) == sha(body)
+    gets = object_gets(proxy, prefix + "k")
+    # only the corrupted block came again from the server
+    assert len(gets) >= 1
+    assert sum(range_len(g["range"]) for g in gets if g["range"]) <= MIB, gets
+    assert all(g["range"] for g in gets), gets
+
+
+def test_cache_eviction_respects_the_limit(s3, bucket, prefix, mounts, tmp_path):
+    cache = str(tmp_path / "cache")
+    limit = 4 * MIB
+    bodies = {f"e{i}": data(3 * MIB, 40 + i) for i in range(4)}
+    for k, v in bodies.items():
+        put(s3, bucket, prefix + k, v)
+    m = mounts(prefix, "--cache", cache, "--max-cache-size", str(limit))
+    for k, v in bodies.items():
+        with open(os.path.join(m.dir, k), "rb") as f:
+            assert sha(f.read()) == sha(v)
+        total = sum(os.path.getsize(p) for p in block_files(cache))
+        assert total <= limit, f"{total} bytes of block files after {k}, limit {limit}"
+    assert sum(os.path.getsize(p) for p in block_files(cache)) > 0
