@@ -205,6 +205,24 @@ struct s3f_client_options {
      * to pay for requests and transfer on a Requester Pays bucket (S3 answers 403 to a
      * non-owner without it). Not added to presigned URLs (s3f_presign). */
     int requester_pays;
+    /* Node-local block cache (docs/CACHE.md). NULL: no cache. A directory (created if
+     * missing) where s3f_reader and the whole-object downloads (s3f_download_*) keep
+     * fixed-size blocks of the objects they read, keyed by bucket, key, ETag and offset,
+     * each checked by its CRC32C on every read; a block stays valid while its object's ETag
+     * is, so the cache is kept across clients, processes and restarts. Several processes
+     * of one node may share a directory. Errors of the cache (disk full, permissions,
+     * corrupted files) never fail a read: the block is fetched from S3 instead. */
+    const char *cache_dir;
+    /* 0: 10 GiB. Bound of the bytes of block files under cache_dir; least recently used
+     * blocks are evicted beyond it. */
+    uint64_t cache_max_bytes;
+    /* 0: 5% of the file system holding cache_dir. Free space the cache leaves on that file
+     * system: blocks are evicted (and none inserted) while less is free. */
+    uint64_t cache_min_free_bytes;
+    /* 0: 1 MiB. Size of a cache block, 64 KiB to 64 MiB (a power of two), else
+     * s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Processes sharing a cache_dir
+     * should use one block size (blocks of another size are never used). */
+    uint64_t cache_block_bytes;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials
@@ -245,6 +263,12 @@ struct s3f_client_stats {
     uint32_t pending_aborts;         /* AbortMultipartUpload calls of failed uploads that
                                         failed too (server away) and are retried in the
                                         background; s3f_client_free tries them once more */
+    /* The block cache (cache_dir); all 0 without one. */
+    uint64_t cache_hits;             /* blocks served from the cache */
+    uint64_t cache_misses;           /* blocks looked up and not found (or found corrupt) */
+    uint64_t cache_hit_bytes;        /* bytes served from the cache */
+    uint64_t cache_inserted_bytes;   /* bytes written into the cache */
+    uint64_t cache_errors;           /* cache operations that failed and were bypassed */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */

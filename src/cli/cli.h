@@ -72,6 +72,24 @@ enum cli_opt_id {
     OPT_EXACT_TIMESTAMPS, /* sync */
     OPT_SIZE_ONLY,        /* sync */
     OPT_DRYRUN,           /* cp, mv, rm, sync */
+    /* mount */
+    OPT_FOREGROUND,
+    OPT_LOG_FILE,
+    OPT_READ_ONLY,
+    OPT_ALLOW_DELETE,
+    OPT_ALLOW_OVERWRITE,
+    OPT_ALLOW_RENAME,
+    OPT_ALLOW_OTHER,
+    OPT_UID,
+    OPT_GID,
+    OPT_DIR_MODE,
+    OPT_FILE_MODE,
+    OPT_METADATA_TTL,
+    OPT_NEGATIVE_METADATA_TTL,
+    OPT_CACHE,
+    OPT_MAX_CACHE_SIZE,
+    OPT_MEMORY_TARGET,
+    OPT_MAX_THREADS,
     OPT_COUNT_,
 };
 
@@ -163,6 +181,7 @@ int cli_cmd_rb(struct cli_ctx *ctx);
 int cli_cmd_stat(struct cli_ctx *ctx);
 int cli_cmd_presign(struct cli_ctx *ctx);
 int cli_cmd_bench(struct cli_ctx *ctx);
+int cli_cmd_mount(struct cli_ctx *ctx);
 
 /* ------------------------------------------------------------------------------------
  * Helpers (main.c, util.c)
@@ -172,6 +191,11 @@ int cli_cmd_bench(struct cli_ctx *ctx);
  * prints the error and returns NULL (the command then returns CLI_EXIT_FAIL). The client
  * is freed by main. */
 struct s3f_client *cli_client(struct cli_ctx *ctx);
+
+/* The options cli_client creates its client with (endpoint, region, profile, credentials,
+ * path style, request payer, --debug, the engine settings), for a command that creates
+ * the client itself (mount: after going to the background). */
+void cli_client_options(const struct cli_ctx *ctx, struct s3f_client_options *opts);
 
 /* Print "s3flash: <s3f_error_format(err)>" to stderr. When err->resource is empty and
  * `resource` is not NULL, `resource` is named instead. */

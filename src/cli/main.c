@@ -102,6 +102,36 @@ static const struct cli_opt_spec bench_opts[] = {
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
+static const struct cli_opt_spec mount_opts[] = {
+    {"foreground", 'f', 0, OPT_FOREGROUND, NULL, "stay attached (default: background once mounted)"},
+    {"log-file", 0, 1, OPT_LOG_FILE, "PATH",
+     "log here (default: stderr in the foreground, syslog in the background)"},
+    {"read-only", 0, 0, OPT_READ_ONLY, NULL, "refuse every change (EROFS)"},
+    {"allow-delete", 0, 0, OPT_ALLOW_DELETE, NULL, "let unlink delete objects"},
+    {"allow-overwrite", 0, 0, OPT_ALLOW_OVERWRITE, NULL,
+     "let open(O_TRUNC) replace existing objects"},
+    {"allow-rename", 0, 0, OPT_ALLOW_RENAME, NULL,
+     "let rename move files (server-side copy, then delete: not atomic)"},
+    {"allow-other", 0, 0, OPT_ALLOW_OTHER, NULL, "let other users use the mount"},
+    {"uid", 0, 1, OPT_UID, "UID", "owner of every file and directory (default: yours)"},
+    {"gid", 0, 1, OPT_GID, "GID", "group of every file and directory (default: yours)"},
+    {"dir-mode", 0, 1, OPT_DIR_MODE, "MODE", "permissions of directories, octal (default 0755)"},
+    {"file-mode", 0, 1, OPT_FILE_MODE, "MODE", "permissions of files, octal (default 0644)"},
+    {"metadata-ttl", 0, 1, OPT_METADATA_TTL, "SECONDS",
+     "keep attributes and entries this long (default 1; 0: ask S3 every time)"},
+    {"negative-metadata-ttl", 0, 1, OPT_NEGATIVE_METADATA_TTL, "SECONDS",
+     "keep 'no such file' this long (default 1)"},
+    {"cache", 0, 1, OPT_CACHE, "DIR", "node-local block cache of object data, kept across mounts"},
+    {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE", "bound of --cache (default 10G)"},
+    {"memory-target", 0, 1, OPT_MEMORY_TARGET, "SIZE",
+     "memory the daemon stays within (default: 1/8 of RAM, 64M..8G)"},
+    {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default 16)"},
+    {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
+     "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},
+    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+};
+
 static const struct cli_command commands[] = {
     {"ls", "[s3://bucket[/prefix]] [--recursive]", "List buckets, or objects and prefixes.",
      "Without a bucket: the buckets the credentials own, 'YYYY-MM-DD HH:MM:SS NAME'.\n"
@@ -165,6 +195,14 @@ static const struct cli_command commands[] = {
      "with --writer) and come back into another (s3f_download_buffer), compared unless\n"
      "--no-verify; then they are deleted unless --keep. See docs/CLI.md.",
      bench_opts, 1, 1, cli_cmd_bench},
+    {"mount", "BUCKET[/PREFIX/] DIR [--read-only] [--allow-delete] [--allow-overwrite] "
+              "[--allow-rename] [--cache DIR] [--foreground]",
+     "Mount a bucket (or a prefix) as a file system (FUSE).",
+     "Reads any object (sequential and random); writes new files sequentially, uploaded\n"
+     "while written and visible at close; deletes, overwrites and renames only when\n"
+     "allowed. Unmount with 'fusermount3 -u DIR', SIGTERM or SIGINT. docs/SEMANTICS.md has\n"
+     "every operation and its errno; docs/CLI.md every option.",
+     mount_opts, 2, 2, cli_cmd_mount},
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
 
@@ -182,27 +220,31 @@ static void endpoint_shown(const char *url, char *out, size_t len) {
         snprintf(out, len, "%s", url);
 }
 
-struct s3f_client *cli_client(struct cli_ctx *ctx) {
-    if (ctx->client)
-        return ctx->client;
+void cli_client_options(const struct cli_ctx *ctx, struct s3f_client_options *opts) {
     const struct cli_args *a = ctx->args;
-    struct s3f_client_options opts;
-    memset(&opts, 0, sizeof(opts));
-    opts.endpoint_url = a->value[OPT_ENDPOINT_URL];
-    opts.region = a->value[OPT_REGION];
-    opts.profile = a->value[OPT_PROFILE];
-    opts.anonymous = a->set[OPT_NO_SIGN_REQUEST] ? 1 : 0;
-    opts.requester_pays = a->value[OPT_REQUEST_PAYER] ? 1 : 0; /* "requester", checked */
+    memset(opts, 0, sizeof(*opts));
+    opts->endpoint_url = a->value[OPT_ENDPOINT_URL];
+    opts->region = a->value[OPT_REGION];
+    opts->profile = a->value[OPT_PROFILE];
+    opts->anonymous = a->set[OPT_NO_SIGN_REQUEST] ? 1 : 0;
+    opts->requester_pays = a->value[OPT_REQUEST_PAYER] ? 1 : 0; /* "requester", checked */
     const char *fps = getenv("S3FLASH_FORCE_PATH_STYLE");
-    opts.force_path_style =
+    opts->force_path_style =
         (a->set[OPT_FORCE_PATH_STYLE] || (fps && (strcmp(fps, "1") == 0 ||
                                                  strcmp(fps, "true") == 0 ||
                                                  strcmp(fps, "yes") == 0)))
             ? 1
             : 0;
     if (a->set[OPT_DEBUG])
-        opts.log_level = S3F_LOG_DEBUG; /* log_fn NULL: the library writes to stderr */
-    cli_engine_apply(ctx, &opts);
+        opts->log_level = S3F_LOG_DEBUG; /* log_fn NULL: the library writes to stderr */
+    cli_engine_apply(ctx, opts);
+}
+
+struct s3f_client *cli_client(struct cli_ctx *ctx) {
+    if (ctx->client)
+        return ctx->client;
+    struct s3f_client_options opts;
+    cli_client_options(ctx, &opts);
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = s3f_client_new(&opts, &ctx->client, &err);

@@ -1,0 +1,352 @@
+/*
+ * The daemon of `s3flash mount`: start-up checks, going to the background, logging,
+ * signals and the FUSE session. The file system itself is fs.c; see mount.h for what this
+ * folder may call.
+ *
+ * Start-up order matters. The process forks first (unless --foreground), before any thread
+ * exists: the child creates the client, checks the bucket with one LIST, mounts, and only
+ * then tells the parent (through a pipe) that all went well, so every start-up failure is
+ * printed on the terminal by the parent with exit status 1. SIGINT, SIGTERM and SIGHUP are
+ * blocked while the client starts its threads (so they never land there) and then handled
+ * by libfuse's handlers, which end the session: the loop returns, the file system is
+ * unmounted and the uploads still open are aborted.
+ */
+#define FUSE_USE_VERSION 314
+#include <fuse3/fuse.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mount.h"
+
+/* ---- logging ------------------------------------------------------------------------ */
+
+static FILE *log_fp;            /* the log file, or stderr in the foreground */
+static int log_syslog;
+static enum s3f_log_level log_max = S3F_LOG_WARN;
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *level_name(enum s3f_log_level l) {
+    switch (l) {
+    case S3F_LOG_ERROR: return "ERROR";
+    case S3F_LOG_WARN: return "WARN";
+    case S3F_LOG_INFO: return "INFO";
+    case S3F_LOG_DEBUG: return "DEBUG";
+    default: return "TRACE";
+    }
+}
+
+static void log_line(enum s3f_log_level level, const char *msg) {
+    if (level > log_max || level == S3F_LOG_OFF)
+        return;
+    if (log_syslog) {
+        int prio = level == S3F_LOG_ERROR ? LOG_ERR
+                   : level == S3F_LOG_WARN ? LOG_WARNING
+                   : level == S3F_LOG_INFO ? LOG_INFO
+                                           : LOG_DEBUG;
+        syslog(prio, "%s", msg);
+        return;
+    }
+    if (!log_fp)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    pthread_mutex_lock(&log_mu);
+    fprintf(log_fp, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s\n", tm.tm_year + 1900,
+            tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+            level_name(level), msg);
+    fflush(log_fp);
+    pthread_mutex_unlock(&log_mu);
+}
+
+void mnt_log(enum s3f_log_level level, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_line(level, msg);
+}
+
+void mnt_log_error(const char *what, const char *path, const struct s3f_error *err) {
+    char buf[1600];
+    s3f_error_format(err, buf, sizeof(buf));
+    mnt_log(S3F_LOG_WARN, "%s %s: %s", what, path ? path : "(unlinked)", buf);
+}
+
+static void library_log(void *user, enum s3f_log_level level, const char *msg) {
+    log_line(level, msg);
+}
+
+/* ---- start-up ----------------------------------------------------------------------- */
+
+/* Where start-up failures go: the parent's pipe in the background, else stderr. */
+static int report_fd = -1;
+
+static void fail(const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(msg))
+        n = sizeof(msg) - 1;
+    if (report_fd >= 0) {
+        /* "1" then the message; the parent prints it */
+        ssize_t w = write(report_fd, "1", 1);
+        (void)w;
+        w = write(report_fd, msg, (size_t)n);
+        (void)w;
+    } else {
+        fprintf(stderr, "s3flash: %s\n", msg);
+    }
+    log_line(S3F_LOG_ERROR, msg);
+}
+
+/* The parent in the background: wait for the child's word. */
+static int parent_wait(int fd, pid_t child) {
+    char buf[4096];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == sizeof(buf) - 1)
+            break;
+    }
+    close(fd);
+    buf[n] = 0;
+    if (n > 0 && buf[0] == '0')
+        return 0;
+    if (n > 1) {
+        fprintf(stderr, "s3flash: %s\n", buf + 1);
+    } else {
+        int status = 0;
+        waitpid(child, &status, 0);
+        fprintf(stderr, "s3flash: the mount daemon ended before the mount was up (%s %d)\n",
+                WIFSIGNALED(status) ? "signal" : "exit status",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+    return 1;
+}
+
+static uint64_t default_memory_target(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t ram = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : (4ull << 30);
+    uint64_t t = ram / 8;
+    if (t < (64ull << 20))
+        t = 64ull << 20;
+    if (t > (8ull << 30))
+        t = 8ull << 30;
+    return t;
+}
+
+int mnt_run(const struct mnt_options *in) {
+    struct mnt_options o = *in;
+    struct stat st;
+    if (stat(o.mountpoint, &st) != 0) {
+        fprintf(stderr, "s3flash: mount point %s: %s\n", o.mountpoint, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "s3flash: mount point %s is not a directory\n", o.mountpoint);
+        return 1;
+    }
+    char *mp = realpath(o.mountpoint, NULL);
+    if (!mp) {
+        fprintf(stderr, "s3flash: mount point %s: %s\n", o.mountpoint, strerror(errno));
+        return 1;
+    }
+    o.mountpoint = mp;
+    if (o.log_file) {
+        log_fp = fopen(o.log_file, "a");
+        if (!log_fp) {
+            fprintf(stderr, "s3flash: --log-file %s: %s\n", o.log_file, strerror(errno));
+            free(mp);
+            return 1;
+        }
+    }
+    log_max = o.debug ? S3F_LOG_DEBUG : S3F_LOG_WARN;
+
+    if (!o.foreground) {
+        int p[2];
+        if (pipe(p) != 0) {
+            fprintf(stderr, "s3flash: pipe: %s\n", strerror(errno));
+            free(mp);
+            return 1;
+        }
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "s3flash: fork: %s\n", strerror(errno));
+            free(mp);
+            return 1;
+        }
+        if (pid > 0) {
+            close(p[1]);
+            free(mp);
+            return parent_wait(p[0], pid);
+        }
+        close(p[0]);
+        report_fd = p[1];
+        setsid();
+        if (!log_fp) {
+            openlog("s3flash-mount", LOG_PID, LOG_DAEMON);
+            log_syslog = 1;
+        }
+    } else if (!log_fp) {
+        log_fp = stderr;
+    }
+
+    /* signals: blocked while the client's threads start */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    struct s3f_client *client = NULL;
+    struct mnt_fs *fs = NULL;
+    struct fuse *f = NULL;
+    int mounted = 0;
+
+    if (!o.memory_target_bytes)
+        o.memory_target_bytes = default_memory_target();
+    /* the buffer pool gets three quarters; the rest is for FUSE buffers and metadata */
+    o.client.memory_limit_bytes = o.memory_target_bytes / 4 * 3;
+    if (o.client.memory_limit_bytes < (16ull << 20))
+        o.client.memory_limit_bytes = 16ull << 20;
+    if (o.part_size_bytes)
+        o.client.part_size_bytes = o.part_size_bytes;
+    o.client.log_fn = library_log;
+    o.client.log_user_data = NULL;
+    o.client.log_level = o.debug ? S3F_LOG_DEBUG : S3F_LOG_WARN;
+    o.client.cache_dir = o.cache_dir;
+    o.client.cache_max_bytes = o.max_cache_size_bytes;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status s = s3f_client_new(&o.client, &client, &err);
+    if (s != S3F_OK) {
+        char buf[1600];
+        if (err.status == S3F_OK)
+            err.status = s;
+        s3f_error_format(&err, buf, sizeof(buf));
+        fail("%s", buf);
+        goto out;
+    }
+    /* the bucket and the prefix answer a LIST */
+    struct s3f_list_options lo = {.prefix = o.prefix, .delimiter = "/", .max_keys = 1};
+    struct s3f_list_page *page = NULL;
+    s = s3f_list_objects_v2(client, o.bucket, &lo, &page, &err);
+    if (s != S3F_OK) {
+        char buf[1600];
+        s3f_error_format(&err, buf, sizeof(buf));
+        fail("cannot list s3://%s/%s: %s", o.bucket, o.prefix, buf);
+        goto out;
+    }
+    s3f_list_page_free(page);
+
+    fs = mnt_fs_new(&o, client);
+    if (!fs) {
+        fail("out of memory");
+        goto out;
+    }
+    /* a comma would split the option string (bucket names have none, prefixes may) */
+    char shown[300];
+    snprintf(shown, sizeof(shown), "%s/%s", o.bucket, o.prefix);
+    for (char *q = shown; *q; q++)
+        if (*q == ',' || *q == '\\')
+            *q = '_';
+    char fsopt[600];
+    snprintf(fsopt, sizeof(fsopt), "fsname=s3flash:%s,subtype=s3flash,default_permissions%s%s",
+             shown, o.allow_other ? ",allow_other" : "", o.read_only ? ",ro" : "");
+    char *argv[] = {"s3flash", "-o", fsopt, NULL};
+    struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+    f = fuse_new(&args, &mnt_fs_ops, sizeof(mnt_fs_ops), fs);
+    if (!f) {
+        fail("cannot set up the FUSE session (see the messages above)");
+        goto out;
+    }
+    if (fuse_mount(f, o.mountpoint) != 0) {
+        fail("cannot mount on %s (is /dev/fuse there, fuse3 installed, and the directory "
+             "not mounted already?)",
+             o.mountpoint);
+        goto out;
+    }
+    mounted = 1;
+    struct fuse_session *se = fuse_get_session(f);
+    if (fuse_set_signal_handlers(se) != 0) {
+        fail("cannot install the signal handlers");
+        goto out;
+    }
+    mnt_log(S3F_LOG_INFO, "mounted s3://%s/%s on %s", o.bucket, o.prefix, o.mountpoint);
+    if (report_fd >= 0) {
+        ssize_t w = write(report_fd, "0", 1);
+        (void)w;
+        close(report_fd);
+        report_fd = -1;
+        int dn = open("/dev/null", O_RDWR);
+        if (dn >= 0) {
+            dup2(dn, 0);
+            dup2(dn, 1);
+            dup2(dn, 2);
+            if (dn > 2)
+                close(dn);
+        }
+        if (chdir("/") != 0)
+            mnt_log(S3F_LOG_WARN, "chdir /: %s", strerror(errno));
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    struct fuse_loop_config *lc = fuse_loop_cfg_create();
+    if (!lc) {
+        mnt_log(S3F_LOG_ERROR, "out of memory");
+        fuse_remove_signal_handlers(se);
+        goto out;
+    }
+    fuse_loop_cfg_set_max_threads(lc, o.max_threads ? o.max_threads : 16);
+    fuse_loop_cfg_set_clone_fd(lc, 0);
+    int lr = fuse_loop_mt(f, lc);
+    fuse_loop_cfg_destroy(lc);
+    fuse_remove_signal_handlers(se);
+    rc = lr == 0 ? 0 : 1;
+    mnt_log(S3F_LOG_INFO, "unmounting %s", o.mountpoint);
+out:
+    if (f) {
+        if (mounted)
+            fuse_unmount(f);
+        fuse_destroy(f);
+    }
+    mnt_fs_free(fs);
+    s3f_client_free(client);
+    if (report_fd >= 0)
+        close(report_fd);
+    if (log_fp && log_fp != stderr)
+        fclose(log_fp);
+    if (log_syslog)
+        closelog();
+    free(mp);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/*
+ * s3flash mount: a bucket (or a prefix of one) as a FUSE file system (libfuse3).
+ *
+ * What this folder owns: the daemon of `s3flash mount` (mount.c: start-up checks, going to
+ * the background, logging, signals, the FUSE session) and the file system itself (fs.c:
+ * every operation, the metadata cache, the open file and directory handles). The
+ * behaviour is specified in docs/SEMANTICS.md; change both together.
+ *
+ * What it may call: the public <s3flash/s3flash.h> API (readers, writers, listings, HEAD,
+ * copy, delete) and libfuse3, nothing of the library's internals. The CLI (src/cli/
+ * cmd_mount.c) parses the command line into struct mnt_options and calls mnt_run.
+ */
+#ifndef S3FLASH_MOUNT_H
+#define S3FLASH_MOUNT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <s3flash/s3flash.h>
+
+struct mnt_options {
+    struct s3f_client_options client; /* endpoint, credentials...; memory_limit_bytes is
+                                         set from memory_target by mnt_run */
+    const char *bucket;
+    const char *prefix;      /* "" or ends with '/' */
+    const char *mountpoint;
+    int foreground;
+    int debug;
+    const char *log_file;    /* NULL: stderr in the foreground, syslog in the background */
+    int read_only;
+    int allow_delete;
+    int allow_overwrite;
+    int allow_rename;
+    int allow_other;
+    uid_t uid;
+    gid_t gid;
+    mode_t dir_mode;
+    mode_t file_mode;
+    double metadata_ttl_s;
+    double negative_ttl_s;
+    const char *cache_dir;   /* NULL: no block cache */
+    uint64_t max_cache_size_bytes; /* 0: the library's default */
+    uint64_t memory_target_bytes;  /* 0: an eighth of RAM, 64 MiB..8 GiB */
+    unsigned max_threads;    /* 0: 16 */
+    uint64_t part_size_bytes; /* 0: the client's default (8 MiB) */
+    int page_size;           /* keys per LIST page, 0: 1000 (tests use small pages) */
+};
+
+/* Mount and serve until unmounted or signalled. Returns the process exit status: 0, or 1
+ * after printing why the mount failed. In the background (not foreground), the calling
+ * process returns once the mount is up (0) or failed (1); the daemon goes on in a child. */
+int mnt_run(const struct mnt_options *opts);
+
+/* ---- between mount.c and fs.c ---- */
+struct fuse_operations;
+extern const struct fuse_operations mnt_fs_ops;
+
+struct mnt_fs;
+/* The file system's state for a client that is ready; NULL when out of memory. */
+struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client);
+/* Abort uploads still open (no object) and close readers, free. */
+void mnt_fs_free(struct mnt_fs *fs);
+
+/* Log through the daemon's sink (log file, syslog or stderr). */
+void mnt_log(enum s3f_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Log an s3flash error at WARN with its context ("read a/b: <formatted error>"). */
+void mnt_log_error(const char *what, const char *path, const struct s3f_error *err);
+
+#endif /* S3FLASH_MOUNT_H */
