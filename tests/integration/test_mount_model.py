@@ -52,3 +52,31 @@ def test_model_seeds(cli_path, rgw, bucket, tmp_path):
         pytest.fail(f"the model run hung (600 s); its output so far:\n{out[-20000:]}")
     print(p.stdout[-3000:])
     assert p.returncode == 0, f"{p.stdout[-30000:]}\n{p.stderr[-5000:]}"
+
+
+# ---- directed tests of what the random runs found ------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="mount bug: an implicit directory emptied through the "
+                   "mount (unlink of its last key) stays a directory in the kernel's dentry "
+                   "cache for --metadata-ttl (the daemon's readdir no longer shows it); "
+                   "docs/SEMANTICS.md: a directory exists while a key starts with dir/, and "
+                   "changes through the mount update the cache at once")
+def test_emptied_directory_is_gone(cli_path, rgw, s3, bucket, tmp_path):
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="ghost/d/a", Body=b"x")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/ghost/",
+              tmp_path / "m", ["--allow-delete", "--metadata-ttl", "60"], region=rgw.region,
+              log_path=str(tmp_path / "m.log")).start()
+    try:
+        assert os.path.isdir(os.path.join(m.dir, "d"))
+        os.unlink(os.path.join(m.dir, "d", "a"))
+        assert os.listdir(m.dir) == []
+        # "d" is gone: a file of that name can be created, and stat says ENOENT
+        assert not os.path.exists(os.path.join(m.dir, "d"))
+        with open(os.path.join(m.dir, "d"), "wb") as f:
+            f.write(b"now a file")
+    finally:
+        m.stop()
