@@ -68,6 +68,7 @@ class Mount:
         self.extra_env = dict(env or {})
         self.proc = None
         self._log = None
+        self.sigterm_needed = None    # the threads of a daemon that outlived its unmount
 
     def argv(self):
         return [self.cli, "--endpoint-url", self.endpoint, "--force-path-style", "mount",
@@ -88,6 +89,8 @@ class Mount:
 
     def start(self, timeout=20):
         os.makedirs(self.dir, exist_ok=True)
+        if is_mounted(self.dir):
+            raise MountError(f"{self.dir} is already a mount point (a mount left over?)")
         if self.log_path is None:
             fd, self.log_path = tempfile.mkstemp(prefix="s3flash-mount-", suffix=".log")
             os.close(fd)
@@ -124,13 +127,49 @@ class Mount:
             return None
         return None
 
+    def held_elsewhere(self):
+        """Whether another mount namespace still holds this mount (see stop)."""
+        me = os.readlink("/proc/self/ns/mnt")
+        tag = f"s3flash:{self.source} "
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{pid}/ns/mnt") == me:
+                    continue
+                with open(f"/proc/{pid}/mountinfo") as f:
+                    if any(tag in line for line in f):
+                        return True
+            except OSError:
+                continue
+        return False
+
+    def threads(self):
+        """Where each thread of the daemon waits (name, state, wchan, kernel stack top)."""
+        out = []
+        base = f"/proc/{self.proc.pid}/task"
+        try:
+            tids = sorted(os.listdir(base), key=int)
+        except OSError:
+            return "(gone)"
+        for t in tids:
+            def rd(f):
+                try:
+                    return Path(base, t, f).read_text().strip()
+                except OSError:
+                    return "?"
+            stack = rd("stack").splitlines()[:3]
+            out.append(f"{t} {rd('comm')} {rd('stat').split()[2] if rd('stat') != '?' else '?'}"
+                       f" wchan={rd('wchan')} {' < '.join(x.split()[-1] for x in stack)}")
+        return "; ".join(out)
+
     def log_tail(self, n=4000):
         try:
             return Path(self.log_path).read_text(errors="replace")[-n:]
         except (OSError, TypeError):
             return ""
 
-    def stop(self, timeout=30):
+    def stop(self, timeout=60):
         """Unmount with `fusermount3 -u` and wait for the daemon to exit; returns its exit
         status. A daemon still there after `timeout` s is killed (and that is an error)."""
         if self.proc is None:
@@ -141,12 +180,28 @@ class Mount:
             if p.returncode != 0:
                 # busy (an open file of a test that failed): detach it lazily
                 force_unmount(self.dir)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        rc = None
+        deadline = time.monotonic() + timeout
+        checked = False
+        while rc is None and time.monotonic() < deadline:
+            try:
+                rc = self.proc.wait(1)
+            except subprocess.TimeoutExpired:
+                pass
+            if rc is None and not checked and self.held_elsewhere():
+                # The kernel tells the daemon about the unmount only when the last reference
+                # to the file system goes. A mount namespace created while it was mounted
+                # (another test's `unshare -m`, a container on the same machine) holds a
+                # copy, and then the daemon never hears of it: SIGTERM is its documented
+                # way out.
+                checked = True
+                self.sigterm_needed = self.threads()
+                self.proc.send_signal(signal.SIGTERM)
+        if rc is None:
+            threads = self.threads()
             self.kill()
-            raise MountError(f"s3flash mount still running {timeout} s after the unmount: "
-                             f"{self.log_tail()}")
+            raise MountError(f"s3flash mount still running {timeout} s after the unmount; "
+                             f"its threads: {threads}; log: {self.log_tail()}")
         self._close_log()
         return rc
 
