@@ -211,7 +211,9 @@ struct s3f_client_options {
      * each checked by its CRC32C on every read; a block stays valid while its object's ETag
      * is, so the cache is kept across clients, processes and restarts. Several processes
      * of one node may share a directory. Errors of the cache (disk full, permissions,
-     * corrupted files) never fail a read: the block is fetched from S3 instead. */
+     * corrupted files) never fail a read: the block is fetched from S3 instead. With a
+     * cache, each whole-object download sends a HEAD first (for the ETag) and no GET when
+     * every block is cached; s3f_get_object does not use it. */
     const char *cache_dir;
     /* 0: 10 GiB. Bound of the bytes of block files under cache_dir; least recently used
      * blocks are evicted beyond it. */

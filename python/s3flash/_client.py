@@ -43,6 +43,9 @@ def _native_client(region: Optional[str], endpoint: Optional[str],
         checksum=config.checksum,
         ca_bundle=config.ca_bundle,
         requester_pays=config.requester_pays,
+        cache_dir=None if config.cache_dir is None else str(config.cache_dir),
+        cache_max_bytes=config.cache_max_bytes,
+        cache_min_free_bytes=config.cache_min_free_bytes,
     )
 
 
@@ -140,7 +143,8 @@ class S3Client:
                 return
 
     def stats(self, reset_high_water: bool = False) -> Dict[str, int]:
-        """Engine counters: pool use and high water, requests started and in flight."""
+        """Engine counters: pool use and high water, requests started and in flight, and
+        the block cache's hits, misses, bytes served and inserted, errors (cache_*)."""
         return self._native.stats(reset_high_water=reset_high_water)
 
 

@@ -34,6 +34,14 @@ class S3ClientConfig:
         access_key_id, secret_access_key, session_token: static credentials instead of the
             default AWS chain. Never shown in repr() or errors.
         ca_bundle: CA bundle file for TLS (default: AWS_CA_BUNDLE, else the system's).
+        cache_dir: a node-local block cache (docs/CACHE.md): readers, datasets and
+            checkpoint loads keep the blocks they read under this directory, checked by
+            CRC32C, valid while the object's ETag is, shared by the processes of the node
+            and kept across runs; the second epoch or restore reads from local disk.
+            None: no cache.
+        cache_max_bytes: bound of the cache's files (0: 10 GiB); least recently used
+            blocks are evicted beyond it.
+        cache_min_free_bytes: free space the cache leaves on its file system (0: 5%).
     """
 
     throughput_target_gbps: float = 10.0
@@ -52,6 +60,9 @@ class S3ClientConfig:
     secret_access_key: Optional[str] = field(default=None, repr=False)
     session_token: Optional[str] = field(default=None, repr=False)
     ca_bundle: Optional[str] = None
+    cache_dir: Optional[str] = None
+    cache_max_bytes: int = 0
+    cache_min_free_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not (5 * MiB <= self.part_size <= 5 * 1024 * MiB):
@@ -60,5 +71,7 @@ class S3ClientConfig:
         if self.throughput_target_gbps <= 0:
             raise ValueError(
                 f"throughput_target_gbps must be > 0, got {self.throughput_target_gbps}")
+        if self.cache_max_bytes < 0 or self.cache_min_free_bytes < 0:
+            raise ValueError("cache_max_bytes and cache_min_free_bytes must be >= 0")
         if not (1 <= self.max_attempts <= 100):
             raise ValueError(f"max_attempts must be between 1 and 100, got {self.max_attempts}")

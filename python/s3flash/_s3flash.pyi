@@ -75,6 +75,9 @@ class Client:
         ca_bundle: Optional[str] = ...,
         tls_insecure: bool = ...,
         requester_pays: bool = ...,
+        cache_dir: Optional[str] = ...,
+        cache_max_bytes: int = ...,
+        cache_min_free_bytes: int = ...,
     ) -> None: ...
     @property
     def region(self) -> str: ...

@@ -86,7 +86,7 @@ enum cli_opt_id {
     OPT_FILE_MODE,
     OPT_METADATA_TTL,
     OPT_NEGATIVE_METADATA_TTL,
-    OPT_CACHE,
+    OPT_CACHE,            /* mount; cp, mv, sync: the block cache's directory */
     OPT_MAX_CACHE_SIZE,
     OPT_MEMORY_TARGET,
     OPT_MAX_THREADS,
@@ -148,6 +148,8 @@ struct cli_engine {
     uint32_t max_inflight_requests;
     uint32_t io_threads;
     enum s3f_checksum_algorithm checksum;
+    const char *cache_dir;     /* --cache (NULL: none) */
+    uint64_t cache_max_bytes;  /* --max-cache-size (0: the library's default) */
 };
 
 struct cli_ctx {

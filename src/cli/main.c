@@ -24,7 +24,12 @@ static const struct cli_opt_spec ls_opts[] = {
     {"memory-limit", 0, 1, OPT_MEMORY_LIMIT, "SIZE",                                         \
      "buffer pool of stdin uploads, at least 16M (default 512M)"},                           \
     {"checksum", 0, 1, OPT_CHECKSUM, "ALG",                                                  \
-     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"}
+     "crc32c (default), crc32, crc64nvme or none: sent with uploads, verified on downloads"}, \
+    {"cache", 0, 1, OPT_CACHE, "DIR",                                                        \
+     "downloads keep their blocks in this node-local cache and read them from it while "     \
+     "the object's ETag is the same (docs/CACHE.md)"},                                        \
+    {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE",                                     \
+     "bound of the --cache directory, least recently used blocks evicted (default 10G)"}
 
 #define FILTER_OPTS(when)                                                                    \
     {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",                                                \

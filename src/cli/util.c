@@ -398,6 +398,15 @@ int cli_engine_parse(struct cli_ctx *ctx) {
                                    "1G), not '%s'",
                                    v);
     }
+    e->cache_dir = a->value[OPT_CACHE];
+    if ((v = a->value[OPT_MAX_CACHE_SIZE])) {
+        if (cli_parse_size(v, &e->cache_max_bytes) != 0 || e->cache_max_bytes == 0)
+            return cli_usage_error(ctx->cmd,
+                                   "--max-cache-size must be a size (e.g. 10G, 500M), not '%s'",
+                                   v);
+        if (!e->cache_dir)
+            return cli_usage_error(ctx->cmd, "--max-cache-size needs --cache DIR");
+    }
     if ((v = a->value[OPT_CONCURRENCY])) {
         char *end = NULL;
         errno = 0;
@@ -439,6 +448,8 @@ void cli_engine_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts
     opts->max_inflight_requests = e->max_inflight_requests;
     opts->checksum = e->checksum;
     opts->io_threads = e->io_threads;
+    opts->cache_dir = e->cache_dir;
+    opts->cache_max_bytes = e->cache_max_bytes;
     /* every request in flight needs a connection (the library's default is 64) */
     if (e->max_inflight_requests > 64)
         opts->max_connections = e->max_inflight_requests;

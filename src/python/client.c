@@ -34,6 +34,9 @@ struct s3f_client *client_get(ClientObject *self) {
     o.max_connections = self->max_connections;
     o.checksum = self->checksum;
     o.requester_pays = self->requester_pays;
+    o.cache_dir = self->cache_dir;
+    o.cache_max_bytes = self->cache_max_bytes;
+    o.cache_min_free_bytes = self->cache_min_free_bytes;
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_client *c = NULL;
@@ -53,17 +56,20 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                              "max_attempts", "throughput_target_gbps", "part_size",
                              "memory_limit", "max_inflight_requests", "io_threads",
                              "max_connections", "checksum", "ca_bundle", "tls_insecure",
-                             "requester_pays", NULL};
+                             "requester_pays", "cache_dir", "cache_max_bytes",
+                             "cache_min_free_bytes", NULL};
     const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
-               *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL;
+               *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL,
+               *cache_dir = NULL;
     int fps = 0, anon = 0, attempts = 0, insecure = 0, payer = 0;
     double gbps = 0;
-    unsigned long long part = 0, mem = 0;
+    unsigned long long part = 0, mem = 0, cache_max = 0, cache_free = 0;
     unsigned int inflight = 0, io = 0, conns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzpp", kwlist, &region,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKK", kwlist, &region,
                                      &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
                                      &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
-                                     &checksum, &ca_bundle, &insecure, &payer))
+                                     &checksum, &ca_bundle, &insecure, &payer, &cache_dir,
+                                     &cache_max, &cache_free))
         return -1;
     if (self->initialized) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
@@ -85,8 +91,11 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
         (akid && !(self->akid = dup_or_null(akid))) ||
         (secret && !(self->secret = dup_or_null(secret))) ||
         (token && !(self->token = dup_or_null(token))) ||
-        (ca_bundle && !(self->ca_bundle = dup_or_null(ca_bundle))))
+        (ca_bundle && !(self->ca_bundle = dup_or_null(ca_bundle))) ||
+        (cache_dir && *cache_dir && !(self->cache_dir = dup_or_null(cache_dir))))
         return -1;
+    self->cache_max_bytes = cache_max;
+    self->cache_min_free_bytes = cache_free;
     self->initialized = 1;
     self->force_path_style = fps;
     self->anonymous = anon;
@@ -117,6 +126,7 @@ static void Client_dealloc(ClientObject *self) {
     free_secret(self->secret);
     free_secret(self->token);
     free(self->ca_bundle);
+    free(self->cache_dir);
     free_instance((PyObject *)self);
 }
 
@@ -799,7 +809,7 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
     struct s3f_client_stats s;
     memset(&s, 0, sizeof(s));
     s3f_client_stats(c, &s, reset);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K}",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K}",
                          "part_size_bytes", (unsigned long long)s.part_size_bytes,
                          "pool_limit_bytes", (unsigned long long)s.pool_limit_bytes,
                          "pool_in_use_bytes", (unsigned long long)s.pool_in_use_bytes,
@@ -808,7 +818,12 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
                          "max_inflight_requests", (unsigned int)s.max_inflight_requests,
                          "inflight_requests", (unsigned int)s.inflight_requests,
                          "inflight_high_water", (unsigned int)s.inflight_high_water,
-                         "requests_started", (unsigned long long)s.requests_started);
+                         "requests_started", (unsigned long long)s.requests_started,
+                         "cache_hits", (unsigned long long)s.cache_hits,
+                         "cache_misses", (unsigned long long)s.cache_misses,
+                         "cache_hit_bytes", (unsigned long long)s.cache_hit_bytes,
+                         "cache_inserted_bytes", (unsigned long long)s.cache_inserted_bytes,
+                         "cache_errors", (unsigned long long)s.cache_errors);
 }
 
 static PyObject *Client_get_region(ClientObject *self, void *unused) {

@@ -36,6 +36,8 @@ typedef struct {
     double gbps;
     unsigned long long part_size, memory_limit;
     unsigned int max_inflight, io_threads, max_connections;
+    char *cache_dir;           /* the block cache (cache_dir), NULL: none */
+    unsigned long long cache_max_bytes, cache_min_free_bytes;
 } ClientObject;
 
 /* heap types, made in PyInit__s3flash */

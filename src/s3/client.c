@@ -216,6 +216,20 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
     c->xfer.max_inflight_requests = opts->max_inflight_requests;
     c->xfer.checksum = opts->checksum;
     c->xfer.max_connections = opts->max_connections ? opts->max_connections : 64;
+    if (opts->cache_block_bytes &&
+        (opts->cache_block_bytes < (64ull << 10) || opts->cache_block_bytes > (64ull << 20) ||
+         (opts->cache_block_bytes & (opts->cache_block_bytes - 1)))) {
+        st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "s3f_client_new", NULL,
+                            "cache_block_bytes must be a power of two from 64 KiB to 64 MiB, "
+                            "got %llu",
+                            (unsigned long long)opts->cache_block_bytes);
+        goto fail;
+    }
+    if (opts->cache_dir && opts->cache_dir[0] && !(c->xfer.cache_dir = strdup(opts->cache_dir)))
+        goto oom;
+    c->xfer.cache_max_bytes = opts->cache_max_bytes;
+    c->xfer.cache_min_free_bytes = opts->cache_min_free_bytes;
+    c->xfer.cache_block_bytes = opts->cache_block_bytes;
 
     struct s3f__http_pool_options ho = {
         .io_threads = opts->io_threads,
@@ -252,6 +266,7 @@ void s3f_client_free(struct s3f_client *c) {
     if (c->xfer.state && c->xfer.state_free)
         c->xfer.state_free(c->xfer.state);
     pthread_mutex_destroy(&c->xfer.lock);
+    free(c->xfer.cache_dir);
     s3f__credentials_provider_free(c->creds);
     s3f__aws_config_free(c->config);
     free(c->region);

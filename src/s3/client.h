@@ -29,6 +29,8 @@ struct s3f__client_xfer {
     uint32_t max_inflight_requests;
     enum s3f_checksum_algorithm checksum;
     uint32_t max_connections;     /* of the transport, resolved */
+    char *cache_dir;              /* the block cache (src/cache), NULL: none */
+    uint64_t cache_max_bytes, cache_min_free_bytes, cache_block_bytes;
     pthread_mutex_t lock;
     void *state;
     void (*state_free)(void *state);

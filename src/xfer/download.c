@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/cache.h"
 #include "s3/client.h"
 #include "s3/ops_internal.h"
 #include "xfer/xfer.h"
@@ -738,7 +739,15 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
         d.capacity += iov[i].len;
         d.iov_end[i] = d.capacity;
     }
+    struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
+    if (d.x->cache && s3f__cache_serve_iov(c, d.x->cache, bucket, key, opts->version_id,
+                                           opts->if_match, iov, n_iov, info ? info : &cinfo)) {
+        download_cleanup(&d);
+        return S3F_OK;
+    }
     st = download_run(&d, info, err);
+    if (st == S3F_OK && d.x->cache)
+        s3f__cache_fill_iov(d.x->cache, bucket, key, d.etag, d.size, iov, n_iov);
     download_cleanup(&d);
     return st;
 }
@@ -818,7 +827,12 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
         download_cleanup(&d);
         return st;
     }
-    st = download_run(&d, info, err);
+    struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
+    bool cached = d.x->cache && s3f__cache_serve_fd(c, d.x->cache, bucket, key, opts->version_id,
+                                                    opts->if_match, d.fd, info ? info : &cinfo);
+    st = cached ? S3F_OK : download_run(&d, info, err);
+    if (st == S3F_OK && !cached && d.x->cache)
+        s3f__cache_fill_fd(d.x->cache, bucket, key, d.etag, d.size, d.fd);
     if (st == S3F_OK && opts->fsync && fsync(d.fd) != 0)
         st = s3f__error_set(err, S3F_ERR_IO, "download", path, "fsync: %s", strerror(errno));
     if (close(d.fd) != 0 && st == S3F_OK)
@@ -1016,6 +1030,16 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     struct s3f__xfer_shared *x;
     if ((st = s3f__xfer_shared_get(c, &x, err)))
         return st;
+    struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
+    if (x->cache && s3f__cache_serve_alloc(c, x->cache, bucket, key, opts->version_id,
+                                           opts->if_match, alloc, alloc_user_data, data, len,
+                                           &cinfo, &st, err)) {
+        if (info && st == S3F_OK)
+            *info = cinfo;
+        else if (info)
+            memset(info, 0, sizeof(*info));
+        return st;
+    }
     struct whole *w = calloc(1, sizeof(*w));
     if (!w)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, op_name, NULL, "out of memory");
@@ -1105,6 +1129,10 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
         *data = w->dst;
         *len = (size_t)w->size;
         w->dst = NULL;
+        if (x->cache) {
+            struct s3f_iovec one = {*data, *len};
+            s3f__cache_fill_iov(x->cache, bucket, key, w->op.info.etag, w->size, &one, 1);
+        }
         double s = (double)(s3f__now_ns() - t0) / 1e9;
         s3f__log(&c->logger, S3F_LOG_DEBUG,
                  "download %s: %" PRIu64 " bytes in one GET, %.3f s", w->resource, w->size, s);

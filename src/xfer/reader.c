@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/cache.h"
 #include "s3/client.h"
 #include "s3/ops_internal.h"
 #include "xfer/xfer.h"
@@ -48,6 +49,7 @@ struct s3f_reader {
     uint64_t window, window_max;
     uint64_t tail_start;                  /* == size when there is no tail cache */
     uint64_t part_size;
+    struct s3f__cache_object *cobj;       /* the client's block cache: this object's blocks */
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -565,8 +567,28 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     rd->tail_start = rd->size > tail ? rd->size - tail : 0;
     if (tail == 0)
         rd->tail_start = rd->size;
+    if (x->cache && rd->etag) { /* without memory for it, no cache */
+        rd->cobj = malloc(sizeof(*rd->cobj));
+        if (rd->cobj && s3f__cache_object_init(rd->cobj, x->cache, bucket, key, rd->etag,
+                                               rd->size)) {
+            free(rd->cobj);
+            rd->cobj = NULL;
+        }
+    }
     *out = rd;
     return S3F_OK;
+}
+
+/* The block cache's source: read_at, all of [offset, offset+len) or an error. */
+static enum s3f_status cache_fetch(void *ud, void *dst, size_t len, uint64_t offset,
+                                   struct s3f_error *err) {
+    struct s3f_reader *rd = ud;
+    size_t n = 0;
+    enum s3f_status st = read_at(rd, dst, len, offset, &n, err);
+    if (st == S3F_OK && n != len)
+        st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "read", rd->resource,
+                            "%zu of %zu bytes read", n, len);
+    return st;
 }
 
 enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len, uint64_t offset,
@@ -580,6 +602,8 @@ enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len, ui
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "read", NULL, "reader is NULL");
     if (len && !buf)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "read", NULL, "buf is NULL");
+    if (r->cobj)
+        return s3f__cache_pread(r->cobj, buf, len, offset, cache_fetch, r, n_read, err);
     return read_at(r, buf, len, offset, n_read, err);
 }
 
@@ -647,6 +671,9 @@ void s3f_reader_close(struct s3f_reader *r) {
     free(r->key);
     free(r->version_id);
     free(r->etag);
+    if (r->cobj)
+        s3f__cache_object_cleanup(r->cobj);
+    free(r->cobj);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     free(r);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/cache.h"
 #include "s3/client.h"
 #include "xfer/xfer.h"
 
@@ -18,6 +19,7 @@ static void shared_free(void *p) {
     s3f__janitor_cleanup(&x->janitor);
     s3f__sched_cleanup(&x->sched);
     s3f__pool_cleanup(&x->pool);
+    s3f__cache_free(x->cache);
     free(x);
 }
 
@@ -51,6 +53,22 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     s3f__sched_init(&x->sched, x->max_inflight);
     s3f__janitor_init(&x->janitor);
     x->client = c;
+    if (o->cache_dir) {
+        /* a cache that cannot be opened is bypassed, never an error of the transfers */
+        struct s3f__cache_options co = {
+            .dir = o->cache_dir,
+            .max_bytes = o->cache_max_bytes,
+            .min_free_bytes = o->cache_min_free_bytes,
+            .block_bytes = o->cache_block_bytes,
+            .logger = &c->logger,
+            .scope = s3f_client_endpoint(c),
+        };
+        struct s3f_error cerr;
+        s3f_error_clear(&cerr);
+        if (s3f__cache_open(&co, &x->cache, &cerr))
+            s3f__log(&c->logger, S3F_LOG_WARN, "cache %s is not used: %s", o->cache_dir,
+                     cerr.message);
+    }
     s3f__log(&c->logger, S3F_LOG_DEBUG,
              "transfers: part size %llu, memory limit %llu, %u requests in flight (%.1f Gbit/s "
              "target), checksum %s",
@@ -89,6 +107,15 @@ void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int re
     out->pending_aborts = s3f__janitor_pending(&x->janitor);
     if (reset_high_water)
         s3f__pool_reset_high_water(&x->pool);
+    if (x->cache) {
+        struct s3f__cache_counters n;
+        s3f__cache_counters(x->cache, &n);
+        out->cache_hits = n.hits;
+        out->cache_misses = n.misses;
+        out->cache_hit_bytes = n.hit_bytes;
+        out->cache_inserted_bytes = n.inserted_bytes;
+        out->cache_errors = n.errors;
+    }
 }
 
 char *s3f__xfer_checksum_field(struct s3f_object_info *info, enum s3f_checksum_algorithm alg,

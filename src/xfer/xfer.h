@@ -12,6 +12,7 @@
 #include "core/core.h"
 
 struct s3f_client;
+struct s3f__cache;
 
 #define S3F__MIB ((uint64_t)1 << 20)
 #define S3F__GIB ((uint64_t)1 << 30)
@@ -164,6 +165,7 @@ struct s3f__xfer_shared {
     struct s3f__pool pool;
     struct s3f__sched sched;
     struct s3f__janitor janitor;
+    struct s3f__cache *cache;      /* the block cache (src/cache), NULL: none or unusable */
 };
 
 /* The client's transfer state, created on first use from its options. S3F_ERR_NO_MEMORY. */

@@ -1,0 +1,299 @@
+/* The cache's users in the engine: the reader's reads in whole blocks (s3f__cache_pread)
+ * and whole-object downloads served from the cache or filled into it after the download.
+ * Uses the block store (store.c) and the public API only (a HEAD for the ETag of a
+ * download, a ranged GET for a block lost between the check and the read). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+
+#define RUN_MAX ((uint64_t)256 << 20) /* missing blocks fetched by one call of `fetch` */
+
+static char *scratch(struct s3f__cache_object *o) {
+    if (!o->scratch)
+        o->scratch = malloc((size_t)s3f__cache_block_bytes(o->cache));
+    return o->scratch;
+}
+
+enum s3f_status s3f__cache_pread(struct s3f__cache_object *o, void *buf, size_t len,
+                                 uint64_t offset, s3f__cache_fetch_fn fetch, void *ud,
+                                 size_t *n_read, struct s3f_error *err) {
+    *n_read = 0;
+    if (offset >= o->size || !len)
+        return S3F_OK;
+    uint64_t end = o->size - offset < len ? o->size : offset + len;
+    uint64_t bs = s3f__cache_block_bytes(o->cache);
+    char *out = buf;
+    uint64_t pos = offset;
+    enum s3f_status st = S3F_OK;
+    while (pos < end) {
+        uint64_t b = pos / bs, bstart = b * bs, blen = s3f__cache_block_len(o, b);
+        uint64_t bend = bstart + blen;
+        if (bstart == pos && bend <= end) {
+            /* whole blocks: straight into buf */
+            if (s3f__cache_get(o, b, out + (pos - offset))) {
+                pos = bend;
+                continue;
+            }
+            uint64_t run_end = bend;
+            for (uint64_t nb = b + 1; run_end < end && run_end - pos < RUN_MAX; nb++) {
+                uint64_t nlen = s3f__cache_block_len(o, nb);
+                if (run_end + nlen > end || s3f__cache_has(o, nb))
+                    break;
+                run_end += nlen;
+            }
+            if ((st = fetch(ud, out + (pos - offset), (size_t)(run_end - pos), pos, err)))
+                break;
+            for (uint64_t p = pos; p < run_end; p += bs)
+                s3f__cache_put(o, p / bs, out + (p - offset));
+            pos = run_end;
+            continue;
+        }
+        /* a part of a block: through the scratch block */
+        char *s = scratch(o);
+        uint64_t stop = bend < end ? bend : end;
+        if (!s) {
+            if ((st = fetch(ud, out + (pos - offset), (size_t)(stop - pos), pos, err)))
+                break;
+        } else {
+            /* small sequential reads take one block from disk once, not once per read */
+            if (o->scratch_block != b && !s3f__cache_get(o, b, s)) {
+                o->scratch_block = UINT64_MAX;
+                if ((st = fetch(ud, s, (size_t)blen, bstart, err)))
+                    break;
+                s3f__cache_put(o, b, s);
+            }
+            o->scratch_block = b;
+            memcpy(out + (pos - offset), s + (pos - bstart), (size_t)(stop - pos));
+        }
+        pos = stop;
+    }
+    *n_read = (size_t)(pos - offset);
+    return st;
+}
+
+/* ---- whole-object downloads -------------------------------------------------------------- */
+
+struct region_sink {
+    char *dst;
+    uint64_t start, len;
+};
+
+static int region_write(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct region_sink *r = ud;
+    if (offset < r->start || offset + len > r->start + r->len)
+        return 1;
+    memcpy(r->dst + (offset - r->start), data, len);
+    return 0;
+}
+
+/* Block `b` into dst: from the cache, else by a ranged GET pinned to the ETag (the block
+ * was evicted or found corrupt since the check), then inserted. */
+static enum s3f_status block_fetch(struct s3f_client *client, struct s3f__cache_object *o,
+                                   uint64_t b, char *dst, struct s3f_error *err) {
+    if (s3f__cache_get(o, b, dst))
+        return S3F_OK;
+    uint64_t bs = s3f__cache_block_bytes(o->cache), len = s3f__cache_block_len(o, b);
+    struct region_sink r = {dst, b * bs, len};
+    struct s3f_get_options go;
+    memset(&go, 0, sizeof(go));
+    go.has_range = 1;
+    go.range_start = b * bs;
+    go.range_end = b * bs + len - 1;
+    go.if_match = o->etag;
+    enum s3f_status st = s3f_get_object(client, o->bucket, o->key, &go, region_write, &r, NULL,
+                                        err);
+    if (st == S3F_OK)
+        s3f__cache_put(o, b, dst);
+    return st;
+}
+
+static bool block_into(struct s3f_client *client, struct s3f__cache_object *o, uint64_t b,
+                       char *dst) {
+    return block_fetch(client, o, b, dst, NULL) == S3F_OK;
+}
+
+static uint64_t n_blocks(const struct s3f__cache_object *o) {
+    uint64_t bs = s3f__cache_block_bytes(o->cache);
+    return (o->size + bs - 1) / bs;
+}
+
+/* The object's ETag and size by HEAD, and whether every block of it has a file. */
+static bool head_all_cached(struct s3f_client *client, struct s3f__cache *c,
+                            const char *bucket, const char *key, const char *version_id,
+                            const char *if_match, struct s3f_object_info *info,
+                            struct s3f__cache_object *o) {
+    memset(o, 0, sizeof(*o));
+    if (s3f_head_object(client, bucket, key, version_id, info, NULL) != S3F_OK)
+        return false; /* the download reports it */
+    if (!info->etag[0] || (if_match && strcmp(if_match, info->etag) != 0))
+        return false;
+    if (s3f__cache_object_init(o, c, bucket, key, info->etag, info->size))
+        return false;
+    for (uint64_t b = 0; b < n_blocks(o); b++)
+        if (!s3f__cache_has(o, b))
+            return false;
+    return true;
+}
+
+/* Where bytes [start, start+len) of the iovec stream are, when in one region. */
+static char *iov_place(const struct s3f_iovec *iov, size_t n_iov, uint64_t start,
+                       uint64_t len) {
+    uint64_t at = 0;
+    for (size_t i = 0; i < n_iov; i++) {
+        if (start < at + iov[i].len)
+            return start + len <= at + iov[i].len ? (char *)iov[i].base + (start - at) : NULL;
+        at += iov[i].len;
+    }
+    return NULL;
+}
+
+/* Copy between a flat block and the iovec stream at `start` (to_iov: into the regions). */
+static void iov_copy(const struct s3f_iovec *iov, size_t n_iov, uint64_t start, char *flat,
+                     uint64_t len, bool to_iov) {
+    uint64_t at = 0;
+    for (size_t i = 0; i < n_iov && len; i++) {
+        uint64_t rend = at + iov[i].len;
+        if (start < rend) {
+            uint64_t n = rend - start < len ? rend - start : len;
+            char *p = (char *)iov[i].base + (start - at);
+            if (to_iov)
+                memcpy(p, flat, (size_t)n);
+            else
+                memcpy(flat, p, (size_t)n);
+            flat += n;
+            start += n;
+            len -= n;
+        }
+        at = rend;
+    }
+}
+
+bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
+                          const char *key, const char *version_id, const char *if_match,
+                          const struct s3f_iovec *iov, size_t n_iov,
+                          struct s3f_object_info *info) {
+    struct s3f__cache_object o;
+    bool ok = head_all_cached(client, c, bucket, key, version_id, if_match, info, &o);
+    uint64_t capacity = 0;
+    for (size_t i = 0; i < n_iov; i++)
+        capacity += iov[i].len;
+    if (ok && o.size > capacity)
+        ok = false; /* the download reports it */
+    uint64_t bs = s3f__cache_block_bytes(c);
+    for (uint64_t b = 0; ok && b < n_blocks(&o); b++) {
+        uint64_t len = s3f__cache_block_len(&o, b);
+        char *p = iov_place(iov, n_iov, b * bs, len);
+        if (p) {
+            ok = block_into(client, &o, b, p);
+        } else if ((p = scratch(&o)) && (ok = block_into(client, &o, b, p))) {
+            iov_copy(iov, n_iov, b * bs, p, len, true);
+        } else {
+            ok = false;
+        }
+    }
+    s3f__cache_object_cleanup(&o);
+    return ok;
+}
+
+bool s3f__cache_serve_fd(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
+                         const char *key, const char *version_id, const char *if_match,
+                         int fd, struct s3f_object_info *info) {
+    struct s3f__cache_object o;
+    bool ok = head_all_cached(client, c, bucket, key, version_id, if_match, info, &o);
+    uint64_t bs = s3f__cache_block_bytes(c);
+    char *p = ok ? scratch(&o) : NULL;
+    ok = ok && p;
+    for (uint64_t b = 0; ok && b < n_blocks(&o); b++) {
+        uint64_t len = s3f__cache_block_len(&o, b);
+        ok = block_into(client, &o, b, p);
+        for (uint64_t done = 0; ok && done < len;) {
+            ssize_t n = pwrite(fd, p + done, (size_t)(len - done), (off_t)(b * bs + done));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                ok = false; /* the download meets the same error and reports it */
+            else
+                done += (uint64_t)n;
+        }
+    }
+    if (!ok && ftruncate(fd, 0) != 0)
+        ok = false;
+    s3f__cache_object_cleanup(&o);
+    return ok;
+}
+
+bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
+                            const char *bucket, const char *key, const char *version_id,
+                            const char *if_match, void *(*alloc)(void *, size_t),
+                            void *alloc_ud, void **data, size_t *len,
+                            struct s3f_object_info *info, enum s3f_status *st,
+                            struct s3f_error *err) {
+    *st = S3F_OK;
+    struct s3f__cache_object o;
+    if (!head_all_cached(client, c, bucket, key, version_id, if_match, info, &o) ||
+        o.size > SIZE_MAX) {
+        s3f__cache_object_cleanup(&o);
+        return false;
+    }
+    /* from here on the call is answered here: the allocator runs at most once */
+    char *dst = alloc ? alloc(alloc_ud, (size_t)o.size) : malloc(o.size ? (size_t)o.size : 1);
+    if (!dst)
+        *st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "GetObject", NULL,
+                             "cannot allocate %" PRIu64 " bytes for the object", o.size);
+    uint64_t bs = s3f__cache_block_bytes(c);
+    for (uint64_t b = 0; !*st && b < n_blocks(&o); b++)
+        *st = block_fetch(client, &o, b, dst + b * bs, err);
+    if (!*st) {
+        *data = dst;
+        *len = (size_t)o.size;
+    } else if (dst && !alloc) {
+        free(dst); /* the caller's allocator's memory stays the caller's */
+    }
+    s3f__cache_object_cleanup(&o);
+    return true;
+}
+
+void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *key,
+                         const char *etag, uint64_t size, const struct s3f_iovec *iov,
+                         size_t n_iov) {
+    struct s3f__cache_object o;
+    if (!etag || !etag[0] || s3f__cache_object_init(&o, c, bucket, key, etag, size))
+        return;
+    uint64_t bs = s3f__cache_block_bytes(c);
+    for (uint64_t b = 0; b < n_blocks(&o); b++) {
+        if (s3f__cache_has(&o, b))
+            continue;
+        uint64_t len = s3f__cache_block_len(&o, b);
+        char *p = iov_place(iov, n_iov, b * bs, len);
+        if (!p && (p = scratch(&o)))
+            iov_copy(iov, n_iov, b * bs, p, len, false);
+        s3f__cache_count_miss(c);
+        if (p)
+            s3f__cache_put(&o, b, p);
+    }
+    s3f__cache_object_cleanup(&o);
+}
+
+void s3f__cache_fill_fd(struct s3f__cache *c, const char *bucket, const char *key,
+                        const char *etag, uint64_t size, int fd) {
+    struct s3f__cache_object o;
+    if (!etag || !etag[0] || s3f__cache_object_init(&o, c, bucket, key, etag, size))
+        return;
+    uint64_t bs = s3f__cache_block_bytes(c);
+    char *p = scratch(&o);
+    for (uint64_t b = 0; p && b < n_blocks(&o); b++) {
+        if (s3f__cache_has(&o, b))
+            continue;
+        uint64_t len = s3f__cache_block_len(&o, b);
+        ssize_t n = pread(fd, p, (size_t)len, (off_t)(b * bs));
+        if (n != (ssize_t)len)
+            break;
+        s3f__cache_count_miss(c);
+        s3f__cache_put(&o, b, p);
+    }
+    s3f__cache_object_cleanup(&o);
+}
