@@ -3,6 +3,8 @@
  * metadata cache, and the open file and directory handles. docs/SEMANTICS.md is the
  * contract: each refusal below returns the errno that file names.
  *
+ * Lock order: a handle's mutex, then fs->mu (never the other way round).
+ *
  * Shared state (struct mnt_fs, guarded by fs->mu): the metadata cache (path -> kind, size,
  * mtime, ETag, expiry; negative entries for missing names), the directories made by mkdir,
  * and the files open for writing. fs->mu is never held across a request to S3. Each open
@@ -52,10 +54,25 @@ struct localdir {
     char *path;
 };
 
+struct dent;
+
+/* A complete listing of a directory, served to opendir while fresh (the listing cache). */
+struct listing {
+    struct listing *next;
+    char *path;
+    struct dent *ents;
+    size_t n;
+    double expires;
+};
+#define LISTINGS_MAX 64             /* directories whose listing is kept */
+#define LISTING_MAX_ENTRIES 100000  /* a larger directory is listed every time */
+
 struct mnt_fs {
     struct mnt_options o;
     char *bucket, *prefix;
-    struct s3f_client *c;
+    struct s3f_client *c;     /* readers, listings, HEADs */
+    struct s3f_client *cw;    /* writers, copies, deletes: a pool of its own, so open
+                                 readers' windows never make a writer wait */
     uint64_t part_size;
     int64_t start_time;
     pthread_mutex_t mu;
@@ -64,6 +81,12 @@ struct mnt_fs {
     struct localdir *localdirs;
     struct fh *writers;       /* open write handles, through fh->next_writer */
     uint64_t writer_reserved, writer_budget;
+    struct listing *listings; /* most recent first */
+    size_t n_listings;
+    /* open read and directory handles, freed by mnt_fs_free when the session ends with
+     * some still open (the kernel's RELEASE of the last ones may never come) */
+    struct fh *readers;
+    struct dh *dirs;
 };
 
 struct fh {
@@ -72,6 +95,8 @@ struct fh {
     int rdwr;                 /* read handle opened O_RDWR: writes get EBADF */
     char *path, *key;
     struct s3f_reader *r;
+    uint64_t size;            /* read handles: the attributes at open */
+    int64_t mtime;
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
@@ -82,6 +107,7 @@ struct fh {
     uint64_t reserved;
     int listed;               /* in fs->writers */
     struct fh *next_writer;
+    struct fh *rd_prev, *rd_next; /* read handles: in fs->readers */
 };
 
 static struct mnt_fs *FS(void) { return fuse_get_context()->private_data; }
@@ -293,6 +319,72 @@ struct attr {
     char etag[128];
 };
 
+struct dent {
+    char *name;
+    struct attr a;
+};
+
+static void dents_free(struct dent *e, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(e[i].name);
+    free(e);
+}
+
+/* ---- the listing cache (fs->mu held) ------------------------------------------------ */
+
+static void listing_free(struct listing *l) {
+    dents_free(l->ents, l->n);
+    free(l->path);
+    free(l);
+}
+
+/* Forget the listings of `path`'s directory and of every directory above it (a change
+ * through this mount: a new, replaced, deleted or renamed name). */
+static void listings_drop_above(struct mnt_fs *fs, const char *path) {
+    for (struct listing **pp = &fs->listings; *pp;) {
+        struct listing *l = *pp;
+        if (strcmp(l->path, "/") == 0 || is_under(l->path, path)) {
+            *pp = l->next;
+            listing_free(l);
+            fs->n_listings--;
+        } else {
+            pp = &l->next;
+        }
+    }
+}
+
+/* Keep a complete listing (takes `ents`). */
+static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, size_t n) {
+    struct listing *l = calloc(1, sizeof(*l));
+    if (!l || !(l->path = strdup(path))) {
+        free(l);
+        dents_free(ents, n);
+        return;
+    }
+    l->ents = ents;
+    l->n = n;
+    l->expires = now_mono() + fs->o.metadata_ttl_s;
+    for (struct listing **pp = &fs->listings; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->path, path) == 0) {
+            struct listing *old = *pp;
+            *pp = old->next;
+            listing_free(old);
+            fs->n_listings--;
+            break;
+        }
+    }
+    l->next = fs->listings;
+    fs->listings = l;
+    if (++fs->n_listings > LISTINGS_MAX) {
+        struct listing **pp = &fs->listings;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        listing_free(*pp);
+        *pp = NULL;
+        fs->n_listings--;
+    }
+}
+
 static void fill_stat(const struct mnt_fs *fs, const struct attr *a, struct stat *st) {
     memset(st, 0, sizeof(*st));
     if (a->kind == K_DIR) {
@@ -311,8 +403,22 @@ static void fill_stat(const struct mnt_fs *fs, const struct attr *a, struct stat
     st->st_gid = fs->o.gid;
 }
 
+struct head_job {
+    struct mnt_fs *fs;
+    char *key;
+    enum s3f_status st;
+    struct s3f_object_info info;
+    struct s3f_error err;
+};
+
+static void *head_job_run(void *arg) {
+    struct head_job *j = arg;
+    j->st = s3f_head_object(j->fs->c, j->fs->bucket, j->key, NULL, &j->info, &j->err);
+    return NULL;
+}
+
 /* What `path` is: 0 with *a filled, or -errno (-ENOENT when missing). `fresh`: ignore the
- * metadata cache (O_DIRECT). Sends at most one LIST and one HEAD. */
+ * metadata cache (O_DIRECT). Sends one LIST and one HEAD, at the same time. */
 static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) {
     memset(a, 0, sizeof(*a));
     if (strcmp(path, "/") == 0) {
@@ -323,7 +429,7 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
     struct fh *w = writer_find(fs, path);
     if (w) {
         a->kind = K_FILE;
-        a->size = w->written; /* read without w->mu: a snapshot is fine for stat */
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED); /* a snapshot for stat */
         a->mtime = w->opened;
         pthread_mutex_unlock(&fs->mu);
         return 0;
@@ -344,15 +450,32 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
     }
     pthread_mutex_unlock(&fs->mu);
 
+    /* The HEAD of the key runs on a helper thread while this one LISTs key/: one round
+     * trip. A directory shadows a file of the same name. */
+    struct head_job hj;
+    memset(&hj, 0, sizeof(hj));
+    hj.fs = fs;
+    hj.key = key_of(fs, path, "");
+    char *dkey = key_of(fs, path, "/");
+    if (!hj.key || !dkey) {
+        free(hj.key);
+        free(dkey);
+        return -ENOMEM;
+    }
+    s3f_error_clear(&hj.err);
+    pthread_t th;
+    int threaded = pthread_create(&th, NULL, head_job_run, &hj) == 0;
+    if (!threaded)
+        head_job_run(&hj);
     struct s3f_error err;
     s3f_error_clear(&err);
-    char *dkey = key_of(fs, path, "/");
-    if (!dkey)
-        return -ENOMEM;
     struct s3f_list_options lo = {.prefix = dkey, .max_keys = 1};
     struct s3f_list_page *page = NULL;
     enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
     free(dkey);
+    if (threaded)
+        pthread_join(th, NULL);
+    free(hj.key);
     if (st != S3F_OK) {
         mnt_log_error("lookup", path, &err);
         return -errno_of(st, 0);
@@ -364,25 +487,19 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
         meta_set_locked(fs, path, K_DIR, 0, 0, NULL);
         return 0;
     }
-    char *key = key_of(fs, path, "");
-    if (!key)
-        return -ENOMEM;
-    struct s3f_object_info info;
-    st = s3f_head_object(fs->c, fs->bucket, key, NULL, &info, &err);
-    free(key);
-    if (st == S3F_ERR_NOT_FOUND) {
+    if (hj.st == S3F_ERR_NOT_FOUND) {
         meta_set_locked(fs, path, K_MISSING, 0, 0, NULL);
         return -ENOENT;
     }
-    if (st != S3F_OK) {
-        mnt_log_error("lookup", path, &err);
-        return -errno_of(st, 0);
+    if (hj.st != S3F_OK) {
+        mnt_log_error("lookup", path, &hj.err);
+        return -errno_of(hj.st, 0);
     }
     a->kind = K_FILE;
-    a->size = info.size;
-    a->mtime = info.last_modified;
-    snprintf(a->etag, sizeof(a->etag), "%s", info.etag);
-    meta_set_locked(fs, path, K_FILE, info.size, info.last_modified, info.etag);
+    a->size = hj.info.size;
+    a->mtime = hj.info.last_modified;
+    snprintf(a->etag, sizeof(a->etag), "%s", hj.info.etag);
+    meta_set_locked(fs, path, K_FILE, hj.info.size, hj.info.last_modified, hj.info.etag);
     return 0;
 }
 
@@ -415,10 +532,12 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
             return 0;
         }
         if (h->r) {
+            /* the attributes the handle was opened with (the same as lookup's: a changed
+             * mtime would make the kernel drop the file's pages) */
             memset(&a, 0, sizeof(a));
             a.kind = K_FILE;
-            a.size = s3f_reader_size(h->r);
-            a.mtime = s3f_reader_info(h->r)->last_modified;
+            a.size = h->size;
+            a.mtime = h->mtime;
             fill_stat(fs, &a, st);
             return 0;
         }
@@ -455,46 +574,36 @@ static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_inf
     return 0;
 }
 
-/* The write handle of `path` (or fi's), or NULL. */
-static struct fh *write_handle(struct mnt_fs *fs, const char *path, struct fuse_file_info *fi) {
-    if (fi && fi->fh) {
-        struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-        return h->is_write ? h : NULL;
-    }
-    if (!path)
-        return NULL;
-    pthread_mutex_lock(&fs->mu);
-    struct fh *h = writer_find(fs, path);
-    pthread_mutex_unlock(&fs->mu);
-    return h;
-}
-
 static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
     struct mnt_fs *fs = FS();
     if (fs->o.read_only)
         return -EROFS;
-    pthread_mutex_lock(&fs->mu); /* keeps a listed writer alive while we look at it */
+    /* fs->mu keeps a listed writer alive while we look at it; h->mu is not taken under it
+     * (the lock order is h->mu, then fs->mu), so its fields are read atomically */
+    pthread_mutex_lock(&fs->mu);
     struct fh *h = NULL;
     if (fi && fi->fh && ((struct fh *)(uintptr_t)fi->fh)->is_write)
         h = (struct fh *)(uintptr_t)fi->fh;
     else if (path)
         h = writer_find(fs, path);
     int rc = -EPERM;
-    if (h) {
-        pthread_mutex_lock(&h->mu);
-        if (!h->done && size >= 0 && (uint64_t)size == h->written)
-            rc = 0;
-        pthread_mutex_unlock(&h->mu);
-    }
+    if (h && !__atomic_load_n(&h->done, __ATOMIC_RELAXED) && size >= 0 &&
+        (uint64_t)size == __atomic_load_n(&h->written, __ATOMIC_RELAXED))
+        rc = 0;
     pthread_mutex_unlock(&fs->mu);
     return rc;
 }
 
+/* Accepted and ignored (times are S3's Last-Modified), so that tar, cp -p and rsync -t
+ * do not fail on a time they cannot keep; docs/SEMANTICS.md says so. */
 static int op_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi) {
     struct mnt_fs *fs = FS();
     if (fs->o.read_only)
         return -EROFS;
-    return write_handle(fs, path, fi) ? 0 : -EPERM;
+    if (fi && fi->fh)
+        return 0;
+    struct attr a;
+    return path ? resolve(fs, path, &a, 0) : 0;
 }
 
 /* ---- operations: files ------------------------------------------------------------- */
@@ -522,13 +631,33 @@ static struct fh *fh_new(struct mnt_fs *fs, const char *path) {
     return h;
 }
 
+/* The process (thread group) of the thread `tid` that FUSE names as the caller, from
+ * /proc; `tid` itself when that cannot be read. So that open and close on two threads of
+ * one process count as the same process. */
+static pid_t process_of(pid_t tid) {
+    char name[64], line[256];
+    snprintf(name, sizeof(name), "/proc/%d/status", (int)tid);
+    FILE *f = fopen(name, "re");
+    if (!f)
+        return tid;
+    pid_t tgid = tid;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "Tgid:", 5) == 0) {
+            tgid = (pid_t)strtol(line + 5, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return tgid > 0 ? tgid : tid;
+}
+
 /* Open a write handle on `path` (the checks of create/open done by the caller). */
 static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_info *fi) {
     struct fh *h = fh_new(fs, path);
     if (!h)
         return -ENOMEM;
     h->is_write = 1;
-    h->opener = fuse_get_context()->pid;
+    h->opener = process_of(fuse_get_context()->pid);
     h->opened = (int64_t)time(NULL);
     pthread_mutex_lock(&fs->mu);
     if (writer_find(fs, path)) {
@@ -548,7 +677,7 @@ static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_inf
     struct s3f_upload_options uo = {.part_size_bytes = fs->o.part_size_bytes};
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_writer_open(fs->c, fs->bucket, h->key, &uo, &h->w, &err);
+    enum s3f_status st = s3f_writer_open(fs->cw, fs->bucket, h->key, &uo, &h->w, &err);
     if (st != S3F_OK) {
         pthread_mutex_unlock(&fs->mu);
         mnt_log_error("open for writing", path, &err);
@@ -634,6 +763,8 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
     if (!h)
         return -ENOMEM;
     h->rdwr = acc == O_RDWR;
+    h->size = a.size;
+    h->mtime = a.mtime;
     struct s3f_reader_options ro = {.known = 1, .known_size = a.size, .known_etag = a.etag};
     if (!a.etag[0])
         ro.known = 0; /* never happens from a listing or HEAD; the reader HEADs */
@@ -657,6 +788,12 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
     fi->keep_cache = keep && !direct;
     fi->direct_io = direct;
     fi->fh = (uint64_t)(uintptr_t)h;
+    pthread_mutex_lock(&fs->mu);
+    h->rd_next = fs->readers;
+    if (fs->readers)
+        fs->readers->rd_prev = h;
+    fs->readers = h;
+    pthread_mutex_unlock(&fs->mu);
     return 0;
 }
 
@@ -682,12 +819,26 @@ static int op_read(const char *path, char *buf, size_t size, off_t off,
     return (int)n;
 }
 
+/* A new object at `path` (fs->mu held): the local directories above it are now prefixes
+ * in S3, no longer local. */
+static void promote_parents(struct mnt_fs *fs, const char *path) {
+    char dir[PATH_MAX];
+    parent_of(path, dir);
+    while (strcmp(dir, "/") != 0) {
+        localdir_remove(fs, dir);
+        meta_set(fs, dir, K_DIR, 0, 0, NULL);
+        char up[PATH_MAX];
+        parent_of(dir, up);
+        strcpy(dir, up);
+    }
+}
+
 /* Complete (or, after a failure, abort) the upload of a write handle; h->mu held. Returns
  * 0 or -errno; the result is kept for later calls. */
 static int finish_upload(struct mnt_fs *fs, struct fh *h) {
     if (h->done)
         return h->status;
-    h->done = 1;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     if (h->w) {
@@ -702,18 +853,10 @@ static int finish_upload(struct mnt_fs *fs, struct fh *h) {
     }
     pthread_mutex_lock(&fs->mu);
     writer_unlist(fs, h);
+    listings_drop_above(fs, h->path);
     if (h->status == 0) {
         meta_set(fs, h->path, K_FILE, h->written, (int64_t)time(NULL), info.etag);
-        /* the local directories above it are now prefixes in S3 */
-        char dir[PATH_MAX];
-        parent_of(h->path, dir);
-        while (strcmp(dir, "/") != 0) {
-            localdir_remove(fs, dir);
-            meta_set(fs, dir, K_DIR, 0, 0, NULL);
-            char up[PATH_MAX];
-            parent_of(dir, up);
-            strcpy(dir, up);
-        }
+        promote_parents(fs, h->path);
     } else {
         struct meta *m = meta_find(fs, h->path);
         if (m)
@@ -751,7 +894,7 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
         h->status = -errno_of(st, 1);
         rc = h->status;
         struct mnt_fs *fs = FS();
-        h->done = 1;
+        __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&fs->mu);
         writer_unlist(fs, h);
         struct meta *m = meta_find(fs, h->path);
@@ -760,7 +903,7 @@ static int op_write(const char *path, const char *buf, size_t size, off_t off,
         pthread_mutex_unlock(&fs->mu);
         goto out;
     }
-    h->written += size;
+    __atomic_store_n(&h->written, h->written + size, __ATOMIC_RELAXED);
     rc = size > INT_MAX ? INT_MAX : (int)size;
 out:
     pthread_mutex_unlock(&h->mu);
@@ -773,7 +916,7 @@ static int op_flush(const char *path, struct fuse_file_info *fi) {
         return 0;
     int rc = 0;
     pthread_mutex_lock(&h->mu);
-    if (h->written > 0 && fuse_get_context()->pid == h->opener)
+    if (h->written > 0 && process_of(fuse_get_context()->pid) == h->opener)
         rc = finish_upload(FS(), h);
     pthread_mutex_unlock(&h->mu);
     return rc;
@@ -798,6 +941,15 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
         finish_upload(FS(), h);
         pthread_mutex_unlock(&h->mu);
     } else {
+        struct mnt_fs *fs = FS();
+        pthread_mutex_lock(&fs->mu);
+        if (h->rd_prev)
+            h->rd_prev->rd_next = h->rd_next;
+        else if (fs->readers == h)
+            fs->readers = h->rd_next;
+        if (h->rd_next)
+            h->rd_next->rd_prev = h->rd_prev;
+        pthread_mutex_unlock(&fs->mu);
         s3f_reader_close(h->r);
         h->r = NULL;
     }
@@ -827,13 +979,16 @@ static int op_unlink(const char *path) {
         return -ENOMEM;
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_delete_object(fs->c, fs->bucket, key, &err);
+    enum s3f_status st = s3f_delete_object(fs->cw, fs->bucket, key, &err);
     free(key);
     if (st != S3F_OK) {
         mnt_log_error("unlink", path, &err);
         return -errno_of(st, 0);
     }
-    meta_set_locked(fs, path, K_MISSING, 0, 0, NULL);
+    pthread_mutex_lock(&fs->mu);
+    meta_set(fs, path, K_MISSING, 0, 0, NULL);
+    listings_drop_above(fs, path);
+    pthread_mutex_unlock(&fs->mu);
     return 0;
 }
 
@@ -879,15 +1034,20 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
     struct s3f_object_info info;
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_copy(fs->c, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
+    enum s3f_status st = s3f_copy(fs->cw, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
     if (st != S3F_OK) {
         mnt_log_error("rename (copy)", from, &err);
         rc = st == S3F_ERR_NOT_FOUND ? -ENOENT : -errno_of(st, 1);
         goto out;
     }
-    meta_set_locked(fs, to, K_FILE, info.size ? info.size : a.size,
-                    info.last_modified ? info.last_modified : (int64_t)time(NULL), info.etag);
-    st = s3f_delete_object(fs->c, fs->bucket, src, &err);
+    pthread_mutex_lock(&fs->mu);
+    meta_set(fs, to, K_FILE, info.size ? info.size : a.size,
+             info.last_modified ? info.last_modified : (int64_t)time(NULL), info.etag);
+    promote_parents(fs, to);
+    listings_drop_above(fs, to);
+    listings_drop_above(fs, from);
+    pthread_mutex_unlock(&fs->mu);
+    st = s3f_delete_object(fs->cw, fs->bucket, src, &err);
     if (st != S3F_OK) {
         mnt_log_error("rename (delete of the source)", from, &err);
         rc = -EIO;
@@ -990,14 +1150,10 @@ static int op_rmdir(const char *path) {
     pthread_mutex_lock(&fs->mu);
     localdir_remove(fs, path);
     meta_set(fs, path, K_MISSING, 0, 0, NULL);
+    listings_drop_above(fs, path);
     pthread_mutex_unlock(&fs->mu);
     return 0;
 }
-
-struct dent {
-    char *name;
-    struct attr a;
-};
 
 struct dh {
     pthread_mutex_t mu;
@@ -1007,17 +1163,28 @@ struct dh {
     uint64_t base;        /* global index of ents[0] */
     char *token;
     int started, listing_done, complete;
+    int from_cache;       /* served from the listing cache */
+    /* every entry of the listing so far, for the listing cache (dropped past the bound) */
+    struct dent *all;
+    size_t n_all, cap_all;
+    int all_over;
     /* local directories and files being written in this directory, from opendir */
     char **extra;
     int *extra_seen;
     enum kind *extra_kind;
     size_t n_extra;
+    struct dh *prev, *next;   /* in fs->dirs */
 };
 
 static void dh_reset(struct dh *d) {
     for (size_t i = 0; i < d->n; i++)
         free(d->ents[i].name);
     d->n = 0;
+    dents_free(d->all, d->n_all);
+    d->all = NULL;
+    d->n_all = d->cap_all = 0;
+    d->all_over = 0;
+    d->from_cache = 0;
     d->base = 0;
     free(d->token);
     d->token = NULL;
@@ -1031,6 +1198,7 @@ static void dh_free(struct dh *d) {
         return;
     dh_reset(d);
     free(d->ents);
+    free(d->all);
     for (size_t i = 0; i < d->n_extra; i++)
         free(d->extra[i]);
     free(d->extra);
@@ -1040,6 +1208,33 @@ static void dh_free(struct dh *d) {
     free(d->dkey);
     pthread_mutex_destroy(&d->mu);
     free(d);
+}
+
+/* Record an entry of the listing for the listing cache (best effort). */
+static void dh_keep(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    if (d->all_over)
+        return;
+    if (d->n_all == d->cap_all) {
+        size_t cap = d->cap_all ? d->cap_all * 2 : 256;
+        struct dent *e = cap > LISTING_MAX_ENTRIES ? NULL : realloc(d->all, cap * sizeof(*e));
+        if (!e) {
+            dents_free(d->all, d->n_all);
+            d->all = NULL;
+            d->n_all = d->cap_all = 0;
+            d->all_over = 1;
+            return;
+        }
+        d->all = e;
+        d->cap_all = cap;
+    }
+    char *s = strndup(name, len);
+    if (!s) {
+        d->all_over = 1;
+        return;
+    }
+    d->all[d->n_all].name = s;
+    d->all[d->n_all].a = *a;
+    d->n_all++;
 }
 
 static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a) {
@@ -1096,10 +1291,30 @@ static int op_opendir(const char *path, struct fuse_file_info *fi) {
             if (is_child(path, h->path) && (d->extra[d->n_extra] = strdup(strrchr(h->path, '/') + 1)))
                 d->extra_kind[d->n_extra++] = K_FILE;
     }
+    int cached_rc = 0;
+    if (d->extra && d->extra_seen && d->extra_kind) {
+        for (struct listing *l = fs->listings; l; l = l->next) {
+            if (strcmp(l->path, path) != 0)
+                continue;
+            if (l->expires > now_mono()) {
+                for (size_t i = 0; i < l->n && cached_rc == 0; i++)
+                    cached_rc = dh_push(d, l->ents[i].name, strlen(l->ents[i].name),
+                                        &l->ents[i].a);
+                d->started = d->listing_done = d->from_cache = 1;
+            }
+            break;
+        }
+    }
     pthread_mutex_unlock(&fs->mu);
-    if (!d->extra || !d->extra_seen || !d->extra_kind)
+    if (!d->extra || !d->extra_seen || !d->extra_kind || cached_rc)
         goto nomem;
     fi->fh = (uint64_t)(uintptr_t)d;
+    pthread_mutex_lock(&fs->mu);
+    d->next = fs->dirs;
+    if (fs->dirs)
+        fs->dirs->prev = d;
+    fs->dirs = d;
+    pthread_mutex_unlock(&fs->mu);
     return 0;
 nomem:
     dh_free(d);
@@ -1107,7 +1322,19 @@ nomem:
 }
 
 static int op_releasedir(const char *path, struct fuse_file_info *fi) {
-    dh_free((struct dh *)(uintptr_t)fi->fh);
+    struct mnt_fs *fs = FS();
+    struct dh *d = (struct dh *)(uintptr_t)fi->fh;
+    if (!d)
+        return 0;
+    pthread_mutex_lock(&fs->mu);
+    if (d->prev)
+        d->prev->next = d->next;
+    else if (fs->dirs == d)
+        fs->dirs = d->next;
+    if (d->next)
+        d->next->prev = d->prev;
+    pthread_mutex_unlock(&fs->mu);
+    dh_free(d);
     return 0;
 }
 
@@ -1159,6 +1386,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             a.mtime = e->last_modified;
             snprintf(a.etag, sizeof(a.etag), "%s", e->etag ? e->etag : "");
             rc = dh_push(d, name, len, &a);
+            dh_keep(d, name, len, &a);
             char *cp = child_path(d->path, name, len);
             if (cp && !writer_find(fs, cp))
                 meta_set(fs, cp, K_FILE, a.size, a.mtime, a.etag);
@@ -1174,6 +1402,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
                 continue;
             a.kind = K_DIR;
             rc = dh_push(d, name, len, &a);
+            dh_keep(d, name, len, &a);
             char *cp = child_path(d->path, name, len);
             if (cp)
                 meta_set(fs, cp, K_DIR, 0, 0, NULL);
@@ -1189,6 +1418,13 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             rc = -ENOMEM;
     } else {
         d->listing_done = 1;
+        if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
+            pthread_mutex_lock(&fs->mu);
+            listing_put(fs, d->path, d->all, d->n_all);
+            pthread_mutex_unlock(&fs->mu);
+            d->all = NULL;
+            d->n_all = d->cap_all = 0;
+        }
     }
     s3f_list_page_free(page);
     return rc;
@@ -1219,7 +1455,7 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
         offset = 2;
     }
     uint64_t g = (uint64_t)offset - 2;
-    if (g < d->base || (g == 0 && d->started))
+    if ((g < d->base || (g == 0 && d->started)) && !(d->from_cache && d->base == 0))
         dh_reset(d);
     int emitted = 0;
     for (;;) {
@@ -1353,12 +1589,14 @@ const struct fuse_operations mnt_fs_ops = {
     .fallocate = op_fallocate,
 };
 
-struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client) {
+struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client,
+                          struct s3f_client *wclient) {
     struct mnt_fs *fs = calloc(1, sizeof(*fs));
     if (!fs)
         return NULL;
     fs->o = *opts;
     fs->c = client;
+    fs->cw = wclient;
     fs->bucket = strdup(opts->bucket);
     fs->prefix = strdup(opts->prefix ? opts->prefix : "");
     fs->meta = calloc(META_BUCKETS, sizeof(*fs->meta));
@@ -1372,7 +1610,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     pthread_mutex_init(&fs->mu, NULL);
     fs->start_time = (int64_t)time(NULL);
     struct s3f_client_stats cs;
-    s3f_client_stats(client, &cs, 0);
+    s3f_client_stats(wclient, &cs, 0);
     fs->part_size = opts->part_size_bytes ? opts->part_size_bytes : cs.part_size_bytes;
     fs->writer_budget = cs.pool_limit_bytes;
     return fs;
@@ -1383,18 +1621,35 @@ void mnt_fs_free(struct mnt_fs *fs) {
         return;
     pthread_mutex_lock(&fs->mu);
     size_t aborted = 0;
-    for (struct fh *h = fs->writers; h; h = h->next_writer) {
+    /* The session has ended: no operation runs or will run on these handles. */
+    while (fs->writers) {
+        struct fh *h = fs->writers;
+        fs->writers = h->next_writer;
         s3f_writer_abort(h->w); /* the daemon is ending: no half-written object */
-        h->w = NULL;
-        h->done = 1;
+        fh_free(h);
         aborted++;
     }
-    fs->writers = NULL;
     pthread_mutex_unlock(&fs->mu);
+    while (fs->readers) {
+        struct fh *h = fs->readers;
+        fs->readers = h->rd_next;
+        s3f_reader_close(h->r);
+        fh_free(h);
+    }
+    while (fs->dirs) {
+        struct dh *d = fs->dirs;
+        fs->dirs = d->next;
+        dh_free(d);
+    }
     if (aborted)
         mnt_log(S3F_LOG_WARN, "unmounted with %zu file(s) still open for writing: their "
                 "uploads were aborted (no object created)", aborted);
     meta_clear(fs);
+    while (fs->listings) {
+        struct listing *l = fs->listings;
+        fs->listings = l->next;
+        listing_free(l);
+    }
     while (fs->localdirs) {
         struct localdir *d = fs->localdirs;
         fs->localdirs = d->next;

@@ -177,10 +177,23 @@ int mnt_run(const struct mnt_options *in) {
         return 1;
     }
     o.mountpoint = mp;
+    /* the daemon runs in "/": a relative --cache is made absolute now */
+    char *cache_abs = NULL;
+    if (o.cache_dir && o.cache_dir[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof(cwd)) ||
+            asprintf(&cache_abs, "%s/%s", cwd, o.cache_dir) < 0) {
+            fprintf(stderr, "s3flash: --cache %s: cannot make the path absolute\n", o.cache_dir);
+            free(mp);
+            return 1;
+        }
+        o.cache_dir = cache_abs;
+    }
     if (o.log_file) {
         log_fp = fopen(o.log_file, "a");
         if (!log_fp) {
             fprintf(stderr, "s3flash: --log-file %s: %s\n", o.log_file, strerror(errno));
+            free(cache_abs);
             free(mp);
             return 1;
         }
@@ -191,6 +204,7 @@ int mnt_run(const struct mnt_options *in) {
         int p[2];
         if (pipe(p) != 0) {
             fprintf(stderr, "s3flash: pipe: %s\n", strerror(errno));
+            free(cache_abs);
             free(mp);
             return 1;
         }
@@ -198,11 +212,13 @@ int mnt_run(const struct mnt_options *in) {
         pid_t pid = fork();
         if (pid < 0) {
             fprintf(stderr, "s3flash: fork: %s\n", strerror(errno));
+            free(cache_abs);
             free(mp);
             return 1;
         }
         if (pid > 0) {
             close(p[1]);
+            free(cache_abs);
             free(mp);
             return parent_wait(p[0], pid);
         }
@@ -227,15 +243,17 @@ int mnt_run(const struct mnt_options *in) {
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
-    struct s3f_client *client = NULL;
+    struct s3f_client *client = NULL, *wclient = NULL;
     struct mnt_fs *fs = NULL;
     struct fuse *f = NULL;
     int mounted = 0;
 
     if (!o.memory_target_bytes)
         o.memory_target_bytes = default_memory_target();
-    /* the buffer pool gets three quarters; the rest is for FUSE buffers and metadata */
-    o.client.memory_limit_bytes = o.memory_target_bytes / 4 * 3;
+    /* Two buffer pools of 3/8 each, the readers' (read-ahead windows) and the writers'
+     * (parts being filled and sent), so that open readers never make a writer wait; the
+     * last quarter is for FUSE's buffers, the metadata cache and the rest. */
+    o.client.memory_limit_bytes = o.memory_target_bytes / 8 * 3;
     if (o.client.memory_limit_bytes < (16ull << 20))
         o.client.memory_limit_bytes = 16ull << 20;
     if (o.part_size_bytes)
@@ -248,6 +266,12 @@ int mnt_run(const struct mnt_options *in) {
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status s = s3f_client_new(&o.client, &client, &err);
+    if (s == S3F_OK) {
+        struct s3f_client_options wo = o.client;
+        wo.cache_dir = NULL; /* the block cache is for reads */
+        wo.cache_max_bytes = 0;
+        s = s3f_client_new(&wo, &wclient, &err);
+    }
     if (s != S3F_OK) {
         char buf[1600];
         if (err.status == S3F_OK)
@@ -268,7 +292,7 @@ int mnt_run(const struct mnt_options *in) {
     }
     s3f_list_page_free(page);
 
-    fs = mnt_fs_new(&o, client);
+    fs = mnt_fs_new(&o, client, wclient);
     if (!fs) {
         fail("out of memory");
         goto out;
@@ -285,6 +309,7 @@ int mnt_run(const struct mnt_options *in) {
     char *argv[] = {"s3flash", "-o", fsopt, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
     f = fuse_new(&args, &mnt_fs_ops, sizeof(mnt_fs_ops), fs);
+    fuse_opt_free_args(&args);
     if (!f) {
         fail("cannot set up the FUSE session (see the messages above)");
         goto out;
@@ -331,7 +356,11 @@ int mnt_run(const struct mnt_options *in) {
     int lr = fuse_loop_mt(f, lc);
     fuse_loop_cfg_destroy(lc);
     fuse_remove_signal_handlers(se);
-    rc = lr == 0 ? 0 : 1;
+    /* libfuse's signal handler leaves the signal's number as the loop's result */
+    int sig = lr < 0 ? -lr : lr;
+    rc = (lr == 0 || sig == SIGTERM || sig == SIGINT || sig == SIGHUP) ? 0 : 1;
+    if (rc)
+        mnt_log(S3F_LOG_ERROR, "the FUSE session ended with an error (%d)", lr);
     mnt_log(S3F_LOG_INFO, "unmounting %s", o.mountpoint);
 out:
     if (f) {
@@ -340,6 +369,7 @@ out:
         fuse_destroy(f);
     }
     mnt_fs_free(fs);
+    s3f_client_free(wclient);
     s3f_client_free(client);
     if (report_fd >= 0)
         close(report_fd);
@@ -347,6 +377,7 @@ out:
         fclose(log_fp);
     if (log_syslog)
         closelog();
+    free(cache_abs);
     free(mp);
     return rc;
 }

@@ -20,7 +20,8 @@
 
 struct mnt_options {
     struct s3f_client_options client; /* endpoint, credentials...; memory_limit_bytes is
-                                         set from memory_target by mnt_run */
+                                         set from memory_target by mnt_run (3/8 of it for
+                                         the readers' client, 3/8 for the writers') */
     const char *bucket;
     const char *prefix;      /* "" or ends with '/' */
     const char *mountpoint;
@@ -56,8 +57,10 @@ struct fuse_operations;
 extern const struct fuse_operations mnt_fs_ops;
 
 struct mnt_fs;
-/* The file system's state for a client that is ready; NULL when out of memory. */
-struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client);
+/* The file system's state; `client` serves reads, listings and HEADs, `wclient` writers,
+ * copies and deletes (each its own buffer pool). NULL when out of memory. */
+struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client,
+                          struct s3f_client *wclient);
 /* Abort uploads still open (no object) and close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);
 
