@@ -183,6 +183,33 @@ def read_many(paths, threads=16):
         return sum(ex.map(one, paths))
 
 
+def readers_and_writers(mnt, src, size, nread, nwrite, per_stream, block, tag):
+    """nread threads each read `per_stream` bytes of `src` from a seeded offset, nwrite
+    threads each write a new file of `per_stream` bytes, all at once; returns bytes moved."""
+    def reader(i):
+        off = random.Random(i).randrange(0, max(1, size - per_stream))
+        fd = os.open(src, os.O_RDONLY)
+        try:
+            got = 0
+            while got < per_stream:
+                b = os.pread(fd, min(MIB, per_stream - got), off + got)
+                if not b:
+                    break
+                got += len(b)
+            return got
+        finally:
+            os.close(fd)
+
+    def writer(i):
+        write_file(os.path.join(mnt, f"conc-{tag}-{i}"), block, per_stream // MIB)
+        return per_stream // MIB * MIB
+
+    with ThreadPoolExecutor(nread + nwrite) as ex:
+        futs = [ex.submit(reader, i) for i in range(nread)]
+        futs += [ex.submit(writer, i) for i in range(nwrite)]
+        return sum(f.result() for f in futs)
+
+
 def mbps(nbytes, secs):
     return f"{nbytes / MIB / secs:,.0f} MiB/s"
 
@@ -218,6 +245,9 @@ def main():
     ap.add_argument("--ls-keys", help="comma-separated key counts of the ls -l rows "
                     "(default 10000,50000; quick 1000,3000)")
     ap.add_argument("--ckpt-mib", type=int, help="the torch checkpoint (default 512; quick 32)")
+    ap.add_argument("--stream-mib", type=int,
+                    help="bytes per stream of the 32 readers + 8 writers row (default 256; "
+                    "quick 8)")
     ap.add_argument("--tools", default="s3flash mount,s3fs,rclone mount",
                     help="comma-separated columns")
     ap.add_argument("--s3flash-opt", action="append", default=[],
@@ -231,6 +261,7 @@ def main():
     a.rand1m = a.rand1m or (20 if q else 200)
     a.small_files = a.small_files or (300 if q else 10000)
     a.ckpt_mib = a.ckpt_mib or (32 if q else 512)
+    a.stream_mib = min(a.stream_mib or (8 if q else 256), a.large_mib)
     a.ls_keys = [int(x) for x in (a.ls_keys or ("1000,3000" if q else "10000,50000")).split(",")]
     a.endpoint = os.environ["S3FLASH_TEST_ENDPOINT"]
     a.access_key = os.environ["S3FLASH_TEST_ACCESS_KEY"]
@@ -366,6 +397,11 @@ def main():
                     cp = os.path.join(m.dir, "ckpt.pt")
                     row(f"torch.load, {ck_bytes / MIB:.0f} MiB",
                         lambda: f"{timed(lambda: torch.load(open(cp, 'rb'), weights_only=True))[0]:.2f} s")
+                row(f"32 readers + 8 writers, {a.stream_mib} MiB each",
+                    lambda: (lambda t_n: mbps(t_n[1], t_n[0]))(timed(
+                        lambda: readers_and_writers(m.dir, os.path.join(m.dir, "large"),
+                                                    nbytes, 32, 8, a.stream_mib * MIB, block,
+                                                    tool.split()[0]))))
                 rss = m.peak_rss_kib()
                 cell("daemon peak RSS (VmHWM)", tool, f"{rss / 1024:,.0f} MiB" if rss else "?")
             finally:
@@ -405,7 +441,7 @@ def main():
     print(f"| workload | {' | '.join(cols)} |")
     print("|---" * (len(cols) + 1) + "|")
     first = ["sequential read", "random 4 KiB", "random 1 MiB", "sequential write", "read ",
-             "ls -l", "torch.load", "daemon peak"]
+             "ls -l", "torch.load", "32 readers", "daemon peak"]
 
     def rank(r):
         return next((i for i, f in enumerate(first) if r.startswith(f)), len(first))
