@@ -970,10 +970,11 @@ def tree_of_model(model):
     out = {}
     for k, v in model.objects.items():
         out[k] = bytes(v)
+    # empty directories (as tree_of_dir sees them: nothing inside, not even a directory)
     for d in model.local_dirs:
-        if not any(k.startswith(d + "/") for k in out):
+        if not any(k.startswith(d + "/") for k in out) \
+                and not any(e.startswith(d + "/") for e in model.local_dirs):
             out[d + "/"] = None
-    # directories that only hold local directories
     return out
 
 
