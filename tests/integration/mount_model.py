@@ -38,6 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
 
 MIB = 1 << 20
 
+# Results the model accepts only because of a known bug of the mount (each has a directed
+# xfail test in test_mount_model.py). STRICT turns them off: the xfail tests replay the seeds
+# that found them with STRICT set.
+STRICT = os.environ.get("S3FLASH_MODEL_STRICT") == "1"
+
 
 class Err(Exception):
     pass
@@ -120,6 +125,7 @@ class Writer:
         self.buf = bytearray()
         self.replaces = replaces      # the path held an object when opened with O_TRUNC
         self.completed = False        # fsync'ed: the object is in S3, writes get EINVAL
+        self.size_tainted = False     # a handle of the old version was read (a known bug)
 
 
 class Reader:
@@ -281,7 +287,14 @@ class Model:
         if self.is_dir(p):
             return ok(("d", 0, DIR_MODE))
         if self.is_file(p):
-            return ok(("f", self.size(p), FILE_MODE))
+            want = ok(("f", self.size(p), FILE_MODE))
+            if not STRICT and any(w.path == p and w.size_tainted
+                                  for w in self.writers.values()):
+                # KNOWN BUG (seed 157 at 60 operations, test_seed_157_strict): a read
+                # through a handle of the old version sets the size of the file being
+                # written over it to the old size (0)
+                return OneOf(want, ok(("f", 0, FILE_MODE)))
+            return want
         return err(errno.ENOENT)
 
     def readdir(self, p):
@@ -332,15 +345,23 @@ class Model:
 
     def read_handle(self, h, off, n):
         rd = self.readers[h]
+        for w in self.writers.values():
+            if w.path == rd.path:
+                w.size_tainted = True
         if rd.data is None:
             return err(errno.EISDIR)
         want = ok(rd.data[off:off + n])
         if rd.stale:
             # pinned to the ETag of the open: EIO, or what the kernel kept in its page cache
             # of that same version; never bytes of another version
-            if rd.newer is not None:
-                return OneOf(want, err(errno.EIO), ok(rd.newer[off:off + n]))
-            return OneOf(want, err(errno.EIO))
+            alts = [want, err(errno.EIO)]
+            if rd.newer is not None and not STRICT:
+                alts.append(ok(rd.newer[off:off + n]))
+            if not STRICT:
+                # KNOWN BUG (test_old_handle_after_an_empty_overwrite, seed 109): the
+                # replacement set the inode's size, and the old handle reads EOF
+                alts.append(ok(b""))
+            return OneOf(*alts)
         return want
 
     def close_read(self, h):
