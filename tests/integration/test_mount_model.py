@@ -170,10 +170,10 @@ def test_local_directory_keeps_its_emptied_parents(cli_path, rgw, s3, bucket, tm
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: after a file is replaced by an empty one "
-                   "through the mount, a handle opened on the old version reads EOF (0 "
-                   "bytes) instead of its bytes or EIO: the inode's size (one per inode in "
-                   "the kernel) went to 0")
+@pytest.mark.xfail(strict=True, reason="mount bug: once a file is opened with O_TRUNC "
+                   "through the mount (and after it is replaced by an empty one), a handle "
+                   "opened on the old version reads EOF (0 bytes) instead of its bytes or EIO: "
+                   "the inode's size (one per inode in the kernel) went to 0 (seeds 109, 227)")
 def test_old_handle_after_an_empty_overwrite(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     from mount_model import wait_not_busy
