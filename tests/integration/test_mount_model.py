@@ -224,3 +224,27 @@ def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
     if why:
         pytest.skip(why)
     _strict_seed(cli_path, rgw, bucket, tmp_path, 157, 60)
+
+
+@pytest.mark.xfail(strict=True, reason="mount bug: when the last key under a directory is "
+                   "renamed or deleted while a file inside it is being written, the directory "
+                   "drops out of its parent's readdir (found by seed 263 at 60 operations)")
+def test_file_being_written_keeps_its_emptied_parent(cli_path, rgw, s3, bucket, tmp_path):
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="orphan2/x/e", Body=b"e")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/orphan2/",
+              tmp_path / "m", ["--allow-rename", "--metadata-ttl", "60"], region=rgw.region,
+              log_path=str(tmp_path / "m.log")).start()
+    try:
+        fd = os.open(os.path.join(m.dir, "x", "a"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            os.write(fd, b"being written")
+            os.rename(os.path.join(m.dir, "x", "e"), os.path.join(m.dir, "e"))
+            assert sorted(os.listdir(m.dir)) == ["e", "x"]
+        finally:
+            os.close(fd)
+    finally:
+        m.stop()
