@@ -93,7 +93,7 @@ enum cli_opt_id {
     OPT_FILE_MODE,
     OPT_METADATA_TTL,
     OPT_NEGATIVE_METADATA_TTL,
-    OPT_CACHE,
+    OPT_CACHE,            /* mount; cp, mv, sync: the block cache's directory */
     OPT_MAX_CACHE_SIZE,
     OPT_MEMORY_TARGET,
     OPT_MAX_THREADS,

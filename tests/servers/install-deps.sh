@@ -20,6 +20,8 @@ APT_PACKAGES=(
     curl ca-certificates
     debootstrap
     libfuse3-dev fuse3      # s3flash mount (src/mount) and its tests (tests/integration/test_mount.py)
+    rsync                   # tests/integration/test_mount_use.py (rsync -r into a mount)
+    s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
 )
 PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt)
 

@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""`s3flash mount` side by side with s3fs-fuse and `rclone mount`, same server, one run.
+
+Prints a markdown table (docs/PERFORMANCE.md, "The mount" explains the rows). Every tool
+mounts the same bucket of the same server; `s3flash cp` to/from that server in the same run
+is the reference of the throughput rows, and the bare LIST pages (`s3flash ls`) the
+reference of the `ls -l` rows.
+
+    source /tmp/rgw.env          # S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET(_KEY), _REGION
+    sudo -E python3 bench/mount.py --quick                 # a check that it works (~2 min)
+    sudo -E python3 bench/mount.py                         # the real sizes
+    sudo -E python3 bench/mount.py --large-mib 4096 --small-files 10000 --ls-keys 10000,50000
+
+Needs root (FUSE mounts), fusermount3, and for the other columns the Debian packages s3fs
+and rclone (tests/servers/install-deps.sh installs them; a missing one is left out). The
+`s3flash` binary is $S3FLASH_CLI, else $S3FLASH_BUILD_DIR/src/cli/s3flash, else
+build/src/cli/s3flash; the Python package for the torch.load row comes from PYTHONPATH
+(`export PYTHONPATH=$(bash tests/python/devenv.sh build)`).
+
+Requests sent for `ls -l` are counted by tests/servers/faultproxy.py, through which each
+tool is mounted a second time for those rows only (the proxy is not in the path of the
+throughput rows). Peak RSS is VmHWM of each daemon (from /proc/PID/status), read after all
+of its rows.
+"""
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests" / "servers"))
+
+from faults import start_faultproxy  # noqa: E402
+from mountutil import Mount, is_mounted, force_unmount  # noqa: E402
+
+MIB = 1 << 20
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---- the other mounts -----------------------------------------------------------------------
+
+class OtherMount:
+    """s3fs or rclone mount in the foreground, as our child (same interface as Mount)."""
+
+    def __init__(self, argv, mountdir, env, log_path):
+        self.argv = argv
+        self.dir = mountdir
+        self.envd = env
+        self.log_path = log_path
+        self.proc = None
+
+    def start(self, timeout=30):
+        os.makedirs(self.dir, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv, env=self.envd, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while not is_mounted(self.dir):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.argv[0]} did not mount: "
+                                   f"{Path(self.log_path).read_text(errors='replace')[-2000:]}")
+            time.sleep(0.02)
+        return self
+
+    def peak_rss_kib(self):
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+
+    def stop(self):
+        if is_mounted(self.dir):
+            subprocess.run(["fusermount3", "-u", self.dir], capture_output=True)
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        force_unmount(self.dir)
+        self._log.close()
+
+
+class Tools:
+    def __init__(self, a, work):
+        self.a = a
+        self.work = work
+        pw = os.path.join(work, "s3fs.passwd")
+        with open(pw, "w") as f:
+            f.write(f"{a.access_key}:{a.secret_key}\n")
+        os.chmod(pw, 0o600)
+        self.s3fs_passwd = pw
+
+    def mount(self, tool, endpoint, name):
+        a = self.a
+        d = os.path.join(self.work, name)
+        logp = os.path.join(self.work, name + ".log")
+        if tool == "s3flash mount":
+            return Mount(a.cli, endpoint, a.access_key, a.secret_key, a.bucket + "/", d,
+                         ["--metadata-ttl", "60"] + a.s3flash_opt, region=a.region,
+                         log_path=logp).start()
+        # no AWS_* of ours (rclone 1.60 fails on AWS_CA_BUNDLE with its own transport)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        if tool == "s3fs":
+            argv = ["s3fs", a.bucket, d, "-f", "-o", f"url={endpoint}", "-o",
+                    "use_path_request_style", "-o", f"passwd_file={self.s3fs_passwd}", "-o",
+                    f"endpoint={a.region}", "-o", "sigv4", "-o", "parallel_count=8",
+                    "-o", "multipart_size=16"]
+            return OtherMount(argv, d, env, logp).start()
+        if tool == "rclone mount":
+            env.update({"RCLONE_CONFIG_BENCH_TYPE": "s3", "RCLONE_CONFIG_BENCH_PROVIDER": "Ceph",
+                        "RCLONE_CONFIG_BENCH_ACCESS_KEY_ID": a.access_key,
+                        "RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY": a.secret_key,
+                        "RCLONE_CONFIG_BENCH_ENDPOINT": endpoint,
+                        "RCLONE_CONFIG_BENCH_REGION": a.region,
+                        "RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE": "true"})
+            argv = ["rclone", "mount", f"bench:{a.bucket}", d, "--vfs-cache-mode", "off",
+                    "--dir-cache-time", "60s", "--config", "/dev/null"]
+            return OtherMount(argv, d, env, logp).start()
+        raise ValueError(tool)
+
+
+# ---- workloads ------------------------------------------------------------------------------
+
+def timed(fn):
+    t = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t, r
+
+
+def read_file(path, bs=MIB):
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(bs)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def rand_reads(path, size, n, length, seed):
+    rng = random.Random(seed)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(n):
+            off = rng.randrange(0, max(1, size - length))
+            if len(os.pread(fd, length, off)) != min(length, size - off):
+                raise RuntimeError("short read")
+    finally:
+        os.close(fd)
+
+
+def write_file(path, block, nblocks):
+    with open(path, "wb", buffering=0) as f:
+        for _ in range(nblocks):
+            f.write(block)
+
+
+def read_many(paths, threads=16):
+    def one(p):
+        with open(p, "rb") as f:
+            return len(f.read())
+    with ThreadPoolExecutor(threads) as ex:
+        return sum(ex.map(one, paths))
+
+
+def readers_and_writers(mnt, src, size, nread, nwrite, per_stream, block, tag):
+    """nread threads each read `per_stream` bytes of `src` from a seeded offset, nwrite
+    threads each write a new file of `per_stream` bytes, all at once; returns bytes moved."""
+    def reader(i):
+        off = random.Random(i).randrange(0, max(1, size - per_stream))
+        fd = os.open(src, os.O_RDONLY)
+        try:
+            got = 0
+            while got < per_stream:
+                b = os.pread(fd, min(MIB, per_stream - got), off + got)
+                if not b:
+                    break
+                got += len(b)
+            return got
+        finally:
+            os.close(fd)
+
+    def writer(i):
+        write_file(os.path.join(mnt, f"conc-{tag}-{i}"), block, per_stream // MIB)
+        return per_stream // MIB * MIB
+
+    with ThreadPoolExecutor(nread + nwrite) as ex:
+        futs = [ex.submit(reader, i) for i in range(nread)]
+        futs += [ex.submit(writer, i) for i in range(nwrite)]
+        return sum(f.result() for f in futs)
+
+
+def mbps(nbytes, secs):
+    return f"{nbytes / MIB / secs:,.0f} MiB/s"
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+def cli_env(a):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AWS_") and not k.startswith("S3FLASH_")}
+    env.update({"AWS_ACCESS_KEY_ID": a.access_key, "AWS_SECRET_ACCESS_KEY": a.secret_key,
+                "AWS_REGION": a.region, "AWS_EC2_METADATA_DISABLED": "true",
+                "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"})
+    return env
+
+
+def s3flash(a, *args, endpoint=None):
+    argv = [a.cli, "--endpoint-url", endpoint or a.endpoint, "--force-path-style", "-q",
+            *map(str, args)]
+    p = subprocess.run(argv, env=cli_env(a), capture_output=True, text=True, timeout=3600)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {p.stderr[-2000:]}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: a check that it works")
+    ap.add_argument("--large-mib", type=int, help="the large object (default 2048; quick 64)")
+    ap.add_argument("--rand4k", type=int, help="random 4 KiB reads (default 2000; quick 200)")
+    ap.add_argument("--rand1m", type=int, help="random 1 MiB reads (default 200; quick 20)")
+    ap.add_argument("--small-files", type=int, help="small files read (default 10000; quick 300)")
+    ap.add_argument("--small-kib", type=int, default=16, help="size of each small file")
+    ap.add_argument("--ls-keys", help="comma-separated key counts of the ls -l rows "
+                    "(default 10000,50000; quick 1000,3000)")
+    ap.add_argument("--ckpt-mib", type=int, help="the torch checkpoint (default 512; quick 32)")
+    ap.add_argument("--stream-mib", type=int,
+                    help="bytes per stream of the 32 readers + 8 writers row (default 256; "
+                    "quick 8)")
+    ap.add_argument("--tools", default="s3flash mount,s3fs,rclone mount",
+                    help="comma-separated columns")
+    ap.add_argument("--s3flash-opt", action="append", default=[],
+                    help="an extra option of s3flash mount (repeatable)")
+    ap.add_argument("--bucket", help="an existing bucket to fill (default: a new one, removed)")
+    ap.add_argument("--keep", action="store_true", help="keep the bucket")
+    a = ap.parse_args()
+    q = a.quick
+    a.large_mib = a.large_mib or (64 if q else 2048)
+    a.rand4k = a.rand4k or (200 if q else 2000)
+    a.rand1m = a.rand1m or (20 if q else 200)
+    a.small_files = a.small_files or (300 if q else 10000)
+    a.ckpt_mib = a.ckpt_mib or (32 if q else 512)
+    a.stream_mib = min(a.stream_mib or (8 if q else 256), a.large_mib)
+    a.ls_keys = [int(x) for x in (a.ls_keys or ("1000,3000" if q else "10000,50000")).split(",")]
+    a.endpoint = os.environ["S3FLASH_TEST_ENDPOINT"]
+    a.access_key = os.environ["S3FLASH_TEST_ACCESS_KEY"]
+    a.secret_key = os.environ.get("S3FLASH_TEST_SECRET_KEY") or os.environ["S3FLASH_TEST_SECRET"]
+    a.region = os.environ.get("S3FLASH_TEST_REGION", "us-east-1")
+    a.cli = os.environ.get("S3FLASH_CLI") or os.path.join(
+        os.environ.get("S3FLASH_BUILD_DIR", str(ROOT / "build")), "src", "cli", "s3flash")
+    tools = [t for t in a.tools.split(",") if t]
+    for t, exe in (("s3fs", "s3fs"), ("rclone mount", "rclone")):
+        if t in tools and shutil.which(exe) is None:
+            log(f"{exe} not installed: column left out")
+            tools.remove(t)
+
+    import boto3
+    from botocore.config import Config
+    s3 = boto3.client("s3", endpoint_url=a.endpoint, aws_access_key_id=a.access_key,
+                      aws_secret_access_key=a.secret_key, region_name=a.region,
+                      config=Config(s3={"addressing_style": "path"}, max_pool_connections=32))
+    made_bucket = a.bucket is None
+    a.bucket = a.bucket or f"s3f-mountbench-{uuid.uuid4().hex[:8]}"
+    if made_bucket:
+        s3.create_bucket(Bucket=a.bucket)
+    work = tempfile.mkdtemp(prefix="s3flash-mountbench-", dir="/var/tmp")
+    u = urlparse(a.endpoint)
+    proxy = start_faultproxy(u.hostname, u.port)
+    rows = {}      # row -> {column: text}
+
+    def cell(row, col, text):
+        rows.setdefault(row, {})[col] = text
+        log(f"  {row} | {col}: {text}")
+
+    try:
+        # ---- the data, and the s3flash cp reference ----
+        large = os.path.join(work, "large")
+        block = random.Random(1).randbytes(MIB)
+        with open(large, "wb") as f:
+            for i in range(a.large_mib):
+                f.write(block[i % 251:] + block[:i % 251])
+        nbytes = a.large_mib * MIB
+        log(f"seeding: {a.large_mib} MiB object, {a.small_files} small files, "
+            f"ls keys {a.ls_keys} (bucket {a.bucket})")
+        t, _ = timed(lambda: s3flash(a, "cp", large, f"s3://{a.bucket}/large"))
+        cell(f"sequential write, {a.large_mib} MiB", "s3flash cp", mbps(nbytes, t))
+        t, _ = timed(lambda: s3flash(a, "cp", f"s3://{a.bucket}/large", "/dev/null"))
+        cell(f"sequential read, {a.large_mib} MiB", "s3flash cp", mbps(nbytes, t))
+        # the random reads go to another object: the sequential read may have left the
+        # whole of "large" in the kernel's page cache (s3flash mount keeps it across opens)
+        s3flash(a, "cp", large, f"s3://{a.bucket}/random")
+        small = os.path.join(work, "small")
+        os.makedirs(small)
+        body = b"s" * (a.small_kib * 1024)
+        for i in range(a.small_files):
+            with open(os.path.join(small, f"f{i:06d}"), "wb") as f:
+                f.write(body)
+        s3flash(a, "cp", "--recursive", small, f"s3://{a.bucket}/small/")
+        shutil.rmtree(small)
+        dl = os.path.join(work, "dl")
+        t, _ = timed(lambda: s3flash(a, "cp", "--recursive", f"s3://{a.bucket}/small/", dl))
+        cell(f"read {a.small_files} files of {a.small_kib} KiB", "s3flash cp",
+             f"{a.small_files / t:,.0f} files/s")
+        shutil.rmtree(dl)
+        for n in a.ls_keys:
+            d = os.path.join(work, f"ls{n}")
+            os.makedirs(d)
+            for i in range(n):
+                open(os.path.join(d, f"k{i:06d}"), "wb").close()
+            s3flash(a, "cp", "--recursive", d, f"s3://{a.bucket}/ls{n}/")
+            shutil.rmtree(d)
+            proxy.reset()
+            t, _ = timed(lambda: s3flash(a, "ls", f"s3://{a.bucket}/ls{n}/",
+                                         endpoint=proxy.endpoint))
+            cell(f"ls -l of {n:,} keys", "s3flash cp",
+                 f"{t:.2f} s, {proxy.stats()['requests_total']} req (bare LIST pages)")
+        ckpt_ok = True
+        try:
+            import torch
+            g = torch.Generator().manual_seed(0)
+            sd = {f"w{i}": torch.randn(MIB, generator=g)      # 4 MiB each
+                  for i in range(max(1, a.ckpt_mib // 4))}
+            ck = os.path.join(work, "ckpt.pt")
+            torch.save(sd, ck)
+            s3flash(a, "cp", ck, f"s3://{a.bucket}/ckpt.pt")
+            ck_bytes = os.path.getsize(ck)
+            os.unlink(ck)
+            try:
+                import s3flash as s3fpy
+                cfg = s3fpy.S3ClientConfig(force_path_style=True,
+                                           access_key_id=a.access_key,
+                                           secret_access_key=a.secret_key)
+                t, _ = timed(lambda: s3fpy.load(f"s3://{a.bucket}/ckpt.pt", region=a.region,
+                                                endpoint=a.endpoint, s3client_config=cfg,
+                                                weights_only=True))
+                cell(f"torch.load, {ck_bytes / MIB:.0f} MiB", "s3flash cp",
+                     f"{t:.2f} s (s3flash.load)")
+            except Exception as e:  # the package not on PYTHONPATH
+                cell(f"torch.load, {ck_bytes / MIB:.0f} MiB", "s3flash cp", f"n/a ({e})"[:60])
+        except ImportError:
+            ckpt_ok = False
+        os.unlink(large)
+
+        # ---- each mount ----
+        for tool in tools:
+            log(f"{tool}:")
+            try:
+                m = Tools(a, work).mount(tool, a.endpoint, tool.split()[0])
+            except Exception as e:
+                cell("mount", tool, f"failed: {e}"[:80])
+                continue
+            try:
+                def row(name, fn):
+                    try:
+                        cell(name, tool, fn())
+                    except Exception as e:
+                        cell(name, tool, f"error: {e}"[:60])
+
+                p = os.path.join(m.dir, "large")
+                row(f"sequential read, {a.large_mib} MiB",
+                    lambda: mbps(nbytes, timed(lambda: read_file(p))[0]))
+                p = os.path.join(m.dir, "random")
+                row("random 4 KiB reads",
+                    lambda: f"{a.rand4k / timed(lambda: rand_reads(p, nbytes, a.rand4k, 4096, 2))[0]:,.0f} reads/s")
+                row("random 1 MiB reads",
+                    lambda: mbps(a.rand1m * MIB,
+                                 timed(lambda: rand_reads(p, nbytes, a.rand1m, MIB, 3))[0]))
+                w = os.path.join(m.dir, f"written-{tool.split()[0]}")
+                row(f"sequential write, {a.large_mib} MiB",
+                    lambda: mbps(nbytes, timed(lambda: write_file(w, block, a.large_mib))[0]))
+                sm = os.path.join(m.dir, "small")
+                row(f"read {a.small_files} files of {a.small_kib} KiB",
+                    lambda: f"{a.small_files / timed(lambda: read_many([os.path.join(sm, n) for n in os.listdir(sm)]))[0]:,.0f} files/s")
+                if ckpt_ok:
+                    import torch
+                    cp = os.path.join(m.dir, "ckpt.pt")
+                    row(f"torch.load, {ck_bytes / MIB:.0f} MiB",
+                        lambda: f"{timed(lambda: torch.load(open(cp, 'rb'), weights_only=True))[0]:.2f} s")
+                row(f"32 readers + 8 writers, {a.stream_mib} MiB each",
+                    lambda: (lambda t_n: mbps(t_n[1], t_n[0]))(timed(
+                        lambda: readers_and_writers(m.dir, os.path.join(m.dir, "large"),
+                                                    nbytes, 32, 8, a.stream_mib * MIB, block,
+                                                    tool.split()[0]))))
+                rss = m.peak_rss_kib()
+                cell("daemon peak RSS (VmHWM)", tool, f"{rss / 1024:,.0f} MiB" if rss else "?")
+            finally:
+                m.stop()
+            # ls -l through the proxy (a fresh mount: nothing cached)
+            try:
+                m = Tools(a, work).mount(tool, proxy.endpoint, tool.split()[0] + "-ls")
+            except Exception as e:
+                cell("mount through the proxy", tool, f"failed: {e}"[:80])
+                continue
+            try:
+                for n in a.ls_keys:
+                    proxy.reset()
+                    d = os.path.join(m.dir, f"ls{n}")
+                    t, out = timed(lambda: subprocess.run(["ls", "-l", d], capture_output=True,
+                                                          text=True, timeout=3600))
+                    lines = out.stdout.count("\n") - 1
+                    ok = out.returncode == 0 and lines == n
+                    cell(f"ls -l of {n:,} keys", tool,
+                         f"{t:.2f} s, {proxy.stats()['requests_total']} req"
+                         + ("" if ok else f" (rc {out.returncode}, {lines} entries)"))
+            finally:
+                m.stop()
+    finally:
+        proxy.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        if made_bucket and not a.keep:
+            keys = []
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=a.bucket):
+                keys += [o["Key"] for o in page.get("Contents", [])]
+            for i in range(0, len(keys), 1000):
+                s3.delete_objects(Bucket=a.bucket, Delete={
+                    "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+            s3.delete_bucket(Bucket=a.bucket)
+
+    cols = ["s3flash cp"] + tools
+    print(f"| workload | {' | '.join(cols)} |")
+    print("|---" * (len(cols) + 1) + "|")
+    first = ["sequential read", "random 4 KiB", "random 1 MiB", "sequential write", "read ",
+             "ls -l", "torch.load", "32 readers", "daemon peak"]
+
+    def rank(r):
+        return next((i for i, f in enumerate(first) if r.startswith(f)), len(first))
+    for r in sorted(rows, key=lambda r: (rank(r), r)):
+        print(f"| {r} | " + " | ".join(rows[r].get(c, "") for c in cols) + " |")
+
+
+if __name__ == "__main__":
+    main()
