@@ -12,14 +12,19 @@
  * socket registered with EPOLLEXCLUSIVE. The worker that accepts a connection gives it to the
  * worker with the fewest connections (through that worker's hand-off pipe), so that two
  * connections arriving together do not both land on one thread; from then on a connection
- * belongs to one worker. Only the object map and the multipart table are shared (mutexes). The
- * main thread waits for SIGINT/SIGTERM, then wakes the workers through an eventfd.
+ * belongs to one worker. Only the object map, the multipart table and, with S3-like limits, the
+ * total byte-rate buckets and the per-prefix table are shared (mutexes). The main thread waits
+ * for SIGINT/SIGTERM (writing a --trace line every 100 ms meanwhile), then wakes the workers
+ * through an eventfd.
+ *
+ * With --s3-like (or the limit options) it behaves like S3 from a client's side: paced
+ * connections, first-byte latency, 503 SlowDown per prefix (sink_limits.c).
  *
  * Deliberately standalone (libc + pthreads only): the reference server must not share code, and
  * so bugs, with the client it measures.
  *
- * This file holds the options and main(); the HTTP, S3 and store parts are sink_http.c,
- * sink_s3.c and sink_store.c (sink.h lists what each owns).
+ * This file holds the options and main(); the HTTP, S3, limits and store parts are
+ * sink_http.c, sink_s3.c, sink_limits.c and sink_store.c (sink.h lists what each owns).
  */
 #include "sink.h"
 
