@@ -20,8 +20,8 @@
  * With --s3-like (or the limit options) it behaves like S3 from a client's side: paced
  * connections, first-byte latency, 503 SlowDown per prefix (sink_limits.c).
  *
- * Deliberately standalone (libc + pthreads only): the reference server must not share code, and
- * so bugs, with the client it measures.
+ * Deliberately standalone (libc, libm and pthreads only): the reference server must not share
+ * code, and so bugs, with the client it measures.
  *
  * This file holds the options and main(); the HTTP, S3, limits and store parts are
  * sink_http.c, sink_s3.c, sink_limits.c and sink_store.c (sink.h lists what each owns).
