@@ -211,3 +211,29 @@ def test_s3_like_preset_and_bad_values(tmp_path):
     for bad in (["--conn-rate", "0"], ["--first-byte-ms", "-1"], ["--prefix-depth", "x"]):
         p = subprocess.run([sink_exe(), *bad], capture_output=True, text=True, timeout=10)
         assert p.returncode == 2 and "bad option" in p.stderr, (bad, p.stderr)
+
+
+def test_prefix_depth(tmp_path):
+    """Which keys share a prefix: depth 0 = the bucket; depth 2 = the key up to its 2nd '/'.
+    One PUT per second per prefix and a burst of one: a second PUT to the same prefix right
+    after the first is refused, one to another prefix is not."""
+    def statuses(depth, keys):
+        s = Sink(tmp_path, "--prefix-put-rate", "1", "--prefix-burst-ms", "1000",
+                 "--prefix-depth", str(depth))
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+            out = []
+            for k in keys:
+                c.request("PUT", k, body=b"")
+                r = c.getresponse()
+                r.read()
+                out.append(r.status)
+            c.close()
+        finally:
+            assert s.stop() == 0, s.stderr
+        return out
+
+    keys = ["/b/x/1/a", "/b/x/1/b", "/b/x/2/a", "/b/y/a", "/b/z", "/c/z"]
+    assert statuses(0, keys) == [200, 503, 503, 503, 503, 200]    # one prefix per bucket
+    assert statuses(1, keys) == [200, 503, 503, 200, 200, 200]    # b/x/, b/y/, b/, c/
+    assert statuses(2, keys) == [200, 503, 200, 200, 200, 200]    # b/x/1/, b/x/2/, ...
