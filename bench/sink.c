@@ -87,7 +87,8 @@ static void usage(FILE *f)
             "  --help              this text\n"
             "Objects put are remembered by size; unknown keys ending in size-N have N bytes\n"
             "(not with --store: there only the objects written exist).\n"
-            "SIGINT or SIGTERM stops it and prints byte and request counts.\n");
+            "SIGINT or SIGTERM stops it and prints byte and request counts; SIGUSR1 prints\n"
+            "the S3-like limits' counts (a 'stats:' line) and goes on.\n");
 }
 
 static bool opt_num(const char *s, long long lo, long long hi, long long *out)
@@ -254,6 +255,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -346,21 +348,26 @@ int main(int argc, char **argv)
             fprintf(stderr, ", storing up to %" PRIu64 " bytes", g_opt.store_max);
         fputc('\n', stderr);
     }
-    if (g_opt.trace_file) { /* a --trace line every 100 ms until the signal */
-        FILE *tf = fopen(g_opt.trace_file, "w");
-        if (!tf) {
-            fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.trace_file);
-            goto stop;
-        }
-        uint64_t t0 = now_ns();
-        struct timespec tick = {0, 100 * 1000000L};
-        while (sigtimedwait(&set, NULL, &tick) < 0 && (errno == EAGAIN || errno == EINTR))
+    /* until SIGINT/SIGTERM: a --trace line every 100 ms, the counts on SIGUSR1 */
+    FILE *tf = NULL;
+    if (g_opt.trace_file && !(tf = fopen(g_opt.trace_file, "w"))) {
+        fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.trace_file);
+        goto stop;
+    }
+    uint64_t t0 = now_ns();
+    struct timespec tick = {0, 100 * 1000000L};
+    for (;;) {
+        int sig = tf ? sigtimedwait(&set, NULL, &tick) : sigwaitinfo(&set, NULL);
+        if (sig < 0 && tf && errno == EAGAIN)
             limits_trace(tf, t0);
+        else if (sig == SIGUSR1)
+            limits_stats();
+        else if (sig >= 0)
+            break;
+    }
+    if (tf) {
         limits_trace(tf, t0); /* and one at the end */
         fclose(tf);
-    } else {
-        int sig;
-        sigwait(&set, &sig);
     }
     rc = 0;
 stop:

@@ -11,6 +11,7 @@ socket against bands that hold on a busy 2-core machine.
 """
 import http.client
 import re
+import signal
 import statistics
 import threading
 import time
@@ -188,6 +189,14 @@ def test_prefix_rate_limit_slowdown(tmp_path):
             assert put(f"/b/p2/k{i}") == 200
             time.sleep(0.1)
         c.close()
+        # SIGUSR1: the counts so far, while it runs
+        s.proc.send_signal(signal.SIGUSR1)
+        line = ""
+        while "stats:" not in line:
+            line = s.proc.stderr.readline()
+            assert line, "no stats line"
+        assert (f"1 GET/HEAD and {ok + 11} other requests admitted, 0 GET/HEAD and "
+                f"{60 - ok} other answered 503 SlowDown") in line, line
     finally:
         assert s.stop() == 0, s.stderr
     # the sink's own counts agree with what the client saw
