@@ -245,6 +245,8 @@ static int write_port_file(const char *path, int port)
 int main(int argc, char **argv)
 {
     int rc = 1, lfd = -1, sfd = -1;
+    FILE *tf = NULL; /* --trace */
+    uint64_t t0 = 0;
     struct worker *ws = NULL;
     int nstarted = 0;
     if (parse_args(argc, argv) != 0) {
@@ -349,12 +351,11 @@ int main(int argc, char **argv)
         fputc('\n', stderr);
     }
     /* until SIGINT/SIGTERM: a --trace line every 100 ms, the counts on SIGUSR1 */
-    FILE *tf = NULL;
     if (g_opt.trace_file && !(tf = fopen(g_opt.trace_file, "w"))) {
         fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.trace_file);
         goto stop;
     }
-    uint64_t t0 = now_ns();
+    t0 = now_ns();
     struct timespec tick = {0, 100 * 1000000L};
     for (;;) {
         int sig = tf ? sigtimedwait(&set, NULL, &tick) : sigwaitinfo(&set, NULL);
@@ -364,10 +365,6 @@ int main(int argc, char **argv)
             limits_stats();
         else if (sig >= 0)
             break;
-    }
-    if (tf) {
-        limits_trace(tf, t0); /* and one at the end */
-        fclose(tf);
     }
     rc = 0;
 stop:
@@ -381,6 +378,10 @@ stop:
         nreq += ws[i].nreq;
         bin += ws[i].bytes_in;
         bout += ws[i].bytes_out;
+    }
+    if (tf) { /* and a last --trace line once the workers are done */
+        limits_trace(tf, t0);
+        fclose(tf);
     }
     for (int i = 0; i < g_opt.threads; i++)
         drop_handoffs(&ws[i]);
