@@ -114,13 +114,13 @@ def rgw_pids():
 class Sink:
     """bench/sink.c in a process of its own; store=N: with --store N (it keeps the bytes)."""
 
-    def __init__(self, exe, threads=2, store=0):
+    def __init__(self, exe, threads=2, store=0, extra=()):
         self.tmp = tempfile.mkdtemp(prefix="s3flash-compare-sink.")
         pf = os.path.join(self.tmp, "port")
         self.err = open(os.path.join(self.tmp, "stderr"), "w+")
         self.p = subprocess.Popen([exe, "--port", "0", "--port-file", pf, "--threads",
-                                   str(threads)] + (["--store", str(store)] if store else []),
-                                  stderr=self.err)
+                                   str(threads)] + (["--store", str(store)] if store else [])
+                                  + list(extra), stderr=self.err)
         for _ in range(200):
             if os.path.exists(pf) or self.p.poll() is not None:
                 break
@@ -214,6 +214,63 @@ STORE_SCENARIOS = ("load", "dcp", "dataset")
 STORE_UNTABLED_PHASES = ("save",)
 
 
+def s3_like_variants(a):
+    """The S3-like mode's extra baseline: torch.save + fsync with the device's bandwidth
+    capped (cgroup v2 io.max) at --device-rate."""
+    if a.s3_like and a.device_bps:
+        VARIANTS["save"].append(("local", f"fsync, io.max {fmt_rate(a.device_bps)}",
+                                 {"io_max": a.device_bps}))
+
+
+def fmt_rate(bps):
+    return f"{bps / MiB:.0f} MiB/s"
+
+
+def trace_save(a):
+    """One large s3flash save (defaults) against a fresh S3-like sink with --trace: the
+    connections in flight every 100 ms. Returns markdown lines."""
+    size = max(a.sizes)
+    tpath = os.path.join(tempfile.mkdtemp(prefix="s3flash-compare-trace."), "trace")
+    sk = Sink(a.sink, extra=list(a.sink_extra) + ["--trace", tpath])
+    ep = dict(name="sink", kind="sink", url=f"http://127.0.0.1:{sk.port}", region="us-east-1",
+              access_key="bench", secret_key="bench", bucket="bench", pids=[sk.p.pid])
+    try:
+        rs = run_worker({"scenario": "save", "client": "s3flash", "tuned": False, "size": size,
+                         "endpoint": ep, "prefix": "cmp", "local_dir": a.local_dir,
+                         "server_pids": [sk.p.pid]}, a.timeout)
+    finally:
+        sk.stop()
+    rows = []
+    with open(tpath) as f:
+        for ln in f:
+            t, conns, active, bin_, bout = map(int, ln.split())
+            rows.append((t, conns, active, bin_))
+    # the save: from the first row with a request in progress to the last
+    busy = [i for i, r in enumerate(rows) if r[2] > 0]
+    r0 = rs[0]
+    head = (f"s3flash save of {fmt_size(size)} (defaults): "
+            + (f"{r0['bytes'] / r0['wall'] / 1e9:.2f} GB/s" if "wall" in r0
+               else r0.get("error") or r0.get("skip") or "?"))
+    if not busy:
+        return [head + "; no request seen in the trace."]
+    rows = rows[busy[0]:busy[-1] + 2]
+    bars = " ▁▂▃▄▅▆▇█"
+    top = max(r[2] for r in rows) or 1
+    spark = "".join(bars[min(8, (r[2] * 8 + top - 1) // top)] for r in rows)
+    out = [head + f"; connections with a request in flight every 100 ms (max {top}):", "",
+           "`" + spark + "`", "",
+           "| t ms | connections open | requests in flight | received MB/s over the step |",
+           "|---|---|---|---|"]
+    step = max(1, len(rows) // 25)
+    for i in range(0, len(rows), step):
+        t, conns, active, bin_ = rows[i]
+        j = min(i + step, len(rows) - 1)
+        dt = (rows[j][0] - t) / 1000 or 0.1
+        out.append(f"| {t - rows[0][0]} | {conns} | {active} | "
+                   f"{(rows[j][3] - bin_) / dt / 1e6:.0f} |")
+    return out
+
+
 def plan(a):
     """[(scenario, endpoint, size label, base spec, variants)] in run order."""
     out = []
@@ -291,7 +348,7 @@ def start_store_sink(a, ep):
     """A fresh store-mode sink for one group (its port and pid into ep): stopping it after
     the group frees every byte the group put (the sink lists nothing, so DCP's prefix deletes
     cannot), and the next group starts from empty memory."""
-    sk = Sink(a.sink, store=a.store_max)
+    sk = Sink(a.sink, store=a.store_max, extra=a.sink_extra)
     ep.update(url=f"http://127.0.0.1:{sk.port}", pids=[sk.p.pid])
     return sk
 
@@ -386,11 +443,15 @@ def summarize(results):
     return out
 
 
-def table(rows):
+def table(rows, link_bps=0):
+    """The runs; with link_bps (the S3-like mode's emulated link), GB/s also as a fraction
+    of it."""
     hdr = ("| scenario | endpoint | size | client | settings | phase | runs | wall s, median "
            "(min–max) | GB/s | CPU s client + server | peak RSS MiB (+ over start) | "
            "× s3flash wall | × s3flash CPU | notes |")
-    lines = [hdr, "|" + "---|" * 14]
+    if link_bps:
+        hdr = hdr.replace("| GB/s |", "| GB/s | of link |")
+    lines = [hdr, "|" + "---|" * (15 if link_bps else 14)]
     for d in rows:
         if d["scenario"] == "limit":
             continue
@@ -398,13 +459,15 @@ def table(rows):
                 f"{d['settings']} | {d['phase']} | {d['n']} |")
         if "wall" not in d:
             why = d["skip"] or ("ERROR " + (d["error"] or "?"))
-            lines.append(head + f" — | — | — | — | — | — | {why} |")
+            lines.append(head + " — |" * (7 if link_bps else 6) + f" {why} |")
             continue
         w, g = d["wall"], d["gbs"]
         ws = f"{w[0]:.3f}" + (f" ({w[1]:.3f}–{w[2]:.3f})" if d["n"] > 1 else "")
         gs = f"{g[0]:.2f}" + (f" ({g[1]:.2f}–{g[2]:.2f})" if d["n"] > 1 else "")
         if d["scenario"] == "dataset" and d.get("items"):
             gs += f"; {d['items'] / w[0]:.0f} samples/s"
+        if link_bps:
+            gs += f" | {g[0] * 1e9 / link_bps:.0%}"
         rw = f"{d['ratio_wall']:.2f}" if "ratio_wall" in d else "—"
         rc = f"{d['ratio_cpu']:.2f}" if "ratio_cpu" in d else "—"
         notes = "; ".join(d["notes"]) + ((" " + d["error"]) if d["error"] else "")
@@ -491,8 +554,31 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--no-limits", action="store_true", help="skip iperf3/memcpy/dd")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--s3-like", action="store_true",
+                    help="the sinks behave like S3 (s3flash-sink --s3-like: per-connection "
+                    "bandwidth, first-byte latency, per-prefix request rates; see "
+                    "bench/README.md) and the link in all is capped at --link")
+    ap.add_argument("--link", default="1G", help="S3-like mode: the emulated link, bytes/s "
+                    "each way for all connections together (the sink's --total-rate; "
+                    "K/M/G: 1024s; default 1G, about a 10 Gbit/s NIC); 0: none")
+    ap.add_argument("--conn-rate", default="80M", help="S3-like mode: bytes/s per connection "
+                    "(default 80M, the sink's --s3-like)")
+    ap.add_argument("--device-rate", default="512M", help="S3-like mode: the local disk's "
+                    "bandwidth for the capped torch.save+fsync row (cgroup v2 io.max; "
+                    "default 512M); 0: no capped row")
+    ap.add_argument("--sink-args", default="", help="more s3flash-sink options (both sinks)")
     a = ap.parse_args()
     a.quick_label = "quick" if a.quick else "full"
+    a.link_bps = parse_size(a.link) if a.s3_like and a.link not in ("0", "") else 0
+    a.device_bps = parse_size(a.device_rate) if a.device_rate not in ("0", "") else 0
+    a.sink_extra = []
+    if a.s3_like:
+        a.sink_extra = ["--s3-like", "--conn-rate", a.conn_rate]
+        if a.link_bps:
+            a.sink_extra += ["--total-rate", str(a.link_bps)]
+        a.quick_label += ", S3-like sink"
+    a.sink_extra += a.sink_args.split()
+    s3_like_variants(a)
     a.sizes = [parse_size(s) for s in (a.sizes or ("64M" if a.quick else "256M,1G,4G"))
                .split(",")]
     a.rgw_max = parse_size(a.rgw_max)
@@ -516,7 +602,7 @@ def main():
     a.endpoints = []
     sink = None
     if not a.no_sink:
-        sink = Sink(a.sink)
+        sink = Sink(a.sink, extra=a.sink_extra)
         a.endpoints.append(dict(name="sink", kind="sink", url=f"http://127.0.0.1:{sink.port}",
                                 region="us-east-1", access_key="bench", secret_key="bench",
                                 bucket="bench", pids=[sink.p.pid]))
@@ -556,6 +642,7 @@ def main():
         if not a.no_limits:
             physical_limits(a, results)
         run_all(a, results)
+        trace = trace_save(a) if a.s3_like and "save" in a.scenarios else []
     finally:
         proc_cpu_end = proc_cpu(sink.p.pid) if sink else 0
         sink_report = sink.stop() if sink else ""
@@ -596,9 +683,27 @@ def main():
             "dict or buffers built before it; (+N) is the peak over the RSS at the start. "
             "× s3flash: the client's median wall (or CPU) over s3flash's (defaults / "
             "sequential / iterable) in the same group: above 1 = slower or costlier than "
-            "s3flash.", "", table(rows), "", TUNED_TEXT, ""]
+            "s3flash.", "", table(rows, a.link_bps), "", TUNED_TEXT, ""]
+    if a.s3_like:
+        mode = ["## The S3-like mode", "",
+                     f"Both sinks run with `{' '.join(a.sink_extra)}` (bench/README.md, \"The "
+                     "S3-like mode\"): "
+                     f"{a.conn_rate} bytes/s per connection each way, first-byte latency "
+                     "lognormal (median 20 ms, p99 100 ms, floor 5 ms), 5,500 GET/HEAD and "
+                     "3,500 other requests/s per prefix (503 SlowDown above). "
+                     + (f"The emulated link is the sinks' total cap, {fmt_rate(a.link_bps)} "
+                        "each way: \"of link\" = GB/s over it." if a.link_bps else
+                        "No total cap: \"of link\" is not given."), ""]
+        if a.device_bps:
+            mode += [f"Local disk capped at {fmt_rate(a.device_bps)} (cgroup v2 io.max) "
+                         f"where this host allows it: link / device = "
+                         f"{(a.link_bps / a.device_bps) if a.link_bps else float('nan'):.1f}.", ""]
+        text[4:4] = mode  # after the title and the command line
+        text += ["## Connections in flight during one large save", ""] + trace + [""]
     if sink:
-        text += [f"Sink at exit: `{sink_report.splitlines()[-1] if sink_report else '?'}`; "
+        exit_lines = [ln for ln in sink_report.splitlines()
+                      if " requests, " in ln or "prefix limits" in ln]
+        text += [f"Sink at exit: `{' / '.join(exit_lines) or '?'}`; "
                  f"the runs report {sent} bytes uploaded (payload; plus DCP metadata and "
                  f"retried parts, if any) and {got} bytes downloaded from it; sink CPU over "
                  f"the session {proc_cpu_end - sink_cpu0:.1f} s.", ""]

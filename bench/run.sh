@@ -2,9 +2,13 @@
 # The side-by-side benchmark: s3flash next to s3torchconnector, awscrt's S3Client, boto3 and
 # local disk (bench/compare.py; see bench/README.md and docs/PERFORMANCE.md).
 #
-#   bash bench/run.sh [--quick] [--rgw] [compare.py options...]
+#   bash bench/run.sh [--quick] [--s3-like] [--rgw] [compare.py options...]
 #
 #   --quick   small sizes, 1 repetition (a smoke run, a few minutes)
+#   --s3-like the sinks behave like S3 (per-connection bandwidth, first-byte latency,
+#             per-prefix request rates; the link capped at --link, default 1G): throughput
+#             also as a fraction of the link, a disk capped by cgroup io.max, and the
+#             connections in flight during one large save (bench/README.md)
 #   --rgw     also against Ceph RGW: the S3FLASH_TEST_* environment when set (e.g.
 #             `source /tmp/rgwenv.sh`), else one started here with tests/servers/rgw.sh
 #             (stopped at exit)

@@ -12,14 +12,19 @@
  * socket registered with EPOLLEXCLUSIVE. The worker that accepts a connection gives it to the
  * worker with the fewest connections (through that worker's hand-off pipe), so that two
  * connections arriving together do not both land on one thread; from then on a connection
- * belongs to one worker. Only the object map and the multipart table are shared (mutexes). The
- * main thread waits for SIGINT/SIGTERM, then wakes the workers through an eventfd.
+ * belongs to one worker. Only the object map, the multipart table and, with S3-like limits, the
+ * total byte-rate buckets and the per-prefix table are shared (mutexes). The main thread waits
+ * for SIGINT/SIGTERM (writing a --trace line every 100 ms meanwhile), then wakes the workers
+ * through an eventfd.
  *
- * Deliberately standalone (libc + pthreads only): the reference server must not share code, and
- * so bugs, with the client it measures.
+ * With --s3-like (or the limit options) it behaves like S3 from a client's side: paced
+ * connections, first-byte latency, 503 SlowDown per prefix (sink_limits.c).
  *
- * This file holds the options and main(); the HTTP, S3 and store parts are sink_http.c,
- * sink_s3.c and sink_store.c (sink.h lists what each owns).
+ * Deliberately standalone (libc, libm and pthreads only): the reference server must not share
+ * code, and so bugs, with the client it measures.
+ *
+ * This file holds the options and main(); the HTTP, S3, limits and store parts are
+ * sink_http.c, sink_s3.c, sink_limits.c and sink_store.c (sink.h lists what each owns).
  */
 #include "sink.h"
 
@@ -82,7 +87,8 @@ static void usage(FILE *f)
             "  --help              this text\n"
             "Objects put are remembered by size; unknown keys ending in size-N have N bytes\n"
             "(not with --store: there only the objects written exist).\n"
-            "SIGINT or SIGTERM stops it and prints byte and request counts.\n");
+            "SIGINT or SIGTERM stops it and prints byte and request counts; SIGUSR1 prints\n"
+            "the S3-like limits' counts (a 'stats:' line) and goes on.\n");
 }
 
 static bool opt_num(const char *s, long long lo, long long hi, long long *out)
@@ -239,6 +245,8 @@ static int write_port_file(const char *path, int port)
 int main(int argc, char **argv)
 {
     int rc = 1, lfd = -1, sfd = -1;
+    FILE *tf = NULL; /* --trace */
+    uint64_t t0 = 0;
     struct worker *ws = NULL;
     int nstarted = 0;
     if (parse_args(argc, argv) != 0) {
@@ -249,6 +257,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -341,21 +350,21 @@ int main(int argc, char **argv)
             fprintf(stderr, ", storing up to %" PRIu64 " bytes", g_opt.store_max);
         fputc('\n', stderr);
     }
-    if (g_opt.trace_file) { /* a --trace line every 100 ms until the signal */
-        FILE *tf = fopen(g_opt.trace_file, "w");
-        if (!tf) {
-            fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.trace_file);
-            goto stop;
-        }
-        uint64_t t0 = now_ns();
-        struct timespec tick = {0, 100 * 1000000L};
-        while (sigtimedwait(&set, NULL, &tick) < 0 && (errno == EAGAIN || errno == EINTR))
+    /* until SIGINT/SIGTERM: a --trace line every 100 ms, the counts on SIGUSR1 */
+    if (g_opt.trace_file && !(tf = fopen(g_opt.trace_file, "w"))) {
+        fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.trace_file);
+        goto stop;
+    }
+    t0 = now_ns();
+    struct timespec tick = {0, 100 * 1000000L};
+    for (;;) {
+        int sig = tf ? sigtimedwait(&set, NULL, &tick) : sigwaitinfo(&set, NULL);
+        if (sig < 0 && tf && errno == EAGAIN)
             limits_trace(tf, t0);
-        limits_trace(tf, t0); /* and one at the end */
-        fclose(tf);
-    } else {
-        int sig;
-        sigwait(&set, &sig);
+        else if (sig == SIGUSR1)
+            limits_stats();
+        else if (sig >= 0)
+            break;
     }
     rc = 0;
 stop:
@@ -369,6 +378,10 @@ stop:
         nreq += ws[i].nreq;
         bin += ws[i].bytes_in;
         bout += ws[i].bytes_out;
+    }
+    if (tf) { /* and a last --trace line once the workers are done */
+        limits_trace(tf, t0);
+        fclose(tf);
     }
     for (int i = 0; i < g_opt.threads; i++)
         drop_handoffs(&ws[i]);

@@ -307,6 +307,7 @@ uint64_t limit_first_byte_ns(struct worker *w);
 bool limit_prefix_admit(const struct req *r);
 void limits_trace(FILE *f, uint64_t t0);
 void limits_report(void);
+void limits_stats(void);
 bool conn_sleep(struct conn *c, uint64_t until);
 
 /* ---- sink_s3.c: the S3 protocol ---- */

@@ -282,6 +282,18 @@ void limits_trace(FILE *f, uint64_t t0)
     fflush(f);
 }
 
+/* On SIGUSR1 (stderr, one line): connections open and busy, bytes moved (with --trace), and
+ * the prefix limits' counts. */
+void limits_stats(void)
+{
+    fprintf(stderr, "s3flash-sink: stats: %d connections open, %d with a request in progress, "
+                    "%" PRIu64 " GET/HEAD and %" PRIu64 " other requests admitted, %" PRIu64
+                    " GET/HEAD and %" PRIu64 " other answered 503 SlowDown\n",
+            atomic_load(&g_nconns), atomic_load(&g_lim.active),
+            (uint64_t)atomic_load(&g_lim.admitted_get), (uint64_t)atomic_load(&g_lim.admitted_put),
+            (uint64_t)atomic_load(&g_lim.slowdown_get), (uint64_t)atomic_load(&g_lim.slowdown_put));
+}
+
 /* The limits' counts at exit (stderr), when any limit was set. */
 void limits_report(void)
 {

@@ -235,6 +235,45 @@ def prefault(n):
 
 
 # -- scenario: state dict save -------------------------------------------------------------
+def io_max_cgroup(path, bps):
+    """Moves this process into a new cgroup v2 group whose io.max caps the disk under path
+    at bps bytes/s each way; (the group's directory, None), or (None, why not)."""
+    root = next((r for r in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+                 if os.path.exists(os.path.join(r, "cgroup.controllers"))), None)
+    if not root:
+        return None, "io.max: no cgroup v2 hierarchy on this host"
+    with open(os.path.join(root, "cgroup.controllers")) as f:
+        if "io" not in f.read().split():
+            return None, (f"io.max: the cgroup v2 hierarchy ({root}) has no io controller "
+                          "on this host (cgroup v1 blkio cannot cap buffered writes)")
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    part = f"/sys/dev/block/{dev}/partition"
+    if os.path.exists(part):  # io.max takes the whole disk
+        with open(f"/sys/dev/block/{dev}/../dev") as f:
+            dev = f.read().strip()
+    cg = os.path.join(root, f"s3flash-bench-{os.getpid()}")
+    try:
+        with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+            f.write("+io")
+        os.mkdir(cg)
+        with open(os.path.join(cg, "io.max"), "w") as f:
+            f.write(f"{dev} rbps={bps} wbps={bps}")
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as e:
+        if os.path.isdir(cg):
+            os.rmdir(cg)
+        return None, f"io.max: cannot set up {cg} for {dev}: {e}"
+    return cg, None
+
+
+def io_max_leave(cg):
+    with open(os.path.join(os.path.dirname(cg), "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+    os.rmdir(cg)
+
+
 def scen_save(env, spec):
     import torch
     client, tuned, size = spec["client"], spec["tuned"], spec["size"]
@@ -264,6 +303,12 @@ def scen_save(env, spec):
             c.upload_fileobj(b, env.bucket, key, Config=cfg)
     elif client == "local":
         path = os.path.join(spec["local_dir"], f"s3flash-compare-{os.getpid()}.pt")
+        cg = None
+        if spec.get("io_max"):
+            cg, why = io_max_cgroup(spec["local_dir"], spec["io_max"])
+            if not cg:
+                emit({"skip": why})
+                return
         try:
             with Phase() as ph:
                 with open(path, "wb") as f:
@@ -274,6 +319,8 @@ def scen_save(env, spec):
         finally:
             if os.path.exists(path):
                 os.unlink(path)
+            if cg:
+                io_max_leave(cg)
         emit(ph.result(n))
         return
     else:

@@ -11,6 +11,7 @@ socket against bands that hold on a busy 2-core machine.
 """
 import http.client
 import re
+import signal
 import statistics
 import threading
 import time
@@ -188,6 +189,14 @@ def test_prefix_rate_limit_slowdown(tmp_path):
             assert put(f"/b/p2/k{i}") == 200
             time.sleep(0.1)
         c.close()
+        # SIGUSR1: the counts so far, while it runs
+        s.proc.send_signal(signal.SIGUSR1)
+        line = ""
+        while "stats:" not in line:
+            line = s.proc.stderr.readline()
+            assert line, "no stats line"
+        assert (f"1 GET/HEAD and {ok + 11} other requests admitted, 0 GET/HEAD and "
+                f"{60 - ok} other answered 503 SlowDown") in line, line
     finally:
         assert s.stop() == 0, s.stderr
     # the sink's own counts agree with what the client saw
@@ -211,3 +220,29 @@ def test_s3_like_preset_and_bad_values(tmp_path):
     for bad in (["--conn-rate", "0"], ["--first-byte-ms", "-1"], ["--prefix-depth", "x"]):
         p = subprocess.run([sink_exe(), *bad], capture_output=True, text=True, timeout=10)
         assert p.returncode == 2 and "bad option" in p.stderr, (bad, p.stderr)
+
+
+def test_prefix_depth(tmp_path):
+    """Which keys share a prefix: depth 0 = the bucket; depth 2 = the key up to its 2nd '/'.
+    One PUT per second per prefix and a burst of one: a second PUT to the same prefix right
+    after the first is refused, one to another prefix is not."""
+    def statuses(depth, keys):
+        s = Sink(tmp_path, "--prefix-put-rate", "1", "--prefix-burst-ms", "1000",
+                 "--prefix-depth", str(depth))
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+            out = []
+            for k in keys:
+                c.request("PUT", k, body=b"")
+                r = c.getresponse()
+                r.read()
+                out.append(r.status)
+            c.close()
+        finally:
+            assert s.stop() == 0, s.stderr
+        return out
+
+    keys = ["/b/x/1/a", "/b/x/1/b", "/b/x/2/a", "/b/y/a", "/b/z", "/c/z"]
+    assert statuses(0, keys) == [200, 503, 503, 503, 503, 200]    # one prefix per bucket
+    assert statuses(1, keys) == [200, 503, 503, 200, 200, 200]    # b/x/, b/y/, b/, c/
+    assert statuses(2, keys) == [200, 503, 200, 200, 200, 200]    # b/x/1/, b/x/2/, ...
