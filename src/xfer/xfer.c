@@ -17,6 +17,7 @@ static void shared_free(void *p) {
     struct s3f__xfer_shared *x = p;
     s3f__janitor_cleanup(&x->janitor);
     s3f__sched_cleanup(&x->sched);
+    s3f__bdp_cleanup(&x->bdp);
     s3f__pool_cleanup(&x->pool);
     free(x);
 }
@@ -38,10 +39,11 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
     x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
     x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
+    x->data_connections = s3f__http_pool_data_connections(c->http);
+    x->inflight_fixed = o->max_inflight_requests != 0;
     x->max_inflight = o->max_inflight_requests
                           ? o->max_inflight_requests
-                          : s3f__plan_inflight(x->target_gbps,
-                                               s3f__http_pool_data_connections(c->http));
+                          : s3f__plan_inflight(x->target_gbps, x->data_connections);
     x->checksum = o->checksum == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : o->checksum;
     if (s3f__pool_init(&x->pool, S3F__POOL_CHUNK, x->memory_limit)) {
         free(x);
@@ -49,6 +51,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
         goto out;
     }
     s3f__sched_init(&x->sched, x->max_inflight);
+    s3f__bdp_init(&x->bdp);
     s3f__janitor_init(&x->janitor);
     x->client = c;
     s3f__log(&c->logger, S3F_LOG_DEBUG,
@@ -64,6 +67,36 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
 out:
     pthread_mutex_unlock(&c->xfer.lock);
     return st;
+}
+
+double s3f__xfer_target_bps(const struct s3f__xfer_shared *x) {
+    return x->target_gbps * 1e9 / 8;
+}
+
+void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t latency_ns,
+                       uint64_t body_ns) {
+    s3f__bdp_sample(&x->bdp, bytes, latency_ns, body_ns);
+    if (x->inflight_fixed)
+        return;
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&x->bdp, &e);
+    if (e.samples < 4)
+        return; /* the plan stands until a few requests were measured */
+    uint32_t ceiling = x->data_connections > x->max_inflight ? x->data_connections
+                                                             : x->max_inflight;
+    uint32_t n = s3f__bdp_inflight(&e, s3f__xfer_target_bps(x), x->part_size, ceiling, 0);
+    if (n < x->max_inflight)
+        n = x->max_inflight;
+    pthread_mutex_lock(&x->sched.lock);
+    uint32_t cur = x->sched.max_inflight;
+    pthread_mutex_unlock(&x->sched.lock);
+    if (n != cur) {
+        s3f__log(&x->client->logger, S3F_LOG_DEBUG,
+                 "transfers: %u requests in flight (was %u): %.1f MB/s per connection, "
+                 "%.1f ms to the first byte, %u requests measured",
+                 n, cur, e.conn_bps / 1e6, e.latency_s * 1e3, e.samples);
+        s3f__sched_set_max(&x->sched, n);
+    }
 }
 
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
