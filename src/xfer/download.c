@@ -119,6 +119,7 @@ struct dreq {
     uint64_t stage_off;
     size_t stage_len;
     struct s3f_error err;
+    struct s3f__xfer_timing t;  /* for the bandwidth-delay estimator */
 };
 
 #define set_state(d, s) set_state_at(d, s, __LINE__)
@@ -294,6 +295,7 @@ static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
     struct download *d = q->d;
     s3f__checksum_update(&q->ck, data, len);
     q->bytes += len;
+    s3f__xfer_timing_body(&q->t, len);
     if (d->dst == DST_FILE)
         return sink_file(q, data, len, offset);
     if (offset + len > d->capacity) {
@@ -436,6 +438,8 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     advance(d);
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
+    if (st == S3F_OK)
+        s3f__xfer_observe_timing(d->x, &q->t);
     s3f__op_cleanup(&q->op);
     free(q);
     if (send_head)
@@ -544,6 +548,7 @@ static bool start_get(struct s3f__sched_entry *e) {
     }
     d->outstanding++;
     pthread_mutex_unlock(&d->lock);
+    q->t.start_ns = s3f__now_ns();
     s3f__s3_submit(d->c, r, &q->err, part_finished, q);
     return true;
 }

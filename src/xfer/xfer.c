@@ -99,6 +99,14 @@ void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t late
     }
 }
 
+void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer_timing *t) {
+    if (!t->first_ns || t->first_ns < t->start_ns)
+        return;
+    /* the first piece arrived with the first byte: the body's rate is over the rest */
+    s3f__xfer_observe(x, t->bytes - t->first_len, t->first_ns - t->start_ns,
+                      t->last_ns - t->first_ns);
+}
+
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
     memset(out, 0, sizeof(*out));
     struct s3f__xfer_shared *x = NULL;

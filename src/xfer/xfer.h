@@ -215,6 +215,23 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
  * the planned x->max_inflight nor above the data connections. */
 void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t latency_ns,
                        uint64_t body_ns);
+/* The times of one data request, for s3f__xfer_observe: set start_ns when it is started,
+ * call s3f__xfer_timing_body from its sink (one thread at a time), then
+ * s3f__xfer_observe_timing when it succeeded. */
+struct s3f__xfer_timing {
+    uint64_t start_ns, first_ns, last_ns;
+    uint64_t first_len, bytes;
+};
+static inline void s3f__xfer_timing_body(struct s3f__xfer_timing *t, size_t len) {
+    uint64_t now = s3f__now_ns();
+    if (!t->first_ns) {
+        t->first_ns = now;
+        t->first_len = len;
+    }
+    t->last_ns = now;
+    t->bytes += len;
+}
+void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer_timing *t);
 /* The throughput target in bytes/s. */
 double s3f__xfer_target_bps(const struct s3f__xfer_shared *x);
 

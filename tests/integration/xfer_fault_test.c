@@ -18,7 +18,8 @@
  * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
  * FAULT_CHECKSUM (the uploads' checksum: none, crc32c, crc32, crc64nvme; default the
  * library's), FAULT_REPEAT (upload_file: that many uploads in a row, timed together),
- * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_PROGRESS_BLOCK_MS
+ * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_MEMORY_BYTES
+ * (memory_limit_bytes), FAULT_PROGRESS_BLOCK_MS
  * (upload_buffer, download_buffer: a progress callback that blocks that long on its first
  * call; prints "progress_calls=N progress_off_main=M", M the calls not on the main thread),
  * FAULT_HEAD_DURING=N (upload_buffer: a HeadObject of KEY from another thread once N data
@@ -173,6 +174,7 @@ int main(int argc, char **argv) {
     o.max_inflight_requests = (uint32_t)env_ull("FAULT_INFLIGHT", 0);
     o.max_connections = (uint32_t)env_ull("FAULT_CONNECTIONS", 0);
     o.io_threads = (uint32_t)env_ull("FAULT_IO_THREADS", 0);
+    o.memory_limit_bytes = env_ull("FAULT_MEMORY_BYTES", 0);
     struct s3f_client *c = NULL;
     struct s3f_error e;
     s3f_error_clear(&e);
