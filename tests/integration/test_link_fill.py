@@ -74,3 +74,49 @@ def test_reader_sequential_fills_the_link(rgw, proxy, bucket, big_object, tmp_pa
     assert busy >= ln["busy"] * n, (busy, span)
     assert SIZE / span >= 0.6 * n * rate, (busy, span)
 
+
+
+def test_download_file_fills_the_link(rgw, proxy, bucket, big_object, tmp_path):
+    """s3f_download_file: the other parts start as soon as the first response's head gives
+    the size and the ETag, not once the whole first part is in (at 5 MB/s a part takes a
+    second, in which the other connections stood idle), and then go on every data
+    connection at once."""
+    key, data = big_object
+    ln = LINKS["6x5MBps"]
+    proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
+                       "bytes_per_second": ln["rate"]}])
+    dst = tmp_path / "out" / "obj"
+    dst.parent.mkdir()
+    r = download(rgw, proxy, "file", bucket, key, dst, **ln["env"])
+    check_download(r, "file", dst, data)
+    busy, span = on_the_wire(proxy, key)
+    n, rate = ln["connections"], ln["rate"]
+    print(f"file: {busy:.2f} GETs on the wire on average over {span:.2f} s, "
+          f"{SIZE / span / 1e6:.1f} MB/s of {n * rate / 1e6:.0f}")
+    log = [e for e in proxy.stats()["log"]
+           if e["method"] == "GET" and e["path"].endswith("/" + key)]
+    first, others = log[0], log[1:]
+    assert first["range"] == f"bytes=0-{5 * MIB - 1}", first
+    started_early = [e for e in others if e["time"] < first["done"]]
+    assert len(started_early) >= n - 2, (first, others)  # all but one, give or take a thread
+    # 25 requests on 6 connections: the last part runs alone, whatever the engine does
+    assert busy >= 0.75 * n, (busy, span)
+    assert SIZE / span >= 0.6 * n * rate, (busy, span)
+
+
+def test_cp_to_stdout_fills_the_link(cli, proxy, bucket, big_object):
+    """`s3flash cp s3://b/k -` (s3f_download_stream): ranged GETs on several connections at
+    once, the bytes written to stdout in order. Before, one GetObject: one connection."""
+    key, data = big_object
+    rate, n = 5_000_000, 6
+    proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
+                       "bytes_per_second": rate}])
+    r = cli.run("--endpoint-url", proxy.endpoint, "--force-path-style", "--concurrency", n,
+                "cp", f"s3://{bucket}/{key}", "-", endpoint=False, timeout=300)
+    assert r.rc == 0, r
+    assert r.out == data
+    busy, span = on_the_wire(proxy, key)
+    print(f"cp to stdout: {busy:.2f} GETs on the wire on average over {span:.2f} s, "
+          f"{SIZE / span / 1e6:.1f} MB/s of {n * rate / 1e6:.0f}")
+    assert busy >= 0.8 * n, (busy, span)
+    assert SIZE / span >= 0.6 * n * rate, (busy, span)

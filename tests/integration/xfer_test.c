@@ -392,10 +392,12 @@ static void test_reader(void) {
     CHECK_INT(got, 0); /* at the end */
     s3f_client_stats(c, &s1, 0);
     /* the window grew (1, 1, 2, 4, 5 MiB... requests, topped up as each completes, the tail
-     * fetched ahead), it did not fetch 64 KiB at a time */
+     * fetched ahead), it did not fetch 64 KiB at a time: segments are never under 1 MiB
+     * (smaller than a part when the estimate asks for more in flight than the read-ahead's
+     * memory holds in parts: loopback on a loaded machine measures slow connections) */
     printf("  sequential 20 MiB in 64 KiB reads: %llu requests\n",
            (unsigned long long)(s1.requests_started - s0.requests_started));
-    CHECK(s1.requests_started - s0.requests_started <= 14);
+    CHECK(s1.requests_started - s0.requests_started <= 21);
     CHECK(s1.requests_started - s0.requests_started >= 5);
     struct s3f_client_stats cs;
     s3f_client_stats(c, &cs, 1);
