@@ -545,6 +545,24 @@ S3F_API enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *buc
                                            void **data, size_t *len,
                                            struct s3f_object_info *info,
                                            struct s3f_error *err);
+/* Download a whole object to `sink`, in order, from one offset to the next (stdout, a
+ * pipe, a socket: a destination that cannot be written out of order), with several ranged
+ * GETs in flight at once: as many as the link needs (see s3f_reader: the read-ahead of a
+ * sequential read, sized from the measured bandwidth-delay product, within the memory
+ * limit). One HEAD first (size, ETag, checksum); every GET carries If-Match. An object of
+ * at most one part (the client's part_size_bytes) goes in one GET, as s3f_get_object,
+ * its bytes handed over as they arrive. `sink` runs
+ * on the calling thread; a non-zero return stops the download (S3F_ERR_ABORTED).
+ * Options: version_id, if_match, progress; verify_checksum >= 0 (0 or 1) verifies the
+ * whole-object checksum the server keeps (CRC32C, CRC32 or CRC64NVME; not a checksum of
+ * part checksums) over the bytes delivered, at the end: S3F_ERR_CHECKSUM after the sink
+ * has had every byte. part_size_bytes and fsync are not used. */
+S3F_API enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket,
+                                            const char *key,
+                                            const struct s3f_download_options *opts,
+                                            s3f_write_fn sink, void *sink_user_data,
+                                            struct s3f_object_info *info,
+                                            struct s3f_error *err);
 /* Download into the concatenation of `n_iov` regions (the object may be shorter). */
 S3F_API enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket,
                                          const char *key, const struct s3f_iovec *iov,

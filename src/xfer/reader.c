@@ -528,6 +528,16 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     return st;
 }
 
+void s3f__reader_sequential(struct s3f_reader *rd) {
+    pthread_mutex_lock(&rd->lock);
+    if (!rd->window_segs && rd->window_max) {
+        rd->window = rd->window_max; /* prefetch trims it to what the link needs */
+        prefetch(rd, 0);
+        rd->seq_next = 0;
+    }
+    pthread_mutex_unlock(&rd->lock);
+}
+
 /* ---- the public calls ---------------------------------------------------------------- */
 
 enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const char *key,

@@ -235,6 +235,12 @@ void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer
 /* The throughput target in bytes/s. */
 double s3f__xfer_target_bps(const struct s3f__xfer_shared *x);
 
+/* A reader about to be read front to back (s3f_download_stream): start the read-ahead at
+ * offset 0 now, as wide as the link needs, instead of growing it from 1 MiB. Before the
+ * first read, on the reader's thread. */
+struct s3f_reader;
+void s3f__reader_sequential(struct s3f_reader *rd);
+
 /* Fill `info`'s checksum field for ck's algorithm when the server left it empty. */
 void s3f__xfer_report_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck);
 /* The info field holding the checksum of `alg` (and its size), NULL for NONE. */

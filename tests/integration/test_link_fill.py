@@ -111,8 +111,8 @@ def test_cp_to_stdout_fills_the_link(cli, proxy, bucket, big_object):
     rate, n = 5_000_000, 6
     proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
                        "bytes_per_second": rate}])
-    r = cli.run("--endpoint-url", proxy.endpoint, "--force-path-style", "--concurrency", n,
-                "cp", f"s3://{bucket}/{key}", "-", endpoint=False, timeout=300)
+    r = cli.run("--endpoint-url", proxy.endpoint, "--force-path-style", "cp", "--concurrency",
+                n, "--part-size", "5M", f"s3://{bucket}/{key}", "-", endpoint=False, timeout=300)
     assert r.rc == 0, r
     assert r.out == data
     busy, span = on_the_wire(proxy, key)
