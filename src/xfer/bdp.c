@@ -2,7 +2,9 @@
  * its link, from what its completed requests measured.
  *
  * Each data request that completes reports its body bytes, its first-byte latency (from
- * the moment it was started to its first body byte) and the time its body took. Two
+ * the moment it was started to its first body byte) and the time its body took. An upload
+ * part knows no first byte (the answer comes after the whole body): it reports its whole
+ * time as the body's, so its rate includes the latency, and no latency. Two
  * exponentially weighted moving averages (weight ALPHA for the newest sample, about the
  * last ten requests) keep one connection's throughput and the first-byte latency. A
  * request of S bytes then takes latency + S / throughput, so by Little's law a target
@@ -48,8 +50,10 @@ static double ewma(double old, double sample, uint32_t n) {
 
 void s3f__bdp_sample(struct s3f__bdp *b, uint64_t bytes, uint64_t latency_ns, uint64_t body_ns) {
     pthread_mutex_lock(&b->lock);
-    b->latency_s = ewma(b->latency_s, (double)latency_ns / 1e9, b->samples);
-    b->samples++;
+    if (latency_ns != UINT64_MAX) {
+        b->latency_s = ewma(b->latency_s, (double)latency_ns / 1e9, b->samples);
+        b->samples++;
+    }
     if (bytes >= MIN_BODY_BYTES && body_ns >= MIN_BODY_NS) {
         double bps = (double)bytes / ((double)body_ns / 1e9);
         b->conn_bps = ewma(b->conn_bps, bps, b->bps_samples);
@@ -62,7 +66,7 @@ void s3f__bdp_get(struct s3f__bdp *b, struct s3f__bdp_estimate *out) {
     pthread_mutex_lock(&b->lock);
     out->conn_bps = b->conn_bps;
     out->latency_s = b->latency_s;
-    out->samples = b->samples < b->bps_samples ? b->samples : b->bps_samples;
+    out->samples = b->bps_samples; /* requests that measured the throughput */
     pthread_mutex_unlock(&b->lock);
 }
 

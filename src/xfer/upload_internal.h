@@ -117,6 +117,7 @@ struct upreq {
     int read_errno;                       /* SRC_FILE: pread failed (errno), or -1: the
                                            * file ended early (it shrank) */
     uint64_t read_at;                     /* file offset of that read */
+    uint64_t start_ns;                    /* submitted (for the bandwidth-delay estimator) */
 };
 
 /* What to do once u->lock is released. */

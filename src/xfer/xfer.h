@@ -62,7 +62,8 @@ struct s3f__bdp_estimate {
 void s3f__bdp_init(struct s3f__bdp *b);
 void s3f__bdp_cleanup(struct s3f__bdp *b);
 /* A request completed: `bytes` of body, its first byte `latency_ns` after it started, its
- * body over `body_ns`. Bodies under 256 KiB or 1 ms update only the latency. */
+ * body over `body_ns`. Bodies under 256 KiB or 1 ms update only the latency; latency_ns
+ * UINT64_MAX (unknown: an upload) updates only the throughput. */
 void s3f__bdp_sample(struct s3f__bdp *b, uint64_t bytes, uint64_t latency_ns, uint64_t body_ns);
 void s3f__bdp_get(struct s3f__bdp *b, struct s3f__bdp_estimate *out);
 /* Requests of `request_bytes` to keep in flight for `target_bps` (bytes/s):

@@ -50,7 +50,13 @@ static void test_ewma(void) {
     s3f__bdp_get(&b, &e2);
     CHECK(fabs(e2.conn_bps - e.conn_bps) < 1e-6);
     CHECK(fabs(e2.latency_s - 0.020) < 1e-9);
-    CHECK_INT(e2.samples, 2); /* the smaller of the two counts */
+    CHECK_INT(e2.samples, 2); /* requests that measured the throughput */
+    /* an upload part: no latency (UINT64_MAX), its whole time as the body's */
+    s3f__bdp_sample(&b, 8 * MIB, UINT64_MAX, 200 * MS);
+    s3f__bdp_get(&b, &e2);
+    CHECK(fabs(e2.latency_s - 0.020) < 1e-9);
+    CHECK(fabs(e2.conn_bps - (e.conn_bps + 0.2 * (8.0 * MIB / 0.2 - e.conn_bps))) < 1);
+    CHECK_INT(e2.samples, 3);
     /* converges: 50 samples at 25 MB/s, 40 ms */
     for (int i = 0; i < 50; i++)
         s3f__bdp_sample(&b, 25 * MIB, 40 * MS, (uint64_t)(25.0 * MIB / 25e6 * 1e9));
