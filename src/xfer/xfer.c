@@ -82,8 +82,12 @@ void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t late
     s3f__bdp_get(&x->bdp, &e);
     if (e.samples < 4)
         return; /* the plan stands until a few requests were measured */
-    uint32_t ceiling = x->data_connections > x->max_inflight ? x->data_connections
-                                                             : x->max_inflight;
+    /* at most twice the plan: a slow server (not a slow link) also measures slow
+     * connections, and more requests would only queue there */
+    uint32_t ceiling = x->data_connections < 2 * x->max_inflight ? x->data_connections
+                                                                 : 2 * x->max_inflight;
+    if (ceiling < x->max_inflight)
+        ceiling = x->max_inflight;
     uint32_t n = s3f__bdp_inflight(&e, s3f__xfer_target_bps(x), x->part_size, ceiling, 0);
     if (n < x->max_inflight)
         n = x->max_inflight;
@@ -91,10 +95,11 @@ void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t late
     uint32_t cur = x->sched.max_inflight;
     pthread_mutex_unlock(&x->sched.lock);
     if (n != cur) {
-        s3f__log(&x->client->logger, S3F_LOG_DEBUG,
-                 "transfers: %u requests in flight (was %u): %.1f MB/s per connection, "
-                 "%.1f ms to the first byte, %u requests measured",
-                 n, cur, e.conn_bps / 1e6, e.latency_s * 1e3, e.samples);
+        if (x->client)
+            s3f__log(&x->client->logger, S3F_LOG_DEBUG,
+                     "transfers: %u requests in flight (was %u): %.1f MB/s per connection, "
+                     "%.1f ms to the first byte, %u requests measured",
+                     n, cur, e.conn_bps / 1e6, e.latency_s * 1e3, e.samples);
         s3f__sched_set_max(&x->sched, n);
     }
 }

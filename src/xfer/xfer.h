@@ -213,7 +213,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
 /* A data request completed (any thread, no lock held): feed the estimator and, unless the
  * number in flight was configured, raise or lower the scheduler's limit to what the link
  * needs for the throughput target with requests of the default part size, never below
- * the planned x->max_inflight nor above the data connections. */
+ * the planned x->max_inflight nor above the data connections or twice the plan. */
 void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t latency_ns,
                        uint64_t body_ns);
 /* The times of one data request, for s3f__xfer_observe: set start_ns when it is started,

@@ -1,6 +1,7 @@
 /* The bandwidth-delay estimator (src/xfer/bdp.c): the prior, the moving averages, the
  * number of requests in flight a link needs and its bounds, and the read-ahead plan. */
 #include <math.h>
+#include <string.h>
 
 #include "testutil.h"
 #include "xfer/xfer.h"
@@ -118,10 +119,54 @@ static void test_window(void) {
     CHECK_INT(k, 53); /* 50 + 1.25e9 * 0.02 / 8 MiB = 52.98 */
 }
 
+static uint32_t slots(struct s3f__xfer_shared *x) {
+    pthread_mutex_lock(&x->sched.lock);
+    uint32_t n = x->sched.max_inflight;
+    pthread_mutex_unlock(&x->sched.lock);
+    return n;
+}
+
+/* The client's request slots follow the estimate: up from the plan when the link needs
+ * more (at most the data connections and twice the plan), back to the plan when it needs
+ * fewer, never when the number was configured. */
+static void test_slots_follow(void) {
+    struct s3f__xfer_shared x;
+    memset(&x, 0, sizeof(x));
+    x.part_size = 8 * MIB;
+    x.target_gbps = 10;
+    x.max_inflight = 8;
+    x.data_connections = 30;
+    s3f__sched_init(&x.sched, x.max_inflight);
+    s3f__bdp_init(&x.bdp);
+    /* 8 MiB at 25 MB/s after 20 ms: 53 needed; 16 (twice the plan) allowed */
+    uint64_t body = (uint64_t)(8.0 * MIB / 25e6 * 1e9);
+    for (int i = 0; i < 3; i++)
+        s3f__xfer_observe(&x, 8 * MIB, 20 * MS, body);
+    CHECK_INT(slots(&x), 8); /* the plan stands for the first three */
+    s3f__xfer_observe(&x, 8 * MIB, 20 * MS, body);
+    CHECK_INT(slots(&x), 16);
+    /* the data connections bound it too */
+    x.data_connections = 12;
+    s3f__xfer_observe(&x, 8 * MIB, 20 * MS, body);
+    CHECK_INT(slots(&x), 12);
+    /* a fast link: back to the plan, not below */
+    for (int i = 0; i < 60; i++)
+        s3f__xfer_observe(&x, 8 * MIB, 100000, 4 * MS);
+    CHECK_INT(slots(&x), 8);
+    /* configured: never adapted */
+    x.inflight_fixed = true;
+    for (int i = 0; i < 60; i++)
+        s3f__xfer_observe(&x, 8 * MIB, 20 * MS, body);
+    CHECK_INT(slots(&x), 8);
+    s3f__bdp_cleanup(&x.bdp);
+    s3f__sched_cleanup(&x.sched);
+}
+
 int main(void) {
     RUN(test_prior);
     RUN(test_ewma);
     RUN(test_inflight);
     RUN(test_window);
+    RUN(test_slots_follow);
     return test_summary();
 }
