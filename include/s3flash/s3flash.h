@@ -578,8 +578,9 @@ S3F_API enum s3f_status s3f_download_file(struct s3f_client *c, const char *buck
                                           struct s3f_error *err);
 
 /* A random-access reader (what torch.load and dataset loaders read from). Sequential reads
- * start a read-ahead window at 1 MiB that doubles up to readahead_max_bytes, with the
- * requests in parallel; a jump shrinks the window back. The last bytes of the object
+ * start a read-ahead window at 1 MiB that doubles up to what fills the link (as many
+ * segments in flight as the client's measured bandwidth-delay product needs, each its own
+ * request) and readahead_max_bytes; a jump shrinks the window back. The last bytes of the object
  * (tail_bytes) are fetched once, on the first read near the end, and kept (zip central
  * directories). Large reads go straight into the caller's buffer; others are copied once
  * from the window. Every request carries If-Match with the ETag from open, and every answer
@@ -589,8 +590,9 @@ struct s3f_reader;
 struct s3f_reader_options {
     const char *version_id;
     const char *if_match;          /* NULL: the ETag found at open */
-    /* 0: min(64 MiB, a quarter of the memory limit). Cap of the read-ahead window, which
-     * lives in the client's buffer pool (read-ahead is skipped when the pool is full). */
+    /* 0: half the memory limit (also the most allowed). Cap of the read-ahead window, which
+     * lives in the client's buffer pool (read-ahead is skipped when the pool is full); the
+     * window itself follows the link (docs/TRANSFER.md). */
     uint64_t readahead_max_bytes;
     /* 0: 1 MiB. The cached tail; -1 cast to uint64_t (UINT64_MAX) disables it. */
     uint64_t tail_bytes;
