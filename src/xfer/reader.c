@@ -415,8 +415,7 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
         busy++;
         f = e;
     }
-    if (f >= rd->tail_start && f < target + seg && !rd->tail && rd->tail_start < rd->size &&
-        busy < k) {
+    if (f >= rd->tail_start && !rd->tail && rd->tail_start < rd->size && busy < k) {
         /* the read-ahead reached the cached tail: fetch it now, not when the reader gets
          * there (it would wait for a whole request then) */
         rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
