@@ -9,6 +9,7 @@
  *   xfer_fault_test download_buffer BUCKET KEY DST SIZE   s3f_download_buffer, then DST
  *   xfer_fault_test download_file   BUCKET KEY DST        s3f_download_file
  *   xfer_fault_test reader          BUCKET KEY DST [N]    s3f_reader_*, reads of N bytes
+ *   xfer_fault_test download_stream BUCKET KEY DST        s3f_download_stream into DST
  *   xfer_fault_test put_if_absent   BUCKET KEY SRC        s3f_put_object, If-None-Match: *
  *   xfer_fault_test download_alloc  BUCKET KEY DST        s3f_download_alloc, then DST
  *
@@ -128,6 +129,14 @@ static void *head_during_main(void *arg) {
     h->st = s3f_head_object(h->c, h->bucket, h->key, NULL, NULL, &e);
     h->attempts = e.attempts ? e.attempts : 1; /* set on failure (404 included) */
     return NULL;
+}
+
+/* download_stream: bytes in order into a FILE (fails on a gap: they must come in order) */
+static int stream_sink(void *ud, const void *data, size_t len, uint64_t offset) {
+    FILE *f = ud;
+    if ((uint64_t)ftello(f) != offset)
+        return 1;
+    return fwrite(data, 1, len, f) == len ? 0 : 1;
 }
 
 static int report(enum s3f_status st, double t0, const struct s3f_error *e,
@@ -291,6 +300,16 @@ int main(int argc, char **argv) {
         struct s3f_download_options d = {.verify_checksum = (int)atoi(
                                              getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
         st = s3f_download_file(c, bucket, key, path, &d, &info, &e);
+        rc = report(st, t0, &e, &info);
+    } else if (strcmp(op, "download_stream") == 0) {
+        /* the bytes go to the file in order as they come (a stream cannot take them back:
+         * after a failure the file holds what came before it) */
+        struct s3f_download_options d = {.verify_checksum = (int)atoi(
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+        FILE *f = fopen(path, "wb");
+        st = f ? s3f_download_stream(c, bucket, key, &d, stream_sink, f, &info, &e) : S3F_ERR_IO;
+        if (f && fclose(f) != 0 && st == S3F_OK)
+            st = S3F_ERR_IO;
         rc = report(st, t0, &e, &info);
     } else if (strcmp(op, "reader") == 0) {
         size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 65536;
