@@ -245,6 +245,12 @@ struct s3f_client_stats {
     uint32_t pending_aborts;         /* AbortMultipartUpload calls of failed uploads that
                                         failed too (server away) and are retried in the
                                         background; s3f_client_free tries them once more */
+    /* The bandwidth-delay estimate that sizes max_inflight_requests (unless configured) and
+     * the readers' read-ahead (docs/TRANSFER.md): one connection's throughput, the
+     * first-byte latency, and the requests measured (0: the prior, 50 MB/s and 30 ms). */
+    double connection_bytes_per_s;
+    double first_byte_latency_s;
+    uint32_t estimate_samples;
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */

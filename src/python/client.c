@@ -799,7 +799,7 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
     struct s3f_client_stats s;
     memset(&s, 0, sizeof(s));
     s3f_client_stats(c, &s, reset);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K}",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K,s:d,s:d,s:I}",
                          "part_size_bytes", (unsigned long long)s.part_size_bytes,
                          "pool_limit_bytes", (unsigned long long)s.pool_limit_bytes,
                          "pool_in_use_bytes", (unsigned long long)s.pool_in_use_bytes,
@@ -808,7 +808,10 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
                          "max_inflight_requests", (unsigned int)s.max_inflight_requests,
                          "inflight_requests", (unsigned int)s.inflight_requests,
                          "inflight_high_water", (unsigned int)s.inflight_high_water,
-                         "requests_started", (unsigned long long)s.requests_started);
+                         "requests_started", (unsigned long long)s.requests_started,
+                         "connection_bytes_per_s", s.connection_bytes_per_s,
+                         "first_byte_latency_s", s.first_byte_latency_s,
+                         "estimate_samples", (unsigned int)s.estimate_samples);
 }
 
 static PyObject *Client_get_region(ClientObject *self, void *unused) {

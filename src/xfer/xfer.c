@@ -133,6 +133,11 @@ void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int re
         x->sched.inflight_high_water = x->sched.inflight;
     pthread_mutex_unlock(&x->sched.lock);
     out->pending_aborts = s3f__janitor_pending(&x->janitor);
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&x->bdp, &e);
+    out->connection_bytes_per_s = e.conn_bps;
+    out->first_byte_latency_s = e.latency_s;
+    out->estimate_samples = e.samples;
     if (reset_high_water)
         s3f__pool_reset_high_water(&x->pool);
 }

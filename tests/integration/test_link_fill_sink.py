@@ -61,6 +61,14 @@ def test_reader_fills_paced_connections(rgw, paced, tmp_path):
               FAULT_PART_BYTES=8 * MIB)
     assert r.rc == 0, r
     assert is_pattern(dst.read_bytes())
+    # the estimate the read-ahead was sized from: what the sink paced, measured by the
+    # client (a loaded machine only ever slows a connection, and adds latency)
+    bps, lat = float(r.kv["estimate_bps"]), float(r.kv["estimate_latency_ms"])
+    print(f"estimate: {bps / MIB:.1f} MiB/s per connection, {lat:.1f} ms to the first byte, "
+          f"{r.kv['estimate_samples']} requests")
+    assert int(r.kv["estimate_samples"]) >= 4
+    assert 0.5 * RATE <= bps <= 1.3 * RATE, bps  # a token bucket lets a burst through
+    assert lat >= 20, lat
     busy, rows = busy_on_average(paced)
     print(f"reader: {busy:.2f} of {CONNECTIONS} connections busy on average")
     assert busy >= 0.65 * CONNECTIONS, rows

@@ -28,7 +28,9 @@
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
- * "size=N etag=...", then "requests_started=N" (the client's stats); for the writer
+ * "size=N etag=...", then "requests_started=N" and the bandwidth-delay estimate
+ * ("estimate_bps=... estimate_latency_ms=... estimate_samples=N max_inflight=N"; the
+ * client's stats); for the writer
  * also "write_status=NAME at=OFFSET" of the first failed write; last "client_free_s=SECONDS", the time s3f_client_free took. Exits 0 on S3F_OK,
  * 1 on a failed transfer, 2 on a usage or local error. */
 #include <pthread.h>
@@ -365,6 +367,9 @@ int main(int argc, char **argv) {
     struct s3f_client_stats fs;
     s3f_client_stats(c, &fs, 0);
     printf("requests_started=%llu\n", (unsigned long long)fs.requests_started);
+    printf("estimate_bps=%.0f estimate_latency_ms=%.2f estimate_samples=%u max_inflight=%u\n",
+           fs.connection_bytes_per_s, fs.first_byte_latency_s * 1e3, fs.estimate_samples,
+           fs.max_inflight_requests);
     fflush(stdout);
     double t_free = now_s();
     s3f_client_free(c);
