@@ -98,7 +98,9 @@ def test_download_file_fills_the_link(rgw, proxy, bucket, big_object, tmp_path):
     first, others = log[0], log[1:]
     assert first["range"] == f"bytes=0-{5 * MIB - 1}", first
     started_early = [e for e in others if e["time"] < first["done"]]
-    assert len(started_early) >= n - 2, (first, others)  # all but one, give or take a thread
+    # before: none (they waited for the whole first part); now those the first one's I/O
+    # thread and the other have connections for (4 of 5 here)
+    assert len(started_early) >= n // 2, (first, others)
     # 25 requests on 6 connections: the last part runs alone, whatever the engine does
     assert busy >= 0.75 * n, (busy, span)
     assert SIZE / span >= 0.6 * n * rate, (busy, span)
