@@ -271,6 +271,12 @@ struct s3f_client_stats {
     uint64_t cache_hit_bytes;        /* bytes served from the cache */
     uint64_t cache_inserted_bytes;   /* bytes written into the cache */
     uint64_t cache_errors;           /* cache operations that failed and were bypassed */
+    /* The bandwidth-delay estimate that sizes max_inflight_requests (unless configured) and
+     * the readers' read-ahead (docs/TRANSFER.md): one connection's throughput, the
+     * first-byte latency, and the requests measured (0: the prior, 50 MB/s and 30 ms). */
+    double connection_bytes_per_s;
+    double first_byte_latency_s;
+    uint32_t estimate_samples;
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */
@@ -571,6 +577,24 @@ S3F_API enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *buc
                                            void **data, size_t *len,
                                            struct s3f_object_info *info,
                                            struct s3f_error *err);
+/* Download a whole object to `sink`, in order, from one offset to the next (stdout, a
+ * pipe, a socket: a destination that cannot be written out of order), with several ranged
+ * GETs in flight at once: as many as the link needs (see s3f_reader: the read-ahead of a
+ * sequential read, sized from the measured bandwidth-delay product, within the memory
+ * limit). One HEAD first (size, ETag, checksum); every GET carries If-Match. An object of
+ * at most one part (the client's part_size_bytes) goes in one GET, as s3f_get_object,
+ * its bytes handed over as they arrive. `sink` runs
+ * on the calling thread; a non-zero return stops the download (S3F_ERR_ABORTED).
+ * Options: version_id, if_match, progress; verify_checksum >= 0 (0 or 1) verifies the
+ * whole-object checksum the server keeps (CRC32C, CRC32 or CRC64NVME; not a checksum of
+ * part checksums) over the bytes delivered, at the end: S3F_ERR_CHECKSUM after the sink
+ * has had every byte. part_size_bytes and fsync are not used. */
+S3F_API enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket,
+                                            const char *key,
+                                            const struct s3f_download_options *opts,
+                                            s3f_write_fn sink, void *sink_user_data,
+                                            struct s3f_object_info *info,
+                                            struct s3f_error *err);
 /* Download into the concatenation of `n_iov` regions (the object may be shorter). */
 S3F_API enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket,
                                          const char *key, const struct s3f_iovec *iov,
@@ -586,8 +610,9 @@ S3F_API enum s3f_status s3f_download_file(struct s3f_client *c, const char *buck
                                           struct s3f_error *err);
 
 /* A random-access reader (what torch.load and dataset loaders read from). Sequential reads
- * start a read-ahead window at 1 MiB that doubles up to readahead_max_bytes, with the
- * requests in parallel; a jump shrinks the window back. The last bytes of the object
+ * start a read-ahead window at 1 MiB that doubles up to what fills the link (as many
+ * segments in flight as the client's measured bandwidth-delay product needs, each its own
+ * request) and readahead_max_bytes; a jump shrinks the window back. The last bytes of the object
  * (tail_bytes) are fetched once, on the first read near the end, and kept (zip central
  * directories). Large reads go straight into the caller's buffer; others are copied once
  * from the window. Every request carries If-Match with the ETag from open, and every answer
@@ -597,8 +622,9 @@ struct s3f_reader;
 struct s3f_reader_options {
     const char *version_id;
     const char *if_match;          /* NULL: the ETag found at open */
-    /* 0: min(64 MiB, a quarter of the memory limit). Cap of the read-ahead window, which
-     * lives in the client's buffer pool (read-ahead is skipped when the pool is full). */
+    /* 0: half the memory limit (also the most allowed). Cap of the read-ahead window, which
+     * lives in the client's buffer pool (read-ahead is skipped when the pool is full); the
+     * window itself follows the link (docs/TRANSFER.md). */
     uint64_t readahead_max_bytes;
     /* 0: 1 MiB. The cached tail; -1 cast to uint64_t (UINT64_MAX) disables it. */
     uint64_t tail_bytes;

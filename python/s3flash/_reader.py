@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 
 # What each constructor asks of the native reader (src/xfer/reader.c): the cap of the
-# read-ahead window (0: the engine's default, min(64 MiB, memory limit / 4)) and the tail
+# read-ahead window (0: the engine's default: what fills the link, at most half the memory
+# limit) and the tail
 # cache (0: 1 MiB, where torch.load finds the zip's central directory).
 _SEQUENTIAL_READAHEAD = 0
 _RANGE_MIN_BUFFER = 64 * 1024  # buffer_size=0: no real read-ahead, just what is asked
@@ -196,7 +197,7 @@ S3ReaderConstructorProtocol = Callable[..., S3Reader]
 
 class SequentialS3Reader(S3Reader):
     """The reader of ``S3ReaderConstructor.sequential()``: a read-ahead window that grows
-    while reads are sequential (up to the engine's cap, 64 MiB by default). Unlike
+    while reads are sequential (up to what fills the link, at most half the memory limit). Unlike
     s3torchconnector's, it never buffers the whole object in memory."""
 
     def __init__(self, client: "S3Client", bucket: str, key: str, **kwargs: Any):
@@ -312,8 +313,10 @@ class S3ReaderConstructor:
     Every reader is the engine's random-access reader; the constructors choose its
     read-ahead:
 
-    - ``sequential()`` (``SequentialS3Reader``): read-ahead window growing up to the
-      engine's cap (64 MiB by default). Best for whole-object reads such as torch.load.
+    - ``sequential()`` (``SequentialS3Reader``): read-ahead window growing up to what
+      fills the link (segments in flight from the measured per-connection throughput and
+      first-byte latency; at most half the memory limit). Best for whole-object reads such
+      as torch.load.
       Unlike s3torchconnector, the object is never buffered whole in memory.
     - ``range_based(buffer_size=None)`` (``RangedS3Reader``): read-ahead capped at
       ``buffer_size`` (None: ``DEFAULT_BUFFER_SIZE``, 8 MiB; 0: no read-ahead beyond

@@ -3,7 +3,8 @@
  *                 stdin with the streaming writer (multipart, any length);
  *   S3 -> local   s3f_download_file (parallel ranged GETs with If-Match) inside a private
  *                 temporary directory beside the destination, renamed into place; stdout,
- *                 FIFOs and character devices are streamed with one GetObject;
+ *                 FIFOs and character devices are streamed in order (s3f_download_stream:
+ *                 several ranged GETs in flight);
  *   S3 -> S3      s3f_copy (server side: CopyObject, or UploadPartCopy parts in parallel).
  * With --recursive the objects are planned first (a directory walk or a listing, filtered
  * by --exclude/--include), then the job pool of transfer.c runs whole-object transfers on

@@ -1,5 +1,5 @@
 /* One object at a time, through the transfer engine: downloads to a file (in a temporary
- * directory of tmpdirs.c, renamed into place) or to stdout (one GetObject, resumed), uploads
+ * directory of tmpdirs.c, renamed into place) or to stdout (s3f_download_stream), uploads
  * of a file (s3f_upload_file) or of stdin (the streaming writer). cp, mv, sync and cat use
  * them, and the job pool of transfer.c runs them for --recursive. */
 #include <dirent.h>
@@ -52,7 +52,7 @@ struct fd_sink {
 static int sink_write(void *user_data, const void *data, size_t len, uint64_t offset) {
     struct fd_sink *s = user_data;
     const char *p = data;
-    (void)offset; /* s3f_get_object delivers the bytes in order */
+    (void)offset; /* s3f_download_stream delivers the bytes in order */
     while (len > 0) {
         ssize_t n = write(s->fd, p, len);
         if (n < 0) {
@@ -67,15 +67,16 @@ static int sink_write(void *user_data, const void *data, size_t len, uint64_t of
     return 0;
 }
 
-/* Stream the object into `fd` (stdout, a FIFO, a character device): one GetObject. */
+/* Stream the object into `fd` (stdout, a FIFO, a character device): ranged GETs in
+ * flight as the link needs them, the bytes written in order (s3f_download_stream). */
 static enum s3f_status download_stream(struct cli_ctx *ctx, struct s3f_client *c,
                                        const char *bucket, const char *key, int fd,
                                        const char *name, struct s3f_error *err) {
-    struct s3f_get_options go;
-    memset(&go, 0, sizeof(go));
-    go.verify_checksum = ctx->engine.checksum == S3F_CHECKSUM_NONE ? 0 : 1;
+    struct s3f_download_options o;
+    memset(&o, 0, sizeof(o));
+    o.verify_checksum = ctx->engine.checksum == S3F_CHECKSUM_NONE ? -1 : 1;
     struct fd_sink sink = {.fd = fd, .write_errno = 0};
-    enum s3f_status st = s3f_get_object(c, bucket, key, &go, sink_write, &sink, NULL, err);
+    enum s3f_status st = s3f_download_stream(c, bucket, key, &o, sink_write, &sink, NULL, err);
     if (st != S3F_OK && sink.write_errno) {
         if (sink.write_errno == EPIPE && fd == STDOUT_FILENO)
             return S3F_ERR_ABORTED; /* the reader went away: nothing to say */

@@ -110,6 +110,10 @@ struct download {
     size_t wq_cap, wq_head;
     size_t wq_n;                /* also read without the lock (atomically) by sink_file */
     int write_errno;            /* the caller's pwrite failed (also read by I/O threads) */
+    /* planned from the first response's head, before its body is in (plan_parts): parts to
+     * queue and the checksum HEAD to send, by the caller's thread (not from a sink) */
+    uint32_t early_queue;
+    bool early_head;
 };
 
 struct dreq {
@@ -124,6 +128,8 @@ struct dreq {
     uint64_t stage_off;
     size_t stage_len;
     struct s3f_error err;
+    struct s3f__xfer_timing t;  /* for the bandwidth-delay estimator */
+    bool head_seen;             /* the first request: its response's head was looked at */
 };
 
 #define set_state(d, s) set_state_at(d, s, __LINE__)
@@ -294,11 +300,100 @@ static int sink_file(struct dreq *q, const char *p, size_t len, uint64_t offset)
     return 0;
 }
 
+/* The size and the ETag are known (d->size, d->etag; lock held): check them against the
+ * destination, lay out the parts (part 0 is the first request, still in flight or done)
+ * and decide the checksum HEAD. *queue: parts to hand to the scheduler; *send_head: the
+ * HEAD to submit (counted in outstanding already). Both with no lock held. */
+static void plan_parts(struct download *d, uint32_t *queue, bool *send_head) {
+    if (d->dst == DST_MEMORY && d->size > d->capacity) {
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "download", d->resource,
+                       "the object has %" PRIu64 " bytes, more than the %" PRIu64
+                       " bytes of the buffer",
+                       d->size, d->capacity);
+        fail(d, S3F_ERR_INVALID_ARGUMENT, &e);
+        return;
+    }
+    if (d->dst == DST_FILE && ftruncate(d->fd, (off_t)d->size) != 0) {
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        s3f__error_set(&e, S3F_ERR_IO, "download", d->resource, "cannot size the file: %s",
+                       strerror(errno));
+        fail(d, S3F_ERR_IO, &e);
+        return;
+    }
+    uint32_t n = s3f__plan_part_count(d->size, d->part_size);
+    d->parts = calloc(n, sizeof(*d->parts));
+    if (!d->parts) {
+        fail(d, S3F_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    d->n_parts = n;
+    for (uint32_t i = 0; i < n; i++) {
+        d->parts[i].offset = (uint64_t)i * d->part_size;
+        d->parts[i].size = i + 1 < n ? d->part_size : d->size - (uint64_t)i * d->part_size;
+        s3f__checksum_init(&d->parts[i].ck, d->alg);
+    }
+    d->parts[0].state = DP_SENDING;
+    d->parts_done = 0;
+    d->next_part = 1;
+    *queue = n - 1;
+    set_state(d, DL_PARTS);
+    s3f__log(&d->c->logger, S3F_LOG_DEBUG,
+             "download %s: %" PRIu64 " bytes, %u part%s of %" PRIu64 ", ETag %s", d->resource,
+             d->size, n, n == 1 ? "" : "s", d->part_size, d->etag);
+    bool want = d->alg != S3F_CHECKSUM_NONE && (d->verify > 0 || (d->verify == 0 && n > 1));
+    if (want && !d->head_running) {
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        if (s3f__op_get(&d->head, true, d->bucket, d->key, d->version_id,
+                        d->etag[0] ? d->etag : NULL, true, &e) == S3F_OK) {
+            d->head_running = true;
+            d->outstanding++;
+            *send_head = true;
+        }
+    }
+}
+
+/* The first request's first body bytes (I/O thread, in the sink): its head tells the
+ * object's size and ETag, so the other parts can start now instead of after the whole
+ * first part (at tens of MB/s per connection, a part takes as long as all the others
+ * together on a wide link). The caller's thread queues them (download_run). */
+static void first_head(struct dreq *q) {
+    struct download *d = q->d;
+    q->head_seen = true;
+    struct s3f__s3_response_head h;
+    s3f__s3_response_head(&q->op.r, &h);
+    uint64_t total;
+    if (h.has_total_size)
+        total = h.total_size;
+    else if (h.has_content_length)
+        total = h.content_length; /* a 200: the whole object */
+    else
+        return; /* planned when the request completes */
+    pthread_mutex_lock(&d->lock);
+    if (d->state == DL_FIRST && !d->status) {
+        d->size = total;
+        s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : h.etag, sizeof(d->etag));
+        uint32_t queue = 0;
+        bool send_head = false;
+        plan_parts(d, &queue, &send_head);
+        d->early_queue += queue;
+        d->early_head = d->early_head || send_head;
+        pthread_cond_broadcast(&d->cond);
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
 static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
     struct dreq *q = ud;
     struct download *d = q->d;
     s3f__checksum_update(&q->ck, data, len);
     q->bytes += len;
+    s3f__xfer_timing_body(&q->t, len);
+    if (q->part == SIZE_MAX && !q->head_seen)
+        first_head(q);
     if (d->dst == DST_FILE)
         return sink_file(q, data, len, offset);
     if (offset + len > d->capacity) {
@@ -358,20 +453,17 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     } else if (st) {
         fail(d, st, &q->err);
     } else if (q->part == SIZE_MAX) {
-        /* the first response: size, ETag, then the plan */
+        /* the first response: size, ETag and the plan, unless its head gave them already */
         d->info = q->op.info;
-        d->size = q->op.info.size;
-        s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : q->op.info.etag,
-                     sizeof(d->etag));
+        if (d->state == DL_FIRST) {
+            d->size = q->op.info.size;
+            s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : q->op.info.etag,
+                         sizeof(d->etag));
+            plan_parts(d, &queue, &send_head);
+        }
         uint64_t first = d->size < d->part_size ? d->size : d->part_size;
-        if (d->dst == DST_MEMORY && d->size > d->capacity) {
-            struct s3f_error e;
-            s3f_error_clear(&e);
-            s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "download", d->resource,
-                           "the object has %" PRIu64 " bytes, more than the %" PRIu64
-                           " bytes of the buffer",
-                           d->size, d->capacity);
-            fail(d, S3F_ERR_INVALID_ARGUMENT, &e);
+        if (d->status || d->state != DL_PARTS) {
+            /* failed while planning */
         } else if (q->bytes != first) {
             struct s3f_error e;
             s3f_error_clear(&e);
@@ -379,48 +471,11 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
                            "the first response had %" PRIu64 " bytes, %" PRIu64 " expected",
                            q->bytes, first);
             fail(d, S3F_ERR_BAD_RESPONSE, &e);
-        } else if (d->dst == DST_FILE && ftruncate(d->fd, (off_t)d->size) != 0) {
-            struct s3f_error e;
-            s3f_error_clear(&e);
-            s3f__error_set(&e, S3F_ERR_IO, "download", d->resource,
-                           "cannot size the file: %s", strerror(errno));
-            fail(d, S3F_ERR_IO, &e);
         } else {
-            uint32_t n = s3f__plan_part_count(d->size, d->part_size);
-            d->parts = calloc(n, sizeof(*d->parts));
-            if (!d->parts) {
-                fail(d, S3F_ERR_NO_MEMORY, NULL);
-            } else {
-                d->n_parts = n;
-                for (uint32_t i = 0; i < n; i++) {
-                    d->parts[i].offset = (uint64_t)i * d->part_size;
-                    d->parts[i].size = i + 1 < n ? d->part_size
-                                                 : d->size - (uint64_t)i * d->part_size;
-                    s3f__checksum_init(&d->parts[i].ck, d->alg);
-                }
-                d->parts[0].ck = q->ck;
-                d->parts[0].state = DP_DONE;
-                d->parts_done = 1;
-                d->next_part = 1;
-                d->bytes_done = q->bytes;
-                queue = n - 1;
-                set_state(d, DL_PARTS);
-                s3f__log(&d->c->logger, S3F_LOG_DEBUG,
-                         "download %s: %" PRIu64 " bytes, %u part%s of %" PRIu64 ", ETag %s",
-                         d->resource, d->size, n, n == 1 ? "" : "s", d->part_size, d->etag);
-                bool want = d->alg != S3F_CHECKSUM_NONE &&
-                            (d->verify > 0 || (d->verify == 0 && n > 1));
-                if (want && !d->head_running) {
-                    struct s3f_error e;
-                    s3f_error_clear(&e);
-                    if (s3f__op_get(&d->head, true, d->bucket, d->key, d->version_id,
-                                    d->etag[0] ? d->etag : NULL, true, &e) == S3F_OK) {
-                        d->head_running = true;
-                        d->outstanding++;
-                        send_head = true;
-                    }
-                }
-            }
+            d->parts[0].ck = q->ck;
+            d->parts[0].state = DP_DONE;
+            d->parts_done++;
+            d->bytes_done += q->bytes;
         }
     } else if (q->bytes != d->parts[q->part].size) {
         /* the executor checks every response; this is the last guard against a hole */
@@ -441,6 +496,8 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     advance(d);
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
+    if (st == S3F_OK)
+        s3f__xfer_observe_timing(d->x, &q->t);
     s3f__op_cleanup(&q->op);
     free(q);
     if (send_head)
@@ -549,6 +606,7 @@ static bool start_get(struct s3f__sched_entry *e) {
     }
     d->outstanding++;
     pthread_mutex_unlock(&d->lock);
+    q->t.start_ns = s3f__now_ns();
     s3f__s3_submit(d->c, r, &q->err, part_finished, q);
     return true;
 }
@@ -657,6 +715,25 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
     s3f__sched_add(&d->x->sched, &d->entry, 1);
     pthread_mutex_lock(&d->lock);
     for (;;) {
+        if (d->early_queue || d->early_head) {
+            uint32_t n = d->early_queue;
+            bool head = d->early_head;
+            d->early_queue = 0;
+            d->early_head = false;
+            if (head && d->status) { /* failed meanwhile: the HEAD is not needed */
+                head = false;
+                d->head_running = false;
+                d->outstanding--;
+                advance(d);
+            }
+            pthread_mutex_unlock(&d->lock);
+            if (head)
+                s3f__s3_submit(d->c, &d->head.r, &d->head_err, head_done, d);
+            if (n)
+                s3f__sched_add(&d->x->sched, &d->entry, n);
+            pthread_mutex_lock(&d->lock);
+            continue;
+        }
         if (d->wq_n) {
             /* a file's chunk to write (after a failure: only to give back) */
             struct wchunk w = d->wq[d->wq_head];

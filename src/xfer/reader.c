@@ -17,7 +17,6 @@
 #include "xfer/xfer.h"
 
 #define WINDOW_MIN S3F__MIB               /* first read-ahead, and after a jump */
-#define WINDOW_MAX_DEFAULT (64 * S3F__MIB)
 #define TAIL_DEFAULT S3F__MIB
 #define MERGE_GAP (256u << 10)            /* a miss this close past the window extends it */
 #define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
@@ -33,6 +32,7 @@ struct seg {
     enum s3f_status status;
     struct s3f_error err;
     struct s3f__op op;
+    struct s3f__xfer_timing t;            /* for the bandwidth-delay estimator */
     struct seg *next;                     /* in the window, the private list or dead list */
     struct seg *qnext;                    /* in the start queue */
 };
@@ -174,6 +174,7 @@ static int seg_sink(void *ud, const void *data, size_t len, uint64_t offset) {
             left -= n;
         }
     }
+    s3f__xfer_timing_body(&s->t, len);
     pthread_mutex_lock(&rd->lock);
     s->filled = offset + len - s->start;
     pthread_cond_broadcast(&rd->cond);
@@ -185,6 +186,8 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     struct seg *s = ud;
     struct s3f_reader *rd = s->rd;
     (void)r;
+    struct s3f__xfer_timing t = s->t;
+    bool measured = false;
     pthread_mutex_lock(&rd->lock);
     rd->callbacks++;
     rd->outstanding--;
@@ -198,6 +201,7 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         seg_free(rd, s);
     } else if (st == S3F_OK && s->filled == s->end - s->start) {
         s->done = true;
+        measured = true;
     } else {
         s->failed = true;
         s->status = st ? st : S3F_ERR_BAD_RESPONSE;
@@ -211,6 +215,8 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     }
     pthread_cond_broadcast(&rd->cond);
     pthread_mutex_unlock(&rd->lock);
+    if (measured)
+        s3f__xfer_observe_timing(rd->x, &t);
     s3f__sched_done(&rd->x->sched);
     pthread_mutex_lock(&rd->lock);
     rd->callbacks--;
@@ -247,6 +253,7 @@ static bool start_seg(struct s3f__sched_entry *e) {
     s->op.r.has_object_size = true; /* pinned at open, as the ETag (If-Match) */
     s->op.r.object_size = rd->size;
     s->in_flight = true;
+    s->t.start_ns = s3f__now_ns();
     rd->outstanding++;
     pthread_mutex_unlock(&rd->lock);
     s3f__s3_submit(rd->c, &s->op.r, &s->err, seg_done, s);
@@ -357,32 +364,68 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
     return st;
 }
 
+/* The read-ahead's shape from the client's bandwidth-delay estimate (lock held): k
+ * segments of *seg bytes in flight fill the link for the throughput target, within the
+ * request slots and the window's cap. */
+static void plan_segments(struct s3f_reader *rd, uint64_t *seg, uint32_t *k) {
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&rd->x->bdp, &e);
+    pthread_mutex_lock(&rd->x->sched.lock);
+    uint32_t slots = rd->x->sched.max_inflight;
+    pthread_mutex_unlock(&rd->x->sched.lock);
+    s3f__bdp_plan_window(&e, s3f__xfer_target_bps(rd->x), rd->part_size, S3F__MIB, slots,
+                         rd->window_max, seg, k);
+}
+
 /* Read-ahead after a sequential read that ended at pos (lock held): keep [pos, pos+window)
- * covered with segments of up to a part, while the pool has room; grow the window. */
+ * covered with segments, each on its own request, so that up to k of them are in flight
+ * at once (plan_segments); topped up as soon as one completes, while the pool has room.
+ * The window doubles with each top-up, up to what k segments and the one being read need
+ * (and never past window_max). */
 static void prefetch(struct s3f_reader *rd, uint64_t pos) {
     if (!rd->window_max)
         return;
+    uint64_t seg;
+    uint32_t k;
+    plan_segments(rd, &seg, &k);
+    if (k < 2)
+        k = 2; /* one being read, one coming: a fast link still overlaps the two */
+    uint64_t cap = ((uint64_t)k + 2) * seg;
+    if (cap > rd->window_max)
+        cap = rd->window_max;
+    if (rd->window > cap)
+        rd->window = cap;
     uint64_t target = pos + rd->window;
     if (target > rd->tail_start)
         target = rd->tail_start;
     uint64_t f = window_end(rd);
     if (f < pos)
         f = pos;
-    if (f >= target || f - pos >= rd->window / 2)
-        return; /* enough ahead: grow only as the reader catches up */
+    uint32_t busy = 0;
+    for (struct seg *s = rd->window_segs; s; s = s->next)
+        if (s->end > pos && !s->done && !s->failed)
+            busy++;
     uint32_t n = 0;
-    while (f < target) {
-        uint64_t step = rd->window < rd->part_size ? rd->window : rd->part_size;
+    while (f < target && busy < k) {
+        uint64_t step = rd->window < seg ? rd->window : seg;
         uint64_t e = f + step < rd->tail_start ? f + step : rd->tail_start;
         struct seg *s = seg_new(rd, f, e, NULL);
         if (!s)
             break; /* the pool is full: read-ahead is optional */
         insert_seg(rd, s);
         n += seg_queue(rd, s);
+        busy++;
         f = e;
     }
-    if (n && rd->window < rd->window_max)
-        rd->window = rd->window * 2 < rd->window_max ? rd->window * 2 : rd->window_max;
+    if (f >= rd->tail_start && !rd->tail && rd->tail_start < rd->size && busy < k) {
+        /* the read-ahead reached the cached tail: fetch it now, not when the reader gets
+         * there (it would wait for a whole request then) */
+        rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
+        if (rd->tail)
+            n += seg_queue(rd, rd->tail);
+    }
+    if (n && rd->window < cap)
+        rd->window = rd->window * 2 < cap ? rd->window * 2 : cap;
     kick(rd, n);
 }
 
@@ -486,6 +529,16 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     return st;
 }
 
+void s3f__reader_sequential(struct s3f_reader *rd) {
+    pthread_mutex_lock(&rd->lock);
+    if (!rd->window_segs && rd->window_max) {
+        rd->window = rd->window_max; /* prefetch trims it to what the link needs */
+        prefetch(rd, 0);
+        rd->seq_next = 0;
+    }
+    pthread_mutex_unlock(&rd->lock);
+}
+
 /* ---- the public calls ---------------------------------------------------------------- */
 
 enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const char *key,
@@ -552,12 +605,11 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     }
     s3f__s3_resource(rd->resource, sizeof(rd->resource), bucket, key);
     rd->part_size = x->part_size;
-    uint64_t quarter = x->memory_limit / 4;
-    rd->window_max = opts->readahead_max_bytes ? opts->readahead_max_bytes
-                                               : (WINDOW_MAX_DEFAULT < quarter ? WINDOW_MAX_DEFAULT
-                                                                               : quarter);
-    if (rd->window_max > quarter)
-        rd->window_max = quarter;
+    uint64_t quarter = x->memory_limit / 4, half = x->memory_limit / 2;
+    /* the window itself follows the bandwidth-delay product (prefetch); this is its cap */
+    rd->window_max = opts->readahead_max_bytes ? opts->readahead_max_bytes : half;
+    if (rd->window_max > half)
+        rd->window_max = half;
     rd->window = WINDOW_MIN < rd->window_max ? WINDOW_MIN : rd->window_max;
     uint64_t tail = opts->tail_bytes == UINT64_MAX ? 0
                     : opts->tail_bytes               ? opts->tail_bytes

@@ -114,3 +114,12 @@ void s3f__sched_done(struct s3f__sched *s) {
     pthread_mutex_unlock(&s->lock);
     pump(s);
 }
+
+void s3f__sched_set_max(struct s3f__sched *s, uint32_t max_inflight) {
+    pthread_mutex_lock(&s->lock);
+    bool raised = max_inflight > s->max_inflight;
+    s->max_inflight = max_inflight ? max_inflight : 1;
+    pthread_mutex_unlock(&s->lock);
+    if (raised)
+        pump(s);
+}

@@ -275,6 +275,7 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     u->callbacks++;
     u->outstanding--;
     struct upart *p = &u->parts[q->part];
+    uint64_t p_size = p->size;
     s3f__up_release_chunks(u, p);
     if (u->source->done)
         st = u->source->done(u, q, st);
@@ -294,6 +295,8 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     s3f__up_advance(u, &act);
     pthread_cond_broadcast(&u->cond);
     pthread_mutex_unlock(&u->lock);
+    if (st == S3F_OK && !u->source->server_side && q->start_ns)
+        s3f__xfer_observe(u->x, p_size, UINT64_MAX, s3f__now_ns() - q->start_ns);
     s3f__op_cleanup(&q->op);
     free(q);
     s3f__up_do_actions(u, &act);
@@ -356,6 +359,7 @@ static bool start_part(struct s3f__sched_entry *e) {
     part_set_state(u, i, PART_SENDING);
     u->outstanding++;
     pthread_mutex_unlock(&u->lock);
+    q->start_ns = s3f__now_ns();
     s3f__s3_submit(u->c, r, &q->err, part_done, q);
     return true;
 }

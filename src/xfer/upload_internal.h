@@ -119,6 +119,7 @@ struct upreq {
     int read_errno;                       /* a file: pread failed (errno), or -1: the
                                            * file ended early (it shrank) */
     uint64_t read_at;                     /* file offset of that read */
+    uint64_t start_ns;                    /* submitted (for the bandwidth-delay estimator) */
 };
 
 /* One kind of source behind the session, as aws-c-s3 gives each kind of meta request its
@@ -137,6 +138,9 @@ struct up_source {
     void (*cleanup)(struct upload *u);
     /* The source may change under the upload: HEAD it before Complete (copies). */
     bool verify_before_complete;
+    /* No bytes cross the link (copies): the part's time is no measure of it, so it does
+     * not feed the bandwidth-delay estimator. */
+    bool server_side;
 };
 
 /* What to do once u->lock is released. */

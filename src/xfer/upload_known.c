@@ -174,6 +174,7 @@ static const struct up_source copy_source = {
     .request = copy_request,
     .done = copy_done,
     .verify_before_complete = true,
+    .server_side = true,
 };
 
 /* ---- uploads of known size ----------------------------------------------------------- */

@@ -69,6 +69,7 @@ static enum s3f_status engine_new(const struct s3f_client_options *opts,
 static void shared_free(struct s3f__xfer_shared *x) {
     s3f__janitor_cleanup(&x->janitor);
     s3f__sched_cleanup(&x->sched);
+    s3f__bdp_cleanup(&x->bdp);
     s3f__pool_cleanup(&x->pool);
     s3f__cache_free(x->cache);
     free(x);
@@ -103,10 +104,11 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
     x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
     x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
+    x->data_connections = s3f__http_pool_data_connections(c->http);
+    x->inflight_fixed = o->max_inflight_requests != 0;
     x->max_inflight = o->max_inflight_requests
                           ? o->max_inflight_requests
-                          : s3f__plan_inflight(x->target_gbps,
-                                               s3f__http_pool_data_connections(c->http));
+                          : s3f__plan_inflight(x->target_gbps, x->data_connections);
     x->checksum = o->checksum == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : o->checksum;
     if (s3f__pool_init(&x->pool, S3F__POOL_CHUNK, x->memory_limit)) {
         free(x);
@@ -114,6 +116,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
         goto out;
     }
     s3f__sched_init(&x->sched, x->max_inflight);
+    s3f__bdp_init(&x->bdp);
     s3f__janitor_init(&x->janitor);
     x->client = c;
     if (o->cache_dir) {
@@ -179,6 +182,49 @@ void s3f_client_free(struct s3f_client *c) {
     engine_free(e);
 }
 
+double s3f__xfer_target_bps(const struct s3f__xfer_shared *x) {
+    return x->target_gbps * 1e9 / 8;
+}
+
+void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t latency_ns,
+                       uint64_t body_ns) {
+    s3f__bdp_sample(&x->bdp, bytes, latency_ns, body_ns);
+    if (x->inflight_fixed)
+        return;
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&x->bdp, &e);
+    if (e.samples < 4)
+        return; /* the plan stands until a few requests were measured */
+    /* at most twice the plan: a slow server (not a slow link) also measures slow
+     * connections, and more requests would only queue there */
+    uint32_t ceiling = x->data_connections < 2 * x->max_inflight ? x->data_connections
+                                                                 : 2 * x->max_inflight;
+    if (ceiling < x->max_inflight)
+        ceiling = x->max_inflight;
+    uint32_t n = s3f__bdp_inflight(&e, s3f__xfer_target_bps(x), x->part_size, ceiling, 0);
+    if (n < x->max_inflight)
+        n = x->max_inflight;
+    pthread_mutex_lock(&x->sched.lock);
+    uint32_t cur = x->sched.max_inflight;
+    pthread_mutex_unlock(&x->sched.lock);
+    if (n != cur) {
+        if (x->client)
+            s3f__log(&x->client->logger, S3F_LOG_DEBUG,
+                     "transfers: %u requests in flight (was %u): %.1f MB/s per connection, "
+                     "%.1f ms to the first byte, %u requests measured",
+                     n, cur, e.conn_bps / 1e6, e.latency_s * 1e3, e.samples);
+        s3f__sched_set_max(&x->sched, n);
+    }
+}
+
+void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer_timing *t) {
+    if (!t->first_ns || t->first_ns < t->start_ns)
+        return;
+    /* the first piece arrived with the first byte: the body's rate is over the rest */
+    s3f__xfer_observe(x, t->bytes - t->first_len, t->first_ns - t->start_ns,
+                      t->last_ns - t->first_ns);
+}
+
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
     memset(out, 0, sizeof(*out));
     struct s3f__xfer_shared *x = NULL;
@@ -200,6 +246,11 @@ void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int re
         x->sched.inflight_high_water = x->sched.inflight;
     pthread_mutex_unlock(&x->sched.lock);
     out->pending_aborts = s3f__janitor_pending(&x->janitor);
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&x->bdp, &e);
+    out->connection_bytes_per_s = e.conn_bps;
+    out->first_byte_latency_s = e.latency_s;
+    out->estimate_samples = e.samples;
     if (reset_high_water)
         s3f__pool_reset_high_water(&x->pool);
     if (x->cache) {

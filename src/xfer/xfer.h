@@ -57,6 +57,40 @@ uint64_t s3f__plan_stream_capacity(uint64_t base, uint64_t cap, uint32_t n_parts
  * estimate of one connection to S3), at least 4, at most `max_connections`. */
 uint32_t s3f__plan_inflight(double gbps, uint32_t max_connections);
 
+/* ---- the bandwidth-delay estimator (bdp.c) ------------------------------------------ */
+
+/* Per-client EWMAs of one connection's throughput and of the first-byte latency, from
+ * completed data requests. Thread-safe (its own lock, taken briefly; no other lock is
+ * taken inside it). */
+struct s3f__bdp {
+    pthread_mutex_t lock;
+    double conn_bps;              /* bytes/s of one connection's body */
+    double latency_s;             /* start of a request to its first body byte */
+    uint32_t samples, bps_samples;
+};
+struct s3f__bdp_estimate {
+    double conn_bps, latency_s;
+    uint32_t samples;             /* requests measured (0: the prior) */
+};
+/* Prior: 50 MB/s (0.4 Gbit/s) per connection, 30 ms to the first byte. */
+void s3f__bdp_init(struct s3f__bdp *b);
+void s3f__bdp_cleanup(struct s3f__bdp *b);
+/* A request completed: `bytes` of body, its first byte `latency_ns` after it started, its
+ * body over `body_ns`. Bodies under 256 KiB or 1 ms update only the latency; latency_ns
+ * UINT64_MAX (unknown: an upload) updates only the throughput. */
+void s3f__bdp_sample(struct s3f__bdp *b, uint64_t bytes, uint64_t latency_ns, uint64_t body_ns);
+void s3f__bdp_get(struct s3f__bdp *b, struct s3f__bdp_estimate *out);
+/* Requests of `request_bytes` to keep in flight for `target_bps` (bytes/s):
+ * ceil(target x (latency + request_bytes / conn_bps) / request_bytes), at least 1, at
+ * most max_requests and (when memory_bytes is not 0) memory_bytes / request_bytes. */
+uint32_t s3f__bdp_inflight(const struct s3f__bdp_estimate *e, double target_bps,
+                           uint64_t request_bytes, uint32_t max_requests, uint64_t memory_bytes);
+/* A read-ahead: *requests of *request_bytes (part_bytes, or smaller in whole min_bytes
+ * when that many parts would not fit in budget_bytes; 0: no budget). */
+void s3f__bdp_plan_window(const struct s3f__bdp_estimate *e, double target_bps,
+                          uint64_t part_bytes, uint64_t min_bytes, uint32_t max_requests,
+                          uint64_t budget_bytes, uint64_t *request_bytes, uint32_t *requests);
+
 /* ---- the bounded buffer pool (pool.c) ---------------------------------------------- */
 
 /* Fixed-size chunks, allocated on first need and then reused for the life of the pool
@@ -138,6 +172,9 @@ void s3f__sched_cancel(struct s3f__sched *s, struct s3f__sched_entry *e);
 void s3f__sched_detach(struct s3f__sched *s, struct s3f__sched_entry *e);
 /* A request started through start() finished: frees its slot and starts the next. */
 void s3f__sched_done(struct s3f__sched *s);
+/* Change the number of requests in flight (at least 1); starts what a raise allows.
+ * No lock held by the caller. */
+void s3f__sched_set_max(struct s3f__sched *s, uint32_t max_inflight);
 
 /* ---- aborts retried in the background (janitor.c) ------------------------------------ */
 
@@ -172,13 +209,16 @@ struct s3f__xfer_shared {
     struct s3f_client *client;
     uint64_t part_size;            /* default part size */
     uint64_t memory_limit;
-    uint32_t max_inflight;
+    uint32_t max_inflight;         /* as planned at creation (the floor when adaptive) */
+    bool inflight_fixed;           /* max_inflight_requests was configured: never adapted */
+    uint32_t data_connections;     /* connections data requests may use: the ceiling */
     double target_gbps;
     enum s3f_checksum_algorithm checksum; /* never DEFAULT */
     struct s3f__pool pool;
     struct s3f__sched sched;
     struct s3f__janitor janitor;
     struct s3f__cache *cache;      /* the block cache (src/cache), NULL: none or unusable */
+    struct s3f__bdp bdp;
 };
 
 /* The engine of one client: its options as the caller gave them (resolved into a
@@ -200,6 +240,38 @@ struct s3f__xfer_engine {
 /* The client's transfer state, created on first use from its options. S3F_ERR_NO_MEMORY. */
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err);
+
+/* A data request completed (any thread, no lock held): feed the estimator and, unless the
+ * number in flight was configured, raise or lower the scheduler's limit to what the link
+ * needs for the throughput target with requests of the default part size, never below
+ * the planned x->max_inflight nor above the data connections or twice the plan. */
+void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t latency_ns,
+                       uint64_t body_ns);
+/* The times of one data request, for s3f__xfer_observe: set start_ns when it is started,
+ * call s3f__xfer_timing_body from its sink (one thread at a time), then
+ * s3f__xfer_observe_timing when it succeeded. */
+struct s3f__xfer_timing {
+    uint64_t start_ns, first_ns, last_ns;
+    uint64_t first_len, bytes;
+};
+static inline void s3f__xfer_timing_body(struct s3f__xfer_timing *t, size_t len) {
+    uint64_t now = s3f__now_ns();
+    if (!t->first_ns) {
+        t->first_ns = now;
+        t->first_len = len;
+    }
+    t->last_ns = now;
+    t->bytes += len;
+}
+void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer_timing *t);
+/* The throughput target in bytes/s. */
+double s3f__xfer_target_bps(const struct s3f__xfer_shared *x);
+
+/* A reader about to be read front to back (s3f_download_stream): start the read-ahead at
+ * offset 0 now, as wide as the link needs, instead of growing it from 1 MiB. Before the
+ * first read, on the reader's thread. */
+struct s3f_reader;
+void s3f__reader_sequential(struct s3f_reader *rd);
 
 /* Fill `info`'s checksum field for ck's algorithm when the server left it empty. */
 void s3f__xfer_report_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck);

@@ -104,8 +104,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         rng = self.headers.get("Range", "")
         if honour_range and rng.startswith("bytes=") and rng.endswith("-"):
             start = int(rng[len("bytes="):-1])
-        with self.server.lock:
-            self.server.ranges.append(rng)
+        if self.command == "GET":
+            with self.server.lock:
+                self.server.ranges.append(rng)
         if start:
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{SHORT_BODY_LEN - 1}/"
@@ -130,7 +131,7 @@ class FaultServer:
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.hits = Counter()
-        self.httpd.ranges = []  # Range header of every cut-short request ("" when none)
+        self.httpd.ranges = []  # Range header of every cut-short GET ("" when none)
         self.httpd.lock = threading.Lock()
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

@@ -64,17 +64,18 @@ def test_ls_body_cut_short(cli_nosrv, faults):
 
 
 def test_cat_body_cut_short(cli_nosrv, faults):
-    before = faults.hits["short-body"]
+    before = len(faults.ranges)
     r = run(cli_nosrv, faults, "cat", "s3://short-body/obj")
     line = one_error_line(r)
     assert CUT_SHORT_RE.search(line), line
     assert "short-body" in line
-    n = faults.hits["short-body"] - before
-    assert 1 <= n <= 5  # bounded retries
+    # the GETs (a HEAD first sizes the object: one this small goes in one GET)
+    gets = faults.ranges[before:]
+    assert 1 <= len(gets) <= 5  # bounded retries
     # broken bodies were resumed where they stopped, so what came out is the object's
     # beginning, each byte once
     assert len(r.out) > 0 and r.out == OBJECT[:len(r.out)]
-    assert faults.ranges[-n:][1:] == [f"bytes={i * 1000}-" for i in range(1, n)]
+    assert gets[1:] == [f"bytes={i * 1000}-" for i in range(1, len(gets))]
     assert r.elapsed < 15
 
 

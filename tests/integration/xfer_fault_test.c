@@ -9,6 +9,7 @@
  *   xfer_fault_test download_buffer BUCKET KEY DST SIZE   s3f_download_buffer, then DST
  *   xfer_fault_test download_file   BUCKET KEY DST        s3f_download_file
  *   xfer_fault_test reader          BUCKET KEY DST [N]    s3f_reader_*, reads of N bytes
+ *   xfer_fault_test download_stream BUCKET KEY DST        s3f_download_stream into DST
  *   xfer_fault_test put_if_absent   BUCKET KEY SRC        s3f_put_object, If-None-Match: *
  *   xfer_fault_test download_alloc  BUCKET KEY DST        s3f_download_alloc, then DST
  *
@@ -18,7 +19,8 @@
  * FAULT_INFLIGHT (max_inflight_requests), FAULT_VERIFY (verify_checksum of downloads),
  * FAULT_CHECKSUM (the uploads' checksum: none, crc32c, crc32, crc64nvme; default the
  * library's), FAULT_REPEAT (upload_file: that many uploads in a row, timed together),
- * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_PROGRESS_BLOCK_MS
+ * FAULT_CONNECTIONS (max_connections), FAULT_IO_THREADS (io_threads), FAULT_MEMORY_BYTES
+ * (memory_limit_bytes), FAULT_PROGRESS_BLOCK_MS
  * (upload_buffer, download_buffer: a progress callback that blocks that long on its first
  * call; prints "progress_calls=N progress_off_main=M", M the calls not on the main thread),
  * FAULT_HEAD_DURING=N (upload_buffer: a HeadObject of KEY from another thread once N data
@@ -26,7 +28,9 @@
  * Retries: AWS_MAX_ATTEMPTS, S3FLASH_RETRY_BASE_MS; logs: S3FLASH_LOG (to stderr).
  *
  * Prints "status=NAME", "elapsed=SECONDS", and "error=..." (s3f_error_format) or
- * "size=N etag=...", then "requests_started=N" (the client's stats); for the writer
+ * "size=N etag=...", then "requests_started=N" and the bandwidth-delay estimate
+ * ("estimate_bps=... estimate_latency_ms=... estimate_samples=N max_inflight=N"; the
+ * client's stats); for the writer
  * also "write_status=NAME at=OFFSET" of the first failed write; last "client_free_s=SECONDS", the time s3f_client_free took. Exits 0 on S3F_OK,
  * 1 on a failed transfer, 2 on a usage or local error. */
 #include <pthread.h>
@@ -129,6 +133,14 @@ static void *head_during_main(void *arg) {
     return NULL;
 }
 
+/* download_stream: bytes in order into a FILE (fails on a gap: they must come in order) */
+static int stream_sink(void *ud, const void *data, size_t len, uint64_t offset) {
+    FILE *f = ud;
+    if ((uint64_t)ftello(f) != offset)
+        return 1;
+    return fwrite(data, 1, len, f) == len ? 0 : 1;
+}
+
 static int report(enum s3f_status st, double t0, const struct s3f_error *e,
                   const struct s3f_object_info *info) {
     printf("status=%s\n", s3f_status_name(st));
@@ -173,6 +185,7 @@ int main(int argc, char **argv) {
     o.max_inflight_requests = (uint32_t)env_ull("FAULT_INFLIGHT", 0);
     o.max_connections = (uint32_t)env_ull("FAULT_CONNECTIONS", 0);
     o.io_threads = (uint32_t)env_ull("FAULT_IO_THREADS", 0);
+    o.memory_limit_bytes = env_ull("FAULT_MEMORY_BYTES", 0);
     struct s3f_client *c = NULL;
     struct s3f_error e;
     s3f_error_clear(&e);
@@ -290,6 +303,16 @@ int main(int argc, char **argv) {
                                              getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
         st = s3f_download_file(c, bucket, key, path, &d, &info, &e);
         rc = report(st, t0, &e, &info);
+    } else if (strcmp(op, "download_stream") == 0) {
+        /* the bytes go to the file in order as they come (a stream cannot take them back:
+         * after a failure the file holds what came before it) */
+        struct s3f_download_options d = {.verify_checksum = (int)atoi(
+                                             getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};
+        FILE *f = fopen(path, "wb");
+        st = f ? s3f_download_stream(c, bucket, key, &d, stream_sink, f, &info, &e) : S3F_ERR_IO;
+        if (f && fclose(f) != 0 && st == S3F_OK)
+            st = S3F_ERR_IO;
+        rc = report(st, t0, &e, &info);
     } else if (strcmp(op, "reader") == 0) {
         size_t step = argc > 5 ? (size_t)strtoull(argv[5], NULL, 10) : 65536;
         struct s3f_reader *r = NULL;
@@ -344,6 +367,9 @@ int main(int argc, char **argv) {
     struct s3f_client_stats fs;
     s3f_client_stats(c, &fs, 0);
     printf("requests_started=%llu\n", (unsigned long long)fs.requests_started);
+    printf("estimate_bps=%.0f estimate_latency_ms=%.2f estimate_samples=%u max_inflight=%u\n",
+           fs.connection_bytes_per_s, fs.first_byte_latency_s * 1e3, fs.estimate_samples,
+           fs.max_inflight_requests);
     fflush(stdout);
     double t_free = now_s();
     s3f_client_free(c);

@@ -391,14 +391,20 @@ static void test_reader(void) {
     CHECK_INT(s3f_reader_read(r, buf, 10, &got, &e), S3F_OK);
     CHECK_INT(got, 0); /* at the end */
     s3f_client_stats(c, &s1, 0);
-    /* the window grew (1, 1, 2, 4, 5 MiB... requests), it did not fetch 64 KiB at a time */
+    /* the window grew (1, 1, 2, 4, 5 MiB... requests, topped up as each completes, the tail
+     * fetched ahead), it did not fetch 64 KiB at a time: segments are never under 1 MiB
+     * (smaller than a part when the estimate asks for more in flight than the read-ahead's
+     * memory holds in parts: loopback on a loaded machine measures slow connections) */
     printf("  sequential 20 MiB in 64 KiB reads: %llu requests\n",
            (unsigned long long)(s1.requests_started - s0.requests_started));
-    CHECK(s1.requests_started - s0.requests_started <= 12);
+    CHECK(s1.requests_started - s0.requests_started <= 21);
     CHECK(s1.requests_started - s0.requests_started >= 5);
     struct s3f_client_stats cs;
     s3f_client_stats(c, &cs, 1);
-    CHECK(cs.pool_high_water_bytes <= 16 * MIB + 2 * MIB); /* window cap (64/4) + tail */
+    printf("  read-ahead high water: %llu MiB\n",
+           (unsigned long long)(cs.pool_high_water_bytes / MIB));
+    /* window cap (half the memory limit, 64/2) + tail */
+    CHECK(cs.pool_high_water_bytes <= 32 * MIB + 2 * MIB);
     CHECK(cs.pool_high_water_bytes <= cs.pool_limit_bytes);
 
     /* the tail, as a zip reader does: seek to the end, read backwards */

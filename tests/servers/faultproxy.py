@@ -82,7 +82,8 @@ request (one fault per request: the later ones do not fire on it). Actions:
                             when given, else are "fill" bytes (default 0xA5)
     etag                    rewrite the ETag response header to "value" (default a quoted 32
                             hex zeros): a gateway that ignores If-Match, or an object replaced
-Every log entry also carries the request's Range header ("range", or null) and its
+Every log entry also carries "done", when its response was relayed in full (CLOCK_MONOTONIC;
+absent for one cut short), and the request's Range header ("range", or null) and its
 x-amz-request-payer header ("request_payer", or null).
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
@@ -567,6 +568,12 @@ class Proxy:
         with self.lock:
             entry["request_payer"] = value
 
+    def note_done(self, entry):
+        """When the response was relayed in full ("done", CLOCK_MONOTONIC): with "time", the
+        log shows how many requests were on the wire at once."""
+        with self.lock:
+            entry["done"] = time.monotonic()
+
     def note_acted(self, entry):
         """When a point fault (reset, stall, truncation) took effect, on CLOCK_MONOTONIC."""
         with self.lock:
@@ -763,8 +770,11 @@ class Proxy:
             raise Abort("reset after the (empty) request body")
 
         if action in REWRITES:
-            return self.relay_rewritten(sock, up, method, fault, entry, client_keep)
-        return self.relay_response(sock, up, method, fault, entry, client_keep)
+            keep = self.relay_rewritten(sock, up, method, fault, entry, client_keep)
+        else:
+            keep = self.relay_response(sock, up, method, fault, entry, client_keep)
+        self.note_done(entry)
+        return keep
 
     def respond(self, sock, client, fault, framing, length, expect, client_keep):
         spec = fault.spec
