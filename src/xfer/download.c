@@ -402,16 +402,8 @@ static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
             return 0;
         len = (size_t)(d->capacity - offset);
     }
-    size_t lo = 0, hi = d->n_iov;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d->iov_end[mid] <= offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
     const char *p = data;
-    for (size_t i = lo; i < d->n_iov && len; i++) {
+    for (size_t i = s3f__xfer_iov_find(d->iov_end, d->n_iov, offset); i < d->n_iov && len; i++) {
         if (!d->iov[i].len)
             continue;
         uint64_t in = offset - (d->iov_end[i] - d->iov[i].len);

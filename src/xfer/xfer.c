@@ -283,6 +283,18 @@ char *s3f__xfer_checksum_field(struct s3f_object_info *info, enum s3f_checksum_a
     }
 }
 
+size_t s3f__xfer_iov_find(const uint64_t *iov_end, size_t n, uint64_t pos) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (iov_end[mid] <= pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 void s3f__xfer_choose_checksum(const char *crc32c, const char *crc32, const char *crc64nvme,
                                enum s3f_checksum_algorithm pref, struct s3f__checksum *ck,
                                char *want, size_t want_len) {

@@ -273,6 +273,9 @@ double s3f__xfer_target_bps(const struct s3f__xfer_shared *x);
 struct s3f_reader;
 void s3f__reader_sequential(struct s3f_reader *rd);
 
+/* Of regions whose end offsets in the object are iov_end[0..n) (ascending), the first whose
+ * end is past `pos` (the one holding byte pos; empty regions skipped), n if none. */
+size_t s3f__xfer_iov_find(const uint64_t *iov_end, size_t n, uint64_t pos);
 /* The whole-object checksum a download verifies, from the server's values ("" where it
  * sent none): the client's algorithm `pref` first, else another one the server keeps; a
  * checksum of part checksums ("...-N") is not one of the bytes and is skipped. ck is
