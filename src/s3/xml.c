@@ -312,16 +312,6 @@ void s3f__xml_set_etag_str(struct xdoc *d, char **dst, const char *text, size_t 
     *dst = p;
 }
 
-static int hex_val(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* EncodingType=url: form-encoded ('+' is a space), decoded in place (it only shrinks).
  * False for a bad %XX or a %00 (a key cannot hold NUL). */
 bool s3f__xml_url_decode_in_place(char *s) {
@@ -332,7 +322,7 @@ bool s3f__xml_url_decode_in_place(char *s) {
         if (*p == '+') {
             *o++ = ' ';
         } else if (*p == '%') {
-            int hi = hex_val(p[1]), lo = hi < 0 ? -1 : hex_val(p[2]);
+            int hi = s3f__hex_digit(p[1]), lo = hi < 0 ? -1 : s3f__hex_digit(p[2]);
             if (lo < 0 || (hi == 0 && lo == 0))
                 return false;
             *o++ = (char)(hi * 16 + lo);
