@@ -118,6 +118,17 @@ static void begin_head(struct conn *c, struct ob *b, int status, uint64_t clen)
         ob_str(b, "Connection: close\r\n");
 }
 
+/* The request's x-amz-checksum-* headers, sent back as S3 does on a PUT. */
+static void echo_checksums(const struct conn *c, struct ob *b)
+{
+    for (int i = 0; i < c->rq.ncks; i++) {
+        ob_put(b, c->rq.ck_name[i].p, c->rq.ck_name[i].n);
+        ob_str(b, ": ");
+        ob_put(b, c->rq.ck_val[i].p, c->rq.ck_val[i].n);
+        ob_str(b, "\r\n");
+    }
+}
+
 static void end_head(struct conn *c, struct ob *b)
 {
     ob_str(b, "\r\n");
@@ -137,12 +148,7 @@ static void respond_xml2(struct conn *c, int status, size_t xlen, bool echo_cks,
     if (extra)
         ob_str(&b, extra);
     if (echo_cks)
-        for (int i = 0; i < c->rq.ncks; i++) {
-            ob_put(&b, c->rq.ck_name[i].p, c->rq.ck_name[i].n);
-            ob_str(&b, ": ");
-            ob_put(&b, c->rq.ck_val[i].p, c->rq.ck_val[i].n);
-            ob_str(&b, "\r\n");
-        }
+        echo_checksums(c, &b);
     end_head(c, &b);
     if (!head)
         ob_put(&b, c->w->xml, xlen);
@@ -203,12 +209,7 @@ static void respond_empty(struct conn *c, int status, bool echo_cks, const char 
     if (etag)
         ob_printf(&b, "ETag: \"%s\"\r\n", etag);
     if (echo_cks)
-        for (int i = 0; i < c->rq.ncks; i++) {
-            ob_put(&b, c->rq.ck_name[i].p, c->rq.ck_name[i].n);
-            ob_str(&b, ": ");
-            ob_put(&b, c->rq.ck_val[i].p, c->rq.ck_val[i].n);
-            ob_str(&b, "\r\n");
-        }
+        echo_checksums(c, &b);
     end_head(c, &b);
     c->out_len = b.len; /* bounded inputs: cannot overflow OUT_CAP */
 }
@@ -781,24 +782,20 @@ void fail_request_msg(struct conn *c, int status, const char *code, const char *
 /* A response to a request that could not be parsed; the connection closes after it. */
 void fail_request(struct conn *c, int status)
 {
-    c->close_after = true;
-    c->state = ST_SEND;
-    c->pat_left = 0;
-    c->rq.key_len = 0;
-    c->rq.method = M_OTHER;
     switch (status) {
     case 431:
-        respond_error(c, 431, "RequestHeaderSectionTooLarge", "Request header section too large.");
+        fail_request_msg(c, 431, "RequestHeaderSectionTooLarge",
+                         "Request header section too large.");
         break;
     case 501:
-        respond_error(c, 501, "NotImplemented",
-                      "Only Transfer-Encoding: chunked is supported.");
+        fail_request_msg(c, 501, "NotImplemented",
+                         "Only Transfer-Encoding: chunked is supported.");
         break;
     case 505:
-        respond_error(c, 505, "HttpVersionNotSupported", "Only HTTP/1.0 and 1.1.");
+        fail_request_msg(c, 505, "HttpVersionNotSupported", "Only HTTP/1.0 and 1.1.");
         break;
     default:
-        respond_error(c, 400, "BadRequest", "Malformed request.");
+        fail_request_msg(c, 400, "BadRequest", "Malformed request.");
         break;
     }
 }

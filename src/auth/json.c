@@ -36,22 +36,12 @@ static int peek(const struct parser *p) {
     return p->pos < p->len ? (unsigned char)p->s[p->pos] : -1;
 }
 
-static int hex_value(int c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int read_hex4(struct parser *p, uint32_t *out) {
     if (p->len - p->pos < 4)
         return -1;
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
-        int h = hex_value((unsigned char)p->s[p->pos + (size_t)i]);
+        int h = s3f__hex_digit((unsigned char)p->s[p->pos + (size_t)i]);
         if (h < 0)
             return -1;
         v = v << 4 | (uint32_t)h;

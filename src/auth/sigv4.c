@@ -26,16 +26,6 @@ static bool is_unreserved(unsigned char c) {
            c == '-' || c == '_' || c == '.' || c == '~';
 }
 
-static int hex_val(unsigned char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static char ascii_lower(char c) {
     return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
 }
@@ -253,8 +243,8 @@ static enum s3f_status canonical_path(const char *path, bool normalize, struct s
                                   "path must start with '/'");
         for (size_t i = 0; path[i]; i++) {
             unsigned char c = (unsigned char)path[i];
-            if (c == '%' && hex_val((unsigned char)path[i + 1]) >= 0 &&
-                hex_val((unsigned char)path[i + 2]) >= 0) {
+            if (c == '%' && s3f__hex_digit((unsigned char)path[i + 1]) >= 0 &&
+                s3f__hex_digit((unsigned char)path[i + 2]) >= 0) {
                 i += 2;
                 continue;
             }
@@ -296,8 +286,8 @@ static enum s3f_status append_reencoded(struct s3f__buf *arena, const char *s, s
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '%') {
-            int h = i + 1 < len ? hex_val((unsigned char)s[i + 1]) : -1;
-            int l = i + 2 < len ? hex_val((unsigned char)s[i + 2]) : -1;
+            int h = i + 1 < len ? s3f__hex_digit((unsigned char)s[i + 1]) : -1;
+            int l = i + 2 < len ? s3f__hex_digit((unsigned char)s[i + 2]) : -1;
             if (h < 0 || l < 0)
                 return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL,
                                       "query has an invalid percent-encoding");

@@ -87,6 +87,8 @@ void s3f__sleep_ms(uint64_t ms);
 /* ---- encodings ---------------------------------------------------------------------- */
 /* Hex (lowercase) of n bytes into out (2n+1 bytes). */
 void s3f__hex(const uint8_t *in, size_t n, char *out);
+/* The value of hex digit c (either case), -1 for any other character. */
+int s3f__hex_digit(int c);
 /* Base64 of n bytes into out (4*ceil(n/3)+1 bytes). Returns length. */
 size_t s3f__base64(const uint8_t *in, size_t n, char *out);
 /* Decode; returns decoded length or -1 on invalid input / overflow of out_len. */

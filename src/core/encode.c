@@ -85,7 +85,7 @@ enum s3f_status s3f__uri_encode(struct s3f__buf *out, const char *s, size_t len,
     return S3F_OK;
 }
 
-static int hexval(char c) {
+int s3f__hex_digit(int c) {
     if (c >= '0' && c <= '9')
         return c - '0';
     if (c >= 'a' && c <= 'f')
@@ -106,7 +106,7 @@ char *s3f__uri_decode(const char *s, size_t len) {
                 free(o);
                 return NULL;
             }
-            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+            int h = s3f__hex_digit(s[i + 1]), l = s3f__hex_digit(s[i + 2]);
             if (h < 0 || l < 0) {
                 free(o);
                 return NULL;

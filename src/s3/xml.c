@@ -181,6 +181,14 @@ enum s3f_status s3f__xml_error_result(struct xdoc *d, struct s3f_error *err) {
     return s3f__error_set(err, st, NULL, NULL, "%s", d->edoc.message);
 }
 
+enum s3f_status s3f__xml_parse(struct xdoc *d, const char *body, size_t len,
+                               struct s3f_error *err) {
+    enum s3f_status st = s3f__xml_run(d, body, len, err);
+    if (st)
+        return st;
+    return d->error_root ? s3f__xml_error_result(d, err) : S3F_OK;
+}
+
 /* ---- value helpers ------------------------------------------------------------------------ */
 static bool is_ws(char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\n';
@@ -304,16 +312,6 @@ void s3f__xml_set_etag_str(struct xdoc *d, char **dst, const char *text, size_t 
     *dst = p;
 }
 
-static int hex_val(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* EncodingType=url: form-encoded ('+' is a space), decoded in place (it only shrinks).
  * False for a bad %XX or a %00 (a key cannot hold NUL). */
 bool s3f__xml_url_decode_in_place(char *s) {
@@ -324,7 +322,7 @@ bool s3f__xml_url_decode_in_place(char *s) {
         if (*p == '+') {
             *o++ = ' ';
         } else if (*p == '%') {
-            int hi = hex_val(p[1]), lo = hi < 0 ? -1 : hex_val(p[2]);
+            int hi = s3f__hex_digit(p[1]), lo = hi < 0 ? -1 : s3f__hex_digit(p[2]);
             if (lo < 0 || (hi == 0 && lo == 0))
                 return false;
             *o++ = (char)(hi * 16 + lo);
@@ -398,16 +396,12 @@ enum s3f_status s3f__xml_parse_initiate_multipart(const char *body, size_t len,
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, NULL, NULL, "no output");
     *upload_id = NULL;
     char *id = NULL;
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = "CreateMultipartUpload";
-    d.root = "InitiateMultipartUploadResult";
-    d.on_end = initiate_end;
-    d.ctx = &id;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
-    if (!st && d.error_root)
-        st = s3f__xml_error_result(&d, err);
-    else if (!st && (!id || !*id))
+    struct xdoc d = {.what = "CreateMultipartUpload",
+                     .root = "InitiateMultipartUploadResult",
+                     .on_end = initiate_end,
+                     .ctx = &id};
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
+    if (!st && (!id || !*id))
         st = s3f__xml_bad_doc(err, d.what, "no <UploadId>");
     if (st) {
         free(id);
@@ -453,18 +447,11 @@ static enum s3f_status parse_info(const char *what, const char *root, const char
     struct info_ctx c;
     memset(&c, 0, sizeof(c));
     c.info = *info;
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = what;
-    d.root = root;
-    d.root_alt = root_alt;
-    d.on_end = info_end;
-    d.ctx = &c;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
+    struct xdoc d = {.what = what, .root = root, .root_alt = root_alt, .on_end = info_end,
+                     .ctx = &c};
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
     if (st)
         return st;
-    if (d.error_root)
-        return s3f__xml_error_result(&d, err);
     if (etag_required && !c.etag_seen)
         return s3f__xml_bad_doc(err, what, "no <ETag>");
     *info = c.info;

@@ -40,17 +40,11 @@ enum s3f_status s3f__xml_parse_delete_result(const char *body, size_t len, size_
                                              struct s3f_error *err) {
     struct delete_ctx c;
     memset(&c, 0, sizeof(c));
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = "DeleteObjects";
-    d.root = "DeleteResult";
-    d.on_end = delete_end;
-    d.ctx = &c;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
+    struct xdoc d = {.what = "DeleteObjects", .root = "DeleteResult", .on_end = delete_end,
+                     .ctx = &c};
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
     if (st)
         return st;
-    if (d.error_root)
-        return s3f__xml_error_result(&d, err);
     if (n_deleted)
         *n_deleted = c.n_deleted;
     if (n_errors)

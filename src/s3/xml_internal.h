@@ -38,6 +38,10 @@ const char *s3f__xml_parent(const struct xdoc *d);
 enum s3f_status s3f__xml_run(struct xdoc *d, const char *body, size_t len, struct s3f_error *err);
 /* Map a parsed <Error> root into err; returns its status. */
 enum s3f_status s3f__xml_error_result(struct xdoc *d, struct s3f_error *err);
+/* s3f__xml_run, then an <Error> root mapped into err: S3F_OK only for a document with d's root
+ * (its handlers having run); what every result parser does first. */
+enum s3f_status s3f__xml_parse(struct xdoc *d, const char *body, size_t len,
+                               struct s3f_error *err);
 /* S3F_ERR_BAD_RESPONSE "<what> response: <msg>". */
 enum s3f_status s3f__xml_bad_doc(struct s3f_error *err, const char *what, const char *msg);
 

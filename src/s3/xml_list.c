@@ -97,21 +97,12 @@ enum s3f_status s3f__xml_parse_list_objects_v2(const char *body, size_t len,
     c.page = calloc(1, sizeof(*c.page));
     if (!c.page)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, NULL, NULL, "out of memory");
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = "ListObjectsV2";
-    d.root = "ListBucketResult";
-    d.on_start = list_start;
-    d.on_end = list_end;
-    d.ctx = &c;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
+    struct xdoc d = {.what = "ListObjectsV2", .root = "ListBucketResult",
+                     .on_start = list_start, .on_end = list_end, .ctx = &c};
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
     struct s3f_list_page *pg = c.page;
     if (st)
         goto fail;
-    if (d.error_root) {
-        st = s3f__xml_error_result(&d, err);
-        goto fail;
-    }
     if (c.url) {
         for (size_t i = 0; i < pg->n_objects; i++)
             if (!s3f__xml_url_decode_in_place(pg->objects[i].key)) {
@@ -215,17 +206,10 @@ enum s3f_status s3f__xml_parse_list_parts(const char *body, size_t len,
     c.page = calloc(1, sizeof(*c.page));
     if (!c.page)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, NULL, NULL, "out of memory");
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = "ListParts";
-    d.root = "ListPartsResult";
-    d.on_start = parts_start;
-    d.on_end = parts_end;
-    d.ctx = &c;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
-    if (!st && d.error_root)
-        st = s3f__xml_error_result(&d, err);
-    else if (!st && c.page->is_truncated && !c.next_seen)
+    struct xdoc d = {.what = "ListParts", .root = "ListPartsResult", .on_start = parts_start,
+                     .on_end = parts_end, .ctx = &c};
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
+    if (!st && c.page->is_truncated && !c.next_seen)
         st = s3f__xml_bad_doc(err, d.what,
                               "IsTruncated is true but NextPartNumberMarker is missing");
     if (st) {
@@ -310,21 +294,12 @@ enum s3f_status s3f__xml_parse_list_multipart_uploads(const char *body, size_t l
     c.page = calloc(1, sizeof(*c.page));
     if (!c.page)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, NULL, NULL, "out of memory");
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = "ListMultipartUploads";
-    d.root = "ListMultipartUploadsResult";
-    d.on_start = uploads_start;
-    d.on_end = uploads_end;
-    d.ctx = &c;
+    struct xdoc d = {.what = "ListMultipartUploads", .root = "ListMultipartUploadsResult",
+                     .on_start = uploads_start, .on_end = uploads_end, .ctx = &c};
     struct s3f_uploads_page *pg = c.page;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
     if (st)
         goto fail;
-    if (d.error_root) {
-        st = s3f__xml_error_result(&d, err);
-        goto fail;
-    }
     if (c.url) {
         bool ok = s3f__xml_url_decode_in_place(pg->next_key_marker);
         for (size_t i = 0; ok && i < pg->n_uploads; i++)
@@ -401,16 +376,9 @@ enum s3f_status s3f__xml_parse_list_buckets(const char *body, size_t len,
     c.list = calloc(1, sizeof(*c.list));
     if (!c.list)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, NULL, NULL, "out of memory");
-    struct xdoc d;
-    memset(&d, 0, sizeof(d));
-    d.what = "ListBuckets";
-    d.root = "ListAllMyBucketsResult";
-    d.on_start = buckets_start;
-    d.on_end = buckets_end;
-    d.ctx = &c;
-    enum s3f_status st = s3f__xml_run(&d, body, len, err);
-    if (st == S3F_OK && d.error_root)
-        st = s3f__xml_error_result(&d, err);
+    struct xdoc d = {.what = "ListBuckets", .root = "ListAllMyBucketsResult",
+                     .on_start = buckets_start, .on_end = buckets_end, .ctx = &c};
+    enum s3f_status st = s3f__xml_parse(&d, body, len, err);
     if (st) {
         s3f_bucket_list_free(c.list);
         return st;

@@ -402,16 +402,8 @@ static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
             return 0;
         len = (size_t)(d->capacity - offset);
     }
-    size_t lo = 0, hi = d->n_iov;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d->iov_end[mid] <= offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
     const char *p = data;
-    for (size_t i = lo; i < d->n_iov && len; i++) {
+    for (size_t i = s3f__xfer_iov_find(d->iov_end, d->n_iov, offset); i < d->n_iov && len; i++) {
         if (!d->iov[i].len)
             continue;
         uint64_t in = offset - (d->iov_end[i] - d->iov[i].len);
@@ -966,26 +958,17 @@ struct whole {
     char request_id[128];
 };
 
-/* Pick the whole-object checksum to verify from the response's headers (lock held). The
- * client's algorithm first, else any other one the server keeps; a checksum of part
- * checksums ("...-N") is not one of the bytes and is skipped. */
+/* Pick the whole-object checksum to verify from the response's headers (lock held; see
+ * s3f__xfer_choose_checksum). */
 static void whole_choose_checksum(struct whole *w, const char *crc32c, const char *crc32,
                                   const char *crc64) {
     w->ck_chosen = true;
-    s3f__checksum_init(&w->ck, S3F_CHECKSUM_NONE);
-    if (!w->verify)
+    if (!w->verify) {
+        s3f__checksum_init(&w->ck, S3F_CHECKSUM_NONE);
         return;
-    static const enum s3f_checksum_algorithm order[] = {
-        S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32};
-    const char *vals[] = {crc64, crc32c, crc32};
-    int pick = -1;
-    for (int i = 0; i < 3; i++)
-        if (vals[i][0] && !strchr(vals[i], '-') && (pick < 0 || order[i] == w->pref_alg))
-            pick = i;
-    if (pick < 0)
-        return;
-    s3f__checksum_init(&w->ck, order[pick]);
-    s3f__strlcpy(w->ck_want, vals[pick], sizeof(w->ck_want));
+    }
+    s3f__xfer_choose_checksum(crc32c, crc32, crc64, w->pref_alg, &w->ck, w->ck_want,
+                              sizeof(w->ck_want));
 }
 
 /* Response bytes (I/O thread). Offsets are contiguous from 0, also across a resumed

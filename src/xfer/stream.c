@@ -19,24 +19,6 @@
 
 #define READ_BYTES ((size_t)1 << 20) /* bytes handed to the sink per call, at most */
 
-/* The whole-object checksum to verify: the client's algorithm first, else another one
- * the server keeps; none for a checksum of part checksums ("...-N"). */
-static void choose_checksum(const struct s3f_object_info *info, enum s3f_checksum_algorithm pref,
-                            struct s3f__checksum *ck, char *want, size_t want_len) {
-    static const enum s3f_checksum_algorithm order[] = {
-        S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32};
-    const char *vals[] = {info->checksum_crc64nvme, info->checksum_crc32c,
-                          info->checksum_crc32};
-    int pick = -1;
-    for (int i = 0; i < 3; i++)
-        if (vals[i][0] && !strchr(vals[i], '-') && (pick < 0 || order[i] == pref))
-            pick = i;
-    s3f__checksum_init(ck, pick < 0 ? S3F_CHECKSUM_NONE : order[pick]);
-    want[0] = 0;
-    if (pick >= 0)
-        s3f__strlcpy(want, vals[pick], want_len);
-}
-
 /* An object of at most one part goes in one GET, streamed as it arrives (s3f_get_object:
  * resumed from the byte reached after a broken connection, its checksum verified). */
 struct one_get {
@@ -92,7 +74,8 @@ enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket, co
     char want[S3F__CHECKSUM_B64_MAX + 8] = "";
     s3f__checksum_init(&ck, S3F_CHECKSUM_NONE);
     if (verify)
-        choose_checksum(&oi, x->checksum, &ck, want, sizeof(want));
+        s3f__xfer_choose_checksum(oi.checksum_crc32c, oi.checksum_crc32, oi.checksum_crc64nvme,
+                                  x->checksum, &ck, want, sizeof(want));
 
     if (oi.size <= x->part_size) {
         struct s3f_get_options go;

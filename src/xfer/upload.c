@@ -318,6 +318,17 @@ enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i
     return st;
 }
 
+enum s3f_status s3f__up_read_request(struct upload *u, struct upreq *q, size_t i,
+                                     s3f__http_read_fn read) {
+    enum s3f_status st = s3f__up_data_request(u, q, i);
+    if (st || !u->parts[i].size)
+        return st;
+    q->op.r.body = NULL;
+    q->op.r.read_body = read;
+    q->op.r.read_ud = q;
+    return S3F_OK;
+}
+
 /* Scheduler callback: send the next queued part. */
 static bool start_part(struct s3f__sched_entry *e) {
     struct upload *u = (struct upload *)((char *)e - offsetof(struct upload, entry));

@@ -161,6 +161,10 @@ void s3f__up_callback_exit(struct upload *u);
  * PutObject, with the part's size and checksum; an empty part gets an empty body. The
  * source then points the body at the part's bytes. */
 enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i);
+/* s3f__up_data_request with a part's body read through `read` (its ud is q) rather than
+ * sent from memory: the sources whose bytes are read as they go (a file, pool chunks). */
+enum s3f_status s3f__up_read_request(struct upload *u, struct upreq *q, size_t i,
+                                     s3f__http_read_fn read);
 void s3f__up_do_actions(struct upload *u, const struct actions *act);
 void s3f__up_fail(struct upload *u, enum s3f_status st, const struct s3f_error *e);
 enum s3f_status s3f__up_fail_msg(struct upload *u, enum s3f_status st, const char *op,

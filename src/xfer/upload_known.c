@@ -27,17 +27,8 @@ static long read_iov(void *ud, char *buf, size_t len, uint64_t offset) {
     struct upreq *q = ud;
     struct upload *u = q->u;
     uint64_t pos = q->off + offset;
-    /* first region whose end is past pos */
-    size_t lo = 0, hi = u->n_iov;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (u->iov_end[mid] <= pos)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
     size_t done = 0;
-    for (size_t i = lo; i < u->n_iov && done < len; i++) {
+    for (size_t i = s3f__xfer_iov_find(u->iov_end, u->n_iov, pos); i < u->n_iov && done < len; i++) {
         uint64_t start = u->iov_end[i] - u->iov[i].len;
         if (u->iov[i].len == 0)
             continue;
@@ -57,14 +48,7 @@ static enum s3f_status memory_request(struct upload *u, struct upreq *q, size_t 
     if (st || !p->size)
         return st;
     /* a part inside one region is sent from it directly */
-    size_t lo = 0, hi = u->n_iov;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (u->iov_end[mid] <= p->offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = s3f__xfer_iov_find(u->iov_end, u->n_iov, p->offset);
     struct s3f__s3_request *r = &q->op.r;
     if (lo < u->n_iov && p->offset + p->size <= u->iov_end[lo]) {
         uint64_t start = u->iov_end[lo] - u->iov[lo].len;
@@ -102,13 +86,7 @@ static long read_file(void *ud, char *buf, size_t len, uint64_t offset) {
 }
 
 static enum s3f_status file_request(struct upload *u, struct upreq *q, size_t i) {
-    enum s3f_status st = s3f__up_data_request(u, q, i);
-    if (st || !u->parts[i].size)
-        return st;
-    q->op.r.body = NULL;
-    q->op.r.read_body = read_file;
-    q->op.r.read_ud = q;
-    return S3F_OK;
+    return s3f__up_read_request(u, q, i, read_file);
 }
 
 /* The transport saw an aborted read of the file: say why. */

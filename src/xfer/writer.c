@@ -25,13 +25,7 @@ static long read_chunks(void *ud, char *buf, size_t len, uint64_t offset) {
 }
 
 static enum s3f_status chunks_request(struct upload *u, struct upreq *q, size_t i) {
-    enum s3f_status st = s3f__up_data_request(u, q, i);
-    if (st || !u->parts[i].size)
-        return st;
-    q->op.r.body = NULL;
-    q->op.r.read_body = read_chunks;
-    q->op.r.read_ud = q;
-    return S3F_OK;
+    return s3f__up_read_request(u, q, i, read_chunks);
 }
 
 static const struct up_source chunks_source = {

@@ -283,6 +283,34 @@ char *s3f__xfer_checksum_field(struct s3f_object_info *info, enum s3f_checksum_a
     }
 }
 
+size_t s3f__xfer_iov_find(const uint64_t *iov_end, size_t n, uint64_t pos) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (iov_end[mid] <= pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void s3f__xfer_choose_checksum(const char *crc32c, const char *crc32, const char *crc64nvme,
+                               enum s3f_checksum_algorithm pref, struct s3f__checksum *ck,
+                               char *want, size_t want_len) {
+    static const enum s3f_checksum_algorithm order[] = {
+        S3F_CHECKSUM_CRC64NVME, S3F_CHECKSUM_CRC32C, S3F_CHECKSUM_CRC32};
+    const char *vals[] = {crc64nvme, crc32c, crc32};
+    int pick = -1;
+    for (int i = 0; i < 3; i++)
+        if (vals[i][0] && !strchr(vals[i], '-') && (pick < 0 || order[i] == pref))
+            pick = i;
+    s3f__checksum_init(ck, pick < 0 ? S3F_CHECKSUM_NONE : order[pick]);
+    want[0] = '\0';
+    if (pick >= 0)
+        s3f__strlcpy(want, vals[pick], want_len);
+}
+
 void s3f__xfer_report_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck) {
     size_t n;
     char *field = s3f__xfer_checksum_field(info, ck->alg, &n);

@@ -273,6 +273,17 @@ double s3f__xfer_target_bps(const struct s3f__xfer_shared *x);
 struct s3f_reader;
 void s3f__reader_sequential(struct s3f_reader *rd);
 
+/* Of regions whose end offsets in the object are iov_end[0..n) (ascending), the first whose
+ * end is past `pos` (the one holding byte pos; empty regions skipped), n if none. */
+size_t s3f__xfer_iov_find(const uint64_t *iov_end, size_t n, uint64_t pos);
+/* The whole-object checksum a download verifies, from the server's values ("" where it
+ * sent none): the client's algorithm `pref` first, else another one the server keeps; a
+ * checksum of part checksums ("...-N") is not one of the bytes and is skipped. ck is
+ * initialised for the algorithm picked (S3F_CHECKSUM_NONE for none) and want holds the
+ * expected base64 value ("" for none). */
+void s3f__xfer_choose_checksum(const char *crc32c, const char *crc32, const char *crc64nvme,
+                               enum s3f_checksum_algorithm pref, struct s3f__checksum *ck,
+                               char *want, size_t want_len);
 /* Fill `info`'s checksum field for ck's algorithm when the server left it empty. */
 void s3f__xfer_report_checksum(struct s3f_object_info *info, const struct s3f__checksum *ck);
 /* The info field holding the checksum of `alg` (and its size), NULL for NONE. */

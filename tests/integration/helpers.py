@@ -1,11 +1,14 @@
 """Helpers of the s3flash integration tests (imported by conftest.py and the tests)."""
 
+import contextlib
 import hashlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
 from s3servers import Rgw, closed_port  # noqa: E402,F401  (shared with tests/python)
@@ -126,3 +129,19 @@ def wait_for(cond, timeout=20, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size):
+    """A tmpfs of `size` (mount's size=, e.g. "2m") on the new directory `path` for the
+    block: a file system that fills up. Skips the test where it cannot be mounted (needs
+    root)."""
+    path.mkdir()
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if m.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {m.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import build_dir
 from faults import start_faultproxy
+from helpers import small_tmpfs
 
 MIB = 1 << 20
 SIZE = 20 * MIB + 12345  # 21 blocks, the last one short
@@ -161,17 +162,9 @@ def test_cli_cp_second_download_sends_no_get(s3env, bucket, proxy, tmp_path, cli
 def test_full_cache_disk_does_not_fail_reads(mode, s3env, bucket, proxy, tmp_path):
     """The cache on a 2 MiB tmpfs with no free-space floor: inserts fail with ENOSPC; the
     read still returns the right bytes, the failures are counted and logged once."""
-    d = tmp_path / "full"
-    d.mkdir()
-    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)],
-                       capture_output=True, text=True)
-    if m.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {m.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "full", "2m") as d:
         env = dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint)
         run(env, "put", bucket, f"cache/full-{mode}", 6 * MIB, 50)
         stats, err = run(env, "read", mode, bucket, f"cache/full-{mode}", 6 * MIB, 50, d)
         assert stats["errors"] > 0 and stats["inserted"] < 6 * MIB
         assert err.count("No space left on device") == 1, err
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)

@@ -51,6 +51,29 @@ def on_the_wire(proxy, key):
     return sum(d - s for s, d in spans) / (t1 - t0), t1 - t0
 
 
+def throttle(key, rate):
+    """The fault proxy's rule: every GET of `key` answered at `rate` bytes/s."""
+    return {"match": gets(key), "action": "throttle", "direction": "response",
+            "bytes_per_second": rate}
+
+
+def throttled_download(rgw, proxy, bucket, big_object, tmp_path, mode, link):
+    """The big object downloaded (xfer_fault_test's `mode`) over LINKS[link] and checked;
+    returns on_the_wire's (busy, span), printed beside the throughput."""
+    key, data = big_object
+    ln = LINKS[link]
+    proxy.set_faults([throttle(key, ln["rate"])])
+    dst = tmp_path / "out" / "obj"
+    dst.parent.mkdir()
+    r = download(rgw, proxy, mode, bucket, key, dst, **ln["env"])
+    check_download(r, mode, dst, data)
+    busy, span = on_the_wire(proxy, key)
+    n, rate = ln["connections"], ln["rate"]
+    print(f"{mode} {link}: {busy:.2f} GETs on the wire on average over {span:.2f} s, "
+          f"{SIZE / span / 1e6:.1f} MB/s of {n * rate / 1e6:.0f}")
+    return busy, span
+
+
 @pytest.mark.parametrize("link", list(LINKS))
 def test_reader_sequential_fills_the_link(rgw, proxy, bucket, big_object, tmp_path, link):
     """s3f_reader read front to back in 64 KiB reads (as torch.load reads a checkpoint):
@@ -59,18 +82,9 @@ def test_reader_sequential_fills_the_link(rgw, proxy, bucket, big_object, tmp_pa
     added a batch of segments only once half of its window was read, then waited for the
     whole batch, and its window (a quarter of the memory limit, at most 64 MiB) held only
     a few parts: 4.7 of 6 busy on average on the first link, about 2 of 14 on the second."""
-    key, data = big_object
     ln = LINKS[link]
-    proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
-                       "bytes_per_second": ln["rate"]}])
-    dst = tmp_path / "out" / "obj"
-    dst.parent.mkdir()
-    r = download(rgw, proxy, "reader", bucket, key, dst, **ln["env"])
-    check_download(r, "reader", dst, data)
-    busy, span = on_the_wire(proxy, key)
     n, rate = ln["connections"], ln["rate"]
-    print(f"reader {link}: {busy:.2f} GETs on the wire on average over {span:.2f} s, "
-          f"{SIZE / span / 1e6:.1f} MB/s of {n * rate / 1e6:.0f}")
+    busy, span = throttled_download(rgw, proxy, bucket, big_object, tmp_path, "reader", link)
     assert busy >= ln["busy"] * n, (busy, span)
     assert SIZE / span >= 0.6 * n * rate, (busy, span)
 
@@ -81,18 +95,10 @@ def test_download_file_fills_the_link(rgw, proxy, bucket, big_object, tmp_path):
     the size and the ETag, not once the whole first part is in (at 5 MB/s a part takes a
     second, in which the other connections stood idle), and then go on every data
     connection at once."""
-    key, data = big_object
+    key = big_object[0]
     ln = LINKS["6x5MBps"]
-    proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
-                       "bytes_per_second": ln["rate"]}])
-    dst = tmp_path / "out" / "obj"
-    dst.parent.mkdir()
-    r = download(rgw, proxy, "file", bucket, key, dst, **ln["env"])
-    check_download(r, "file", dst, data)
-    busy, span = on_the_wire(proxy, key)
     n, rate = ln["connections"], ln["rate"]
-    print(f"file: {busy:.2f} GETs on the wire on average over {span:.2f} s, "
-          f"{SIZE / span / 1e6:.1f} MB/s of {n * rate / 1e6:.0f}")
+    busy, span = throttled_download(rgw, proxy, bucket, big_object, tmp_path, "file", "6x5MBps")
     log = [e for e in proxy.stats()["log"]
            if e["method"] == "GET" and e["path"].endswith("/" + key)]
     first, others = log[0], log[1:]
@@ -111,8 +117,7 @@ def test_cp_to_stdout_fills_the_link(cli, proxy, bucket, big_object):
     once, the bytes written to stdout in order. Before, one GetObject: one connection."""
     key, data = big_object
     rate, n = 5_000_000, 6
-    proxy.set_faults([{"match": gets(key), "action": "throttle", "direction": "response",
-                       "bytes_per_second": rate}])
+    proxy.set_faults([throttle(key, rate)])
     r = cli.run("--endpoint-url", proxy.endpoint, "--force-path-style", "cp", "--concurrency",
                 n, "--part-size", "5M", f"s3://{bucket}/{key}", "-", endpoint=False, timeout=300)
     assert r.rc == 0, r

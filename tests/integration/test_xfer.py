@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from conftest import build_dir
+from helpers import small_tmpfs
 from s3servers import moto_session
 
 
@@ -43,16 +44,8 @@ def test_engine_rgw(case, s3env):
 
 def test_file_write_error_rgw(s3env, tmp_path):
     """A download into a full file system (a 6 MiB tmpfs) fails cleanly."""
-    d = tmp_path / "full"
-    d.mkdir()
-    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(d)],
-                       capture_output=True, text=True)
-    if m.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {m.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "full", "6m") as d:
         run_case(dict(s3env, S3FLASH_TEST_FULL_DIR=str(d)), "test_file_write_error")
-    finally:
-        subprocess.run(["umount", str(d)], capture_output=True)
 
 
 @pytest.mark.skipif(os.environ.get("S3FLASH_TEST_LARGE") != "1",

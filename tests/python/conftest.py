@@ -6,12 +6,15 @@ does). The package under test is the *installed* s3flash (tests/python/run.sh in
 with pip). boto3 is used only by the harness: buckets, and an independent view of what exists.
 """
 
+import contextlib
+import importlib.util
 import os
 import shutil
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -126,3 +129,30 @@ def exists(s3, bucket, key):
         if e.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
             return False
         raise
+
+
+def integration_faults():
+    """tests/integration/faults.py (what drives tests/servers/faultproxy.py), loaded from its
+    file, not through sys.path: tests/integration/helpers.py would then shadow
+    tests/python/helpers.py for later imports (the DCP tests' spawned ranks)."""
+    spec = importlib.util.spec_from_file_location(
+        "integration_faults", ROOT / "tests" / "integration" / "faults.py")
+    faults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(faults)
+    return faults
+
+
+@contextlib.contextmanager
+def faultproxy(endpoint):
+    """tests/servers/faultproxy.py in front of `endpoint` for the block: its requests are
+    counted and logged at the socket, and faults injected there (proxy.set_faults)."""
+    u = urlparse(endpoint)
+    with integration_faults().start_faultproxy(u.hostname, u.port) as p:
+        yield p
+
+
+@pytest.fixture
+def proxy(endpoint):
+    """A fault proxy in front of RGW for one test (clients take proxy.endpoint)."""
+    with faultproxy(endpoint) as p:
+        yield p

@@ -6,7 +6,6 @@ what happens "while the upload runs" provably does: the tests assert on the prox
 what is in the bucket, never on sleeps.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -17,34 +16,18 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import torch
 
 import s3flash
-from conftest import exists
+from conftest import exists, integration_faults
 from helpers import assert_same_tensor
 
 MiB = 1 << 20
 HERE = Path(__file__).resolve()
 # SIGKILL seeds: S3FLASH_CKPT_KILL_SEEDS=N runs seeds 0..N-1 (20 in CI, about 60 s)
 KILL_SEEDS = list(range(int(os.environ.get("S3FLASH_CKPT_KILL_SEEDS", "20"))))
-
-
-def _faults():
-    spec = importlib.util.spec_from_file_location(
-        "integration_faults", HERE.parents[1] / "integration" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(faults)
-    return faults
-
-
-@pytest.fixture
-def proxy(endpoint):
-    u = urlparse(endpoint)
-    with _faults().start_faultproxy(u.hostname, u.port) as p:
-        yield p
 
 
 @pytest.fixture
@@ -336,7 +319,7 @@ def test_retention_never_deletes_last_committed(region, bucket, prefix, proxy, s
         assert ck.steps() == [3, 4]
 
         # step 5: its manifest refused (403, no retry): not committed, nothing deleted
-        proxy.set_faults([_faults().s3_error("AccessDenied", 403, match={
+        proxy.set_faults([integration_faults().s3_error("AccessDenied", 403, match={
             "method": "PUT", "path": "step-000000000005/manifest.json"})])
         f5 = ck.save(sd, 5)
         with pytest.raises(s3flash.S3PermissionError):

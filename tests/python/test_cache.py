@@ -3,29 +3,13 @@ the second load of a checkpoint and the second epoch over a dataset read from lo
 The requests are counted at the socket by tests/servers/faultproxy.py between the client
 and RGW; each pass uses a new client (as a new process would), sharing only the directory.
 """
-import importlib.util
 import io
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import torch
 
 import s3flash
 from s3flash import S3ClientConfig, S3IterableDataset, S3MapDataset
-
-
-@pytest.fixture
-def proxy(endpoint):
-    # loaded from its file, not through sys.path (tests/integration/helpers.py would shadow
-    # tests/python/helpers.py), as test_datasets.py does
-    spec = importlib.util.spec_from_file_location(
-        "integration_faults", Path(__file__).resolve().parents[1] / "integration" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(faults)
-    u = urlparse(endpoint)
-    with faults.start_faultproxy(u.hostname, u.port) as p:
-        yield p
 
 
 def _by_method(proxy):

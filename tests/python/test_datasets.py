@@ -2,15 +2,12 @@
 ranks × workers (explicit and with a real 2-process gloo group), shuffling with a seed and an
 epoch, transforms, from_objects, a listing that streams, lazy readers, errors."""
 
-import importlib.util
 import json
 import multiprocessing
 import os
 import pickle
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import torch
@@ -19,6 +16,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 import s3flash
 from s3flash import S3IterableDataset, S3MapDataset, S3Reader, S3ReaderConstructor
 from s3flash import _dataset
+from conftest import faultproxy
 
 N = 200
 PREFIX = "ds/"
@@ -309,15 +307,7 @@ def test_from_objects_one_get_per_object_no_head(seeded, bucket, region, endpoin
     """from_objects items have no listed size or ETag; a whole read of one is one GET
     without a Range (the size from the response) and no HEAD. The requests are counted by
     method at the socket, by tests/servers/faultproxy.py sitting between client and RGW."""
-    # loaded from its file, not through sys.path: tests/integration/helpers.py would then
-    # shadow tests/python/helpers.py for later imports (the DCP tests' spawned ranks)
-    spec = importlib.util.spec_from_file_location(
-        "integration_faults", Path(__file__).resolve().parents[1] / "integration" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(faults)
-    start_faultproxy = faults.start_faultproxy
-    u = urlparse(endpoint)
-    with start_faultproxy(u.hostname, u.port) as proxy:
+    with faultproxy(endpoint) as proxy:
         o = {"region": region, "endpoint": proxy.endpoint}
         uris = [f"s3://{bucket}/{_key(i)}" for i in range(50)]
         m = S3MapDataset.from_objects(uris[:10], **o)

@@ -6,7 +6,6 @@ a process killed by a signal is reported as such instead of taking pytest down w
 """
 
 import errno
-import importlib.util
 import json
 import os
 import signal
@@ -15,7 +14,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
@@ -23,17 +21,10 @@ fsspec = pytest.importorskip("fsspec")
 
 import s3flash  # noqa: E402
 import s3flash.fsspec  # noqa: E402
+from conftest import faultproxy  # noqa: E402
 
 MiB = 1 << 20
 HERE = Path(__file__).resolve()
-
-
-def _faults():
-    spec = importlib.util.spec_from_file_location(
-        "integration_faults", HERE.parents[1] / "integration" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(faults)
-    return faults
 
 
 def _run_child(scenario, **args):
@@ -126,8 +117,7 @@ def test_put_file_truncated_source_raises(s3, bucket, endpoint, rgw, tmp_path):
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(3 * part))
     key = f"trunc-{uuid.uuid4().hex[:8]}"
-    u = urlparse(rgw.endpoint)
-    with _faults().start_faultproxy(u.hostname, u.port) as proxy:
+    with faultproxy(rgw.endpoint) as proxy:
         proxy.set_faults([{"match": {"method": "PUT", "query": "partNumber=2"},
                            "action": "stall", "direction": "request", "at": 0,
                            "seconds": 3, "max_count": 1}])

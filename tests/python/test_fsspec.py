@@ -19,7 +19,7 @@ import s3flash  # noqa: E402
 import s3flash.fsspec  # noqa: E402
 from s3flash.fsspec import S3FlashFileSystem  # noqa: E402
 
-from conftest import exists  # noqa: E402
+from conftest import exists, faultproxy  # noqa: E402
 from helpers import fsspec_registered  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -493,17 +493,9 @@ def test_append_copy_refused_aborts(endpoint, s3, base, region):
     """The server refusing the copy of the existing object (412: the object was replaced
     since the HEAD, x-amz-copy-source-if-match; answered here by the fault proxy between
     client and RGW) fails the open, aborts the upload, and leaves the object as it was."""
-    import importlib.util
-    from pathlib import Path
-    from urllib.parse import urlparse
-    spec = importlib.util.spec_from_file_location(
-        "integration_faults", Path(__file__).resolve().parents[1] / "integration" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(faults)
     bucket, prefix = base.split("/", 1)
     old = os.urandom(5 << 20)
-    u = urlparse(endpoint)
-    with faults.start_faultproxy(u.hostname, u.port) as proxy:
+    with faultproxy(endpoint) as proxy:
         fs = S3FlashFileSystem(endpoint_url=proxy.endpoint,
                                config_kwargs={"s3": {"addressing_style": "path"}})
         fs.pipe_file(f"{base}/pinned", old)

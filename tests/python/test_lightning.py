@@ -88,28 +88,41 @@ def top_k(dirpath):
                              monitor="val_loss", save_top_k=2, save_last=True)
 
 
-def test_fit_top_k_last_and_resume_from_last(tmp_path, s3, plugin, run):
+def check_top_k_fit(s3, run, ck, plugin):
+    """After fit(..., ck=top_k(dirpath), epochs=4): last.ckpt and the two best epochs are in
+    the bucket (top-k pruned the others) and are ck's best_k_models; last.ckpt, read back
+    through plugin, is epoch 3's. Returns its contents."""
     bucket, prefix, dirpath = run
-    ck = top_k(dirpath)
-    trainer, started = fit(tmp_path, [plugin], ck, epochs=4)
-    assert (started.epoch, started.step) == (0, 0)
     listed = keys(s3, bucket, prefix)
     assert "last.ckpt" in listed
     epochs = [k for k in listed if k.startswith("epoch=")]
-    assert len(epochs) == 2, listed                       # top-k pruned the others
+    assert len(epochs) == 2, listed
     assert sorted(Path(p).name for p in ck.best_k_models) == epochs
     assert all(p.startswith(dirpath) for p in ck.best_k_models)
     last = plugin.load_checkpoint(dirpath + "last.ckpt")
     assert (last["epoch"], last["global_step"]) == (3, 4 * STEPS)
+    return last
 
-    # a new process would do the same: a fresh Trainer, ckpt_path="last"
-    trainer2, started2 = fit(tmp_path, [plugin], top_k(dirpath), epochs=6, ckpt_path="last")
-    assert (started2.epoch, started2.step) == (4, 4 * STEPS)
-    assert torch.equal(started2.weight, last["state_dict"]["net.0.weight"])
-    assert trainer2.global_step == 6 * STEPS
+
+def check_resume_from_last(tmp_path, s3, run, plugin, last):
+    """As a new process would: a fresh Trainer with ckpt_path="last" fits to 6 epochs. It
+    starts at epoch 4 with last's weights; top-k still keeps two epochs and last.ckpt."""
+    bucket, prefix, dirpath = run
+    trainer, started = fit(tmp_path, [plugin], top_k(dirpath), epochs=6, ckpt_path="last")
+    assert (started.epoch, started.step) == (4, 4 * STEPS)
+    assert torch.equal(started.weight, last["state_dict"]["net.0.weight"])
+    assert trainer.global_step == 6 * STEPS
     listed = keys(s3, bucket, prefix)
     assert len([k for k in listed if k.startswith("epoch=")]) == 2 and "last.ckpt" in listed
     assert plugin.load_checkpoint(dirpath + "last.ckpt")["global_step"] == 6 * STEPS
+
+
+def test_fit_top_k_last_and_resume_from_last(tmp_path, s3, plugin, run):
+    ck = top_k(run[2])
+    trainer, started = fit(tmp_path, [plugin], ck, epochs=4)
+    assert (started.epoch, started.step) == (0, 0)
+    last = check_top_k_fit(s3, run, ck, plugin)
+    check_resume_from_last(tmp_path, s3, run, plugin, last)
 
 
 def test_plain_model_checkpoint_resume_from_explicit_uri(tmp_path, s3, plugin, run):
@@ -161,28 +174,14 @@ def test_async_checkpoint_io(tmp_path, s3, plugin, run):
 def test_async_plugin_stages_prunes_and_resumes(tmp_path, s3, region, endpoint, run):
     """S3AsyncLightningCheckpoint: top-k and last.ckpt as with the synchronous plugin, the
     staging buffers allocated once for every save of the fit, resume from "last"."""
-    bucket, prefix, dirpath = run
     aplugin = S3AsyncLightningCheckpoint(region, endpoint=endpoint)
-    ck = top_k(dirpath)
-    fit(tmp_path, [aplugin], ck, epochs=4)
-    listed = keys(s3, bucket, prefix)              # teardown waited for the queue
-    assert "last.ckpt" in listed
-    epochs = [k for k in listed if k.startswith("epoch=")]
-    assert len(epochs) == 2, listed
-    assert sorted(Path(p).name for p in ck.best_k_models) == epochs
+    ck = top_k(run[2])
+    fit(tmp_path, [aplugin], ck, epochs=4)        # its teardown waited for the queue
     assert aplugin.stager.allocations == 1        # 8 saves (4 top-k, 4 last), one arena
     assert (aplugin.in_place_saves, aplugin.stream_saves) == (8, 0)
-    last = aplugin.load_checkpoint(dirpath + "last.ckpt")
-    assert (last["epoch"], last["global_step"]) == (3, 4 * STEPS)
-
-    aplugin2 = S3AsyncLightningCheckpoint(region, endpoint=endpoint)
-    trainer2, started2 = fit(tmp_path, [aplugin2], top_k(dirpath), epochs=6, ckpt_path="last")
-    assert (started2.epoch, started2.step) == (4, 4 * STEPS)
-    assert torch.equal(started2.weight, last["state_dict"]["net.0.weight"])
-    assert trainer2.global_step == 6 * STEPS
-    listed = keys(s3, bucket, prefix)
-    assert len([k for k in listed if k.startswith("epoch=")]) == 2 and "last.ckpt" in listed
-    assert aplugin2.load_checkpoint(dirpath + "last.ckpt")["global_step"] == 6 * STEPS
+    last = check_top_k_fit(s3, run, ck, aplugin)
+    check_resume_from_last(tmp_path, s3, run,
+                           S3AsyncLightningCheckpoint(region, endpoint=endpoint), last)
 
 
 def test_async_plugin_failed_save_removes_nothing(region, endpoint, s3, bucket, run):

@@ -9,10 +9,7 @@ x-amz-request-payer at the socket: single and multipart uploads, HEAD, ranged an
 GETs, listings, server-side copy, deletes, torch.save/torch.load and a DCP checkpoint.
 """
 
-import importlib.util
 import uuid
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 import torch
@@ -20,19 +17,14 @@ from s3servers import make_requester_pays
 
 import s3flash
 from s3flash import S3Checkpoint, S3Client, S3ClientConfig, S3MapDataset
+from conftest import faultproxy
 
 MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
 def proxy(endpoint):
-    # loaded from its file: tests/integration/helpers.py must not shadow tests/python's
-    spec = importlib.util.spec_from_file_location(
-        "integration_faults", Path(__file__).resolve().parents[1] / "integration" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(faults)
-    u = urlparse(endpoint)
-    with faults.start_faultproxy(u.hostname, u.port) as p:
+    with faultproxy(endpoint) as p:
         yield p
 
 
