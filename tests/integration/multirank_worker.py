@@ -135,7 +135,14 @@ def main():
                        "seconds": elapsed, "seconds_all": time.monotonic() - t0,
                        "bytes": nbytes, "stats": stats}, f)
         print(f"rank {rank}/{world}: {op} {path} ok in {elapsed:.2f} s", flush=True)
-    dist.destroy_process_group()
+    # Every rank is past the last barrier and its report is written. Leave without gloo's
+    # teardown: once, under load, destroy_process_group/interpreter exit aborted a rank there
+    # ("terminate called without an active exception", SIGABRT) after all its work was done,
+    # and torchrun then failed a run whose checkpoints were right.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
