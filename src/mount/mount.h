@@ -64,6 +64,10 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
 /* Abort uploads still open (no object) and close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);
 
+/* The kernel's read-ahead of the mount, set in sysfs by mount.c: the size of fs.c's
+ * max_readahead and max_write (op_init: 1 MiB), the largest FUSE request. */
+#define MNT_READ_AHEAD_KIB 1024u
+
 /* Log through the daemon's sink (log file, syslog or stderr). */
 void mnt_log(enum s3f_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
