@@ -307,10 +307,21 @@ int mnt_run(const struct mnt_options *in) {
 
     if (!o.memory_target_bytes)
         o.memory_target_bytes = default_memory_target();
-    /* Two buffer pools of 3/8 each, the readers' (read-ahead windows) and the writers'
-     * (parts being filled and sent), so that open readers never make a writer wait; the
-     * last quarter is for FUSE's buffers, the metadata cache and the rest. */
-    o.client.memory_limit_bytes = o.memory_target_bytes / 8 * 3;
+    /* What counts outside the buffer pools comes off the target first: FUSE's buffers,
+     * about 3 MiB a worker thread (a request of up to 1 MiB received, the 1 MiB reply of a
+     * read, malloc's slack), and 16 MiB for the process, libcurl's buffers and the metadata
+     * cache. The default number of threads is one per 16 MiB of the target, 4..16. */
+    unsigned threads = o.max_threads;
+    if (!threads) {
+        uint64_t t = o.memory_target_bytes / (16ull << 20);
+        threads = t < 4 ? 4 : t > 16 ? 16 : (unsigned)t;
+    }
+    uint64_t fixed = (16ull << 20) + (uint64_t)threads * (3ull << 20);
+    uint64_t rest = o.memory_target_bytes > fixed ? o.memory_target_bytes - fixed : 0;
+    /* The rest: two buffer pools of 7/16 each, the readers' (read-ahead windows) and the
+     * writers' (parts being filled and sent), so that open readers never make a writer
+     * wait; the last eighth is a margin (libcurl's buffers grow with the connections). */
+    o.client.memory_limit_bytes = rest / 16 * 7;
     if (o.client.memory_limit_bytes < (16ull << 20))
         o.client.memory_limit_bytes = 16ull << 20;
     if (o.part_size_bytes)
@@ -409,7 +420,7 @@ int mnt_run(const struct mnt_options *in) {
         fuse_remove_signal_handlers(se);
         goto out;
     }
-    fuse_loop_cfg_set_max_threads(lc, o.max_threads ? o.max_threads : 16);
+    fuse_loop_cfg_set_max_threads(lc, threads);
     fuse_loop_cfg_set_clone_fd(lc, 0);
     int lr = fuse_loop_mt(f, lc);
     fuse_loop_cfg_destroy(lc);
