@@ -130,7 +130,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE", "bound of --cache (default 10G)"},
     {"memory-target", 0, 1, OPT_MEMORY_TARGET, "SIZE",
      "memory the daemon stays within (default: 1/8 of RAM, 64M..8G)"},
-    {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default 16)"},
+    {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default: one per 16M of --memory-target, 4..16)"},
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
      "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},

@@ -92,6 +92,63 @@ static void library_log(void *user, enum s3f_log_level level, const char *msg) {
     log_line(level, msg);
 }
 
+/* ---- the kernel's read-ahead ------------------------------------------------------------ */
+
+/* The kernel gives a FUSE mount the default read-ahead of a block device (128 KiB), and a
+ * sequential read then reaches the daemon as 128 KiB requests, one at a time (reads are
+ * synchronous, see op_init in fs.c): most of the time goes to the round trips. Raising the
+ * mount's read_ahead_kb in sysfs to `kib` (fs.c's max_readahead, also max_write, so one
+ * request carries up to 1 MiB) makes them 1 MiB. Only root can write sysfs: anyone else
+ * keeps the kernel's default, which works, only more slowly. The device number comes from
+ * /proc/self/mountinfo (a stat of the mount point would wait for the session's loop, which
+ * has not started yet). */
+static void raise_read_ahead(const char *mountpoint, unsigned kib) {
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f) {
+        mnt_log(S3F_LOG_INFO, "read-ahead: /proc/self/mountinfo: %s", strerror(errno));
+        return;
+    }
+    char line[8192], dev[32] = "";
+    while (fgets(line, sizeof(line), f)) {
+        /* "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS ... - FSTYPE SOURCE ..." */
+        char d[32], esc[4096], want[4096];
+        if (sscanf(line, "%*s %*s %31s %*s %4095s", d, esc) != 2 || !strstr(line, " - fuse"))
+            continue;
+        /* mountinfo writes space, tab, newline and backslash as \ooo */
+        size_t j = 0;
+        for (size_t i = 0; esc[i] && j + 1 < sizeof(want); i++) {
+            if (esc[i] == '\\' && esc[i + 1] >= '0' && esc[i + 1] <= '3' && esc[i + 2] &&
+                esc[i + 3]) {
+                want[j++] = (char)((esc[i + 1] - '0') * 64 + (esc[i + 2] - '0') * 8 +
+                                   (esc[i + 3] - '0'));
+                i += 3;
+            } else {
+                want[j++] = esc[i];
+            }
+        }
+        want[j] = 0;
+        if (strcmp(want, mountpoint) == 0)
+            snprintf(dev, sizeof(dev), "%s", d); /* the last one: ours, mounted on top */
+    }
+    fclose(f);
+    if (!dev[0]) {
+        mnt_log(S3F_LOG_INFO, "read-ahead: %s not found in /proc/self/mountinfo", mountpoint);
+        return;
+    }
+    char path[128];
+    snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    char val[16];
+    int n = snprintf(val, sizeof(val), "%u", kib);
+    if (fd < 0 || write(fd, val, (size_t)n) != n)
+        mnt_log(S3F_LOG_INFO, "read-ahead stays at the kernel's default: %s: %s", path,
+                strerror(errno));
+    else
+        mnt_log(S3F_LOG_DEBUG, "read-ahead: %s = %u", path, kib);
+    if (fd >= 0)
+        close(fd);
+}
+
 /* ---- start-up ----------------------------------------------------------------------- */
 
 /* Where start-up failures go: the parent's pipe in the background, else stderr. */
@@ -250,10 +307,21 @@ int mnt_run(const struct mnt_options *in) {
 
     if (!o.memory_target_bytes)
         o.memory_target_bytes = default_memory_target();
-    /* Two buffer pools of 3/8 each, the readers' (read-ahead windows) and the writers'
-     * (parts being filled and sent), so that open readers never make a writer wait; the
-     * last quarter is for FUSE's buffers, the metadata cache and the rest. */
-    o.client.memory_limit_bytes = o.memory_target_bytes / 8 * 3;
+    /* What counts outside the buffer pools comes off the target first: FUSE's buffers,
+     * about 3 MiB a worker thread (a request of up to 1 MiB received, the 1 MiB reply of a
+     * read, malloc's slack), and 16 MiB for the process, libcurl's buffers and the metadata
+     * cache. The default number of threads is one per 16 MiB of the target, 4..16. */
+    unsigned threads = o.max_threads;
+    if (!threads) {
+        uint64_t t = o.memory_target_bytes / (16ull << 20);
+        threads = t < 4 ? 4 : t > 16 ? 16 : (unsigned)t;
+    }
+    uint64_t fixed = (16ull << 20) + (uint64_t)threads * (3ull << 20);
+    uint64_t rest = o.memory_target_bytes > fixed ? o.memory_target_bytes - fixed : 0;
+    /* The rest: two buffer pools of 7/16 each, the readers' (read-ahead windows) and the
+     * writers' (parts being filled and sent), so that open readers never make a writer
+     * wait; the last eighth is a margin (libcurl's buffers grow with the connections). */
+    o.client.memory_limit_bytes = rest / 16 * 7;
     if (o.client.memory_limit_bytes < (16ull << 20))
         o.client.memory_limit_bytes = 16ull << 20;
     if (o.part_size_bytes)
@@ -321,6 +389,7 @@ int mnt_run(const struct mnt_options *in) {
         goto out;
     }
     mounted = 1;
+    raise_read_ahead(o.mountpoint, MNT_READ_AHEAD_KIB);
     struct fuse_session *se = fuse_get_session(f);
     if (fuse_set_signal_handlers(se) != 0) {
         fail("cannot install the signal handlers");
@@ -351,7 +420,7 @@ int mnt_run(const struct mnt_options *in) {
         fuse_remove_signal_handlers(se);
         goto out;
     }
-    fuse_loop_cfg_set_max_threads(lc, o.max_threads ? o.max_threads : 16);
+    fuse_loop_cfg_set_max_threads(lc, threads);
     fuse_loop_cfg_set_clone_fd(lc, 0);
     int lr = fuse_loop_mt(f, lc);
     fuse_loop_cfg_destroy(lc);

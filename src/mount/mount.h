@@ -20,8 +20,9 @@
 
 struct mnt_options {
     struct s3f_client_options client; /* endpoint, credentials...; memory_limit_bytes is
-                                         set from memory_target by mnt_run (3/8 of it for
-                                         the readers' client, 3/8 for the writers') */
+                                         set from memory_target by mnt_run (7/16 of what
+                                         FUSE's buffers leave, for the readers' client and
+                                         as much for the writers') */
     const char *bucket;
     const char *prefix;      /* "" or ends with '/' */
     const char *mountpoint;
@@ -42,7 +43,7 @@ struct mnt_options {
     const char *cache_dir;   /* NULL: no block cache */
     uint64_t max_cache_size_bytes; /* 0: the library's default */
     uint64_t memory_target_bytes;  /* 0: an eighth of RAM, 64 MiB..8 GiB */
-    unsigned max_threads;    /* 0: 16 */
+    unsigned max_threads;    /* 0: one per 16 MiB of memory_target, 4..16 */
     uint64_t part_size_bytes; /* 0: the client's default (8 MiB) */
     int page_size;           /* keys per LIST page, 0: 1000 (tests use small pages) */
 };
@@ -63,6 +64,10 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
                           struct s3f_client *wclient);
 /* Abort uploads still open (no object) and close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);
+
+/* The kernel's read-ahead of the mount, set in sysfs by mount.c: the size of fs.c's
+ * max_readahead and max_write (op_init: 1 MiB), the largest FUSE request. */
+#define MNT_READ_AHEAD_KIB 1024u
 
 /* Log through the daemon's sink (log file, syslog or stderr). */
 void mnt_log(enum s3f_log_level level, const char *fmt, ...)

@@ -304,9 +304,9 @@ def test_read_only(mounter, s3, bucket, pfx):
 
 
 def test_memory_target_refuses_writers_with_enomem(mounter, bucket, pfx):
-    # the writers' pool = 3/8 of 64 MiB = 24 MiB; each writer reserves 2 x 5 MiB: two fit,
-    # not three
-    mp = mounter.mount(f"{bucket}/{pfx}", "--memory-target", "64M", "--part-size", "5M")
+    # 96 MiB: 6 FUSE threads x 3 MiB + 16 MiB off first, the writers' pool = 7/16 of the
+    # remaining 62 MiB = 27 MiB; each writer reserves 2 x 5 MiB: two fit, not three
+    mp = mounter.mount(f"{bucket}/{pfx}", "--memory-target", "96M", "--part-size", "5M")
     f1 = open(mp / "w1", "wb", buffering=0)
     f2 = open(mp / "w2", "wb", buffering=0)
     f1.write(b"1")  # not empty: close completes the upload and returns the reservation
