@@ -581,7 +581,9 @@ S3F_API enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *buc
  * pipe, a socket: a destination that cannot be written out of order), with several ranged
  * GETs in flight at once: as many as the link needs (see s3f_reader: the read-ahead of a
  * sequential read, sized from the measured bandwidth-delay product, within the memory
- * limit). One HEAD first (size, ETag, checksum); every GET carries If-Match. An object of
+ * limit). One HEAD first (size, ETag, checksum; a HEAD refused with 400, 403 or 404 is
+ * asked again as a GET of one byte, so that the error names S3's code, e.g. NoSuchKey or
+ * NoSuchBucket); every GET carries If-Match. An object of
  * at most one part (the client's part_size_bytes) goes in one GET, as s3f_get_object,
  * its bytes handed over as they arrive. `sink` runs
  * on the calling thread; a non-zero return stops the download (S3F_ERR_ABORTED).

@@ -38,6 +38,34 @@ static int one_get_sink(void *ud, const void *data, size_t len, uint64_t offset)
     return 0;
 }
 
+static int discard_sink(void *ud, const void *data, size_t len, uint64_t offset) {
+    return 0;
+}
+
+/* A HEAD's error answer has no body, so no S3 code (the executor derives "NotFound" or
+ * "Forbidden" from the status: NoSuchKey and NoSuchBucket read alike). For the refusals
+ * (400, 403, 404) ask once more with a GET of one byte, whose error document names S3's
+ * code, and report that answer instead when it is the same refusal. */
+static void explain_head_error(struct s3f_client *c, const char *bucket, const char *key,
+                               const struct s3f_download_options *opts,
+                               struct s3f_error *err) {
+    if (!err || strcmp(err->operation, "HeadObject") != 0 ||
+        (err->http_status != 400 && err->http_status != 403 && err->http_status != 404))
+        return;
+    struct s3f_get_options go = {
+        .has_range = 1,
+        .range_start = 0,
+        .range_end = 0,
+        .if_match = opts->if_match,
+        .version_id = opts->version_id,
+    };
+    struct s3f_error gerr;
+    s3f_error_clear(&gerr);
+    if (s3f_get_object(c, bucket, key, &go, discard_sink, NULL, NULL, &gerr) != S3F_OK &&
+        gerr.http_status == err->http_status)
+        *err = gerr;
+}
+
 enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket, const char *key,
                                     const struct s3f_download_options *opts, s3f_write_fn sink,
                                     void *sink_user_data, struct s3f_object_info *info,
@@ -67,8 +95,10 @@ enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket, co
         st = s3f__s3_execute(c, &head.r, err);
     struct s3f_object_info oi = head.info;
     s3f__op_cleanup(&head);
-    if (st)
+    if (st) {
+        explain_head_error(c, bucket, key, opts, err);
         return st;
+    }
 
     struct s3f__checksum ck;
     char want[S3F__CHECKSUM_B64_MAX + 8] = "";

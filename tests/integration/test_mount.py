@@ -259,13 +259,17 @@ def test_readdir_streams_many_pages_without_a_head_per_entry(mounter, s3, bucket
 
 
 def test_object_replaced_mid_read_is_eio(mounter, s3, bucket, pfx):
-    data = os.urandom(24 * MiB)
+    # larger than the readers' pool of a 64M memory target can hold ahead (the read-ahead
+    # keeps the link's bandwidth-delay product in flight): the read at 60 MiB needs a new GET,
+    # pinned to the first version's ETag. Bytes the handle already holds are that version's
+    # and may be returned (never a mix).
+    data = os.urandom(64 * MiB)
     s3.put_object(Bucket=bucket, Key=pfx + "v.bin", Body=data)
-    mp = mounter.mount(f"{bucket}/{pfx}")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--memory-target", "64M")
     with open(mp / "v.bin", "rb", buffering=0) as f:
         assert f.read(MiB) == data[:MiB]
-        s3.put_object(Bucket=bucket, Key=pfx + "v.bin", Body=os.urandom(24 * MiB))
-        f.seek(20 * MiB)
+        s3.put_object(Bucket=bucket, Key=pfx + "v.bin", Body=os.urandom(64 * MiB))
+        f.seek(60 * MiB)
         assert _errno(lambda: f.read(MiB)) == errno.EIO
     assert "PreconditionFailed" in mounter.log() or "412" in mounter.log()
 
