@@ -80,6 +80,7 @@ struct mnt_fs {
     size_t n_meta;
     struct localdir *localdirs;
     struct fh *writers;       /* open write handles, through fh->next_writer */
+    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers */
     uint64_t writer_reserved, writer_budget;
     struct listing *listings; /* most recent first */
     size_t n_listings;
@@ -106,6 +107,7 @@ struct fh {
     int64_t opened;
     uint64_t reserved;
     int listed;               /* in fs->writers */
+    int closed;               /* the opener closed it (flush): only release is to come */
     struct fh *next_writer;
     struct fh *rd_prev, *rd_next; /* read handles: in fs->readers */
 };
@@ -308,6 +310,26 @@ static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
     h->listed = 0;
     fs->writer_reserved -= h->reserved;
     h->reserved = 0;
+    pthread_cond_broadcast(&fs->released);
+}
+
+/* Is `path` being written (fs->mu held)? A file its opener has closed but whose upload
+ * completes at release (an empty one: the kernel sends release just after close returns)
+ * is waited for, up to 5 s, so that a rename or open right after close (rsync's temporary
+ * file) finds the object. */
+static int writer_busy(struct mnt_fs *fs, const char *path) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    for (;;) {
+        struct fh *h = writer_find(fs, path);
+        if (!h)
+            return 0;
+        if (!__atomic_load_n(&h->closed, __ATOMIC_RELAXED))
+            return 1;
+        if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
+            return writer_find(fs, path) != NULL;
+    }
 }
 
 /* ---- attributes -------------------------------------------------------------------- */
@@ -713,7 +735,7 @@ static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
         if (fi->flags & O_EXCL)
             return -EEXIST;
         pthread_mutex_lock(&fs->mu);
-        int busy = writer_find(fs, path) != NULL;
+        int busy = writer_busy(fs, path);
         pthread_mutex_unlock(&fs->mu);
         if (busy)
             return -EBUSY;
@@ -733,7 +755,7 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
         if (fs->o.read_only)
             return -EROFS;
         pthread_mutex_lock(&fs->mu);
-        int busy = writer_find(fs, path) != NULL;
+        int busy = writer_busy(fs, path);
         pthread_mutex_unlock(&fs->mu);
         if (busy)
             return -EBUSY;
@@ -748,7 +770,7 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
         return open_writer(fs, path, fi);
     }
     pthread_mutex_lock(&fs->mu);
-    int busy = writer_find(fs, path) != NULL;
+    int busy = writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
     if (busy)
         return -EBUSY;
@@ -916,8 +938,12 @@ static int op_flush(const char *path, struct fuse_file_info *fi) {
         return 0;
     int rc = 0;
     pthread_mutex_lock(&h->mu);
-    if (h->written > 0 && process_of(fuse_get_context()->pid) == h->opener)
-        rc = finish_upload(FS(), h);
+    if (process_of(fuse_get_context()->pid) == h->opener) {
+        if (h->written > 0)
+            rc = finish_upload(FS(), h);
+        else
+            __atomic_store_n(&h->closed, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&h->mu);
     return rc;
 }
@@ -964,7 +990,7 @@ static int op_unlink(const char *path) {
     if (!fs->o.allow_delete)
         return -EPERM;
     pthread_mutex_lock(&fs->mu);
-    int busy = writer_find(fs, path) != NULL;
+    int busy = writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
     if (busy)
         return -EBUSY;
@@ -1007,7 +1033,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
     if (a.kind == K_DIR)
         return -ENOTSUP;
     pthread_mutex_lock(&fs->mu);
-    int busy = writer_find(fs, from) || writer_find(fs, to);
+    int busy = writer_busy(fs, from) || writer_busy(fs, to);
     pthread_mutex_unlock(&fs->mu);
     if (busy)
         return -EBUSY;
@@ -1608,6 +1634,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
         return NULL;
     }
     pthread_mutex_init(&fs->mu, NULL);
+    pthread_cond_init(&fs->released, NULL);
     fs->start_time = (int64_t)time(NULL);
     struct s3f_client_stats cs;
     s3f_client_stats(wclient, &cs, 0);
@@ -1659,6 +1686,7 @@ void mnt_fs_free(struct mnt_fs *fs) {
     free(fs->meta);
     free(fs->bucket);
     free(fs->prefix);
+    pthread_cond_destroy(&fs->released);
     pthread_mutex_destroy(&fs->mu);
     free(fs);
 }
