@@ -179,14 +179,6 @@ static void parent_of(const char *path, char *out) {
     out[n] = 0;
 }
 
-/* Is `path` directly inside directory `dir`? */
-static int is_child(const char *dir, const char *path) {
-    size_t ld = strcmp(dir, "/") == 0 ? 0 : strlen(dir);
-    if (strncmp(path, dir, ld) != 0 || path[ld] != '/' || !path[ld + 1])
-        return 0;
-    return strchr(path + ld + 1, '/') == NULL;
-}
-
 /* Is `path` strictly under directory `dir`? */
 static int is_under(const char *dir, const char *path) {
     size_t ld = strcmp(dir, "/") == 0 ? 0 : strlen(dir);
@@ -332,6 +324,18 @@ static int writer_busy(struct mnt_fs *fs, const char *path) {
     }
 }
 
+/* Is a local directory or a file being written strictly under `dir` (fs->mu held)? Such a
+ * directory exists whatever S3 lists. */
+static int holds_local(struct mnt_fs *fs, const char *dir) {
+    for (struct localdir *d = fs->localdirs; d; d = d->next)
+        if (is_under(dir, d->path))
+            return 1;
+    for (struct fh *h = fs->writers; h; h = h->next_writer)
+        if (is_under(dir, h->path))
+            return 1;
+    return 0;
+}
+
 /* ---- attributes -------------------------------------------------------------------- */
 
 struct attr {
@@ -456,7 +460,7 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
         pthread_mutex_unlock(&fs->mu);
         return 0;
     }
-    if (localdir_find(fs, path)) {
+    if (localdir_find(fs, path) || holds_local(fs, path)) {
         a->kind = K_DIR;
         pthread_mutex_unlock(&fs->mu);
         return 0;
@@ -1284,6 +1288,19 @@ static int dh_push(struct dh *d, const char *name, size_t len, const struct attr
     return 0;
 }
 
+/* Add the name below `dir` that leads to `path` to d->extra (once): `kind` when `path` is
+ * a child of `dir`, else a directory. */
+static void dh_extra(struct dh *d, const char *dir, const char *path, enum kind kind) {
+    const char *name = path + (strcmp(dir, "/") == 0 ? 1 : strlen(dir) + 1);
+    const char *slash = strchr(name, '/');
+    size_t len = slash ? (size_t)(slash - name) : strlen(name);
+    for (size_t i = 0; i < d->n_extra; i++)
+        if (strlen(d->extra[i]) == len && memcmp(d->extra[i], name, len) == 0)
+            return;
+    if ((d->extra[d->n_extra] = strndup(name, len)))
+        d->extra_kind[d->n_extra++] = slash ? K_DIR : kind;
+}
+
 static int op_opendir(const char *path, struct fuse_file_info *fi) {
     struct mnt_fs *fs = FS();
     struct attr a;
@@ -1303,19 +1320,21 @@ static int op_opendir(const char *path, struct fuse_file_info *fi) {
     pthread_mutex_lock(&fs->mu);
     size_t n = 0;
     for (struct localdir *l = fs->localdirs; l; l = l->next)
-        n += is_child(path, l->path);
+        n += is_under(path, l->path);
     for (struct fh *h = fs->writers; h; h = h->next_writer)
-        n += is_child(path, h->path);
+        n += is_under(path, h->path);
     d->extra = calloc(n + 1, sizeof(*d->extra));
     d->extra_seen = calloc(n + 1, sizeof(*d->extra_seen));
     d->extra_kind = calloc(n + 1, sizeof(*d->extra_kind));
     if (d->extra && d->extra_seen && d->extra_kind) {
+        /* local directories and files being written, and the directories that hold them
+         * deeper down (they exist whatever S3 lists: their keys may all be gone) */
         for (struct localdir *l = fs->localdirs; l; l = l->next)
-            if (is_child(path, l->path) && (d->extra[d->n_extra] = strdup(strrchr(l->path, '/') + 1)))
-                d->extra_kind[d->n_extra++] = K_DIR;
+            if (is_under(path, l->path))
+                dh_extra(d, path, l->path, K_DIR);
         for (struct fh *h = fs->writers; h; h = h->next_writer)
-            if (is_child(path, h->path) && (d->extra[d->n_extra] = strdup(strrchr(h->path, '/') + 1)))
-                d->extra_kind[d->n_extra++] = K_FILE;
+            if (is_under(path, h->path))
+                dh_extra(d, path, h->path, K_FILE);
     }
     int cached_rc = 0;
     if (d->extra && d->extra_seen && d->extra_kind) {

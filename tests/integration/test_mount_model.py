@@ -146,11 +146,6 @@ def test_readdir_during_a_write_keeps_the_size(cli_path, rgw, s3, bucket, tmp_pa
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: when the last key under a directory is "
-                   "deleted and a mkdir-made directory is still inside it, the directory and "
-                   "its ancestors drop out of their parents' readdir (lookup still finds "
-                   "them); docs/SEMANTICS.md: a local directory is visible until rmdir or "
-                   "the end of the mount")
 def test_local_directory_keeps_its_emptied_parents(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -226,9 +221,6 @@ def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
     _strict_seed(cli_path, rgw, bucket, tmp_path, 157, 60)
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: when the last key under a directory is "
-                   "renamed or deleted while a file inside it is being written, the directory "
-                   "drops out of its parent's readdir (found by seed 263 at 60 operations)")
 def test_file_being_written_keeps_its_emptied_parent(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
