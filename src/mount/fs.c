@@ -1430,12 +1430,19 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             a.size = e->size;
             a.mtime = e->last_modified;
             snprintf(a.etag, sizeof(a.etag), "%s", e->etag ? e->etag : "");
-            rc = dh_push(d, name, len, &a);
             dh_keep(d, name, len, &a);
             char *cp = child_path(d->path, name, len);
-            if (cp && !writer_find(fs, cp))
+            struct fh *w = cp ? writer_find(fs, cp) : NULL;
+            if (w) {
+                /* being overwritten: the kernel gets the new file's size so far */
+                a.size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+                a.mtime = w->opened;
+                a.etag[0] = 0;
+            } else if (cp) {
                 meta_set(fs, cp, K_FILE, a.size, a.mtime, a.etag);
+            }
             free(cp);
+            rc = dh_push(d, name, len, &a);
         } else {
             const char *name = pk + lk;
             ip++;
@@ -1473,6 +1480,22 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     }
     s3f_list_page_free(page);
     return rc;
+}
+
+/* The attributes of the file being written at dir/name, if one is (takes fs->mu). */
+static void writer_attr(struct mnt_fs *fs, const char *dir, const char *name, size_t len,
+                        struct attr *a) {
+    char *cp = child_path(dir, name, len);
+    if (!cp)
+        return;
+    pthread_mutex_lock(&fs->mu);
+    struct fh *w = writer_find(fs, cp);
+    if (w) {
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+        a->mtime = w->opened;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    free(cp);
 }
 
 static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t offset,
@@ -1523,6 +1546,8 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
                 if (d->extra_seen[i])
                     continue;
                 struct attr a = {.kind = d->extra_kind[i], .mtime = (int64_t)time(NULL)};
+                if (a.kind == K_FILE)
+                    writer_attr(fs, d->path, d->extra[i], strlen(d->extra[i]), &a);
                 rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a);
             }
             d->complete = 1;

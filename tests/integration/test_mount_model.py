@@ -119,10 +119,6 @@ def test_old_handle_never_reads_the_new_version(cli_path, rgw, s3, bucket, tmp_p
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: readdir of a directory holding a file being "
-                   "written hands the kernel size 0 for it (READDIRPLUS), and stat and read "
-                   "then see 0 bytes, also after close, for --metadata-ttl; docs/SEMANTICS.md: "
-                   "st_size of a file being written is the bytes written so far")
 def test_readdir_during_a_write_keeps_the_size(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
