@@ -15,6 +15,7 @@
  */
 #define FUSE_USE_VERSION 314
 #include <fuse3/fuse.h>
+#include <fuse3/fuse_lowlevel.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -987,6 +989,65 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
     return 0;
 }
 
+/* After the key `path` was deleted: each directory above it that no key, local directory
+ * or file being written keeps any more is gone. Its cached attributes are dropped and the
+ * kernel's entry of it invalidated (else the kernel would go on showing a directory for
+ * --metadata-ttl). Costs one LIST (max-keys 1) per directory checked. Called from unlink
+ * only: the kernel holds the lock of the unlinked name's directory, never of the
+ * directories whose entries are invalidated here (rename holds both parents' locks, so it
+ * cannot invalidate the entry of the source's directory in the destination's). */
+static void forget_emptied_parents(struct mnt_fs *fs, const char *path) {
+    char dir[PATH_MAX];
+    parent_of(path, dir);
+    while (strcmp(dir, "/") != 0) {
+        pthread_mutex_lock(&fs->mu);
+        int kept = localdir_find(fs, dir) || holds_local(fs, dir);
+        pthread_mutex_unlock(&fs->mu);
+        if (kept)
+            return;
+        char *dkey = key_of(fs, dir, "/");
+        if (!dkey)
+            return;
+        struct s3f_list_options lo = {.prefix = dkey, .max_keys = 1};
+        struct s3f_list_page *page = NULL;
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
+        free(dkey);
+        if (st != S3F_OK)
+            return; /* the TTLs will tell */
+        int empty = page->n_objects == 0 && page->n_common_prefixes == 0;
+        s3f_list_page_free(page);
+        if (!empty)
+            return;
+        char up[PATH_MAX];
+        parent_of(dir, up);
+        pthread_mutex_lock(&fs->mu);
+        struct meta *m = meta_find(fs, dir);
+        if (m)
+            m->expires = 0; /* looked up again: missing, or a file it shadowed */
+        listings_drop_above(fs, dir);
+        pthread_mutex_unlock(&fs->mu);
+        /* the kernel's node id of the parent: with use_ino off, libfuse reports it as
+         * st_ino (the root is 1) */
+        fuse_ino_t parent = FUSE_ROOT_ID;
+        if (strcmp(up, "/") != 0) {
+            char full[PATH_MAX];
+            struct stat sb;
+            if ((size_t)snprintf(full, sizeof(full), "%s%s", fs->o.mountpoint, up) >=
+                    sizeof(full) || stat(full, &sb) != 0)
+                return;
+            parent = (fuse_ino_t)sb.st_ino;
+        }
+        const char *name = strrchr(dir, '/') + 1;
+        struct fuse_context *ctx = fuse_get_context();
+        if (ctx && ctx->fuse)
+            fuse_lowlevel_notify_inval_entry(fuse_get_session(ctx->fuse), parent, name,
+                                             strlen(name));
+        strcpy(dir, up);
+    }
+}
+
 static int op_unlink(const char *path) {
     struct mnt_fs *fs = FS();
     if (fs->o.read_only)
@@ -1019,6 +1080,7 @@ static int op_unlink(const char *path) {
     meta_set(fs, path, K_MISSING, 0, 0, NULL);
     listings_drop_above(fs, path);
     pthread_mutex_unlock(&fs->mu);
+    forget_emptied_parents(fs, path);
     return 0;
 }
 

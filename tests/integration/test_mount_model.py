@@ -58,11 +58,6 @@ def test_model_seeds(cli_path, rgw, bucket, tmp_path):
 
 # ---- directed tests of what the random runs found ------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="mount bug: an implicit directory emptied through the "
-                   "mount (unlink of its last key) stays a directory in the kernel's dentry "
-                   "cache for --metadata-ttl (the daemon's readdir no longer shows it); "
-                   "docs/SEMANTICS.md: a directory exists while a key starts with dir/, and "
-                   "changes through the mount update the cache at once")
 def test_emptied_directory_is_gone(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -234,5 +229,36 @@ def test_file_being_written_keeps_its_emptied_parent(cli_path, rgw, s3, bucket, 
             assert sorted(os.listdir(m.dir)) == ["e", "x"]
         finally:
             os.close(fd)
+    finally:
+        m.stop()
+
+
+def test_emptied_nested_directories_are_gone(cli_path, rgw, s3, bucket, tmp_path):
+    """unlink of the only key under x/y/ (x/y/a) ends y and x at once, in the kernel too
+    (the entries it holds are invalidated: the directory x is not in the root's dentry cache
+    any more), while a sibling key keeps its directory."""
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="ghost2/x/y/a", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="ghost2/k/y/a", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="ghost2/k/b", Body=b"x")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/ghost2/",
+              tmp_path / "m", ["--allow-delete", "--metadata-ttl", "60"], region=rgw.region,
+              log_path=str(tmp_path / "m.log")).start()
+    try:
+        assert os.path.isdir(os.path.join(m.dir, "x", "y"))
+        assert os.path.isdir(os.path.join(m.dir, "k", "y"))
+        os.unlink(os.path.join(m.dir, "x", "y", "a"))
+        os.unlink(os.path.join(m.dir, "k", "y", "a"))
+        assert not os.path.exists(os.path.join(m.dir, "x", "y"))
+        assert not os.path.exists(os.path.join(m.dir, "x"))
+        assert not os.path.exists(os.path.join(m.dir, "k", "y"))
+        assert os.path.isdir(os.path.join(m.dir, "k"))
+        assert sorted(os.listdir(m.dir)) == ["k"]
+        with open(os.path.join(m.dir, "x"), "wb") as f:
+            f.write(b"now a file")
+        assert os.path.isfile(os.path.join(m.dir, "x"))
     finally:
         m.stop()
