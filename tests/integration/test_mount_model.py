@@ -212,6 +212,19 @@ def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
     _strict_seed(cli_path, rgw, bucket, tmp_path, 157, 60)
 
 
+@pytest.mark.parametrize("seed", [440, 446])
+@pytest.mark.xfail(strict=True, reason="mount bug: a handle of a version that was renamed "
+                   "away or overwritten, read after the path was written again, returns bytes "
+                   "of no version at that offset (440) or of a later version (446): the same "
+                   "family as the page-cache tests above (one page cache per inode), found at "
+                   "150 operations; no shorter reproduction yet")
+def test_seed_150_ops_strict(cli_path, rgw, bucket, tmp_path, seed):
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    _strict_seed(cli_path, rgw, bucket, tmp_path, seed, 150)
+
+
 def test_file_being_written_keeps_its_emptied_parent(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -260,5 +273,40 @@ def test_emptied_nested_directories_are_gone(cli_path, rgw, s3, bucket, tmp_path
         with open(os.path.join(m.dir, "x"), "wb") as f:
             f.write(b"now a file")
         assert os.path.isfile(os.path.join(m.dir, "x"))
+    finally:
+        m.stop()
+
+
+@pytest.mark.xfail(strict=True, reason="mount bug: a handle opened on the old version of a "
+                   "file reads the bytes another handle is writing over it (O_TRUNC, not yet "
+                   "closed nor uploaded): the written pages are in the inode's page cache "
+                   "(found by seed 412 at 150 operations)")
+def test_old_handle_never_reads_unclosed_bytes(cli_path, rgw, s3, bucket, tmp_path):
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    old = b"o" * 16384
+    s3.put_object(Bucket=bucket, Key="unclosed/a", Body=old)
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/unclosed/",
+              tmp_path / "m", ["--allow-overwrite", "--metadata-ttl", "60"],
+              region=rgw.region, log_path=str(tmp_path / "m.log")).start()
+    try:
+        path = os.path.join(m.dir, "a")
+        fd = os.open(path, os.O_RDONLY)
+        assert os.pread(fd, 1, 100) == b"o"      # the old version's first page is cached
+        w = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            assert os.pread(fd, 1, 100) in (b"o", b"")
+            os.write(w, b"n" * 8192)
+            try:
+                got = os.pread(fd, 1, 100)
+            except OSError as e:
+                assert e.errno == errno.EIO
+            else:
+                assert got in (b"o", b""), got   # b"": the known EOF bug, not this one
+        finally:
+            os.close(w)
+            os.close(fd)
     finally:
         m.stop()
