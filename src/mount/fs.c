@@ -100,6 +100,8 @@ struct fh {
     struct s3f_reader *r;
     uint64_t size;            /* read handles: the attributes at open */
     int64_t mtime;
+    char etag[128];           /* read handles: the ETag pinned at open */
+    int direct;               /* read handles: opened with direct_io (not in the page cache) */
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
@@ -566,6 +568,15 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
             a.kind = K_FILE;
             a.size = h->size;
             a.mtime = h->mtime;
+            /* the path being overwritten: the inode (one for both) says what stat says,
+             * the bytes written so far, not the old version's size */
+            pthread_mutex_lock(&fs->mu);
+            struct fh *w = writer_find(fs, h->path);
+            if (w) {
+                a.size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+                a.mtime = w->opened;
+            }
+            pthread_mutex_unlock(&fs->mu);
             fill_stat(fs, &a, st);
             return 0;
         }
@@ -719,7 +730,9 @@ static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_inf
     fs->writers = h;
     pthread_mutex_unlock(&fs->mu);
     fi->fh = (uint64_t)(uintptr_t)h;
-    fi->direct_io = 0;
+    /* direct_io: the bytes being written never enter the inode's page cache, where a
+     * handle still open on the version being replaced would read them */
+    fi->direct_io = 1;
     fi->keep_cache = 0;
     return 0;
 }
@@ -805,15 +818,28 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
         return -errno_of(st, 0);
     }
     const char *etag = s3f_reader_info(h->r)->etag;
+    snprintf(h->etag, sizeof(h->etag), "%s", etag);
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
-    struct meta *m = meta_get(fs, path);
-    if (m) {
-        keep = m->open_etag[0] && strcmp(m->open_etag, etag) == 0;
-        snprintf(m->open_etag, sizeof(m->open_etag), "%s", etag);
+    /* The kernel has one page cache per path (inode). A handle of another version still
+     * open on it with the page cache: this one reads around it (direct_io) and leaves its
+     * pages alone, so that neither ever reads the other's bytes. */
+    int other = 0;
+    for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
+        other = !o->direct && strcmp(o->path, path) == 0 && strcmp(o->etag, etag) != 0;
+    if (other) {
+        direct = 1;
+        keep = 1;
+    } else if (!direct) {
+        struct meta *m = meta_get(fs, path);
+        if (m) {
+            keep = m->open_etag[0] && strcmp(m->open_etag, etag) == 0;
+            snprintf(m->open_etag, sizeof(m->open_etag), "%s", etag);
+        }
     }
+    h->direct = direct;
     pthread_mutex_unlock(&fs->mu);
-    fi->keep_cache = keep && !direct;
+    fi->keep_cache = keep;
     fi->direct_io = direct;
     fi->fh = (uint64_t)(uintptr_t)h;
     pthread_mutex_lock(&fs->mu);

@@ -79,11 +79,6 @@ def test_emptied_directory_is_gone(cli_path, rgw, s3, bucket, tmp_path):
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle opened on the old version of a "
-                   "file returns bytes of the new version once the new one was opened and "
-                   "read (the kernel page cache is one per inode); docs/SEMANTICS.md: the "
-                   "handle is pinned to the ETag of its open, bytes of two versions are never "
-                   "mixed (EIO instead)")
 def test_old_handle_never_reads_the_new_version(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -201,10 +196,6 @@ def _strict_seed(cli_path, rgw, bucket, tmp_path, seed, ops):
     assert p.returncode == 0, p.stdout[-5000:]
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: while a file is overwritten (O_TRUNC) and "
-                   "a handle of its old, empty version is read, stat of the file being "
-                   "written says size 0 (docs/SEMANTICS.md: the bytes written so far); found "
-                   "by seed 157 at 60 operations, no shorter reproduction yet")
 def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
     why = mount_supported()
     if why:
@@ -277,10 +268,6 @@ def test_emptied_nested_directories_are_gone(cli_path, rgw, s3, bucket, tmp_path
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle opened on the old version of a "
-                   "file reads the bytes another handle is writing over it (O_TRUNC, not yet "
-                   "closed nor uploaded): the written pages are in the inode's page cache "
-                   "(found by seed 412 at 150 operations)")
 def test_old_handle_never_reads_unclosed_bytes(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
