@@ -204,11 +204,12 @@ def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
 
 
 @pytest.mark.parametrize("seed", [440, 446])
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle of a version that was renamed "
-                   "away or overwritten, read after the path was written again, returns bytes "
-                   "of no version at that offset (440) or of a later version (446): the same "
-                   "family as the page-cache tests above (one page cache per inode), found at "
-                   "150 operations; no shorter reproduction yet")
+@pytest.mark.xfail(strict=True, reason="mount bug: a handle of a version that is being "
+                   "overwritten (O_TRUNC, not yet closed) reads end of file (0 bytes): the "
+                   "kernel's one size per inode went to the new version's; found at 150 "
+                   "operations (before the direct_io fix these read bytes of no version (440) "
+                   "or of a later one (446)); the same limit as "
+                   "test_old_handle_after_an_empty_overwrite (docs/SEMANTICS.md, known limit)")
 def test_seed_150_ops_strict(cli_path, rgw, bucket, tmp_path, seed):
     why = mount_supported()
     if why:
