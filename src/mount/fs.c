@@ -90,6 +90,11 @@ struct mnt_fs {
      * some still open (the kernel's RELEASE of the last ones may never come) */
     struct fh *readers;
     struct dh *dirs;
+    /* Read handles (page cache) of a path overwritten in place since their open: while
+     * there are any, every attribute reply is good for 0 s (fs->cfg), so that the kernel
+     * asks again, with the handle, before each read past the size it holds (see op_getattr) */
+    size_t n_stale;
+    struct fuse_config *cfg;  /* libfuse's, from init: its timeouts are read at each reply */
 };
 
 struct fh {
@@ -102,6 +107,7 @@ struct fh {
     int64_t mtime;
     char etag[128];           /* read handles: the ETag pinned at open */
     int direct;               /* read handles: opened with direct_io (not in the page cache) */
+    int stale;                /* read handles: their path was overwritten in place (fs->n_stale) */
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
@@ -568,15 +574,9 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
             a.kind = K_FILE;
             a.size = h->size;
             a.mtime = h->mtime;
-            /* the path being overwritten: the inode (one for both) says what stat says,
-             * the bytes written so far, not the old version's size */
-            pthread_mutex_lock(&fs->mu);
-            struct fh *w = writer_find(fs, h->path);
-            if (w) {
-                a.size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
-                a.mtime = w->opened;
-            }
-            pthread_mutex_unlock(&fs->mu);
+            /* a stale handle (its path overwritten since) too: the kernel asks with the
+             * handle before a read past the size it holds, and the reply (good for 0 s
+             * while stale handles are open) lets that read reach the handle's version */
             fill_stat(fs, &a, st);
             return 0;
         }
@@ -690,6 +690,29 @@ static pid_t process_of(pid_t tid) {
     return tgid > 0 ? tgid : tid;
 }
 
+/* The attribute timeouts libfuse gives the kernel: the mount's TTL, or 0 while a stale
+ * read handle is open (fs->mu held). */
+static void set_attr_timeout(struct mnt_fs *fs) {
+    if (!fs->cfg)
+        return;
+    double t = fs->n_stale ? 0.0 : fs->o.metadata_ttl_s;
+    __atomic_store(&fs->cfg->attr_timeout, &t, __ATOMIC_RELAXED);
+}
+
+/* A writer replaces `path` in place (fs->mu held): its page-cache read handles are stale.
+ * The kernel holds one size per inode; from now on it must ask for it again (with the
+ * handle, which gets its own version's size) at each read past it, and stat must see
+ * the new file's. */
+static void readers_stale(struct mnt_fs *fs, const char *path) {
+    for (struct fh *o = fs->readers; o; o = o->rd_next) {
+        if (!o->direct && !o->stale && strcmp(o->path, path) == 0) {
+            o->stale = 1;
+            fs->n_stale++;
+        }
+    }
+    set_attr_timeout(fs);
+}
+
 /* Open a write handle on `path` (the checks of create/open done by the caller). */
 static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_info *fi) {
     struct fh *h = fh_new(fs, path);
@@ -728,6 +751,7 @@ static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_inf
     h->listed = 1;
     h->next_writer = fs->writers;
     fs->writers = h;
+    readers_stale(fs, path);
     pthread_mutex_unlock(&fs->mu);
     fi->fh = (uint64_t)(uintptr_t)h;
     /* direct_io: the bytes being written never enter the inode's page cache, where a
@@ -1007,6 +1031,10 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
             fs->readers = h->rd_next;
         if (h->rd_next)
             h->rd_next->rd_prev = h->rd_prev;
+        if (h->stale) {
+            fs->n_stale--;
+            set_attr_timeout(fs);
+        }
         pthread_mutex_unlock(&fs->mu);
         s3f_reader_close(h->r);
         h->r = NULL;
@@ -1694,6 +1722,7 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
     struct mnt_fs *fs = fuse_get_context()->private_data;
     cfg->entry_timeout = fs->o.metadata_ttl_s;
     cfg->attr_timeout = fs->o.metadata_ttl_s;
+    fs->cfg = cfg; /* libfuse's own (struct fuse's conf), read at each reply */
     cfg->negative_timeout = fs->o.negative_ttl_s;
     cfg->hard_remove = 1;     /* unlink of an open file deletes, no .fuse_hidden rename */
     cfg->nullpath_ok = 1;     /* handles work without a path (their key is in fh) */

@@ -151,10 +151,6 @@ def test_local_directory_keeps_its_emptied_parents(cli_path, rgw, s3, bucket, tm
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: once a file is opened with O_TRUNC "
-                   "through the mount (and after it is replaced by an empty one), a handle "
-                   "opened on the old version reads EOF (0 bytes) instead of its bytes or EIO: "
-                   "the inode's size (one per inode in the kernel) went to 0 (seeds 109, 227)")
 def test_old_handle_after_an_empty_overwrite(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     from mount_model import wait_not_busy
@@ -204,12 +200,6 @@ def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
 
 
 @pytest.mark.parametrize("seed", [440, 446])
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle of a version that is being "
-                   "overwritten (O_TRUNC, not yet closed) reads end of file (0 bytes): the "
-                   "kernel's one size per inode went to the new version's; found at 150 "
-                   "operations (before the direct_io fix these read bytes of no version (440) "
-                   "or of a later one (446)); the same limit as "
-                   "test_old_handle_after_an_empty_overwrite (docs/SEMANTICS.md, known limit)")
 def test_seed_150_ops_strict(cli_path, rgw, bucket, tmp_path, seed):
     why = mount_supported()
     if why:
