@@ -1314,6 +1314,11 @@ struct dh {
     struct dent *all;
     size_t n_all, cap_all;
     int all_over;
+    /* files of the last page that a directory of the same name on a later page would
+     * shadow (the page ended among names that start with theirs): handed out, or dropped,
+     * with the next page */
+    struct dent *held;
+    size_t n_held, cap_held;
     /* local directories and files being written in this directory, from opendir */
     char **extra;
     int *extra_seen;
@@ -1330,6 +1335,9 @@ static void dh_reset(struct dh *d) {
     d->all = NULL;
     d->n_all = d->cap_all = 0;
     d->all_over = 0;
+    dents_free(d->held, d->n_held);
+    d->held = NULL;
+    d->n_held = d->cap_held = 0;
     d->from_cache = 0;
     d->base = 0;
     free(d->token);
@@ -1499,6 +1507,54 @@ static int op_releasedir(const char *path, struct fuse_file_info *fi) {
     return 0;
 }
 
+/* Hand out the file `name` of a listing (fs->mu held): to the caller, to the listing
+ * cache and to the metadata cache; a file being written there shows its bytes so far. */
+static int dh_emit_file(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
+                        struct attr *a) {
+    dh_keep(d, name, len, a);
+    char *cp = child_path(d->path, name, len);
+    struct fh *w = cp ? writer_find(fs, cp) : NULL;
+    if (w) {
+        /* being overwritten: the kernel gets the new file's size so far */
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+        a->mtime = w->opened;
+        a->etag[0] = 0;
+    } else if (cp) {
+        meta_set(fs, cp, K_FILE, a->size, a->mtime, a->etag);
+    }
+    free(cp);
+    return dh_push(d, name, len, a);
+}
+
+static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    if (d->n_held == d->cap_held) {
+        size_t cap = d->cap_held ? d->cap_held * 2 : 8;
+        struct dent *e = realloc(d->held, cap * sizeof(*e));
+        if (!e)
+            return -ENOMEM;
+        d->held = e;
+        d->cap_held = cap;
+    }
+    char *n = strndup(name, len);
+    if (!n)
+        return -ENOMEM;
+    d->held[d->n_held].name = n;
+    d->held[d->n_held].a = *a;
+    d->n_held++;
+    return 0;
+}
+
+/* Does the page list the directory `name` (key dkey + name + "/")? */
+static int page_has_dir(const struct s3f_list_page *page, size_t lk, const char *name,
+                        size_t len) {
+    for (size_t j = 0; j < page->n_common_prefixes; j++) {
+        const char *p = page->common_prefixes[j] + lk;
+        if (strncmp(p, name, len) == 0 && p[len] == '/' && !p[len + 1])
+            return 1;
+    }
+    return 0;
+}
+
 /* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
 static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     for (size_t i = 0; i < d->n; i++)
@@ -1520,7 +1576,36 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     size_t lk = strlen(d->dkey);
     size_t io = 0, ip = 0;
     int rc = 0;
+    /* the page's last name (keys and prefixes in S3's order): a file whose name starts it
+     * may still meet its directory on the next page (only names that start with the
+     * file's sort between "name" and "name/") */
+    const char *last = NULL;
+    if (page->is_truncated && page->next_continuation_token) {
+        const char *lo_ = page->n_objects ? page->objects[page->n_objects - 1].key : NULL;
+        const char *lp_ = page->n_common_prefixes ?
+            page->common_prefixes[page->n_common_prefixes - 1] : NULL;
+        last = !lo_ ? lp_ : !lp_ ? lo_ : strcmp(lo_, lp_) > 0 ? lo_ : lp_;
+        if (last && strlen(last) >= lk)
+            last += lk;
+        else
+            last = NULL;
+    }
     pthread_mutex_lock(&fs->mu);
+    size_t n_prev = d->n_held;
+    struct dent *prev = d->held;
+    d->held = NULL;
+    d->n_held = d->cap_held = 0;
+    for (size_t i = 0; i < n_prev; i++) {
+        struct dent *e = &prev[i];
+        size_t len = strlen(e->name);
+        if (rc || page_has_dir(page, lk, e->name, len))
+            continue; /* shadowed by its directory */
+        if (last && strncmp(last, e->name, len) == 0)
+            rc = dh_hold(d, e->name, len, &e->a);
+        else
+            rc = dh_emit_file(fs, d, e->name, len, &e->a);
+    }
+    dents_free(prev, n_prev);
     while (rc == 0 && (io < page->n_objects || ip < page->n_common_prefixes)) {
         const char *ok = io < page->n_objects ? page->objects[io].key : NULL;
         const char *pk = ip < page->n_common_prefixes ? page->common_prefixes[ip] : NULL;
@@ -1535,30 +1620,16 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             size_t len = strlen(name);
             if (!valid_name(name, len))
                 continue;
-            int shadowed = 0;
-            for (size_t j = 0; j < page->n_common_prefixes && !shadowed; j++) {
-                const char *p = page->common_prefixes[j] + lk;
-                shadowed = strncmp(p, name, len) == 0 && p[len] == '/' && !p[len + 1];
-            }
-            if (shadowed)
-                continue;
+            if (page_has_dir(page, lk, name, len))
+                continue; /* a directory of the same name on this page shadows it */
             a.kind = K_FILE;
             a.size = e->size;
             a.mtime = e->last_modified;
             snprintf(a.etag, sizeof(a.etag), "%s", e->etag ? e->etag : "");
-            dh_keep(d, name, len, &a);
-            char *cp = child_path(d->path, name, len);
-            struct fh *w = cp ? writer_find(fs, cp) : NULL;
-            if (w) {
-                /* being overwritten: the kernel gets the new file's size so far */
-                a.size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
-                a.mtime = w->opened;
-                a.etag[0] = 0;
-            } else if (cp) {
-                meta_set(fs, cp, K_FILE, a.size, a.mtime, a.etag);
-            }
-            free(cp);
-            rc = dh_push(d, name, len, &a);
+            if (last && strncmp(last, name, len) == 0)
+                rc = dh_hold(d, name, len, &a); /* its directory may be on the next page */
+            else
+                rc = dh_emit_file(fs, d, name, len, &a);
         } else {
             const char *name = pk + lk;
             ip++;

@@ -573,3 +573,18 @@ def test_close_on_another_thread_completes_the_upload(mounter, s3, bucket, pfx):
     # close returned once the object was in S3 (flush, not the later release)
     assert s3.get_object(Bucket=bucket, Key=pfx + "threads")["Body"].read() == \
         b"written on one thread"
+
+
+@pytest.mark.parametrize("page", ["1", "2", "3"])
+def test_readdir_shadows_a_file_by_its_directory_across_pages(mounter, s3, bucket, pfx, page):
+    # "blue" sorts before "blue-a" and "blue.txt", which sort before the prefix "blue/": with
+    # small pages the file and its directory come on different pages
+    for k in ["sh/blue", "sh/blue-a", "sh/blue.txt", "sh/blue/x", "sh/c"]:
+        s3.put_object(Bucket=bucket, Key=pfx + k, Body=b"12345")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--page-size", page)
+    names = os.listdir(mp / "sh")
+    assert sorted(names) == ["blue", "blue-a", "blue.txt", "c"], names
+    assert os.path.isdir(mp / "sh" / "blue")
+    with os.scandir(mp / "sh") as it:
+        kinds = {e.name: e.is_dir() for e in it}
+    assert kinds == {"blue": True, "blue-a": False, "blue.txt": False, "c": False}
