@@ -327,8 +327,9 @@ static int writer_busy(struct mnt_fs *fs, const char *path) {
         struct fh *h = writer_find(fs, path);
         if (!h)
             return 0;
-        if (!__atomic_load_n(&h->closed, __ATOMIC_RELAXED))
-            return 1;
+        if (!__atomic_load_n(&h->closed, __ATOMIC_RELAXED) ||
+            __atomic_load_n(&h->written, __ATOMIC_RELAXED) > 0)
+            return 1; /* open, or written since by another process holding it */
         if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
             return writer_find(fs, path) != NULL;
     }
