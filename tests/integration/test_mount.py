@@ -588,3 +588,21 @@ def test_readdir_shadows_a_file_by_its_directory_across_pages(mounter, s3, bucke
     with os.scandir(mp / "sh") as it:
         kinds = {e.name: e.is_dir() for e in it}
     assert kinds == {"blue": True, "blue-a": False, "blue.txt": False, "c": False}
+
+
+def test_readdir_of_a_file_being_overwritten_gives_the_bytes_written(mounter, s3, bucket, pfx):
+    # the listing still shows the old object (5000 bytes); readdir hands the kernel the
+    # new file's size so far, not the old object's
+    s3.put_object(Bucket=bucket, Key=pfx + "ow/b", Body=b"o" * 5000)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--allow-overwrite", "--metadata-ttl", "60")
+    assert os.stat(mp / "ow" / "b").st_size == 5000
+    fd = os.open(mp / "ow" / "b", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"n" * 3000)
+        with os.scandir(mp / "ow") as it:
+            assert {e.name: e.stat().st_size for e in it} == {"b": 3000}
+        assert os.stat(mp / "ow" / "b").st_size == 3000
+    finally:
+        os.close(fd)
+    assert os.stat(mp / "ow" / "b").st_size == 3000
+    assert (mp / "ow" / "b").read_bytes() == b"n" * 3000
