@@ -1047,11 +1047,12 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
 /* After the key `path` was deleted: each directory above it that no key, local directory
  * or file being written keeps any more is gone. Its cached attributes are dropped and the
  * kernel's entry of it invalidated (else the kernel would go on showing a directory for
- * --metadata-ttl). Costs one LIST (max-keys 1) per directory checked. Called from unlink
- * only: the kernel holds the lock of the unlinked name's directory, never of the
- * directories whose entries are invalidated here (rename holds both parents' locks, so it
- * cannot invalidate the entry of the source's directory in the destination's). */
-static void forget_emptied_parents(struct mnt_fs *fs, const char *path) {
+ * --metadata-ttl). Costs one LIST (max-keys 1) per directory checked. The kernel holds
+ * the lock of the removed name's directory (unlink), or of both directories (rename), and
+ * invalidating an entry takes the lock of the directory holding it: an entry inside
+ * `locked` (rename's destination directory, or NULL) is left to the TTL, the daemon's
+ * cache is updated all the same. */
+static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const char *locked) {
     char dir[PATH_MAX];
     parent_of(path, dir);
     while (strcmp(dir, "/") != 0) {
@@ -1086,6 +1087,10 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path) {
         /* the kernel's node id of the parent: with use_ino off, libfuse reports it as
          * st_ino (the root is 1) */
         fuse_ino_t parent = FUSE_ROOT_ID;
+        if (locked && strcmp(up, locked) == 0) {
+            strcpy(dir, up);
+            continue;
+        }
         if (strcmp(up, "/") != 0) {
             char full[PATH_MAX];
             struct stat sb;
@@ -1135,7 +1140,7 @@ static int op_unlink(const char *path) {
     meta_set(fs, path, K_MISSING, 0, 0, NULL);
     listings_drop_above(fs, path);
     pthread_mutex_unlock(&fs->mu);
-    forget_emptied_parents(fs, path);
+    forget_emptied_parents(fs, path, NULL);
     return 0;
 }
 
@@ -1201,6 +1206,9 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
         goto out;
     }
     meta_set_locked(fs, from, K_MISSING, 0, 0, NULL);
+    char to_dir[PATH_MAX];
+    parent_of(to, to_dir);
+    forget_emptied_parents(fs, from, to_dir);
     rc = 0;
 out:
     free(src);

@@ -288,3 +288,27 @@ def test_old_handle_never_reads_unclosed_bytes(cli_path, rgw, s3, bucket, tmp_pa
             os.close(fd)
     finally:
         m.stop()
+
+
+def test_rename_of_the_last_key_ends_its_directories(cli_path, rgw, s3, bucket, tmp_path):
+    """rename of the only key under x/y/ out of x: y is gone at once, in the kernel too (its
+    entry in x is invalidated); x is gone in the daemon (readdir of the root, opendir of x)
+    -- the kernel's entry of x in the root, the rename's locked destination directory, is
+    left to --metadata-ttl (docs/SEMANTICS.md, rename)."""
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="ghost3/x/y/a", Body=b"x")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/ghost3/",
+              tmp_path / "m", ["--allow-rename", "--metadata-ttl", "60"], region=rgw.region,
+              log_path=str(tmp_path / "m.log")).start()
+    try:
+        assert os.path.isdir(os.path.join(m.dir, "x", "y"))
+        os.rename(os.path.join(m.dir, "x", "y", "a"), os.path.join(m.dir, "a"))
+        assert not os.path.exists(os.path.join(m.dir, "x", "y"))
+        assert sorted(os.listdir(m.dir)) == ["a"]
+        with pytest.raises(FileNotFoundError):
+            os.listdir(os.path.join(m.dir, "x"))
+    finally:
+        m.stop()
