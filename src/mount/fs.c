@@ -15,6 +15,7 @@
  */
 #define FUSE_USE_VERSION 314
 #include <fuse3/fuse.h>
+#include <fuse3/fuse_lowlevel.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +82,7 @@ struct mnt_fs {
     size_t n_meta;
     struct localdir *localdirs;
     struct fh *writers;       /* open write handles, through fh->next_writer */
+    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers */
     uint64_t writer_reserved, writer_budget;
     struct listing *listings; /* most recent first */
     size_t n_listings;
@@ -87,6 +90,11 @@ struct mnt_fs {
      * some still open (the kernel's RELEASE of the last ones may never come) */
     struct fh *readers;
     struct dh *dirs;
+    /* Read handles (page cache) of a path overwritten in place since their open: while
+     * there are any, every attribute reply is good for 0 s (fs->cfg), so that the kernel
+     * asks again, with the handle, before each read past the size it holds (see op_getattr) */
+    size_t n_stale;
+    struct fuse_config *cfg;  /* libfuse's, from init: its timeouts are read at each reply */
 };
 
 struct fh {
@@ -97,6 +105,9 @@ struct fh {
     struct s3f_reader *r;
     uint64_t size;            /* read handles: the attributes at open */
     int64_t mtime;
+    char etag[128];           /* read handles: the ETag pinned at open */
+    int direct;               /* read handles: opened with direct_io (not in the page cache) */
+    int stale;                /* read handles: their path was overwritten in place (fs->n_stale) */
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
@@ -106,6 +117,7 @@ struct fh {
     int64_t opened;
     uint64_t reserved;
     int listed;               /* in fs->writers */
+    int closed;               /* the opener closed it (flush): only release is to come */
     struct fh *next_writer;
     struct fh *rd_prev, *rd_next; /* read handles: in fs->readers */
 };
@@ -175,14 +187,6 @@ static void parent_of(const char *path, char *out) {
         n = PATH_MAX - 1;
     memcpy(out, path, n);
     out[n] = 0;
-}
-
-/* Is `path` directly inside directory `dir`? */
-static int is_child(const char *dir, const char *path) {
-    size_t ld = strcmp(dir, "/") == 0 ? 0 : strlen(dir);
-    if (strncmp(path, dir, ld) != 0 || path[ld] != '/' || !path[ld + 1])
-        return 0;
-    return strchr(path + ld + 1, '/') == NULL;
 }
 
 /* Is `path` strictly under directory `dir`? */
@@ -308,6 +312,39 @@ static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
     h->listed = 0;
     fs->writer_reserved -= h->reserved;
     h->reserved = 0;
+    pthread_cond_broadcast(&fs->released);
+}
+
+/* Is `path` being written (fs->mu held)? A file its opener has closed but whose upload
+ * completes at release (an empty one: the kernel sends release just after close returns)
+ * is waited for, up to 5 s, so that a rename or open right after close (rsync's temporary
+ * file) finds the object. */
+static int writer_busy(struct mnt_fs *fs, const char *path) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    for (;;) {
+        struct fh *h = writer_find(fs, path);
+        if (!h)
+            return 0;
+        if (!__atomic_load_n(&h->closed, __ATOMIC_RELAXED) ||
+            __atomic_load_n(&h->written, __ATOMIC_RELAXED) > 0)
+            return 1; /* open, or written since by another process holding it */
+        if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
+            return writer_find(fs, path) != NULL;
+    }
+}
+
+/* Is a local directory or a file being written strictly under `dir` (fs->mu held)? Such a
+ * directory exists whatever S3 lists. */
+static int holds_local(struct mnt_fs *fs, const char *dir) {
+    for (struct localdir *d = fs->localdirs; d; d = d->next)
+        if (is_under(dir, d->path))
+            return 1;
+    for (struct fh *h = fs->writers; h; h = h->next_writer)
+        if (is_under(dir, h->path))
+            return 1;
+    return 0;
 }
 
 /* ---- attributes -------------------------------------------------------------------- */
@@ -434,7 +471,7 @@ static int resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fres
         pthread_mutex_unlock(&fs->mu);
         return 0;
     }
-    if (localdir_find(fs, path)) {
+    if (localdir_find(fs, path) || holds_local(fs, path)) {
         a->kind = K_DIR;
         pthread_mutex_unlock(&fs->mu);
         return 0;
@@ -538,6 +575,9 @@ static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *
             a.kind = K_FILE;
             a.size = h->size;
             a.mtime = h->mtime;
+            /* a stale handle (its path overwritten since) too: the kernel asks with the
+             * handle before a read past the size it holds, and the reply (good for 0 s
+             * while stale handles are open) lets that read reach the handle's version */
             fill_stat(fs, &a, st);
             return 0;
         }
@@ -651,6 +691,29 @@ static pid_t process_of(pid_t tid) {
     return tgid > 0 ? tgid : tid;
 }
 
+/* The attribute timeouts libfuse gives the kernel: the mount's TTL, or 0 while a stale
+ * read handle is open (fs->mu held). */
+static void set_attr_timeout(struct mnt_fs *fs) {
+    if (!fs->cfg)
+        return;
+    double t = fs->n_stale ? 0.0 : fs->o.metadata_ttl_s;
+    __atomic_store(&fs->cfg->attr_timeout, &t, __ATOMIC_RELAXED);
+}
+
+/* A writer replaces `path` in place (fs->mu held): its page-cache read handles are stale.
+ * The kernel holds one size per inode; from now on it must ask for it again (with the
+ * handle, which gets its own version's size) at each read past it, and stat must see
+ * the new file's. */
+static void readers_stale(struct mnt_fs *fs, const char *path) {
+    for (struct fh *o = fs->readers; o; o = o->rd_next) {
+        if (!o->direct && !o->stale && strcmp(o->path, path) == 0) {
+            o->stale = 1;
+            fs->n_stale++;
+        }
+    }
+    set_attr_timeout(fs);
+}
+
 /* Open a write handle on `path` (the checks of create/open done by the caller). */
 static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_info *fi) {
     struct fh *h = fh_new(fs, path);
@@ -689,9 +752,12 @@ static int open_writer(struct mnt_fs *fs, const char *path, struct fuse_file_inf
     h->listed = 1;
     h->next_writer = fs->writers;
     fs->writers = h;
+    readers_stale(fs, path);
     pthread_mutex_unlock(&fs->mu);
     fi->fh = (uint64_t)(uintptr_t)h;
-    fi->direct_io = 0;
+    /* direct_io: the bytes being written never enter the inode's page cache, where a
+     * handle still open on the version being replaced would read them */
+    fi->direct_io = 1;
     fi->keep_cache = 0;
     return 0;
 }
@@ -713,7 +779,7 @@ static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
         if (fi->flags & O_EXCL)
             return -EEXIST;
         pthread_mutex_lock(&fs->mu);
-        int busy = writer_find(fs, path) != NULL;
+        int busy = writer_busy(fs, path);
         pthread_mutex_unlock(&fs->mu);
         if (busy)
             return -EBUSY;
@@ -733,7 +799,7 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
         if (fs->o.read_only)
             return -EROFS;
         pthread_mutex_lock(&fs->mu);
-        int busy = writer_find(fs, path) != NULL;
+        int busy = writer_busy(fs, path);
         pthread_mutex_unlock(&fs->mu);
         if (busy)
             return -EBUSY;
@@ -748,7 +814,7 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
         return open_writer(fs, path, fi);
     }
     pthread_mutex_lock(&fs->mu);
-    int busy = writer_find(fs, path) != NULL;
+    int busy = writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
     if (busy)
         return -EBUSY;
@@ -777,15 +843,28 @@ static int op_open(const char *path, struct fuse_file_info *fi) {
         return -errno_of(st, 0);
     }
     const char *etag = s3f_reader_info(h->r)->etag;
+    snprintf(h->etag, sizeof(h->etag), "%s", etag);
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
-    struct meta *m = meta_get(fs, path);
-    if (m) {
-        keep = m->open_etag[0] && strcmp(m->open_etag, etag) == 0;
-        snprintf(m->open_etag, sizeof(m->open_etag), "%s", etag);
+    /* The kernel has one page cache per path (inode). A handle of another version still
+     * open on it with the page cache: this one reads around it (direct_io) and leaves its
+     * pages alone, so that neither ever reads the other's bytes. */
+    int other = 0;
+    for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
+        other = !o->direct && strcmp(o->path, path) == 0 && strcmp(o->etag, etag) != 0;
+    if (other) {
+        direct = 1;
+        keep = 1;
+    } else if (!direct) {
+        struct meta *m = meta_get(fs, path);
+        if (m) {
+            keep = m->open_etag[0] && strcmp(m->open_etag, etag) == 0;
+            snprintf(m->open_etag, sizeof(m->open_etag), "%s", etag);
+        }
     }
+    h->direct = direct;
     pthread_mutex_unlock(&fs->mu);
-    fi->keep_cache = keep && !direct;
+    fi->keep_cache = keep;
     fi->direct_io = direct;
     fi->fh = (uint64_t)(uintptr_t)h;
     pthread_mutex_lock(&fs->mu);
@@ -916,8 +995,12 @@ static int op_flush(const char *path, struct fuse_file_info *fi) {
         return 0;
     int rc = 0;
     pthread_mutex_lock(&h->mu);
-    if (h->written > 0 && process_of(fuse_get_context()->pid) == h->opener)
-        rc = finish_upload(FS(), h);
+    if (process_of(fuse_get_context()->pid) == h->opener) {
+        if (h->written > 0)
+            rc = finish_upload(FS(), h);
+        else
+            __atomic_store_n(&h->closed, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&h->mu);
     return rc;
 }
@@ -949,12 +1032,80 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
             fs->readers = h->rd_next;
         if (h->rd_next)
             h->rd_next->rd_prev = h->rd_prev;
+        if (h->stale) {
+            fs->n_stale--;
+            set_attr_timeout(fs);
+        }
         pthread_mutex_unlock(&fs->mu);
         s3f_reader_close(h->r);
         h->r = NULL;
     }
     fh_free(h);
     return 0;
+}
+
+/* After the key `path` was deleted: each directory above it that no key, local directory
+ * or file being written keeps any more is gone. Its cached attributes are dropped and the
+ * kernel's entry of it invalidated (else the kernel would go on showing a directory for
+ * --metadata-ttl). Costs one LIST (max-keys 1) per directory checked. The kernel holds
+ * the lock of the removed name's directory (unlink), or of both directories (rename), and
+ * invalidating an entry takes the lock of the directory holding it: an entry inside
+ * `locked` (rename's destination directory, or NULL) is left to the TTL, the daemon's
+ * cache is updated all the same. */
+static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const char *locked) {
+    char dir[PATH_MAX];
+    parent_of(path, dir);
+    while (strcmp(dir, "/") != 0) {
+        pthread_mutex_lock(&fs->mu);
+        int kept = localdir_find(fs, dir) || holds_local(fs, dir);
+        pthread_mutex_unlock(&fs->mu);
+        if (kept)
+            return;
+        char *dkey = key_of(fs, dir, "/");
+        if (!dkey)
+            return;
+        struct s3f_list_options lo = {.prefix = dkey, .max_keys = 1};
+        struct s3f_list_page *page = NULL;
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
+        free(dkey);
+        if (st != S3F_OK)
+            return; /* the TTLs will tell */
+        int empty = page->n_objects == 0 && page->n_common_prefixes == 0;
+        s3f_list_page_free(page);
+        if (!empty)
+            return;
+        char up[PATH_MAX];
+        parent_of(dir, up);
+        pthread_mutex_lock(&fs->mu);
+        struct meta *m = meta_find(fs, dir);
+        if (m)
+            m->expires = 0; /* looked up again: missing, or a file it shadowed */
+        listings_drop_above(fs, dir);
+        pthread_mutex_unlock(&fs->mu);
+        /* the kernel's node id of the parent: with use_ino off, libfuse reports it as
+         * st_ino (the root is 1) */
+        fuse_ino_t parent = FUSE_ROOT_ID;
+        if (locked && strcmp(up, locked) == 0) {
+            strcpy(dir, up);
+            continue;
+        }
+        if (strcmp(up, "/") != 0) {
+            char full[PATH_MAX];
+            struct stat sb;
+            if ((size_t)snprintf(full, sizeof(full), "%s%s", fs->o.mountpoint, up) >=
+                    sizeof(full) || stat(full, &sb) != 0)
+                return;
+            parent = (fuse_ino_t)sb.st_ino;
+        }
+        const char *name = strrchr(dir, '/') + 1;
+        struct fuse_context *ctx = fuse_get_context();
+        if (ctx && ctx->fuse)
+            fuse_lowlevel_notify_inval_entry(fuse_get_session(ctx->fuse), parent, name,
+                                             strlen(name));
+        strcpy(dir, up);
+    }
 }
 
 static int op_unlink(const char *path) {
@@ -964,7 +1115,7 @@ static int op_unlink(const char *path) {
     if (!fs->o.allow_delete)
         return -EPERM;
     pthread_mutex_lock(&fs->mu);
-    int busy = writer_find(fs, path) != NULL;
+    int busy = writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
     if (busy)
         return -EBUSY;
@@ -989,6 +1140,7 @@ static int op_unlink(const char *path) {
     meta_set(fs, path, K_MISSING, 0, 0, NULL);
     listings_drop_above(fs, path);
     pthread_mutex_unlock(&fs->mu);
+    forget_emptied_parents(fs, path, NULL);
     return 0;
 }
 
@@ -1007,7 +1159,7 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
     if (a.kind == K_DIR)
         return -ENOTSUP;
     pthread_mutex_lock(&fs->mu);
-    int busy = writer_find(fs, from) || writer_find(fs, to);
+    int busy = writer_busy(fs, from) || writer_busy(fs, to);
     pthread_mutex_unlock(&fs->mu);
     if (busy)
         return -EBUSY;
@@ -1054,6 +1206,9 @@ static int op_rename(const char *from, const char *to, unsigned int flags) {
         goto out;
     }
     meta_set_locked(fs, from, K_MISSING, 0, 0, NULL);
+    char to_dir[PATH_MAX];
+    parent_of(to, to_dir);
+    forget_emptied_parents(fs, from, to_dir);
     rc = 0;
 out:
     free(src);
@@ -1168,6 +1323,11 @@ struct dh {
     struct dent *all;
     size_t n_all, cap_all;
     int all_over;
+    /* files of the last page that a directory of the same name on a later page would
+     * shadow (the page ended among names that start with theirs): handed out, or dropped,
+     * with the next page */
+    struct dent *held;
+    size_t n_held, cap_held;
     /* local directories and files being written in this directory, from opendir */
     char **extra;
     int *extra_seen;
@@ -1184,6 +1344,9 @@ static void dh_reset(struct dh *d) {
     d->all = NULL;
     d->n_all = d->cap_all = 0;
     d->all_over = 0;
+    dents_free(d->held, d->n_held);
+    d->held = NULL;
+    d->n_held = d->cap_held = 0;
     d->from_cache = 0;
     d->base = 0;
     free(d->token);
@@ -1258,6 +1421,19 @@ static int dh_push(struct dh *d, const char *name, size_t len, const struct attr
     return 0;
 }
 
+/* Add the name below `dir` that leads to `path` to d->extra (once): `kind` when `path` is
+ * a child of `dir`, else a directory. */
+static void dh_extra(struct dh *d, const char *dir, const char *path, enum kind kind) {
+    const char *name = path + (strcmp(dir, "/") == 0 ? 1 : strlen(dir) + 1);
+    const char *slash = strchr(name, '/');
+    size_t len = slash ? (size_t)(slash - name) : strlen(name);
+    for (size_t i = 0; i < d->n_extra; i++)
+        if (strlen(d->extra[i]) == len && memcmp(d->extra[i], name, len) == 0)
+            return;
+    if ((d->extra[d->n_extra] = strndup(name, len)))
+        d->extra_kind[d->n_extra++] = slash ? K_DIR : kind;
+}
+
 static int op_opendir(const char *path, struct fuse_file_info *fi) {
     struct mnt_fs *fs = FS();
     struct attr a;
@@ -1277,19 +1453,21 @@ static int op_opendir(const char *path, struct fuse_file_info *fi) {
     pthread_mutex_lock(&fs->mu);
     size_t n = 0;
     for (struct localdir *l = fs->localdirs; l; l = l->next)
-        n += is_child(path, l->path);
+        n += is_under(path, l->path);
     for (struct fh *h = fs->writers; h; h = h->next_writer)
-        n += is_child(path, h->path);
+        n += is_under(path, h->path);
     d->extra = calloc(n + 1, sizeof(*d->extra));
     d->extra_seen = calloc(n + 1, sizeof(*d->extra_seen));
     d->extra_kind = calloc(n + 1, sizeof(*d->extra_kind));
     if (d->extra && d->extra_seen && d->extra_kind) {
+        /* local directories and files being written, and the directories that hold them
+         * deeper down (they exist whatever S3 lists: their keys may all be gone) */
         for (struct localdir *l = fs->localdirs; l; l = l->next)
-            if (is_child(path, l->path) && (d->extra[d->n_extra] = strdup(strrchr(l->path, '/') + 1)))
-                d->extra_kind[d->n_extra++] = K_DIR;
+            if (is_under(path, l->path))
+                dh_extra(d, path, l->path, K_DIR);
         for (struct fh *h = fs->writers; h; h = h->next_writer)
-            if (is_child(path, h->path) && (d->extra[d->n_extra] = strdup(strrchr(h->path, '/') + 1)))
-                d->extra_kind[d->n_extra++] = K_FILE;
+            if (is_under(path, h->path))
+                dh_extra(d, path, h->path, K_FILE);
     }
     int cached_rc = 0;
     if (d->extra && d->extra_seen && d->extra_kind) {
@@ -1338,6 +1516,54 @@ static int op_releasedir(const char *path, struct fuse_file_info *fi) {
     return 0;
 }
 
+/* Hand out the file `name` of a listing (fs->mu held): to the caller, to the listing
+ * cache and to the metadata cache; a file being written there shows its bytes so far. */
+static int dh_emit_file(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
+                        struct attr *a) {
+    dh_keep(d, name, len, a);
+    char *cp = child_path(d->path, name, len);
+    struct fh *w = cp ? writer_find(fs, cp) : NULL;
+    if (w) {
+        /* being overwritten: the kernel gets the new file's size so far */
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+        a->mtime = w->opened;
+        a->etag[0] = 0;
+    } else if (cp) {
+        meta_set(fs, cp, K_FILE, a->size, a->mtime, a->etag);
+    }
+    free(cp);
+    return dh_push(d, name, len, a);
+}
+
+static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    if (d->n_held == d->cap_held) {
+        size_t cap = d->cap_held ? d->cap_held * 2 : 8;
+        struct dent *e = realloc(d->held, cap * sizeof(*e));
+        if (!e)
+            return -ENOMEM;
+        d->held = e;
+        d->cap_held = cap;
+    }
+    char *n = strndup(name, len);
+    if (!n)
+        return -ENOMEM;
+    d->held[d->n_held].name = n;
+    d->held[d->n_held].a = *a;
+    d->n_held++;
+    return 0;
+}
+
+/* Does the page list the directory `name` (key dkey + name + "/")? */
+static int page_has_dir(const struct s3f_list_page *page, size_t lk, const char *name,
+                        size_t len) {
+    for (size_t j = 0; j < page->n_common_prefixes; j++) {
+        const char *p = page->common_prefixes[j] + lk;
+        if (strncmp(p, name, len) == 0 && p[len] == '/' && !p[len + 1])
+            return 1;
+    }
+    return 0;
+}
+
 /* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
 static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     for (size_t i = 0; i < d->n; i++)
@@ -1359,7 +1585,36 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     size_t lk = strlen(d->dkey);
     size_t io = 0, ip = 0;
     int rc = 0;
+    /* the page's last name (keys and prefixes in S3's order): a file whose name starts it
+     * may still meet its directory on the next page (only names that start with the
+     * file's sort between "name" and "name/") */
+    const char *last = NULL;
+    if (page->is_truncated && page->next_continuation_token) {
+        const char *lo_ = page->n_objects ? page->objects[page->n_objects - 1].key : NULL;
+        const char *lp_ = page->n_common_prefixes ?
+            page->common_prefixes[page->n_common_prefixes - 1] : NULL;
+        last = !lo_ ? lp_ : !lp_ ? lo_ : strcmp(lo_, lp_) > 0 ? lo_ : lp_;
+        if (last && strlen(last) >= lk)
+            last += lk;
+        else
+            last = NULL;
+    }
     pthread_mutex_lock(&fs->mu);
+    size_t n_prev = d->n_held;
+    struct dent *prev = d->held;
+    d->held = NULL;
+    d->n_held = d->cap_held = 0;
+    for (size_t i = 0; i < n_prev; i++) {
+        struct dent *e = &prev[i];
+        size_t len = strlen(e->name);
+        if (rc || page_has_dir(page, lk, e->name, len))
+            continue; /* shadowed by its directory */
+        if (last && strncmp(last, e->name, len) == 0)
+            rc = dh_hold(d, e->name, len, &e->a);
+        else
+            rc = dh_emit_file(fs, d, e->name, len, &e->a);
+    }
+    dents_free(prev, n_prev);
     while (rc == 0 && (io < page->n_objects || ip < page->n_common_prefixes)) {
         const char *ok = io < page->n_objects ? page->objects[io].key : NULL;
         const char *pk = ip < page->n_common_prefixes ? page->common_prefixes[ip] : NULL;
@@ -1374,23 +1629,16 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
             size_t len = strlen(name);
             if (!valid_name(name, len))
                 continue;
-            int shadowed = 0;
-            for (size_t j = 0; j < page->n_common_prefixes && !shadowed; j++) {
-                const char *p = page->common_prefixes[j] + lk;
-                shadowed = strncmp(p, name, len) == 0 && p[len] == '/' && !p[len + 1];
-            }
-            if (shadowed)
-                continue;
+            if (page_has_dir(page, lk, name, len))
+                continue; /* a directory of the same name on this page shadows it */
             a.kind = K_FILE;
             a.size = e->size;
             a.mtime = e->last_modified;
             snprintf(a.etag, sizeof(a.etag), "%s", e->etag ? e->etag : "");
-            rc = dh_push(d, name, len, &a);
-            dh_keep(d, name, len, &a);
-            char *cp = child_path(d->path, name, len);
-            if (cp && !writer_find(fs, cp))
-                meta_set(fs, cp, K_FILE, a.size, a.mtime, a.etag);
-            free(cp);
+            if (last && strncmp(last, name, len) == 0)
+                rc = dh_hold(d, name, len, &a); /* its directory may be on the next page */
+            else
+                rc = dh_emit_file(fs, d, name, len, &a);
         } else {
             const char *name = pk + lk;
             ip++;
@@ -1428,6 +1676,22 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     }
     s3f_list_page_free(page);
     return rc;
+}
+
+/* The attributes of the file being written at dir/name, if one is (takes fs->mu). */
+static void writer_attr(struct mnt_fs *fs, const char *dir, const char *name, size_t len,
+                        struct attr *a) {
+    char *cp = child_path(dir, name, len);
+    if (!cp)
+        return;
+    pthread_mutex_lock(&fs->mu);
+    struct fh *w = writer_find(fs, cp);
+    if (w) {
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+        a->mtime = w->opened;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    free(cp);
 }
 
 static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t offset,
@@ -1478,6 +1742,8 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
                 if (d->extra_seen[i])
                     continue;
                 struct attr a = {.kind = d->extra_kind[i], .mtime = (int64_t)time(NULL)};
+                if (a.kind == K_FILE)
+                    writer_attr(fs, d->path, d->extra[i], strlen(d->extra[i]), &a);
                 rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a);
             }
             d->complete = 1;
@@ -1536,6 +1802,7 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
     struct mnt_fs *fs = fuse_get_context()->private_data;
     cfg->entry_timeout = fs->o.metadata_ttl_s;
     cfg->attr_timeout = fs->o.metadata_ttl_s;
+    fs->cfg = cfg; /* libfuse's own (struct fuse's conf), read at each reply */
     cfg->negative_timeout = fs->o.negative_ttl_s;
     cfg->hard_remove = 1;     /* unlink of an open file deletes, no .fuse_hidden rename */
     cfg->nullpath_ok = 1;     /* handles work without a path (their key is in fh) */
@@ -1608,6 +1875,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
         return NULL;
     }
     pthread_mutex_init(&fs->mu, NULL);
+    pthread_cond_init(&fs->released, NULL);
     fs->start_time = (int64_t)time(NULL);
     struct s3f_client_stats cs;
     s3f_client_stats(wclient, &cs, 0);
@@ -1659,6 +1927,7 @@ void mnt_fs_free(struct mnt_fs *fs) {
     free(fs->meta);
     free(fs->bucket);
     free(fs->prefix);
+    pthread_cond_destroy(&fs->released);
     pthread_mutex_destroy(&fs->mu);
     free(fs);
 }

@@ -577,3 +577,36 @@ def test_close_on_another_thread_completes_the_upload(mounter, s3, bucket, pfx):
     # close returned once the object was in S3 (flush, not the later release)
     assert s3.get_object(Bucket=bucket, Key=pfx + "threads")["Body"].read() == \
         b"written on one thread"
+
+
+@pytest.mark.parametrize("page", ["1", "2", "3"])
+def test_readdir_shadows_a_file_by_its_directory_across_pages(mounter, s3, bucket, pfx, page):
+    # "blue" sorts before "blue-a" and "blue.txt", which sort before the prefix "blue/": with
+    # small pages the file and its directory come on different pages
+    for k in ["sh/blue", "sh/blue-a", "sh/blue.txt", "sh/blue/x", "sh/c"]:
+        s3.put_object(Bucket=bucket, Key=pfx + k, Body=b"12345")
+    mp = mounter.mount(f"{bucket}/{pfx}", "--page-size", page)
+    names = os.listdir(mp / "sh")
+    assert sorted(names) == ["blue", "blue-a", "blue.txt", "c"], names
+    assert os.path.isdir(mp / "sh" / "blue")
+    with os.scandir(mp / "sh") as it:
+        kinds = {e.name: e.is_dir() for e in it}
+    assert kinds == {"blue": True, "blue-a": False, "blue.txt": False, "c": False}
+
+
+def test_readdir_of_a_file_being_overwritten_gives_the_bytes_written(mounter, s3, bucket, pfx):
+    # the listing still shows the old object (5000 bytes); readdir hands the kernel the
+    # new file's size so far, not the old object's
+    s3.put_object(Bucket=bucket, Key=pfx + "ow/b", Body=b"o" * 5000)
+    mp = mounter.mount(f"{bucket}/{pfx}", "--allow-overwrite", "--metadata-ttl", "60")
+    assert os.stat(mp / "ow" / "b").st_size == 5000
+    fd = os.open(mp / "ow" / "b", os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, b"n" * 3000)
+        with os.scandir(mp / "ow") as it:
+            assert {e.name: e.stat().st_size for e in it} == {"b": 3000}
+        assert os.stat(mp / "ow" / "b").st_size == 3000
+    finally:
+        os.close(fd)
+    assert os.stat(mp / "ow" / "b").st_size == 3000
+    assert (mp / "ow" / "b").read_bytes() == b"n" * 3000

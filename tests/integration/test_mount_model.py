@@ -58,11 +58,6 @@ def test_model_seeds(cli_path, rgw, bucket, tmp_path):
 
 # ---- directed tests of what the random runs found ------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="mount bug: an implicit directory emptied through the "
-                   "mount (unlink of its last key) stays a directory in the kernel's dentry "
-                   "cache for --metadata-ttl (the daemon's readdir no longer shows it); "
-                   "docs/SEMANTICS.md: a directory exists while a key starts with dir/, and "
-                   "changes through the mount update the cache at once")
 def test_emptied_directory_is_gone(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -84,11 +79,6 @@ def test_emptied_directory_is_gone(cli_path, rgw, s3, bucket, tmp_path):
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle opened on the old version of a "
-                   "file returns bytes of the new version once the new one was opened and "
-                   "read (the kernel page cache is one per inode); docs/SEMANTICS.md: the "
-                   "handle is pinned to the ETag of its open, bytes of two versions are never "
-                   "mixed (EIO instead)")
 def test_old_handle_never_reads_the_new_version(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -119,10 +109,6 @@ def test_old_handle_never_reads_the_new_version(cli_path, rgw, s3, bucket, tmp_p
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: readdir of a directory holding a file being "
-                   "written hands the kernel size 0 for it (READDIRPLUS), and stat and read "
-                   "then see 0 bytes, also after close, for --metadata-ttl; docs/SEMANTICS.md: "
-                   "st_size of a file being written is the bytes written so far")
 def test_readdir_during_a_write_keeps_the_size(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -146,11 +132,6 @@ def test_readdir_during_a_write_keeps_the_size(cli_path, rgw, s3, bucket, tmp_pa
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: when the last key under a directory is "
-                   "deleted and a mkdir-made directory is still inside it, the directory and "
-                   "its ancestors drop out of their parents' readdir (lookup still finds "
-                   "them); docs/SEMANTICS.md: a local directory is visible until rmdir or "
-                   "the end of the mount")
 def test_local_directory_keeps_its_emptied_parents(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -170,10 +151,6 @@ def test_local_directory_keeps_its_emptied_parents(cli_path, rgw, s3, bucket, tm
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: once a file is opened with O_TRUNC "
-                   "through the mount (and after it is replaced by an empty one), a handle "
-                   "opened on the old version reads EOF (0 bytes) instead of its bytes or EIO: "
-                   "the inode's size (one per inode in the kernel) went to 0 (seeds 109, 227)")
 def test_old_handle_after_an_empty_overwrite(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     from mount_model import wait_not_busy
@@ -215,10 +192,6 @@ def _strict_seed(cli_path, rgw, bucket, tmp_path, seed, ops):
     assert p.returncode == 0, p.stdout[-5000:]
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: while a file is overwritten (O_TRUNC) and "
-                   "a handle of its old, empty version is read, stat of the file being "
-                   "written says size 0 (docs/SEMANTICS.md: the bytes written so far); found "
-                   "by seed 157 at 60 operations, no shorter reproduction yet")
 def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
     why = mount_supported()
     if why:
@@ -227,11 +200,6 @@ def test_seed_157_strict(cli_path, rgw, bucket, tmp_path):
 
 
 @pytest.mark.parametrize("seed", [440, 446])
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle of a version that was renamed "
-                   "away or overwritten, read after the path was written again, returns bytes "
-                   "of no version at that offset (440) or of a later version (446): the same "
-                   "family as the page-cache tests above (one page cache per inode), found at "
-                   "150 operations; no shorter reproduction yet")
 def test_seed_150_ops_strict(cli_path, rgw, bucket, tmp_path, seed):
     why = mount_supported()
     if why:
@@ -239,9 +207,6 @@ def test_seed_150_ops_strict(cli_path, rgw, bucket, tmp_path, seed):
     _strict_seed(cli_path, rgw, bucket, tmp_path, seed, 150)
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: when the last key under a directory is "
-                   "renamed or deleted while a file inside it is being written, the directory "
-                   "drops out of its parent's readdir (found by seed 263 at 60 operations)")
 def test_file_being_written_keeps_its_emptied_parent(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -263,10 +228,37 @@ def test_file_being_written_keeps_its_emptied_parent(cli_path, rgw, s3, bucket, 
         m.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: a handle opened on the old version of a "
-                   "file reads the bytes another handle is writing over it (O_TRUNC, not yet "
-                   "closed nor uploaded): the written pages are in the inode's page cache "
-                   "(found by seed 412 at 150 operations)")
+def test_emptied_nested_directories_are_gone(cli_path, rgw, s3, bucket, tmp_path):
+    """unlink of the only key under x/y/ (x/y/a) ends y and x at once, in the kernel too
+    (the entries it holds are invalidated: the directory x is not in the root's dentry cache
+    any more), while a sibling key keeps its directory."""
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="ghost2/x/y/a", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="ghost2/k/y/a", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="ghost2/k/b", Body=b"x")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/ghost2/",
+              tmp_path / "m", ["--allow-delete", "--metadata-ttl", "60"], region=rgw.region,
+              log_path=str(tmp_path / "m.log")).start()
+    try:
+        assert os.path.isdir(os.path.join(m.dir, "x", "y"))
+        assert os.path.isdir(os.path.join(m.dir, "k", "y"))
+        os.unlink(os.path.join(m.dir, "x", "y", "a"))
+        os.unlink(os.path.join(m.dir, "k", "y", "a"))
+        assert not os.path.exists(os.path.join(m.dir, "x", "y"))
+        assert not os.path.exists(os.path.join(m.dir, "x"))
+        assert not os.path.exists(os.path.join(m.dir, "k", "y"))
+        assert os.path.isdir(os.path.join(m.dir, "k"))
+        assert sorted(os.listdir(m.dir)) == ["k"]
+        with open(os.path.join(m.dir, "x"), "wb") as f:
+            f.write(b"now a file")
+        assert os.path.isfile(os.path.join(m.dir, "x"))
+    finally:
+        m.stop()
+
+
 def test_old_handle_never_reads_unclosed_bytes(cli_path, rgw, s3, bucket, tmp_path):
     from mountutil import Mount
     why = mount_supported()
@@ -294,5 +286,29 @@ def test_old_handle_never_reads_unclosed_bytes(cli_path, rgw, s3, bucket, tmp_pa
         finally:
             os.close(w)
             os.close(fd)
+    finally:
+        m.stop()
+
+
+def test_rename_of_the_last_key_ends_its_directories(cli_path, rgw, s3, bucket, tmp_path):
+    """rename of the only key under x/y/ out of x: y is gone at once, in the kernel too (its
+    entry in x is invalidated); x is gone in the daemon (readdir of the root, opendir of x)
+    -- the kernel's entry of x in the root, the rename's locked destination directory, is
+    left to --metadata-ttl (docs/SEMANTICS.md, rename)."""
+    from mountutil import Mount
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="ghost3/x/y/a", Body=b"x")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/ghost3/",
+              tmp_path / "m", ["--allow-rename", "--metadata-ttl", "60"], region=rgw.region,
+              log_path=str(tmp_path / "m.log")).start()
+    try:
+        assert os.path.isdir(os.path.join(m.dir, "x", "y"))
+        os.rename(os.path.join(m.dir, "x", "y", "a"), os.path.join(m.dir, "a"))
+        assert not os.path.exists(os.path.join(m.dir, "x", "y"))
+        assert sorted(os.listdir(m.dir)) == ["a"]
+        with pytest.raises(FileNotFoundError):
+            os.listdir(os.path.join(m.dir, "x"))
     finally:
         m.stop()

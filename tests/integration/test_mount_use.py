@@ -228,7 +228,7 @@ def test_cp_r_in_and_out(s3, bucket, prefix, mounts, tmp_path):
 
 def test_rsync_r_into_the_mount(s3, bucket, prefix, mounts, tmp_path):
     src = tmp_path / "src"
-    tree = make_tree(src, 8, nfiles=20, empty=False)   # empty files: the xfail test below
+    tree = make_tree(src, 8, nfiles=20, empty=False)   # empty files: test_rsync_an_empty_file
     # rsync writes a temporary ".name.XXXXXX" and renames it over the name
     m = mounts(prefix, "--allow-rename", "--allow-overwrite")
     p = subprocess.run(["rsync", "-r", f"{src}/", os.path.join(m.dir, "rs") + "/"],
@@ -244,9 +244,6 @@ def test_rsync_r_into_the_mount(s3, bucket, prefix, mounts, tmp_path):
     assert p.returncode == 0, p.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="mount bug: an empty file is uploaded at release, which "
-                   "the kernel sends after close() returns, so a rename right after the close "
-                   "(rsync's temporary file) fails with EBUSY (\"being written\")")
 def test_rsync_an_empty_file(s3, bucket, prefix, mounts, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
