@@ -20,6 +20,7 @@
 #define TAIL_DEFAULT S3F__MIB
 #define MERGE_GAP (256u << 10)            /* a miss this close past the window extends it */
 #define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
+#define SEQ_GAP 4096u                     /* a read this close past the last still sequential */
 
 struct seg {
     struct s3f_reader *rd;
@@ -435,7 +436,10 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     enum s3f_status st = S3F_OK;
     s3f_error_clear(err);
     pthread_mutex_lock(&rd->lock);
-    bool sequential = pos == rd->seq_next;
+    /* sequential: where the last read ended or a little past it (a zip's records, as
+     * torch.load reads them: each read of a record's data skips the rest of its local
+     * header, its name and padding, tens of bytes) */
+    bool sequential = pos >= rd->seq_next && pos - rd->seq_next <= SEQ_GAP;
     while (out < len && pos < rd->size) {
         uint64_t want = len - out < rd->size - pos ? len - out : rd->size - pos;
         struct seg *s;
@@ -518,6 +522,10 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         out += n;
         /* segments read past are done with */
         drop_window(rd, ends_before, pos);
+        /* a long sequential read tops the read-ahead up as it consumes it, so that the
+         * requests past its end are in flight before it returns */
+        if (sequential && out < len)
+            prefetch(rd, pos);
     }
     if (st == S3F_OK) {
         if (sequential || pos == rd->seq_next)
