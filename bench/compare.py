@@ -6,6 +6,11 @@ the peers and the package and builds the sink); see bench/README.md.
 
   python3 bench/compare.py [--quick] [--rgw] [--no-sink] [--scenarios save,load,raw,...]
                            [--sizes 256M,1G,4G] [--repeat 3] [--sink BIN] [--store-max B]
+                           [--s3-like [--link 400M] [--lean] [--dcp-size B] ...]
+
+Every scenario once against the S3-like sinks on a small machine, in about 3 minutes
+(bench/README.md, "compare.py"): --s3-like --quick --lean --link 400M --sizes 1G
+--dcp-size 256M --lightning-size 64M --dataset-count 300 --no-limits
 
 Endpoints: "sink" (bench/sink.c discarding bodies: every upload-side row), "sink-store" (the
 same binary with --store, a fresh process per group: load, dcp and dataset read back real
