@@ -6,6 +6,11 @@ the peers and the package and builds the sink); see bench/README.md.
 
   python3 bench/compare.py [--quick] [--rgw] [--no-sink] [--scenarios save,load,raw,...]
                            [--sizes 256M,1G,4G] [--repeat 3] [--sink BIN] [--store-max B]
+                           [--s3-like [--link 400M] [--lean] [--dcp-size B] ...]
+
+Every scenario once against the S3-like sinks on a small machine, in about 3 minutes
+(bench/README.md, "compare.py"): --s3-like --quick --lean --link 400M --sizes 1G
+--dcp-size 256M --lightning-size 64M --dataset-count 300 --no-limits
 
 Endpoints: "sink" (bench/sink.c discarding bodies: every upload-side row), "sink-store" (the
 same binary with --store, a fresh process per group: load, dcp and dataset read back real
@@ -78,6 +83,27 @@ max_pool_connections 20. awscrt "files in /dev/shm": the CRT's own fast path
 path), from and to tmpfs; the file is written before the phase. Raw small objects: 8 threads by default, 32 tuned (s3flash and boto3
 calls; awscrt gets every request at once, as its API is asynchronous). "defaults": the
 client's own defaults, with only what the endpoint needs (path style, endpoint, keys)."""
+
+
+# --lean: one row per client (its defaults; s3flash's two readers and dataset kinds), so that a
+# run of every scenario fits in minutes on a small machine, where each run's process start-up
+# (torch's import) is most of the time. The store scenarios run against sink-store only.
+LEAN = {
+    "save": [("s3flash", "defaults"), ("s3tc", "defaults"), ("boto3", "defaults"),
+             ("local", "fsync")],
+    "load": [("s3flash", "sequential"), ("s3flash", "range_based"), ("s3tc", "sequential"),
+             ("s3tc", "range_based"), ("boto3", "defaults"), ("local", "page cache")],
+    "raw": [("s3flash", "defaults"), ("awscrt", "defaults"), ("boto3", "defaults")],
+    "dcp": [("s3flash", "defaults"), ("s3tc", "defaults"), ("local", "FileSystemWriter")],
+    "lightning": [("s3flash", "defaults"), ("s3tc", "defaults"), ("local", "TorchCheckpointIO")],
+    "dataset": [("s3flash", "iterable"), ("s3flash", "map"), ("s3tc", "iterable"),
+                ("s3tc", "map")],
+}
+
+
+def lean_variants():
+    for sc, keep in LEAN.items():
+        VARIANTS[sc] = [v for v in VARIANTS[sc] if v[:2] in keep or "io.max" in v[1]]
 
 
 def fmt_size(n):
@@ -226,49 +252,77 @@ def fmt_rate(bps):
     return f"{bps / MiB:.0f} MiB/s"
 
 
-def trace_save(a):
-    """One large s3flash save (defaults) against a fresh S3-like sink with --trace: the
-    connections in flight every 100 ms. Returns markdown lines."""
-    size = max(a.sizes)
-    tpath = os.path.join(tempfile.mkdtemp(prefix="s3flash-compare-trace."), "trace")
-    sk = Sink(a.sink, extra=list(a.sink_extra) + ["--trace", tpath])
-    ep = dict(name="sink", kind="sink", url=f"http://127.0.0.1:{sk.port}", region="us-east-1",
-              access_key="bench", secret_key="bench", bucket="bench", pids=[sk.p.pid])
-    try:
-        rs = run_worker({"scenario": "save", "client": "s3flash", "tuned": False, "size": size,
-                         "endpoint": ep, "prefix": "cmp", "local_dir": a.local_dir,
-                         "server_pids": [sk.p.pid]}, a.timeout)
-    finally:
-        sk.stop()
+def _trace_rows(tpath):
     rows = []
     with open(tpath) as f:
         for ln in f:
             t, conns, active, bin_, bout = map(int, ln.split())
-            rows.append((t, conns, active, bin_))
-    # the save: from the first row with a request in progress to the last
+            rows.append((t, conns, active, bin_, bout))
+    return rows
+
+
+def _trace_table(rows, col, what, head):
+    """Markdown for one stretch of the trace: a sparkline of the requests in flight and a
+    table; col 3 (bytes received) or 4 (bytes sent) for the MB/s column."""
     busy = [i for i, r in enumerate(rows) if r[2] > 0]
-    r0 = rs[0]
-    head = (f"s3flash save of {fmt_size(size)} (defaults): "
-            + (f"{r0['bytes'] / r0['wall'] / 1e9:.2f} GB/s" if "wall" in r0
-               else r0.get("error") or r0.get("skip") or "?"))
     if not busy:
         return [head + "; no request seen in the trace."]
     rows = rows[busy[0]:busy[-1] + 2]
     bars = " ▁▂▃▄▅▆▇█"
     top = max(r[2] for r in rows) or 1
     spark = "".join(bars[min(8, (r[2] * 8 + top - 1) // top)] for r in rows)
-    out = [head + f"; connections with a request in flight every 100 ms (max {top}):", "",
-           "`" + spark + "`", "",
-           "| t ms | connections open | requests in flight | received MB/s over the step |",
+    act = sorted(r[2] for r in rows[:-1]) or [0]
+    dur = (rows[-1][0] - rows[0][0]) / 1000 or 0.1
+    mbs = (rows[-1][col] - rows[0][col]) / dur / 1e6
+    out = [head + f"; connections with a request in flight every 100 ms: median "
+           f"{act[len(act) // 2]}, max {top}; {mbs:.0f} MB/s {what} over the "
+           f"{dur:.1f} s with requests in flight:", "", "`" + spark + "`", "",
+           f"| t ms | connections open | requests in flight | {what} MB/s over the step |",
            "|---|---|---|---|"]
-    step = max(1, len(rows) // 25)
-    for i in range(0, len(rows), step):
-        t, conns, active, bin_ = rows[i]
+    step = max(1, len(rows) // 20)
+    for i in range(0, len(rows) - 1, step):
+        t, conns, active = rows[i][:3]
         j = min(i + step, len(rows) - 1)
         dt = (rows[j][0] - t) / 1000 or 0.1
         out.append(f"| {t - rows[0][0]} | {conns} | {active} | "
-                   f"{(rows[j][3] - bin_) / dt / 1e6:.0f} |")
+                   f"{(rows[j][col] - rows[i][col]) / dt / 1e6:.0f} |")
     return out
+
+
+def trace_save(a):
+    """One large s3flash save (defaults: S3Checkpoint.writer) and its load (sequential
+    reader) against a fresh S3-like store-mode sink with --trace: the connections in flight
+    every 100 ms. Returns markdown lines."""
+    size = max(a.sizes)
+    tpath = os.path.join(tempfile.mkdtemp(prefix="s3flash-compare-trace."), "trace")
+    sk = Sink(a.sink, store=int(size * 1.25) + 64 * MiB,
+              extra=list(a.sink_extra) + ["--trace", tpath])
+    ep = dict(name="sink", kind="sink", url=f"http://127.0.0.1:{sk.port}", region="us-east-1",
+              access_key="bench", secret_key="bench", bucket="bench", pids=[sk.p.pid])
+    base = {"client": "s3flash", "tuned": False, "size": size, "endpoint": ep,
+            "prefix": "cmp", "local_dir": a.local_dir, "server_pids": [sk.p.pid]}
+    split = 0
+    try:
+        # prepare_load is an s3flash save of the state (S3Checkpoint.writer, defaults), as
+        # the save scenario's, then a torch.save to the local disk for the local rows
+        pr = run_worker(dict(base, scenario="prepare_load"), a.timeout)[0]
+        time.sleep(0.3)
+        split = len(_trace_rows(tpath))
+        ld = [{"error": "prepare: " + pr["error"]}] if "error" in pr else run_worker(
+            dict(base, scenario="load", reader="seq", want_n=pr["n"], want_bytes=pr["bytes"],
+                 local_path=pr["path"]), a.timeout)
+        if pr.get("path") and os.path.exists(pr["path"]):
+            os.unlink(pr["path"])
+    finally:
+        sk.stop()
+    rows = _trace_rows(tpath)
+    r0 = ld[0]
+    lhead = (f"s3flash load of {fmt_size(size)} (sequential reader, defaults): "
+             + (f"{r0['bytes'] / r0['wall'] / 1e9:.2f} GB/s by its own clock"
+                if "wall" in r0 else r0.get("error") or r0.get("skip") or "?"))
+    return (_trace_table(rows[:split], 3, "received", f"s3flash save of {fmt_size(size)} "
+                         "(S3Checkpoint.writer, defaults)")
+            + [""] + _trace_table(rows[split:], 4, "sent", lhead))
 
 
 def plan(a):
@@ -283,6 +337,9 @@ def plan(a):
         for sc in scen:
             if store and sc not in STORE_SCENARIOS:
                 continue
+            if a.lean and ep["kind"] == "sink" and not store and sc in STORE_SCENARIOS \
+                    and any(e.get("store") for e in a.endpoints):
+                continue  # --lean: these run against sink-store only
             if sc == "save":
                 for s in sizes:
                     out.append((sc, ep, fmt_size(s), {"size": s}))
@@ -390,7 +447,8 @@ def run_group(a, results, sc, ep, label, spec, done, total, t_start):
             t0 = time.time()
             rs = run_worker(s, a.timeout)
             for r in rs:
-                if ep.get("store") and r.get("phase") in STORE_UNTABLED_PHASES:
+                if ep.get("store") and r.get("phase") in STORE_UNTABLED_PHASES \
+                        and not a.lean:
                     continue  # uploads are measured against the discarding sink
                 results.add(key + (r.get("phase", "main"),), r)
             first = rs[0]
@@ -566,6 +624,16 @@ def main():
     ap.add_argument("--device-rate", default="512M", help="S3-like mode: the local disk's "
                     "bandwidth for the capped torch.save+fsync row (cgroup v2 io.max; "
                     "default 512M); 0: no capped row")
+    ap.add_argument("--lean", action="store_true",
+                    help="one row per client (its defaults; s3flash's two readers and two "
+                    "dataset kinds), and load/dcp/dataset against the store-mode sink only "
+                    "(DCP's save row is then against it too); --dataset-count N")
+    ap.add_argument("--dataset-count", type=int, default=None,
+                    help="objects in the dataset scenario (default 10000; quick 500)")
+    ap.add_argument("--dcp-size", default=None, help="DCP state, both ranks (default 1G; "
+                    "quick 64M)")
+    ap.add_argument("--lightning-size", default=None, help="Lightning model state "
+                    "(default 256M; quick 32M)")
     ap.add_argument("--sink-args", default="", help="more s3flash-sink options (both sinks)")
     a = ap.parse_args()
     a.quick_label = "quick" if a.quick else "full"
@@ -579,15 +647,20 @@ def main():
         a.quick_label += ", S3-like sink"
     a.sink_extra += a.sink_args.split()
     s3_like_variants(a)
+    if a.lean:
+        lean_variants()
+        a.quick_label += ", lean"
     a.sizes = [parse_size(s) for s in (a.sizes or ("64M" if a.quick else "256M,1G,4G"))
                .split(",")]
     a.rgw_max = parse_size(a.rgw_max)
     a.repeat = a.repeat or (1 if a.quick else 3)
     a.scenarios = [s for s in a.scenarios.split(",") if s]
     a.small_count = 100 if a.quick else 1000
-    a.dcp_size = 64 * MiB if a.quick else 1 << 30
-    a.ltn_size = 32 * MiB if a.quick else 256 * MiB
-    a.ds_count = 500 if a.quick else 10000
+    a.dcp_size = (parse_size(a.dcp_size) if a.dcp_size
+                  else 64 * MiB if a.quick else 1 << 30)
+    a.ltn_size = (parse_size(a.lightning_size) if a.lightning_size
+                  else 32 * MiB if a.quick else 256 * MiB)
+    a.ds_count = a.dataset_count or (500 if a.quick else 10000)
     a.rgw_ds_count = 500 if a.quick else 2000
     a.ds_obj = 64 * 1024
 
@@ -699,7 +772,7 @@ def main():
                          f"where this host allows it: link / device = "
                          f"{(a.link_bps / a.device_bps) if a.link_bps else float('nan'):.1f}.", ""]
         text[4:4] = mode  # after the title and the command line
-        text += ["## Connections in flight during one large save", ""] + trace + [""]
+        text += ["## Connections in flight during one large save and its load", ""] + trace + [""]
     if sink:
         exit_lines = [ln for ln in sink_report.splitlines()
                       if " requests, " in ln or "prefix limits" in ln]

@@ -20,6 +20,8 @@
 #define TAIL_DEFAULT S3F__MIB
 #define MERGE_GAP (256u << 10)            /* a miss this close past the window extends it */
 #define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
+#define SEQ_GAP 4096u                     /* a read this close past the last still sequential */
+#define SEQ_LEN (64u << 10)               /* ... when it is at least this long */
 
 struct seg {
     struct s3f_reader *rd;
@@ -395,7 +397,16 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
         cap = rd->window_max;
     if (rd->window > cap)
         rd->window = cap;
-    uint64_t target = pos + rd->window;
+    /* the window counts from the start of the segment being read, so that what it holds
+     * (that segment's bytes behind pos too) stays within the window */
+    uint64_t base = pos;
+    for (struct seg *s = rd->window_segs; s; s = s->next)
+        if (s->end > pos) {
+            if (s->start < base)
+                base = s->start;
+            break;
+        }
+    uint64_t target = base + rd->window;
     if (target > rd->tail_start)
         target = rd->tail_start;
     uint64_t f = window_end(rd);
@@ -409,6 +420,8 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
     while (f < target && busy < k) {
         uint64_t step = rd->window < seg ? rd->window : seg;
         uint64_t e = f + step < rd->tail_start ? f + step : rd->tail_start;
+        if (e > target && f > base)
+            break; /* it would not fit in the window: it waits for the next top-up */
         struct seg *s = seg_new(rd, f, e, NULL);
         if (!s)
             break; /* the pool is full: read-ahead is optional */
@@ -435,7 +448,12 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     enum s3f_status st = S3F_OK;
     s3f_error_clear(err);
     pthread_mutex_lock(&rd->lock);
-    bool sequential = pos == rd->seq_next;
+    /* sequential: where the last read ended, or a long read a little past it (a zip's
+     * records, as torch.load reads them: each read of a record's data skips the rest of
+     * its local header, its name and padding, tens of bytes; a small read there, as a
+     * meta-device load's of the header's extra field, is not a stream) */
+    bool sequential = pos == rd->seq_next ||
+                      (pos > rd->seq_next && pos - rd->seq_next <= SEQ_GAP && len >= SEQ_LEN);
     while (out < len && pos < rd->size) {
         uint64_t want = len - out < rd->size - pos ? len - out : rd->size - pos;
         struct seg *s;
@@ -518,6 +536,10 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         out += n;
         /* segments read past are done with */
         drop_window(rd, ends_before, pos);
+        /* a long sequential read tops the read-ahead up as it consumes it, so that the
+         * requests past its end are in flight before it returns */
+        if (sequential && out < len)
+            prefetch(rd, pos);
     }
     if (st == S3F_OK) {
         if (sequential || pos == rd->seq_next)

@@ -54,4 +54,8 @@ def test_full_load_streams_records(region, endpoint, uri):
     # every byte at most about once: the records plus headers, not several passes
     assert asked <= size * 1.01
     assert requests <= 3 * len(sd) + 10, requests  # about 2 per record, measured
-    assert stats1["pool_high_water_bytes"] <= 32 * MiB, stats1
+    # the read-ahead window (at most half the memory limit) + the 1 MiB tail, and where the
+    # window meets the tail up to a part more (33-37 MiB measured); the window grows now that
+    # a record's header skip is sequential (before, it was dropped at every record and
+    # stayed under a part: the old bound was 32 MiB)
+    assert stats1["pool_high_water_bytes"] <= 32 * MiB + 8 * MiB, stats1
