@@ -12,6 +12,14 @@
  * call on many handles at once from its worker threads.
  *
  * Calls only the public <s3flash/s3flash.h> API (see mount.h).
+ *
+ * Why one file of ~1,900 lines: the handlers of libfuse's path API share the metadata cache,
+ * the local directories, the writers' table and the stale-handle state, all under fs->mu with
+ * the lock order above, and several fixes (a path's versions pinned through direct_io and
+ * attribute timeouts, emptied directories invalidated in the kernel) cut across lookup,
+ * readdir, open and rename; keeping them together keeps that order checkable in one place.
+ * The natural split, once the mount moves to the low-level API (an inode per version, which
+ * would replace those workarounds), is the cache, directories and file handles apart.
  */
 #define FUSE_USE_VERSION 314
 #include <fuse3/fuse.h>
