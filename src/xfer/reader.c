@@ -420,8 +420,10 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
     while (f < target && busy < k) {
         uint64_t step = rd->window < seg ? rd->window : seg;
         uint64_t e = f + step < rd->tail_start ? f + step : rd->tail_start;
-        if (e > target && f > base)
-            break; /* it would not fit in the window: it waits for the next top-up */
+        if (e > base + cap && f > base)
+            break; /* past the window's cap (never past window_max): it waits for the
+                    * next top-up. Up to the cap a segment may run past the growing
+                    * window, so that k are in flight while the window still doubles */
         struct seg *s = seg_new(rd, f, e, NULL);
         if (!s)
             break; /* the pool is full: read-ahead is optional */
