@@ -1381,48 +1381,47 @@ static void dh_free(struct dh *d) {
     free(d);
 }
 
-/* Record an entry of the listing for the listing cache (best effort). */
-static void dh_keep(struct dh *d, const char *name, size_t len, const struct attr *a) {
-    if (d->all_over)
-        return;
-    if (d->n_all == d->cap_all) {
-        size_t cap = d->cap_all ? d->cap_all * 2 : 256;
-        struct dent *e = cap > LISTING_MAX_ENTRIES ? NULL : realloc(d->all, cap * sizeof(*e));
-        if (!e) {
-            dents_free(d->all, d->n_all);
-            d->all = NULL;
-            d->n_all = d->cap_all = 0;
-            d->all_over = 1;
-            return;
-        }
-        d->all = e;
-        d->cap_all = cap;
-    }
-    char *s = strndup(name, len);
-    if (!s) {
-        d->all_over = 1;
-        return;
-    }
-    d->all[d->n_all].name = s;
-    d->all[d->n_all].a = *a;
-    d->n_all++;
-}
-
-static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a) {
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 256;
-        struct dent *e = realloc(d->ents, cap * sizeof(*e));
+/* Append a copy of `name` with its attributes to a growing array of entries (first
+ * allocation `first` entries, doubling; never past `max` entries). -ENOMEM on failure (the
+ * array is left as it was). */
+static int dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, size_t max,
+                        const char *name, size_t len, const struct attr *a) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : first;
+        struct dent *e = c > max ? NULL : realloc(*v, c * sizeof(*e));
         if (!e)
             return -ENOMEM;
-        d->ents = e;
-        d->cap = cap;
+        *v = e;
+        *cap = c;
     }
     char *s = strndup(name, len);
     if (!s)
         return -ENOMEM;
-    d->ents[d->n].name = s;
-    d->ents[d->n].a = *a;
-    d->n++;
+    (*v)[*n].name = s;
+    (*v)[*n].a = *a;
+    (*n)++;
+    return 0;
+}
+
+/* Record an entry of the listing for the listing cache (best effort: once an entry cannot
+ * be kept, the listing is not cached). */
+static void dh_keep(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    if (d->all_over)
+        return;
+    if (dents_append(&d->all, &d->n_all, &d->cap_all, 256, LISTING_MAX_ENTRIES, name, len,
+                     a)) {
+        dents_free(d->all, d->n_all);
+        d->all = NULL;
+        d->n_all = d->cap_all = 0;
+        d->all_over = 1;
+    }
+}
+
+static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    int rc = dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a);
+    if (rc)
+        return rc;
+    const char *s = d->ents[d->n - 1].name;
     for (size_t i = 0; i < d->n_extra; i++)
         if (!d->extra_seen[i] && strcmp(d->extra[i], s) == 0)
             d->extra_seen[i] = 1;
@@ -1544,21 +1543,7 @@ static int dh_emit_file(struct mnt_fs *fs, struct dh *d, const char *name, size_
 }
 
 static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a) {
-    if (d->n_held == d->cap_held) {
-        size_t cap = d->cap_held ? d->cap_held * 2 : 8;
-        struct dent *e = realloc(d->held, cap * sizeof(*e));
-        if (!e)
-            return -ENOMEM;
-        d->held = e;
-        d->cap_held = cap;
-    }
-    char *n = strndup(name, len);
-    if (!n)
-        return -ENOMEM;
-    d->held[d->n_held].name = n;
-    d->held[d->n_held].a = *a;
-    d->n_held++;
-    return 0;
+    return dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a);
 }
 
 /* Does the page list the directory `name` (key dkey + name + "/")? */
