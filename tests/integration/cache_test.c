@@ -143,12 +143,20 @@ static int read_object(const char *mode, const char *bucket, const char *key, si
         fprintf(stderr, "%s: the bytes differ\n", mode);
         return 1;
     }
+    /* the inserts are written by the cache's thread: wait for them (bounded) */
     struct s3f_client_stats s;
-    s3f_client_stats(c, &s, 0);
-    printf("stats hits=%llu misses=%llu hit_bytes=%llu inserted=%llu errors=%llu ms=%lld\n",
+    for (int i = 0; i < 6000; i++) {
+        s3f_client_stats(c, &s, 0);
+        if (!s.cache_insert_pending_bytes)
+            break;
+        usleep(10000);
+    }
+    printf("stats hits=%llu misses=%llu hit_bytes=%llu inserted=%llu errors=%llu dropped=%llu "
+           "evicted=%llu ms=%lld\n",
            (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
            (unsigned long long)s.cache_hit_bytes, (unsigned long long)s.cache_inserted_bytes,
-           (unsigned long long)s.cache_errors,
+           (unsigned long long)s.cache_errors, (unsigned long long)s.cache_insert_dropped_bytes,
+           (unsigned long long)s.cache_evicted_bytes,
            (long long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
     free(want);
     free(got);

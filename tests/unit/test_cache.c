@@ -36,6 +36,12 @@ static struct s3f__cache *open_cache(const char *dir, uint64_t max, uint64_t min
     return c;
 }
 
+/* An insert, written before it returns (s3f__cache_put only queues it). */
+static void put_sync(struct s3f__cache_object *o, uint64_t b, const void *data) {
+    s3f__cache_put(o, b, data);
+    s3f__cache_flush(o->cache);
+}
+
 /* Deterministic content of block `b` of object `tag`. */
 static void fill(char *p, uint64_t len, int tag, uint64_t b) {
     uint32_t x = (uint32_t)(tag * 2654435761u) ^ (uint32_t)(b * 40503u + 1);
@@ -63,7 +69,7 @@ static void test_roundtrip(void) {
     CHECK(!s3f__cache_get(&o, 0, got));
     for (uint64_t b = 0; b < 4; b++) {
         fill(want, s3f__cache_block_len(&o, b), 1, b);
-        s3f__cache_put(&o, b, want);
+        put_sync(&o, b, want);
     }
     for (uint64_t b = 0; b < 4; b++) {
         uint64_t len = s3f__cache_block_len(&o, b);
@@ -118,8 +124,8 @@ static void test_corruption(void) {
     CHECK_INT(s3f__cache_object_init(&o, c, "bkt", "k", "\"e\"", 2 * BS), S3F_OK);
     char *buf = malloc(BS);
     fill(buf, BS, 2, 0);
-    s3f__cache_put(&o, 0, buf);
-    s3f__cache_put(&o, 1, buf);
+    put_sync(&o, 0, buf);
+    put_sync(&o, 1, buf);
     /* a flipped data byte: the CRC32C catches it, the file goes, it is a miss */
     block_file(&o, 0, path, sizeof(path));
     flip_byte(path, HDR + 1 + 1 + 3 + 5000);
@@ -132,7 +138,7 @@ static void test_corruption(void) {
     CHECK(access(path, F_OK) != 0);
     /* a truncated file */
     fill(buf, BS, 2, 0);
-    s3f__cache_put(&o, 0, buf);
+    put_sync(&o, 0, buf);
     block_file(&o, 0, path, sizeof(path));
     CHECK(truncate(path, HDR + 100) == 0);
     CHECK(!s3f__cache_get(&o, 0, buf));
@@ -143,7 +149,7 @@ static void test_corruption(void) {
     CHECK_INT(n.errors, 3);
     /* inserted again, it is served again */
     fill(buf, BS, 2, 0);
-    s3f__cache_put(&o, 0, buf);
+    put_sync(&o, 0, buf);
     char *got = malloc(BS);
     CHECK(s3f__cache_get(&o, 0, got));
     CHECK(memcmp(buf, got, BS) == 0);
@@ -169,7 +175,7 @@ static void test_eviction_lru(void) {
     char *buf = malloc(BS);
     for (uint64_t b = 0; b < 8; b++) {
         fill(buf, BS, 3, b);
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
         block_file(&o, b, path, sizeof(path));
         set_mtime(path, 1000000 + (time_t)b * 10); /* block 0 oldest */
     }
@@ -179,7 +185,7 @@ static void test_eviction_lru(void) {
     /* three more: the oldest are evicted first (1, 2, ...), block 0 stays */
     for (uint64_t b = 8; b < 11; b++) {
         fill(buf, BS, 3, b);
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
         CHECK(s3f__cache_scan_bytes(c) <= max);
     }
     CHECK(s3f__cache_has(&o, 0));
@@ -191,7 +197,7 @@ static void test_eviction_lru(void) {
     /* many more: never above the limit */
     for (uint64_t b = 11; b < 60; b++) {
         fill(buf, BS, 3, b);
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
         CHECK(s3f__cache_scan_bytes(c) <= max);
     }
     CHECK(s3f__cache_has(&o, 59));
@@ -204,7 +210,7 @@ static void test_eviction_lru(void) {
     struct s3f__cache *tight = open_cache(dir, max, UINT64_MAX / 4);
     struct s3f__cache_object t;
     CHECK_INT(s3f__cache_object_init(&t, tight, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    s3f__cache_put(&t, 99, buf);
+    put_sync(&t, 99, buf);
     CHECK(!s3f__cache_has(&t, 99));
     CHECK_INT(s3f__cache_scan_bytes(tight), 0);
     s3f__cache_object_cleanup(&t);
@@ -226,14 +232,14 @@ static void test_count_rebuilt(void) {
     char *buf = malloc(BS);
     fill(buf, BS, 4, 0);
     for (uint64_t b = 0; b < 10; b++)
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
     s3f__cache_object_cleanup(&o);
     s3f__cache_free(c);
     snprintf(lockp, sizeof(lockp), "%s/v1/lock", dir);
     CHECK(unlink(lockp) == 0);
     c = open_cache(dir, 6 * fsz, 1);
     CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    s3f__cache_put(&o, 50, buf);
+    put_sync(&o, 50, buf);
     CHECK(s3f__cache_scan_bytes(c) <= 6 * fsz);
     CHECK(s3f__cache_has(&o, 50));
     s3f__cache_object_cleanup(&o);
@@ -380,6 +386,7 @@ static void test_pread(void) {
     CHECK_INT(n, 2 * BS);
     CHECK(memcmp(buf, obj + BS + 100, n) == 0);
     CHECK_INT(src.bytes, 3 * BS);
+    s3f__cache_flush(c); /* the inserts are written by the cache's thread */
     /* everything, reading past the end: the rest fetched, the middle from the cache */
     src.bytes = 0;
     src.calls = 0;
@@ -388,6 +395,7 @@ static void test_pread(void) {
     CHECK(memcmp(buf, obj, size) == 0);
     CHECK_INT(src.bytes, size - 3 * BS);
     CHECK_INT(src.calls, 2); /* block 0, then blocks 4..10 in one run */
+    s3f__cache_flush(c);
     /* again: no fetch at all */
     src.bytes = 0;
     src.calls = 0;
