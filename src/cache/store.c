@@ -965,6 +965,7 @@ static size_t sample(struct s3f__cache *c, const struct s3f__cache_counts *k,
         }
         int d3 = subdir(d2, obj[0], false);
         if (d3 < 0) {
+            stale[slot] = true; /* a link or a file in its place: its bytes are not ours */
             close(d2);
             continue;
         }
@@ -980,6 +981,8 @@ static size_t sample(struct s3f__cache *c, const struct s3f__cache_counts *k,
         }
         if (!entries)
             unlinkat(d2, obj[0], AT_REMOVEDIR); /* an object with no block left */
+        if (!nb)
+            stale[slot] = true;
         for (size_t i = 0; i < nb; i++) {
             struct stat sb;
             if (fstatat(d3, names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
@@ -1053,9 +1056,26 @@ static bool evict_step(struct s3f__cache *c, uint64_t need) {
         close(d3);
         close(d2);
     }
+    uint64_t total = s3f__cache_counts_total(&k);
     lock_drop(c);
     count(&c->n.evicted_bytes, evicted);
-    return n > 0;
+    if (n)
+        return true;
+    /* Counted bytes but no block found: files removed behind the cache's back. Recount the
+     * directories that claim bytes, one per step; progress if the count went down. */
+    uint64_t now_total = 0;
+    for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++) {
+        if (!k.bytes[i])
+            continue;
+        struct s3f__cache_counts cur;
+        counts_valid_locked(c, &cur);
+        slot_write(c, &cur, i, recount(c, i));
+        lock_drop(c);
+    }
+    counts_valid_locked(c, &k);
+    now_total = s3f__cache_counts_total(&k);
+    lock_drop(c);
+    return now_total < total;
 }
 
 /* ---- insert (writer thread) ------------------------------------------------------------ */
