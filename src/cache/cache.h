@@ -90,6 +90,10 @@ bool s3f__cache_has(struct s3f__cache_object *o, uint64_t index);
  * after evicting what the limits require. Dropped (counted in insert_dropped_bytes, never
  * waited for) when the queue is full; skipped when the limits leave no room. */
 void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *data);
+/* The same, but waits for room in the queue instead of dropping: for filling the cache
+ * from a whole download already in place (the caller would otherwise drop all but the
+ * queue's worth of a large object, and the object would never be whole in the cache). */
+void s3f__cache_put_wait(struct s3f__cache_object *o, uint64_t index, const void *data);
 
 /* Counters of this cache object (this process). */
 struct s3f__cache_counters {

@@ -288,7 +288,7 @@ void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *k
             iov_copy(&k, b * bs, p, len, false);
         s3f__cache_count_miss(c);
         if (p)
-            s3f__cache_put(&o, b, p);
+            s3f__cache_put_wait(&o, b, p);
     }
     s3f__cache_object_cleanup(&o);
 }
@@ -308,7 +308,7 @@ void s3f__cache_fill_fd(struct s3f__cache *c, const char *bucket, const char *ke
         if (n != (ssize_t)len)
             break;
         s3f__cache_count_miss(c);
-        s3f__cache_put(&o, b, p);
+        s3f__cache_put_wait(&o, b, p);
     }
     s3f__cache_object_cleanup(&o);
 }

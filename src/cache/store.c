@@ -93,8 +93,9 @@ struct s3f__cache {
     pthread_cond_t q_work, q_idle;
     struct job *q_head, *q_tail;
     uint64_t q_bytes, q_max;      /* queued and being written; the bound */
-    bool q_busy, q_stop, q_started, thread_ok;
+    bool q_stop, q_started, thread_ok;
     pthread_t thread;
+    pid_t pid;                    /* the process whose thread it is (a forked child has none) */
     /* the writer thread's own state */
     uint64_t rng;
 };
@@ -617,6 +618,7 @@ enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__
         goto out;
     }
     c->thread_ok = true;
+    c->pid = getpid();
 out:
     if (st)
         s3f__cache_free(c);
@@ -628,7 +630,7 @@ out:
 void s3f__cache_free(struct s3f__cache *c) {
     if (!c)
         return;
-    if (c->thread_ok) {
+    if (c->thread_ok && c->pid == getpid()) {
         pthread_mutex_lock(&c->q_lock);
         c->q_stop = true;
         pthread_cond_signal(&c->q_work);
@@ -1206,14 +1208,17 @@ static void insert(struct s3f__cache *c, const struct job *j) {
 
 /* ---- the queue and the writer thread ------------------------------------------------------ */
 
-void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *data) {
+static void put(struct s3f__cache_object *o, uint64_t index, const void *data, bool wait) {
     struct s3f__cache *c = o->cache;
     uint64_t len = s3f__cache_block_len(o, index);
     if (!len)
         return;
     size_t bl = strlen(o->bucket), kl = strlen(o->key), el = strlen(o->etag);
     pthread_mutex_lock(&c->q_lock);
-    bool full = c->q_bytes + len > c->q_max || c->q_stop;
+    bool mine = c->pid == getpid(); /* a forked child has no writer thread */
+    while (wait && mine && c->q_bytes && c->q_bytes + len > c->q_max && !c->q_stop)
+        pthread_cond_wait(&c->q_idle, &c->q_lock);
+    bool full = c->q_bytes + len > c->q_max || c->q_stop || !mine;
     for (struct job *q = c->q_head; q && !full; q = q->next)
         if (q->index == index && !strcmp(q->hex, o->hex)) {
             pthread_mutex_unlock(&c->q_lock);
@@ -1259,9 +1264,17 @@ void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *dat
     pthread_mutex_unlock(&c->q_lock);
 }
 
+void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *data) {
+    put(o, index, data, false);
+}
+
+void s3f__cache_put_wait(struct s3f__cache_object *o, uint64_t index, const void *data) {
+    put(o, index, data, true);
+}
+
 void s3f__cache_flush(struct s3f__cache *c) {
     pthread_mutex_lock(&c->q_lock);
-    while (c->thread_ok && (c->q_bytes || !c->q_started))
+    while (c->thread_ok && c->pid == getpid() && (c->q_bytes || !c->q_started))
         pthread_cond_wait(&c->q_idle, &c->q_lock);
     pthread_mutex_unlock(&c->q_lock);
 }
