@@ -319,13 +319,7 @@ static enum s3f_status open_private(int at, const char *name, const char *path, 
 static enum s3f_status open_root(struct s3f__cache *c, struct s3f_error *err) {
     const char *dir = c->dir;
     uid_t me = geteuid();
-    int fd = open(dir, DIR_FLAGS);
-    if (fd < 0 && errno == ENOENT) {
-        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-            return s3f__error_set(err, S3F_ERR_IO, "cache", dir, "cannot create %s: %s", dir,
-                                  strerror(errno));
-        fd = open(dir, DIR_FLAGS);
-    }
+    int fd = subdir(AT_FDCWD, dir, true); /* the path above it is the user's: followed */
     if (fd < 0) {
         int e = errno;
         struct stat lsb;
@@ -334,8 +328,8 @@ static enum s3f_status open_root(struct s3f__cache *c, struct s3f_error *err) {
                           "%s is a symbolic link: the cache's directory must be the directory "
                           "itself (give the path it points to)",
                           dir);
-        return s3f__error_set(err, S3F_ERR_IO, "cache", dir, "cannot open %s: %s", dir,
-                              strerror(e));
+        return s3f__error_set(err, S3F_ERR_IO, "cache", dir, "cannot create or open %s: %s",
+                              dir, strerror(e));
     }
     enum s3f_status st = S3F_OK;
     char path[4200];

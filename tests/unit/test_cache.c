@@ -222,19 +222,28 @@ static void test_eviction_lru(void) {
     s3f__cache_free(c);
 }
 
+/* A cache on `dir` holding blocks 0..n-1 of object b/k (100 blocks), all with the content
+ * of `tag`'s block 0, which *buf (malloc'ed) keeps. */
+static struct s3f__cache *with_blocks(const char *dir, uint64_t max, int tag, uint64_t n,
+                                      struct s3f__cache_object *o, char **buf) {
+    struct s3f__cache *c = open_cache(dir, max, 1);
+    CHECK_INT(s3f__cache_object_init(o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
+    *buf = malloc(BS);
+    fill(*buf, BS, tag, 0);
+    for (uint64_t b = 0; b < n; b++)
+        put_sync(o, b, *buf);
+    return c;
+}
+
 /* The shared byte count lost (v1/lock removed): the next open counts the blocks there, so
  * the bound holds for the blocks it did not see inserted. */
 static void test_count_rebuilt(void) {
     char dir[300], lockp[400];
     new_dir(dir, sizeof(dir));
     uint64_t fsz = HDR + 1 + 1 + 3 + BS;
-    struct s3f__cache *c = open_cache(dir, 0, 1);
     struct s3f__cache_object o;
-    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    char *buf = malloc(BS);
-    fill(buf, BS, 4, 0);
-    for (uint64_t b = 0; b < 10; b++)
-        put_sync(&o, b, buf);
+    char *buf = NULL;
+    struct s3f__cache *c = with_blocks(dir, 0, 4, 10, &o, &buf);
     s3f__cache_object_cleanup(&o);
     s3f__cache_free(c);
     snprintf(lockp, sizeof(lockp), "%s/v1/lock", dir);
@@ -660,13 +669,9 @@ static void test_count_overflow(void) {
     char dir[300], p[400];
     new_dir(dir, sizeof(dir));
     uint64_t fsz = HDR + 1 + 1 + 3 + BS;
-    struct s3f__cache *c = open_cache(dir, 10 * fsz, 1);
     struct s3f__cache_object o;
-    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    char *buf = malloc(BS);
-    fill(buf, BS, 40, 0);
-    for (uint64_t b = 0; b < 3; b++)
-        put_sync(&o, b, buf);
+    char *buf = NULL;
+    struct s3f__cache *c = with_blocks(dir, 10 * fsz, 40, 3, &o, &buf);
     CHECK_INT(counted(dir), 3 * fsz);
     unsigned slot = (unsigned)strtoul((char[]){o.hex[0], o.hex[1], 0}, NULL, 16);
     s3f__cache_object_cleanup(&o);
