@@ -359,6 +359,35 @@ def test_partial_object_blocks_are_cached(s3env, bucket, proxy, tmp_path):
     assert second["hits"] == 1 and second["inserted"] == 0
 
 
+@pytest.mark.parametrize("mode", ["buffer", "alloc", "file"])
+def test_partly_cached_download_fetches_only_the_missing_blocks(mode, s3env, bucket, proxy,
+                                                                tmp_path):
+    """A whole-object download of an object with three blocks missing from the cache (an
+    eviction, a reader that read the rest): three ranged GETs, not the whole object; with
+    more than eight missing, the whole object is downloaded again."""
+    env = dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint)
+    key = f"cache/partly-{mode}"
+    run(env, "put", bucket, key, SIZE, 68)
+    cache = tmp_path / "cache"
+    run(env, "read", mode, bucket, key, SIZE, 68, cache)
+    for p in block_files(cache):
+        if p.name in ("0", "5", "20"):
+            p.unlink()
+    proxy.reset()
+    second, _ = run(env, "read", mode, bucket, key, SIZE, 68, cache)
+    assert gets(proxy) == 3, proxy.stats()["requests"]
+    assert second["hit_bytes"] == SIZE - 2 * MIB - (SIZE - 20 * MIB)
+    proxy.reset()
+    third, _ = run(env, "read", mode, bucket, key, SIZE, 68, cache)
+    assert gets(proxy) == 0 and third["hit_bytes"] == SIZE
+    for p in block_files(cache):
+        if int(p.name) < 9:
+            p.unlink()
+    proxy.reset()
+    fourth, _ = run(env, "read", mode, bucket, key, SIZE, 68, cache)
+    assert fourth["hits"] == 0 and gets(proxy) >= 1
+
+
 def test_concurrent_processes_keep_the_bound(s3env, bucket, proxy, tmp_path):
     """Four processes read four objects at once through one cache with an 8 MiB bound:
     every read is right, the files stay under the bound, the count matches the files."""
