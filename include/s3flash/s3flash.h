@@ -277,6 +277,11 @@ struct s3f_client_stats {
     double connection_bytes_per_s;
     double first_byte_latency_s;
     uint32_t estimate_samples;
+    /* The block cache's writer thread (docs/CACHE.md): blocks are queued by the reading
+     * thread and written in the background; a full queue drops them (never waits). */
+    uint64_t cache_insert_pending_bytes; /* queued or being written now */
+    uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full */
+    uint64_t cache_evicted_bytes;        /* removed by this client's evictions */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */

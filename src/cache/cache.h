@@ -1,7 +1,11 @@
 /* The node-local block cache (docs/CACHE.md): fixed-size blocks of S3 objects kept in files
  * under a directory, keyed by bucket, key, ETag, object size and block index, each checked
- * by its CRC32C on every read, evicted least recently used first under a byte limit and a
- * free-space floor, shared by the processes of one node, kept across restarts.
+ * by its CRC32C on every read, evicted (sampled least recently used first) under a byte
+ * limit and a free-space floor, shared by the processes of one node, kept across restarts.
+ * It touches only what it made: the directories are opened one level at a time relative to
+ * directory handles with O_NOFOLLOW, anything that is not a regular file or directory is
+ * left alone, and a root another user could write is refused. Inserts are queued and
+ * written, with the evictions they need, by a background thread of the cache.
  *
  * What it owns and may call: store.c (the block files, their format, eviction) uses only
  * src/core and libc; io.c (the cache's users in the engine: the reader's block-aligned
@@ -35,16 +39,25 @@ struct s3f__cache_options {
     const struct s3f__logger *logger; /* must outlive the cache; NULL: silent */
     const char *scope;            /* part of every block's identity: the endpoint URL ("" or
                                      NULL: AWS), so that two services' objects never meet */
+    uint64_t queue_bytes;         /* bound of the blocks waiting to be written; 0: 32 MiB
+                                     (at least two blocks) */
 };
 
 struct s3f__cache;
 
-/* Open (create) the cache directory. S3F_ERR_INVALID_ARGUMENT for a bad block size,
- * S3F_ERR_IO when the directory cannot be created or written, S3F_ERR_NO_MEMORY.
- * Thread-safe once open: every function below may be called from any thread. */
+/* Open (create) the cache directory and start its writer thread. The directory must be a
+ * directory (not a symbolic link) of this user or root that others cannot write; one that
+ * others can write but has the sticky bit (/tmp) gets a private s3flash-<uid> inside it.
+ * S3F_ERR_INVALID_ARGUMENT for a bad block size, S3F_ERR_CONFIG for a directory that is
+ * not safe to use (the message says why and what to do), S3F_ERR_IO when it cannot be
+ * created or written, S3F_ERR_NO_MEMORY. Thread-safe once open: every function below may be
+ * called from any thread. */
 enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__cache **out,
                                 struct s3f_error *err);
-void s3f__cache_free(struct s3f__cache *c); /* NULL ok; leaves the files */
+/* NULL ok; writes what is queued, stops the thread, leaves the files. */
+void s3f__cache_free(struct s3f__cache *c);
+/* Wait until every block queued so far is written (or dropped). */
+void s3f__cache_flush(struct s3f__cache *c);
 uint64_t s3f__cache_block_bytes(const struct s3f__cache *c);
 
 /* One object version as the cache knows it (the identity of its blocks). Plain state, one
@@ -53,7 +66,8 @@ struct s3f__cache_object {
     struct s3f__cache *cache;
     char *bucket, *key, *etag;
     uint64_t size;
-    char *dir;                    /* <cache>/v1/<2 hex>/<64 hex>, malloc'ed */
+    char *dir;                    /* <cache>/v1/<2 hex>/<64 hex>, malloc'ed (messages, tests) */
+    char hex[65];                 /* the object directory's name */
     char *scratch;                /* one block, allocated on first need */
     uint64_t scratch_block;       /* the block scratch holds (checked), UINT64_MAX: none */
 };
@@ -71,20 +85,68 @@ uint64_t s3f__cache_block_len(const struct s3f__cache_object *o, uint64_t index)
 bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst);
 /* Whether block `index` has a file (no check of its content; a later get may miss). */
 bool s3f__cache_has(struct s3f__cache_object *o, uint64_t index);
-/* Insert block `index` (s3f__cache_block_len bytes of data): written to a temporary file
- * and renamed into place, after evicting what the limits require. Skipped (no error) when
- * the limits leave no room. */
+/* Insert block `index` (s3f__cache_block_len bytes of data): copied into the cache's queue
+ * and returns; the writer thread writes it to a temporary file and renames it into place,
+ * after evicting what the limits require. Dropped (counted in insert_dropped_bytes, never
+ * waited for) when the queue is full; skipped when the limits leave no room. */
 void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *data);
+/* The same, but waits for room in the queue instead of dropping: for filling the cache
+ * from a whole download already in place (the caller would otherwise drop all but the
+ * queue's worth of a large object, and the object would never be whole in the cache). */
+void s3f__cache_put_wait(struct s3f__cache_object *o, uint64_t index, const void *data);
 
 /* Counters of this cache object (this process). */
 struct s3f__cache_counters {
     uint64_t hits, misses, hit_bytes, inserted_bytes, errors, evicted_bytes;
+    uint64_t insert_pending_bytes;  /* queued or being written now */
+    uint64_t insert_dropped_bytes;  /* not queued: the queue was full */
+    uint64_t dirs_listed;           /* directories read by eviction and recounts (tests: the
+                                       work of a step is bounded, never the whole tree) */
 };
 void s3f__cache_counters(struct s3f__cache *c, struct s3f__cache_counters *out);
 /* A block the caller found missing without s3f__cache_get (whole-object downloads). */
 void s3f__cache_count_miss(struct s3f__cache *c);
-/* Bytes of block files under the directory now, counted by a scan (tests, stats). */
+/* Bytes of block files under the directory now, counted by a scan of the whole tree
+ * (tests only: the cache itself never scans it whole). */
 uint64_t s3f__cache_scan_bytes(struct s3f__cache *c);
+/* The directory the blocks are under (<dir>/v1 or <dir>/s3flash-<uid>/v1). */
+const char *s3f__cache_root(const struct s3f__cache *c);
+
+/* ---- the on-disk formats, as pure functions (store.c uses them; tests/fuzz/fuzz_cache.c
+ * feeds them anything) ----------------------------------------------------------------- */
+
+/* The shared byte count in v1/lock: a 16-byte head ("S3FCCNT1", the number of slots) and
+ * one slot per first-level directory (256): the bytes of its block files and a check
+ * (bytes ^ S3F__CACHE_COUNT_KEY). A slot is valid when its check matches and its bytes are
+ * at most `limit` (the file system's size, at most 2^55, so that the sum of every slot
+ * cannot overflow); an invalid one is counted again by a scan of its directory alone. */
+#define S3F__CACHE_SLOTS 256
+#define S3F__CACHE_COUNT_HEAD 16
+#define S3F__CACHE_COUNT_FILE (S3F__CACHE_COUNT_HEAD + S3F__CACHE_SLOTS * 16)
+#define S3F__CACHE_COUNT_LIMIT ((uint64_t)1 << 55)
+#define S3F__CACHE_COUNT_KEY UINT64_C(0x5333464343414348)
+struct s3f__cache_counts {
+    uint64_t bytes[S3F__CACHE_SLOTS]; /* 0 where not valid */
+    bool valid[S3F__CACHE_SLOTS];
+    bool head_ok;                     /* the head was there and right */
+};
+/* Parse the lock file's first `len` bytes. Never fails: what is wrong is marked invalid. */
+void s3f__cache_counts_parse(const void *buf, size_t len, uint64_t limit,
+                             struct s3f__cache_counts *out);
+/* The sum of the valid slots (no overflow: each is at most 2^55). */
+uint64_t s3f__cache_counts_total(const struct s3f__cache_counts *k);
+
+/* What a block file must hold. */
+struct s3f__cache_block_id {
+    const char *bucket, *key, *etag;
+    uint64_t object_size, offset, length;
+};
+#define S3F__CACHE_HEADER_FIXED 56u
+/* Check the start of a block file (`len` bytes of it, a file of `file_size` bytes) against
+ * `want`: NULL when the header and the names are those of the block (then *crc32c is the
+ * CRC32C the data must have), else the reason. Reads only within buf[0, len). */
+const char *s3f__cache_header_check(const void *buf, size_t len, uint64_t file_size,
+                                    const struct s3f__cache_block_id *want, uint32_t *crc32c);
 
 /* ---- users (io.c) ------------------------------------------------------------------- */
 

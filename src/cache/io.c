@@ -121,7 +121,13 @@ static uint64_t n_blocks(const struct s3f__cache_object *o) {
     return (o->size + bs - 1) / bs;
 }
 
-/* The object's ETag and size by HEAD, and whether every block of it has a file. */
+/* A partly cached object is served from the cache when at most this many of its blocks
+ * are missing (each fetched with one ranged GET, one after another); with more, the
+ * parallel download of the whole object is faster. */
+#define SERVE_MISSING_MAX 8
+
+/* The object's ETag and size by HEAD, and whether it is served from the cache: every
+ * block of it has a file, or at most SERVE_MISSING_MAX are missing. */
 static bool head_all_cached(struct s3f_client *client, struct s3f__cache *c,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, struct s3f_object_info *info,
@@ -133,10 +139,10 @@ static bool head_all_cached(struct s3f_client *client, struct s3f__cache *c,
         return false;
     if (s3f__cache_object_init(o, c, bucket, key, info->etag, info->size))
         return false;
-    for (uint64_t b = 0; b < n_blocks(o); b++)
-        if (!s3f__cache_has(o, b))
-            return false;
-    return true;
+    uint64_t missing = 0, n = n_blocks(o);
+    for (uint64_t b = 0; b < n && missing <= SERVE_MISSING_MAX; b++)
+        missing += !s3f__cache_has(o, b);
+    return missing <= SERVE_MISSING_MAX && (missing < n || !n);
 }
 
 /* A position in an iovec stream, moved forward only (blocks are visited in order, so a
@@ -288,7 +294,7 @@ void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *k
             iov_copy(&k, b * bs, p, len, false);
         s3f__cache_count_miss(c);
         if (p)
-            s3f__cache_put(&o, b, p);
+            s3f__cache_put_wait(&o, b, p);
     }
     s3f__cache_object_cleanup(&o);
 }
@@ -308,7 +314,7 @@ void s3f__cache_fill_fd(struct s3f__cache *c, const char *bucket, const char *ke
         if (n != (ssize_t)len)
             break;
         s3f__cache_count_miss(c);
-        s3f__cache_put(&o, b, p);
+        s3f__cache_put_wait(&o, b, p);
     }
     s3f__cache_object_cleanup(&o);
 }

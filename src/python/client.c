@@ -811,7 +811,7 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
     struct s3f_client_stats s;
     memset(&s, 0, sizeof(s));
     s3f_client_stats(c, &s, reset);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I}",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I,s:K,s:K,s:K}",
                          "part_size_bytes", (unsigned long long)s.part_size_bytes,
                          "pool_limit_bytes", (unsigned long long)s.pool_limit_bytes,
                          "pool_in_use_bytes", (unsigned long long)s.pool_in_use_bytes,
@@ -828,7 +828,12 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
                          "cache_errors", (unsigned long long)s.cache_errors,
                          "connection_bytes_per_s", s.connection_bytes_per_s,
                          "first_byte_latency_s", s.first_byte_latency_s,
-                         "estimate_samples", (unsigned int)s.estimate_samples);
+                         "estimate_samples", (unsigned int)s.estimate_samples,
+                         "cache_insert_pending_bytes",
+                         (unsigned long long)s.cache_insert_pending_bytes,
+                         "cache_insert_dropped_bytes",
+                         (unsigned long long)s.cache_insert_dropped_bytes,
+                         "cache_evicted_bytes", (unsigned long long)s.cache_evicted_bytes);
 }
 
 static PyObject *Client_get_region(ClientObject *self, void *unused) {

@@ -261,6 +261,9 @@ void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int re
         out->cache_hit_bytes = n.hit_bytes;
         out->cache_inserted_bytes = n.inserted_bytes;
         out->cache_errors = n.errors;
+        out->cache_insert_pending_bytes = n.insert_pending_bytes;
+        out->cache_insert_dropped_bytes = n.insert_dropped_bytes;
+        out->cache_evicted_bytes = n.evicted_bytes;
     }
 }
 

@@ -7,8 +7,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -34,6 +36,12 @@ static struct s3f__cache *open_cache(const char *dir, uint64_t max, uint64_t min
     s3f_error_clear(&err);
     CHECK_INT(s3f__cache_open(&o, &c, &err), S3F_OK);
     return c;
+}
+
+/* An insert, written before it returns (s3f__cache_put only queues it). */
+static void put_sync(struct s3f__cache_object *o, uint64_t b, const void *data) {
+    s3f__cache_put(o, b, data);
+    s3f__cache_flush(o->cache);
 }
 
 /* Deterministic content of block `b` of object `tag`. */
@@ -63,7 +71,7 @@ static void test_roundtrip(void) {
     CHECK(!s3f__cache_get(&o, 0, got));
     for (uint64_t b = 0; b < 4; b++) {
         fill(want, s3f__cache_block_len(&o, b), 1, b);
-        s3f__cache_put(&o, b, want);
+        put_sync(&o, b, want);
     }
     for (uint64_t b = 0; b < 4; b++) {
         uint64_t len = s3f__cache_block_len(&o, b);
@@ -118,8 +126,8 @@ static void test_corruption(void) {
     CHECK_INT(s3f__cache_object_init(&o, c, "bkt", "k", "\"e\"", 2 * BS), S3F_OK);
     char *buf = malloc(BS);
     fill(buf, BS, 2, 0);
-    s3f__cache_put(&o, 0, buf);
-    s3f__cache_put(&o, 1, buf);
+    put_sync(&o, 0, buf);
+    put_sync(&o, 1, buf);
     /* a flipped data byte: the CRC32C catches it, the file goes, it is a miss */
     block_file(&o, 0, path, sizeof(path));
     flip_byte(path, HDR + 1 + 1 + 3 + 5000);
@@ -132,7 +140,7 @@ static void test_corruption(void) {
     CHECK(access(path, F_OK) != 0);
     /* a truncated file */
     fill(buf, BS, 2, 0);
-    s3f__cache_put(&o, 0, buf);
+    put_sync(&o, 0, buf);
     block_file(&o, 0, path, sizeof(path));
     CHECK(truncate(path, HDR + 100) == 0);
     CHECK(!s3f__cache_get(&o, 0, buf));
@@ -143,7 +151,7 @@ static void test_corruption(void) {
     CHECK_INT(n.errors, 3);
     /* inserted again, it is served again */
     fill(buf, BS, 2, 0);
-    s3f__cache_put(&o, 0, buf);
+    put_sync(&o, 0, buf);
     char *got = malloc(BS);
     CHECK(s3f__cache_get(&o, 0, got));
     CHECK(memcmp(buf, got, BS) == 0);
@@ -169,7 +177,7 @@ static void test_eviction_lru(void) {
     char *buf = malloc(BS);
     for (uint64_t b = 0; b < 8; b++) {
         fill(buf, BS, 3, b);
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
         block_file(&o, b, path, sizeof(path));
         set_mtime(path, 1000000 + (time_t)b * 10); /* block 0 oldest */
     }
@@ -179,7 +187,7 @@ static void test_eviction_lru(void) {
     /* three more: the oldest are evicted first (1, 2, ...), block 0 stays */
     for (uint64_t b = 8; b < 11; b++) {
         fill(buf, BS, 3, b);
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
         CHECK(s3f__cache_scan_bytes(c) <= max);
     }
     CHECK(s3f__cache_has(&o, 0));
@@ -191,7 +199,7 @@ static void test_eviction_lru(void) {
     /* many more: never above the limit */
     for (uint64_t b = 11; b < 60; b++) {
         fill(buf, BS, 3, b);
-        s3f__cache_put(&o, b, buf);
+        put_sync(&o, b, buf);
         CHECK(s3f__cache_scan_bytes(c) <= max);
     }
     CHECK(s3f__cache_has(&o, 59));
@@ -204,7 +212,7 @@ static void test_eviction_lru(void) {
     struct s3f__cache *tight = open_cache(dir, max, UINT64_MAX / 4);
     struct s3f__cache_object t;
     CHECK_INT(s3f__cache_object_init(&t, tight, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    s3f__cache_put(&t, 99, buf);
+    put_sync(&t, 99, buf);
     CHECK(!s3f__cache_has(&t, 99));
     CHECK_INT(s3f__cache_scan_bytes(tight), 0);
     s3f__cache_object_cleanup(&t);
@@ -214,26 +222,35 @@ static void test_eviction_lru(void) {
     s3f__cache_free(c);
 }
 
+/* A cache on `dir` holding blocks 0..n-1 of object b/k (100 blocks), all with the content
+ * of `tag`'s block 0, which *buf (malloc'ed) keeps. */
+static struct s3f__cache *with_blocks(const char *dir, uint64_t max, int tag, uint64_t n,
+                                      struct s3f__cache_object *o, char **buf) {
+    struct s3f__cache *c = open_cache(dir, max, 1);
+    CHECK_INT(s3f__cache_object_init(o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
+    *buf = malloc(BS);
+    fill(*buf, BS, tag, 0);
+    for (uint64_t b = 0; b < n; b++)
+        put_sync(o, b, *buf);
+    return c;
+}
+
 /* The shared byte count lost (v1/lock removed): the next open counts the blocks there, so
  * the bound holds for the blocks it did not see inserted. */
 static void test_count_rebuilt(void) {
     char dir[300], lockp[400];
     new_dir(dir, sizeof(dir));
     uint64_t fsz = HDR + 1 + 1 + 3 + BS;
-    struct s3f__cache *c = open_cache(dir, 0, 1);
     struct s3f__cache_object o;
-    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    char *buf = malloc(BS);
-    fill(buf, BS, 4, 0);
-    for (uint64_t b = 0; b < 10; b++)
-        s3f__cache_put(&o, b, buf);
+    char *buf = NULL;
+    struct s3f__cache *c = with_blocks(dir, 0, 4, 10, &o, &buf);
     s3f__cache_object_cleanup(&o);
     s3f__cache_free(c);
     snprintf(lockp, sizeof(lockp), "%s/v1/lock", dir);
     CHECK(unlink(lockp) == 0);
     c = open_cache(dir, 6 * fsz, 1);
     CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
-    s3f__cache_put(&o, 50, buf);
+    put_sync(&o, 50, buf);
     CHECK(s3f__cache_scan_bytes(c) <= 6 * fsz);
     CHECK(s3f__cache_has(&o, 50));
     s3f__cache_object_cleanup(&o);
@@ -248,7 +265,8 @@ static void test_processes(void) {
     new_dir(dir, sizeof(dir));
     uint64_t fsz = HDR + 1 + 2 + 3 + BS;
     uint64_t max = 12 * fsz;
-    struct s3f__cache *c0 = open_cache(dir, max, 1); /* creates the directory */
+    /* creates the directory; freed (its writer thread stopped) before the fork */
+    s3f__cache_free(open_cache(dir, max, 1));
     enum { PROCS = 4, ROUNDS = 300 };
     pid_t pids[PROCS];
     fflush(stdout); /* not printed again by the children */
@@ -288,6 +306,7 @@ static void test_processes(void) {
         CHECK(WIFEXITED(status));
         CHECK_INT(WEXITSTATUS(status), 0);
     }
+    struct s3f__cache *c0 = open_cache(dir, max, 1);
     CHECK(s3f__cache_scan_bytes(c0) <= max);
     s3f__cache_free(c0);
 }
@@ -380,6 +399,7 @@ static void test_pread(void) {
     CHECK_INT(n, 2 * BS);
     CHECK(memcmp(buf, obj + BS + 100, n) == 0);
     CHECK_INT(src.bytes, 3 * BS);
+    s3f__cache_flush(c); /* the inserts are written by the cache's thread */
     /* everything, reading past the end: the rest fetched, the middle from the cache */
     src.bytes = 0;
     src.calls = 0;
@@ -388,6 +408,7 @@ static void test_pread(void) {
     CHECK(memcmp(buf, obj, size) == 0);
     CHECK_INT(src.bytes, size - 3 * BS);
     CHECK_INT(src.calls, 2); /* block 0, then blocks 4..10 in one run */
+    s3f__cache_flush(c);
     /* again: no fetch at all */
     src.bytes = 0;
     src.calls = 0;
@@ -397,6 +418,420 @@ static void test_pread(void) {
     CHECK_INT(s3f__cache_pread(&o, buf, 10, size - 5, src_fetch, &src, &n, NULL), S3F_OK);
     CHECK_INT(n, 5);
     CHECK(memcmp(buf, obj + size - 5, 5) == 0);
+    CHECK_INT(src.calls, 0);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+    free(obj);
+    free(buf);
+}
+
+
+/* ---- only its own files ------------------------------------------------------------------ */
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static bool file_has(const char *path, const char *text) {
+    size_t n = 0;
+    char *got = test_read_file(path, &n);
+    bool ok = got && n == strlen(text) && memcmp(got, text, n) == 0;
+    free(got);
+    return ok;
+}
+
+/* An outside tree that looks like an object directory of the cache: block files named
+ * 0..n-1 with foreign content, and a file beside them. */
+static void outside_tree(const char *dir, int n) {
+    char p[600];
+    CHECK(mkdir(dir, 0755) == 0);
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof(p), "%s/%d", dir, i);
+        write_file(p, "not the cache's");
+    }
+    snprintf(p, sizeof(p), "%s/precious", dir);
+    write_file(p, "keep me");
+}
+
+static bool outside_intact(const char *dir, int n) {
+    char p[600];
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof(p), "%s/%d", dir, i);
+        ok = ok && file_has(p, "not the cache's");
+    }
+    snprintf(p, sizeof(p), "%s/precious", dir);
+    return ok && file_has(p, "keep me");
+}
+
+/* A planted symbolic link (an object directory and a first-level directory replaced by
+ * links to other trees), a FIFO and a link in place of block files: never followed, never
+ * read, never removed, and eviction under a small bound deletes nothing outside the root. */
+static void test_planted_links_and_fifo(void) {
+    char dir[300], out1[400], out2[400], p[700], q[700];
+    new_dir(dir, sizeof(dir));
+    snprintf(out1, sizeof(out1), "%s-outside1", dir);
+    snprintf(out2, sizeof(out2), "%s-outside2", dir);
+    uint64_t fsz = HDR + 1 + 2 + 3 + BS;
+    struct s3f__cache *c = open_cache(dir, 0, 1);
+    struct s3f__cache_object a, b, d;
+    CHECK_INT(s3f__cache_object_init(&a, c, "b", "ka", "\"e\"", 4 * BS), S3F_OK);
+    CHECK_INT(s3f__cache_object_init(&b, c, "b", "kb", "\"e\"", 4 * BS), S3F_OK);
+    char *buf = malloc(BS);
+    fill(buf, BS, 30, 0);
+    for (uint64_t i = 0; i < 4; i++) {
+        put_sync(&a, i, buf);
+        put_sync(&b, i, buf);
+    }
+    /* a's object directory becomes a link to another tree holding files named as blocks */
+    outside_tree(out1, 4);
+    snprintf(p, sizeof(p), "%s", a.dir);
+    for (uint64_t i = 0; i < 4; i++) {
+        block_file(&a, i, q, sizeof(q));
+        CHECK(unlink(q) == 0);
+    }
+    CHECK(rmdir(p) == 0);
+    CHECK(symlink(out1, p) == 0);
+    /* b's block 1 a FIFO, block 2 a link to an outside file */
+    block_file(&b, 1, q, sizeof(q));
+    CHECK(unlink(q) == 0 && mkfifo(q, 0600) == 0);
+    outside_tree(out2, 0);
+    block_file(&b, 2, q, sizeof(q));
+    CHECK(unlink(q) == 0);
+    snprintf(p, sizeof(p), "%s/precious", out2);
+    CHECK(symlink(p, q) == 0);
+    /* reads: misses, nothing followed (the FIFO would block a read without O_NONBLOCK) */
+    CHECK(!s3f__cache_get(&a, 0, buf));
+    CHECK(!s3f__cache_has(&a, 0));
+    CHECK(!s3f__cache_get(&b, 1, buf));
+    CHECK(!s3f__cache_get(&b, 2, buf));
+    CHECK(s3f__cache_get(&b, 0, buf));
+    /* inserts do not write through the link nor replace the FIFO or the link */
+    put_sync(&a, 0, buf);
+    put_sync(&b, 1, buf);
+    put_sync(&b, 2, buf);
+    CHECK(!s3f__cache_has(&a, 0));
+    struct stat sb;
+    block_file(&b, 1, q, sizeof(q));
+    CHECK(lstat(q, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    block_file(&b, 2, q, sizeof(q));
+    CHECK(lstat(q, &sb) == 0 && S_ISLNK(sb.st_mode));
+    /* a first-level directory of object d replaced by a link to another tree */
+    CHECK_INT(s3f__cache_object_init(&d, c, "b", "kd", "\"e\"", 64 * BS), S3F_OK);
+    char out3[400], top[700];
+    snprintf(out3, sizeof(out3), "%s-outside3", dir);
+    CHECK(mkdir(out3, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/%s", out3, d.hex);
+    outside_tree(p, 8);
+    snprintf(top, sizeof(top), "%s/v1/%.2s", dir, d.hex);
+    if (access(top, F_OK) != 0) {
+        CHECK(symlink(out3, top) == 0);
+    } else { /* shares its first level with a or b: plant the link one level down */
+        CHECK(symlink(p, d.dir) == 0);
+    }
+    CHECK(!s3f__cache_get(&d, 0, buf));
+    /* eviction under a small bound (another client on the directory): many inserts */
+    struct s3f__cache *small = open_cache(dir, 6 * fsz, 1);
+    struct s3f__cache_object e, d2;
+    CHECK_INT(s3f__cache_object_init(&e, small, "b", "ke", "\"e\"", 64 * BS), S3F_OK);
+    CHECK_INT(s3f__cache_object_init(&d2, small, "b", "kd", "\"e\"", 64 * BS), S3F_OK);
+    for (uint64_t i = 0; i < 40; i++) {
+        fill(buf, BS, 31, i);
+        put_sync(&e, i, buf);
+        put_sync(&d2, i, buf);
+    }
+    CHECK(s3f__cache_has(&e, 39));
+    CHECK(s3f__cache_scan_bytes(small) <= 6 * fsz);
+    struct s3f__cache_counters n;
+    s3f__cache_counters(small, &n);
+    CHECK(n.evicted_bytes > 0);
+    CHECK(outside_intact(out1, 4));
+    snprintf(p, sizeof(p), "%s/precious", out2);
+    CHECK(file_has(p, "keep me"));
+    snprintf(p, sizeof(p), "%s/%s", out3, d.hex);
+    CHECK(outside_intact(p, 8));
+    block_file(&b, 1, q, sizeof(q));
+    CHECK(lstat(q, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    block_file(&b, 2, q, sizeof(q));
+    CHECK(lstat(q, &sb) == 0 && S_ISLNK(sb.st_mode));
+    snprintf(p, sizeof(p), "%s", a.dir);
+    CHECK(lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode));
+    free(buf);
+    s3f__cache_object_cleanup(&a);
+    s3f__cache_object_cleanup(&b);
+    s3f__cache_object_cleanup(&d);
+    s3f__cache_object_cleanup(&e);
+    s3f__cache_object_cleanup(&d2);
+    s3f__cache_free(small);
+    s3f__cache_free(c);
+}
+
+static enum s3f_status try_open(const char *dir, struct s3f__cache **c, struct s3f_error *err) {
+    struct s3f__cache_options o = {.dir = dir, .min_free_bytes = 1, .block_bytes = BS,
+                                   .logger = &warn_log};
+    s3f_error_clear(err);
+    return s3f__cache_open(&o, c, err);
+}
+
+/* Roots the cache must not use as they are: a link, a directory others may write, one of
+ * another user; a shared directory with the sticky bit gets a private one inside. */
+static void test_roots(void) {
+    char dir[300], p[700];
+    struct s3f__cache *c = NULL;
+    struct s3f_error err;
+    /* a symbolic link to a good directory */
+    new_dir(dir, sizeof(dir));
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(p, sizeof(p), "%s-link", dir);
+    CHECK(symlink(dir, p) == 0);
+    CHECK_INT(try_open(p, &c, &err), S3F_ERR_CONFIG);
+    CHECK(strstr(err.message, "symbolic link") != NULL);
+    /* writable by others, no sticky bit */
+    new_dir(dir, sizeof(dir));
+    CHECK(mkdir(dir, 0700) == 0 && chmod(dir, 0777) == 0);
+    CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+    CHECK(strstr(err.message, "writable by other users") != NULL);
+    snprintf(p, sizeof(p), "%s/v1", dir);
+    CHECK(access(p, F_OK) != 0); /* nothing made in it */
+    CHECK(chmod(dir, 0770) == 0);
+    CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+    /* a v1 that is a link, or that others may read */
+    new_dir(dir, sizeof(dir));
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(p, sizeof(p), "%s/v1", dir);
+    CHECK(symlink("/tmp", p) == 0);
+    CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+    CHECK(unlink(p) == 0 && mkdir(p, 0700) == 0 && chmod(p, 0755) == 0);
+    CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+    CHECK(strstr(err.message, "0755") != NULL);
+    /* shared with the sticky bit (/tmp): a private directory inside, mode 0700 */
+    new_dir(dir, sizeof(dir));
+    CHECK(mkdir(dir, 0700) == 0 && chmod(dir, 01777) == 0);
+    CHECK_INT(try_open(dir, &c, &err), S3F_OK);
+    snprintf(p, sizeof(p), "%s/s3flash-%u/v1", dir, (unsigned)geteuid());
+    if (c)
+        CHECK_STR(s3f__cache_root(c), p);
+    struct stat sb;
+    snprintf(p, sizeof(p), "%s/s3flash-%u", dir, (unsigned)geteuid());
+    CHECK(lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 &&
+          sb.st_uid == geteuid());
+    s3f__cache_free(c);
+    c = NULL;
+    if (geteuid() == 0) {
+        /* another user's: as root, a directory of uid 65534 (nobody) is not used, nor a
+         * private directory someone else made in a shared one */
+        new_dir(dir, sizeof(dir));
+        CHECK(mkdir(dir, 0700) == 0 && chown(dir, 65534, 65534) == 0);
+        CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+        CHECK(strstr(err.message, "belongs to uid 65534") != NULL);
+        CHECK(chmod(dir, 0777) == 0);
+        CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+        snprintf(p, sizeof(p), "%s/v1", dir);
+        CHECK(access(p, F_OK) != 0);
+        new_dir(dir, sizeof(dir));
+        CHECK(mkdir(dir, 0700) == 0 && chmod(dir, 01777) == 0);
+        snprintf(p, sizeof(p), "%s/s3flash-0", dir);
+        CHECK(mkdir(p, 0700) == 0 && chown(p, 65534, 65534) == 0);
+        CHECK_INT(try_open(dir, &c, &err), S3F_ERR_CONFIG);
+        CHECK(strstr(err.message, "belongs to uid 65534") != NULL);
+    }
+    CHECK(c == NULL);
+}
+
+/* ---- the byte count -------------------------------------------------------------------- */
+
+static void lock_path(const char *dir, char *out, size_t n) {
+    snprintf(out, n, "%s/v1/lock", dir);
+}
+
+static uint64_t counted(const char *dir) {
+    char p[400];
+    lock_path(dir, p, sizeof(p));
+    size_t n = 0;
+    char *buf = test_read_file(p, &n);
+    struct s3f__cache_counts k;
+    s3f__cache_counts_parse(buf ? buf : "", buf ? n : 0, S3F__CACHE_COUNT_LIMIT, &k);
+    free(buf);
+    for (int i = 0; i < S3F__CACHE_SLOTS; i++)
+        if (!k.valid[i])
+            return UINT64_MAX;
+    return s3f__cache_counts_total(&k);
+}
+
+/* A byte count near 2^64 (a corrupted lock file, in the old 8-byte format or as a slot
+ * whose check matches) neither overflows nor stops inserts: the slot is recounted. */
+static void test_count_overflow(void) {
+    char dir[300], p[400];
+    new_dir(dir, sizeof(dir));
+    uint64_t fsz = HDR + 1 + 1 + 3 + BS;
+    struct s3f__cache_object o;
+    char *buf = NULL;
+    struct s3f__cache *c = with_blocks(dir, 10 * fsz, 40, 3, &o, &buf);
+    CHECK_INT(counted(dir), 3 * fsz);
+    unsigned slot = (unsigned)strtoul((char[]){o.hex[0], o.hex[1], 0}, NULL, 16);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+    lock_path(dir, p, sizeof(p));
+    for (int form = 0; form < 3; form++) {
+        int fd = open(p, O_RDWR);
+        CHECK(fd >= 0);
+        if (form == 0) { /* the old format: 8 bytes */
+            uint64_t v = UINT64_MAX - 100;
+            CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, &v, 8, 0) == 8);
+        } else { /* a slot whose check matches, but past any file system */
+            uint64_t v = form == 1 ? UINT64_MAX - (1u << 20) : ((uint64_t)1 << 62);
+            uint64_t slot16[2] = {v, v ^ S3F__CACHE_COUNT_KEY};
+            CHECK(pwrite(fd, slot16, 16, S3F__CACHE_COUNT_HEAD + slot * 16) == 16);
+        }
+        close(fd);
+        c = open_cache(dir, 10 * fsz, 1);
+        CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
+        put_sync(&o, 10 + (uint64_t)form, buf);
+        CHECK(s3f__cache_has(&o, 10 + (uint64_t)form));
+        CHECK_INT(counted(dir), s3f__cache_scan_bytes(c));
+        CHECK_INT(counted(dir), (4 + (uint64_t)form) * fsz);
+        s3f__cache_object_cleanup(&o);
+        s3f__cache_free(c);
+    }
+    /* the parser: a valid slot is never above the limit and the sum never wraps */
+    unsigned char raw[S3F__CACHE_COUNT_FILE];
+    memset(raw, 0xff, sizeof(raw));
+    memcpy(raw, "S3FCCNT1", 8);
+    uint32_t slots = S3F__CACHE_SLOTS;
+    memcpy(raw + 8, &slots, 4);
+    for (int i = 0; i < S3F__CACHE_SLOTS; i++) {
+        uint64_t v = S3F__CACHE_COUNT_LIMIT, ck = v ^ S3F__CACHE_COUNT_KEY;
+        memcpy(raw + S3F__CACHE_COUNT_HEAD + i * 16, &v, 8);
+        memcpy(raw + S3F__CACHE_COUNT_HEAD + i * 16 + 8, &ck, 8);
+    }
+    struct s3f__cache_counts k;
+    s3f__cache_counts_parse(raw, sizeof(raw), UINT64_MAX, &k);
+    CHECK(k.valid[0] && k.valid[255]);
+    CHECK_INT(s3f__cache_counts_total(&k), (uint64_t)S3F__CACHE_SLOTS * S3F__CACHE_COUNT_LIMIT);
+    s3f__cache_counts_parse(raw, sizeof(raw), 1000, &k);
+    CHECK(!k.valid[0]);
+    free(buf);
+}
+
+/* ---- off the reading thread, bounded ----------------------------------------------------- */
+
+/* While another process holds the node-wide lock (an eviction there), the reading thread's
+ * puts and gets return at once: inserts wait in the queue, not the reader. A full queue
+ * drops inserts (counted) instead of blocking. */
+static void test_reader_never_waits(void) {
+    char dir[300], p[400];
+    new_dir(dir, sizeof(dir));
+    struct s3f__cache_options opt = {.dir = dir, .min_free_bytes = 1, .block_bytes = BS,
+                                     .logger = &warn_log, .queue_bytes = 4 * BS};
+    struct s3f__cache *c = NULL;
+    CHECK_INT(s3f__cache_open(&opt, &c, NULL), S3F_OK);
+    s3f__cache_flush(c); /* the count is made */
+    struct s3f__cache_object o;
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
+    char *buf = malloc(BS);
+    fill(buf, BS, 41, 0);
+    put_sync(&o, 0, buf);
+    lock_path(dir, p, sizeof(p));
+    int fd = open(p, O_RDWR);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0); /* "another process" evicting */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint64_t b = 1; b < 20; b++)
+        s3f__cache_put(&o, b, buf);
+    CHECK(s3f__cache_get(&o, 0, buf));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECK(s < 1.0);
+    struct s3f__cache_counters n;
+    s3f__cache_counters(c, &n);
+    CHECK(n.insert_pending_bytes > 0 && n.insert_pending_bytes <= 4 * BS);
+    CHECK(n.insert_dropped_bytes >= 15 * BS); /* 4 queued at most, the rest dropped */
+    CHECK_INT(n.inserted_bytes, BS);
+    flock(fd, LOCK_UN);
+    close(fd);
+    s3f__cache_flush(c);
+    s3f__cache_counters(c, &n);
+    CHECK_INT(n.insert_pending_bytes, 0);
+    CHECK(n.inserted_bytes >= 2 * BS && n.inserted_bytes <= 5 * BS);
+    free(buf);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+}
+
+/* Eviction with many objects under a small bound: the bound holds after every insert, the
+ * newest blocks stay, and each insert's eviction reads a few directories, never the tree. */
+static void test_eviction_sampled(void) {
+    char dir[300];
+    new_dir(dir, sizeof(dir));
+    enum { OBJECTS = 400, KEEP = 40 };
+    uint64_t fsz = HDR + 1 + 4 + 3 + BS;
+    struct s3f__cache *c = open_cache(dir, KEEP * fsz, 1);
+    s3f__cache_flush(c);
+    char *buf = malloc(BS);
+    fill(buf, BS, 42, 0);
+    struct s3f__cache_object o[OBJECTS];
+    uint64_t most_listed = 0;
+    bool bounded = true;
+    for (int i = 0; i < OBJECTS; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%03d", i);
+        CHECK_INT(s3f__cache_object_init(&o[i], c, "b", key, "\"e\"", BS), S3F_OK);
+        struct s3f__cache_counters before, after;
+        s3f__cache_counters(c, &before);
+        put_sync(&o[i], 0, buf);
+        s3f__cache_counters(c, &after);
+        uint64_t listed = after.dirs_listed - before.dirs_listed;
+        most_listed = listed > most_listed ? listed : most_listed;
+        if (i % 50 == 49)
+            bounded = bounded && s3f__cache_scan_bytes(c) <= KEEP * fsz;
+    }
+    CHECK(bounded);
+    /* a step lists a first-level directory and an object directory per sample, plus the
+     * few first-level directories it finds stale: far fewer than the 400 objects */
+    CHECK(most_listed <= 40);
+    for (int i = OBJECTS - 3; i < OBJECTS; i++)
+        CHECK(s3f__cache_has(&o[i], 0));
+    int kept_old = 0;
+    for (int i = 0; i < OBJECTS - KEEP; i++)
+        kept_old += s3f__cache_has(&o[i], 0);
+    CHECK(kept_old < KEEP / 2); /* mostly the newest are kept (sampled LRU) */
+    struct s3f__cache_counters n;
+    s3f__cache_counters(c, &n);
+    CHECK_INT(n.errors, 0);
+    for (int i = 0; i < OBJECTS; i++)
+        s3f__cache_object_cleanup(&o[i]);
+    free(buf);
+    s3f__cache_free(c);
+}
+
+/* A random read of one block of a large object caches that block (and only it). */
+static void test_partial_object(void) {
+    char dir[300];
+    new_dir(dir, sizeof(dir));
+    struct s3f__cache *c = open_cache(dir, 0, 1);
+    uint64_t size = 100 * BS;
+    char *obj = malloc(size), *buf = malloc(BS);
+    fill(obj, size, 43, 0);
+    struct source src = {obj, 0, 0};
+    struct s3f__cache_object o;
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "big", "\"x\"", size), S3F_OK);
+    size_t n = 0;
+    CHECK_INT(s3f__cache_pread(&o, buf, 4096, 7 * BS + 100, src_fetch, &src, &n, NULL), S3F_OK);
+    CHECK(n == 4096 && memcmp(buf, obj + 7 * BS + 100, 4096) == 0);
+    s3f__cache_flush(c);
+    CHECK(s3f__cache_has(&o, 7));
+    CHECK(!s3f__cache_has(&o, 6) && !s3f__cache_has(&o, 8));
+    s3f__cache_object_cleanup(&o);
+    /* another reader (a new object handle): block 7 from the cache, no fetch */
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "big", "\"x\"", size), S3F_OK);
+    src.calls = 0;
+    CHECK_INT(s3f__cache_pread(&o, buf, 4096, 7 * BS + 5000, src_fetch, &src, &n, NULL), S3F_OK);
+    CHECK(n == 4096 && memcmp(buf, obj + 7 * BS + 5000, 4096) == 0);
     CHECK_INT(src.calls, 0);
     s3f__cache_object_cleanup(&o);
     s3f__cache_free(c);
@@ -430,6 +865,12 @@ int main(void) {
     RUN(test_threads);
     RUN(test_pread);
     RUN(test_bad_dir);
+    RUN(test_planted_links_and_fifo);
+    RUN(test_roots);
+    RUN(test_count_overflow);
+    RUN(test_reader_never_waits);
+    RUN(test_eviction_sampled);
+    RUN(test_partial_object);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
