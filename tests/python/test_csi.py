@@ -1,0 +1,373 @@
+"""The CSI driver (s3flash-csi, docs/KUBERNETES.md) driven as kubelet drives it: a gRPC client
+over the node process's real unix socket, real FUSE mounts (root, /dev/fuse), real
+`s3flash mount` daemons started by the mounter process, against RGW."""
+
+import errno
+import hashlib
+import os
+import signal
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
+
+import pytest
+
+grpc = pytest.importorskip("grpc")
+pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
+
+from conftest import faultproxy  # noqa: E402
+from csi_harness import (Driver, cleanup_mounts, is_mount, mountinfo, pid_alive,  # noqa: E402
+                         tokens, wait_for)
+from s3flash.csi.proto import pb  # noqa: E402
+
+if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+    pytest.skip("the CSI driver mounts: needs root and /dev/fuse", allow_module_level=True)
+
+M = pb.VolumeCapability.AccessMode
+OBJECTS = {"a.bin": os.urandom(3 << 20) + b"end", "dir/b.txt": b"hello from s3\n",
+           "dir/sub/c.bin": os.urandom(70001)}
+
+
+def capability(flags=(), mode=M.SINGLE_NODE_WRITER):
+    return pb.VolumeCapability(mount=pb.VolumeCapability.MountVolume(mount_flags=list(flags)),
+                               access_mode=M(mode=mode))
+
+
+def publish(driver, vid, target, ctx, flags=(), readonly=False, secrets=None,
+            mode=M.SINGLE_NODE_WRITER):
+    return driver.stub("Node").NodePublishVolume(pb.NodePublishVolumeRequest(
+        volume_id=vid, target_path=str(target), volume_capability=capability(flags, mode),
+        readonly=readonly, secrets=secrets or {}, volume_context=ctx), timeout=60)
+
+
+def unpublish(driver, vid, target):
+    return driver.stub("Node").NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(
+        volume_id=vid, target_path=str(target)), timeout=60)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def filled(s3, bucket):
+    for k, v in OBJECTS.items():
+        s3.put_object(Bucket=bucket, Key=k, Body=v)
+    return bucket
+
+
+@pytest.fixture
+def driver(tmp_path):
+    d = Driver(tmp_path)
+    d.start()
+    yield d
+    try:
+        if d.node.poll() is None:
+            for rec in (d.state / "node" / "targets").glob("*.json"):
+                import json
+                r = json.loads(rec.read_text())
+                try:
+                    unpublish(d, r["volume_id"], r["target"])
+                except grpc.RpcError:
+                    pass
+    finally:
+        cleanup_mounts(tmp_path)
+        d.stop()
+        cleanup_mounts(tmp_path)
+
+
+@pytest.fixture
+def ctx(filled, endpoint):
+    return {"bucketName": filled, "endpointUrl": endpoint}
+
+
+def test_identity_and_node_info(driver):
+    info = driver.stub("Identity").GetPluginInfo(pb.GetPluginInfoRequest())
+    assert info.name == "csi.s3flash.io" and info.vendor_version
+    assert driver.stub("Identity").Probe(pb.ProbeRequest()).ready.value
+    caps = driver.stub("Identity").GetPluginCapabilities(pb.GetPluginCapabilitiesRequest())
+    assert list(caps.capabilities) == []  # the node plugin serves no Controller
+    assert driver.stub("Node").NodeGetInfo(pb.NodeGetInfoRequest()).node_id == "test-node"
+    ncaps = driver.stub("Node").NodeGetCapabilities(pb.NodeGetCapabilitiesRequest())
+    assert [c.rpc.type for c in ncaps.capabilities] == [pb.NodeServiceCapability.RPC.GET_VOLUME_STATS]
+
+
+def test_volume_life(driver, ctx, s3, filled, tmp_path):
+    t1, t2, t3 = tmp_path / "pod1" / "mount", tmp_path / "pod2" / "mount", tmp_path / "pod3"
+    for t in (t1, t2):
+        t.parent.mkdir()
+    try:
+        flags = ["allow-delete", "allow-overwrite", "uid=0", "--metadata-ttl=0"]
+        publish(driver, "vol-a", t1, ctx, flags)
+        assert is_mount(t1)
+        for k, v in OBJECTS.items():
+            assert read(t1 / k) == v, k
+        assert sorted(os.listdir(t1)) == ["a.bin", "dir"]
+        # a second publish: the same arguments succeed, others are ALREADY_EXISTS
+        publish(driver, "vol-a", t1, ctx, flags)
+        with pytest.raises(grpc.RpcError) as e:
+            publish(driver, "vol-a", t1, ctx, flags, readonly=True)
+        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and str(t1) in e.value.details()
+        # writes go to the bucket
+        (t1 / "written.txt").write_bytes(b"from a pod\n")
+        assert s3.get_object(Bucket=filled, Key="written.txt")["Body"].read() == b"from a pod\n"
+        # the same volume for a second pod: the same daemon
+        publish(driver, "vol-a", t2, ctx, flags)
+        assert read(t2 / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+        daemons = driver.daemons()
+        assert len(daemons) == 1, daemons
+        pid = next(iter(daemons.values()))
+        # readonly: its own daemon, writes refused
+        publish(driver, "vol-a", t3, ctx, flags, readonly=True)
+        assert len(driver.daemons()) == 2
+        assert read(t3 / "a.bin") == OBJECTS["a.bin"]
+        with pytest.raises(OSError) as w:
+            (t3 / "nope.txt").write_bytes(b"x")
+        assert w.value.errno == errno.EROFS
+        # stats of a published volume; NOT_FOUND of another path
+        st = driver.stub("Node").NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+            volume_id="vol-a", volume_path=str(t1)))
+        assert {u.unit for u in st.usage} == {pb.VolumeUsage.BYTES, pb.VolumeUsage.INODES}
+        with pytest.raises(grpc.RpcError) as e:
+            driver.stub("Node").NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+                volume_id="vol-a", volume_path=str(tmp_path)))
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        # unpublish one target: the other goes on with the same daemon
+        unpublish(driver, "vol-a", t1)
+        assert not is_mount(t1) and not t1.exists()
+        assert read(t2 / "a.bin") == OBJECTS["a.bin"] and pid_alive(pid)
+        unpublish(driver, "vol-a", t2)
+        assert not is_mount(t2)
+        wait_for(lambda: not pid_alive(pid), 20, "the unused daemon to end")
+        unpublish(driver, "vol-a", t3)
+        assert driver.daemons() == {}
+        # unpublish of what is not published: OK
+        unpublish(driver, "vol-a", t1)
+        unpublish(driver, "vol-a", tmp_path / "never")
+        assert not [m for m in mountinfo() if m.startswith(str(tmp_path))]
+    except Exception:
+        driver.dump_logs()
+        raise
+    finally:
+        s3.delete_object(Bucket=filled, Key="written.txt")
+
+
+@pytest.mark.parametrize("case", [
+    "no-bucket", "unknown-option", "host-path-option", "log-file-option", "no-such-bucket",
+    "target-is-file", "relative-target", "block", "no-capability", "bad-value",
+    "unknown-attribute", "cache-path"])
+def test_bad_input(driver, ctx, tmp_path, case):
+    target = tmp_path / "pod" / "mount"
+    target.parent.mkdir()
+    c, flags, want = dict(ctx), [], grpc.StatusCode.INVALID_ARGUMENT
+    req = dict(volume_id="vol-bad", target_path=str(target))
+    if case == "no-bucket":
+        del c["bucketName"]
+        needle = "bucketName"
+    elif case == "unknown-option":
+        flags, needle = ["allow-everything"], "allow-everything"
+    elif case == "host-path-option":
+        flags, needle = ["cache=/etc"], "host directory"
+    elif case == "log-file-option":
+        flags, needle = ["--log-file /etc/passwd"], "host file"
+    elif case == "no-such-bucket":
+        c["bucketName"] = "no-such-bucket-" + uuid.uuid4().hex[:8]
+        want, needle = grpc.StatusCode.NOT_FOUND, "NoSuchBucket"
+    elif case == "target-is-file":
+        target.write_bytes(b"")
+        want, needle = grpc.StatusCode.FAILED_PRECONDITION, "not a directory"
+    elif case == "relative-target":
+        req["target_path"], needle = "pod/mount", "absolute"
+    elif case == "bad-value":
+        flags, needle = ["uid=-1"], "uid"
+    elif case == "unknown-attribute":
+        c["hostPath"], needle = "/etc", "hostPath"
+    elif case == "cache-path":
+        c["cache"], needle = "/var/lib", "not a path"
+    else:
+        needle = "capability" if case == "no-capability" else "mount volumes"
+    cap = capability(flags)
+    if case == "block":
+        cap = pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(),
+                                  access_mode=M(mode=M.SINGLE_NODE_WRITER))
+    before = mountinfo()
+    with pytest.raises(grpc.RpcError) as e:
+        driver.stub("Node").NodePublishVolume(pb.NodePublishVolumeRequest(
+            volume_capability=None if case == "no-capability" else cap, volume_context=c,
+            **req), timeout=60)
+    assert e.value.code() == want, e.value.details()
+    assert needle in e.value.details()
+    assert mountinfo() == before
+    assert driver.daemons() == {}
+    assert not list((driver.state / "node" / "sources").iterdir())
+    assert not (target.exists() and target.is_dir())
+
+
+def test_node_sigkill_keeps_volumes(driver, ctx, s3, filled, tmp_path):
+    """Restarting the node process never interrupts a published volume."""
+    ta, tb = tmp_path / "a", tmp_path / "b"
+    try:
+        publish(driver, "vol-1", ta, ctx, ["allow-overwrite"])
+        publish(driver, "vol-2", tb, dict(ctx, prefix="dir/"))
+        pids = driver.daemons()
+        assert len(pids) == 2
+        driver.kill("node")
+        assert read(ta / "a.bin") == OBJECTS["a.bin"]
+        assert read(tb / "b.txt") == OBJECTS["dir/b.txt"]
+        (tb / "after-kill.txt").write_bytes(b"still here")
+        assert s3.get_object(Bucket=filled, Key="dir/after-kill.txt")["Body"].read() == \
+            b"still here"
+        driver.start_node()
+        publish(driver, "vol-1", ta, ctx, ["allow-overwrite"])  # the same: OK, no new daemon
+        assert driver.daemons() == pids
+        unpublish(driver, "vol-1", ta)
+        unpublish(driver, "vol-2", tb)
+        assert not is_mount(ta) and not is_mount(tb)
+        for pid in pids.values():
+            wait_for(lambda: not pid_alive(pid), 20, "daemon %d to end" % pid)
+    except Exception:
+        driver.dump_logs()
+        raise
+    finally:
+        s3.delete_object(Bucket=filled, Key="dir/after-kill.txt")
+
+
+def test_mounter_restart_readopts(driver, ctx, tmp_path):
+    t = tmp_path / "m"
+    try:
+        publish(driver, "vol-m", t, ctx)
+        pids = driver.daemons()
+        driver.kill("mounter")
+        driver.start_mounter()
+        assert driver.daemons() == pids  # re-adopted from the state dir
+        assert read(t / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+        unpublish(driver, "vol-m", t)
+        pid = next(iter(pids.values()))
+        wait_for(lambda: not pid_alive(pid), 20, "the re-adopted daemon to end")
+        assert driver.daemons() == {}
+    except Exception:
+        driver.dump_logs()
+        raise
+
+
+def test_cache_survives_republish(driver, filled, endpoint, tmp_path):
+    t = tmp_path / "c"
+    with faultproxy(endpoint) as proxy:
+        c = {"bucketName": filled, "endpointUrl": proxy.endpoint, "cache": "test-cache",
+             "cacheMaxSize": "1G"}
+        try:
+            for _ in range(2):
+                publish(driver, "vol-c", t, c)
+                assert read(t / "a.bin") == OBJECTS["a.bin"]
+                unpublish(driver, "vol-c", t)
+            gets = [e for e in proxy.stats()["log"]
+                    if e["method"] == "GET" and e["path"].endswith("/a.bin")]
+            # the first publish fetched the object; the second read it from the cache
+            assert gets, "no GET of a.bin at all"
+            first_done = max(e["time"] for e in gets)
+            lists = [e for e in proxy.stats()["log"] if e["method"] == "GET" and
+                     "list-type" in (e["query"] or "") and e["time"] > first_done]
+            assert lists, "the second publish never reached the proxy"
+            assert not [e for e in gets if e["time"] > min(x["time"] for x in lists)]
+            cache = driver.state / "cache" / "test-cache"
+            assert cache.is_dir() and any(cache.rglob("*"))
+        except Exception:
+            driver.dump_logs()
+            raise
+
+
+class _STS(BaseHTTPRequestHandler):
+    """AssumeRoleWithWebIdentity: the good token gets the second RGW user's keys."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        p = {k: v[-1] for k, v in parse_qs(self.rfile.read(
+            int(self.headers.get("Content-Length") or 0)).decode()).items()}
+        srv = self.server
+        srv.calls.append(p.get("RoleArn"))
+        if p.get("Action") != "AssumeRoleWithWebIdentity" or p.get("WebIdentityToken") != srv.token:
+            body = ("<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
+                    "<Message>Incorrect token audience</Message></Error>"
+                    "<RequestId>sts-req-1</RequestId></ErrorResponse>")
+            status = 400
+        else:
+            body = ("<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
+                    "<Credentials><AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s"
+                    "</SecretAccessKey><SessionToken></SessionToken>"
+                    "<Expiration>2099-01-01T00:00:00Z</Expiration></Credentials>"
+                    "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+                    % srv.keys)
+            status = 200
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def sts(rgw):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _STS)
+    srv.token, srv.keys, srv.calls = "good-token", (rgw.other_access_key, rgw.other_secret_key), []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+
+
+def test_pod_credentials(s3_other, rgw, endpoint, sts, tmp_path):
+    """authenticationSource: pod: the token becomes the role's credentials (STS); the
+    volume's requests are signed with them (seen at the proxy); a bad token is refused."""
+    bucket = "s3fpy-csi-pod-" + uuid.uuid4().hex[:8]
+    s3_other.create_bucket(Bucket=bucket)
+    s3_other.put_object(Bucket=bucket, Key="private.txt", Body=b"the role's data")
+    d = Driver(tmp_path, node_args=["--sts-endpoint", "http://127.0.0.1:%d/" % sts.server_port])
+    d.start()
+    t = tmp_path / "p"
+    try:
+        with faultproxy(endpoint) as proxy:
+            c = {"bucketName": bucket, "endpointUrl": proxy.endpoint,
+                 "authenticationSource": "pod", "roleArn": "arn:aws:iam::1:role/reader",
+                 "csi.storage.k8s.io/pod.namespace": "ns",
+                 "csi.storage.k8s.io/serviceAccount.name": "sa",
+                 "csi.storage.k8s.io/pod.uid": "uid-1",
+                 "csi.storage.k8s.io/serviceAccount.tokens": tokens("good-token")}
+            publish(d, "vol-p", t, c)
+            assert read(t / "private.txt") == b"the role's data"
+            keys = {e.get("access_key") for e in proxy.stats()["log"]}
+            assert keys == {rgw.other_access_key}, keys
+            assert sts.calls == ["arn:aws:iam::1:role/reader"]
+            # requiresRepublish: the same publish with a fresh token asks STS again
+            publish(d, "vol-p", t, dict(c, **{"csi.storage.k8s.io/serviceAccount.tokens":
+                                              tokens("good-token")}))
+            assert len(sts.calls) == 2
+            unpublish(d, "vol-p", t)
+            with pytest.raises(grpc.RpcError) as e:
+                publish(d, "vol-p", t, dict(c, **{"csi.storage.k8s.io/serviceAccount.tokens":
+                                                  tokens("wrong-token")}))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "InvalidIdentityToken" in e.value.details()
+            assert "wrong-token" not in e.value.details()
+            assert not is_mount(t)
+            # nodePublishSecretRef: the secret's keys sign
+            proxy.reset()
+            publish(d, "vol-s", t, {"bucketName": bucket, "endpointUrl": proxy.endpoint},
+                    secrets={"key_id": rgw.other_access_key,
+                             "access_key": rgw.other_secret_key})
+            assert read(t / "private.txt") == b"the role's data"
+            assert {e.get("access_key") for e in proxy.stats()["log"]} == {rgw.other_access_key}
+            unpublish(d, "vol-s", t)
+        for p in d.logs:  # no secret in the driver's logs
+            text = p.read_text()
+            assert rgw.other_secret_key not in text and "good-token" not in text
+    except Exception:
+        d.dump_logs()
+        raise
+    finally:
+        cleanup_mounts(tmp_path)
+        d.stop()
+        s3_other.delete_object(Bucket=bucket, Key="private.txt")
+        s3_other.delete_bucket(Bucket=bucket)
