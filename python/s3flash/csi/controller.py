@@ -3,8 +3,11 @@ the bucket that the StorageClass names (parameters bucketName, prefixTemplate); 
 (called by the external-provisioner when the StorageClass's reclaimPolicy is Delete) removes
 the prefix's objects. Retain: the provisioner never calls DeleteVolume and the objects stay.
 
-The volume id is `BUCKET/PREFIX` (all DeleteVolume needs); the volume context carries the
-attributes the node reads (bucketName, prefix and the StorageClass's other volume attributes)."""
+The volume id is `BUCKET/PREFIX`; the volume context carries the attributes the node reads
+(bucketName, prefix and the StorageClass's other volume attributes). DeleteVolume is given no
+StorageClass parameters, so the controller reaches the store through its own configuration
+(AWS_ENDPOINT_URL, AWS_REGION, the credentials chain, or the provisioner secret's key_id and
+access_key): a StorageClass's endpointUrl must name the same store."""
 
 import logging
 import os
@@ -63,7 +66,7 @@ class Controller:
                                  force_path_style=params.get("forcePathStyle") == "true")
         elif params.get("forcePathStyle") == "true":
             cfg = S3ClientConfig(force_path_style=True)
-        return S3Client(region=params.get("region") or None,
+        return S3Client(region=params.get("region") or os.environ.get("AWS_REGION") or None,
                         endpoint=params.get("endpointUrl") or os.environ.get("AWS_ENDPOINT_URL"),
                         s3client_config=cfg)
 

@@ -101,7 +101,8 @@ def main(argv=None):
                                           ("Controller", Controller())])
     _wait_for_signal(stop)
     server.stop(5).wait()
-    return 0
+    logging.shutdown()
+    os._exit(0)  # a handler still waiting on S3 or the mounter must not hold the exit
 
 
 if __name__ == "__main__":
