@@ -47,7 +47,7 @@ def _wait_for_signal(stop):
         pass
 
 
-def main(argv=None):
+def parser():
     ap = argparse.ArgumentParser(prog="s3flash-csi", description="s3flash's Kubernetes CSI "
                                  "driver (docs/KUBERNETES.md)")
     ap.add_argument("--log-level", default=os.environ.get("S3FLASH_CSI_LOG", "INFO"))
@@ -74,7 +74,11 @@ def main(argv=None):
     k = sub.add_parser("credentials", help="credential_process of a pod-level mount")
     k.add_argument("--socket", required=True)
     k.add_argument("--mount", required=True)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
