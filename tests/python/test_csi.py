@@ -3,10 +3,10 @@ over the node process's real unix socket, real FUSE mounts (root, /dev/fuse), re
 `s3flash mount` daemons started by the mounter process, against RGW."""
 
 import errno
-import hashlib
+import json
 import os
-import signal
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
@@ -66,7 +66,6 @@ def driver(tmp_path):
     try:
         if d.node.poll() is None:
             for rec in (d.state / "node" / "targets").glob("*.json"):
-                import json
                 r = json.loads(rec.read_text())
                 try:
                     unpublish(d, r["volume_id"], r["target"])
@@ -289,6 +288,10 @@ class _STS(BaseHTTPRequestHandler):
             int(self.headers.get("Content-Length") or 0)).decode()).items()}
         srv = self.server
         srv.calls.append(p.get("RoleArn"))
+        if srv.answers:  # scripted: (access key, secret key, seconds to expiry)
+            a, k, secs = srv.answers.pop(0)
+            srv.keys = (a, k)
+            srv.expiration = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + secs))
         if p.get("Action") != "AssumeRoleWithWebIdentity" or p.get("WebIdentityToken") != srv.token:
             body = ("<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code>"
                     "<Message>Incorrect token audience</Message></Error>"
@@ -298,9 +301,9 @@ class _STS(BaseHTTPRequestHandler):
             body = ("<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult>"
                     "<Credentials><AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s"
                     "</SecretAccessKey><SessionToken></SessionToken>"
-                    "<Expiration>2099-01-01T00:00:00Z</Expiration></Credentials>"
+                    "<Expiration>%s</Expiration></Credentials>"
                     "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
-                    % srv.keys)
+                    % (srv.keys + (srv.expiration,)))
             status = 200
         data = body.encode()
         self.send_response(status)
@@ -313,6 +316,7 @@ class _STS(BaseHTTPRequestHandler):
 def sts(rgw):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _STS)
     srv.token, srv.keys, srv.calls = "good-token", (rgw.other_access_key, rgw.other_secret_key), []
+    srv.expiration, srv.answers = "2099-01-01T00:00:00Z", []
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
     srv.shutdown()
@@ -371,3 +375,88 @@ def test_pod_credentials(s3_other, rgw, endpoint, sts, tmp_path):
         d.stop()
         s3_other.delete_object(Bucket=bucket, Key="private.txt")
         s3_other.delete_bucket(Bucket=bucket)
+
+
+class _KubeAPI(BaseHTTPRequestHandler):
+    """GET /api/v1/namespaces/NS/serviceaccounts/NAME with the role annotation."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        parts = self.path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "serviceaccounts":
+            ann = {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/" + parts[5]} \
+                if parts[5] != "plain" else {}
+            status, body = 200, {"kind": "ServiceAccount", "metadata": {
+                "name": parts[5], "namespace": parts[3], "annotations": ann}}
+        else:
+            status, body = 404, {"kind": "Status"}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_pod_credentials_refresh_and_role_lookup(s3, rgw, endpoint, sts, tmp_path):
+    """The role comes from the service account's annotation (the API server); credentials
+    about to expire are replaced by those of the next republish, which the running daemon
+    fetches through credential_process (its requests change keys at the proxy)."""
+    bucket = "s3fpy-csi-refresh-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=bucket, ACL="public-read")
+    s3.put_object(Bucket=bucket, Key="f.txt", Body=b"data", ACL="public-read")
+    api = ThreadingHTTPServer(("127.0.0.1", 0), _KubeAPI)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    d = Driver(tmp_path, env={"S3FLASH_CSI_KUBE_API": "http://127.0.0.1:%d" % api.server_port},
+               node_args=["--sts-endpoint", "http://127.0.0.1:%d/" % sts.server_port])
+    d.start()
+    t = tmp_path / "r"
+    sts.answers = [(rgw.access_key, rgw.secret_key, 6),
+                   (rgw.other_access_key, rgw.other_secret_key, 3600)]
+    try:
+        with faultproxy(endpoint) as proxy:
+            c = {"bucketName": bucket, "endpointUrl": proxy.endpoint,
+                 "authenticationSource": "pod",
+                 "csi.storage.k8s.io/pod.namespace": "ns",
+                 "csi.storage.k8s.io/serviceAccount.name": "trainer",
+                 "csi.storage.k8s.io/serviceAccount.tokens": tokens("good-token")}
+            publish(d, "vol-r", t, c, ["metadata-ttl=0"])
+            assert sts.calls == ["arn:aws:iam::1:role/trainer"]
+            assert read(t / "f.txt") == b"data"
+            assert {e.get("access_key") for e in proxy.stats()["log"]} == {rgw.access_key}
+            publish(d, "vol-r", t, c, ["metadata-ttl=0"])  # kubelet's republish
+            assert len(sts.calls) == 2
+
+            def refreshed():
+                os.listdir(t)  # a LIST each time (metadata-ttl=0)
+                return proxy.stats()["log"][-1].get("access_key") == rgw.other_access_key
+            wait_for(refreshed, 30, "the daemon to sign with the refreshed credentials")
+            unpublish(d, "vol-r", t)
+            # a service account without the annotation: FAILED_PRECONDITION, naming it
+            with pytest.raises(grpc.RpcError) as e:
+                publish(d, "vol-r", t, dict(c, **{
+                    "csi.storage.k8s.io/serviceAccount.name": "plain"}))
+            assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "eks.amazonaws.com/role-arn" in e.value.details()
+    except Exception:
+        d.dump_logs()
+        raise
+    finally:
+        cleanup_mounts(tmp_path)
+        d.stop()
+        api.shutdown()
+        s3.delete_object(Bucket=bucket, Key="f.txt")
+        s3.delete_bucket(Bucket=bucket)
+
+
+def test_reader_only_access_mode(driver, ctx, tmp_path):
+    t = tmp_path / "ro"
+    publish(driver, "vol-ro", t, ctx, ["allow-delete"], mode=M.MULTI_NODE_READER_ONLY)
+    try:
+        assert read(t / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+        with pytest.raises(OSError) as e:
+            os.unlink(t / "a.bin")
+        assert e.value.errno == errno.EROFS
+    finally:
+        unpublish(driver, "vol-ro", t)
