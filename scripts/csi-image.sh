@@ -21,14 +21,8 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(root test)
 say() { echo "csi-image: $*" >&2; }
 
-mounted=()
-unmount_all() {
-    local i
-    for (( i=${#mounted[@]}-1; i>=0; i-- )); do
-        umount -R "${mounted[$i]}" 2>/dev/null || umount -lR "${mounted[$i]}" 2>/dev/null || true
-    done
-    mounted=()
-}
+# shellcheck source=chroot-lib.sh
+. "$src/scripts/chroot-lib.sh"   # mounted=(), unmount_all
 in_root() {
     chroot "$root" /usr/bin/env -i PATH=/opt/s3flash/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root LANG=C.UTF-8 PIP_CERT=/etc/ssl/host-ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -3,6 +3,7 @@ s3flash.csi node|mounter`, the s3flash CLI of the build directory, $S3FLASH_BUIL
 ./build, else the package's own), and a kubelet stand-in: a gRPC client over the node's unix
 socket making the calls kubelet makes."""
 
+import contextlib
 import json
 import os
 import signal
@@ -152,3 +153,19 @@ def pid_alive(pid):
 def tokens(token):
     return json.dumps({"sts.amazonaws.com": {"token": token,
                                              "expirationTimestamp": "2099-01-01T00:00:00Z"}})
+
+
+@contextlib.contextmanager
+def running(root, **kw):
+    """A started Driver in root; at the end (failed or not) whatever it left mounted under
+    root is unmounted and it is stopped. Its logs are printed: pytest shows them only for a
+    test that failed."""
+    d = Driver(root, **kw)
+    try:
+        d.start()
+        yield d
+    finally:
+        d.dump_logs()
+        cleanup_mounts(root)
+        d.stop()
+        cleanup_mounts(root)

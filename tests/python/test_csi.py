@@ -17,8 +17,8 @@ grpc = pytest.importorskip("grpc")
 pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
 
 from conftest import faultproxy  # noqa: E402
-from csi_harness import (Driver, cleanup_mounts, is_mount, mountinfo, pid_alive,  # noqa: E402
-                         tokens, wait_for)
+from csi_harness import (is_mount, mountinfo, pid_alive, running, tokens,  # noqa: E402
+                         wait_for)
 from s3flash.csi.proto import pb  # noqa: E402
 
 if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
@@ -60,21 +60,15 @@ def filled(s3, bucket):
 
 @pytest.fixture
 def driver(tmp_path):
-    d = Driver(tmp_path)
-    d.start()
-    yield d
-    try:
-        if d.node.poll() is None:
+    with running(tmp_path) as d:
+        yield d
+        if d.node.poll() is None:  # what a failed test left published
             for rec in (d.state / "node" / "targets").glob("*.json"):
                 r = json.loads(rec.read_text())
                 try:
                     unpublish(d, r["volume_id"], r["target"])
                 except grpc.RpcError:
                     pass
-    finally:
-        cleanup_mounts(tmp_path)
-        d.stop()
-        cleanup_mounts(tmp_path)
 
 
 @pytest.fixture
@@ -146,9 +140,6 @@ def test_volume_life(driver, ctx, s3, filled, tmp_path):
         unpublish(driver, "vol-a", t1)
         unpublish(driver, "vol-a", tmp_path / "never")
         assert not [m for m in mountinfo() if m.startswith(str(tmp_path))]
-    except Exception:
-        driver.dump_logs()
-        raise
     finally:
         s3.delete_object(Bucket=filled, Key="written.txt")
 
@@ -226,29 +217,22 @@ def test_node_sigkill_keeps_volumes(driver, ctx, s3, filled, tmp_path):
         assert not is_mount(ta) and not is_mount(tb)
         for pid in pids.values():
             wait_for(lambda: not pid_alive(pid), 20, "daemon %d to end" % pid)
-    except Exception:
-        driver.dump_logs()
-        raise
     finally:
         s3.delete_object(Bucket=filled, Key="dir/after-kill.txt")
 
 
 def test_mounter_restart_readopts(driver, ctx, tmp_path):
     t = tmp_path / "m"
-    try:
-        publish(driver, "vol-m", t, ctx)
-        pids = driver.daemons()
-        driver.kill("mounter")
-        driver.start_mounter()
-        assert driver.daemons() == pids  # re-adopted from the state dir
-        assert read(t / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
-        unpublish(driver, "vol-m", t)
-        pid = next(iter(pids.values()))
-        wait_for(lambda: not pid_alive(pid), 20, "the re-adopted daemon to end")
-        assert driver.daemons() == {}
-    except Exception:
-        driver.dump_logs()
-        raise
+    publish(driver, "vol-m", t, ctx)
+    pids = driver.daemons()
+    driver.kill("mounter")
+    driver.start_mounter()
+    assert driver.daemons() == pids  # re-adopted from the state dir
+    assert read(t / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+    unpublish(driver, "vol-m", t)
+    pid = next(iter(pids.values()))
+    wait_for(lambda: not pid_alive(pid), 20, "the re-adopted daemon to end")
+    assert driver.daemons() == {}
 
 
 def test_cache_survives_republish(driver, filled, endpoint, tmp_path):
@@ -256,25 +240,21 @@ def test_cache_survives_republish(driver, filled, endpoint, tmp_path):
     with faultproxy(endpoint) as proxy:
         c = {"bucketName": filled, "endpointUrl": proxy.endpoint, "cache": "test-cache",
              "cacheMaxSize": "1G"}
-        try:
-            for _ in range(2):
-                publish(driver, "vol-c", t, c)
-                assert read(t / "a.bin") == OBJECTS["a.bin"]
-                unpublish(driver, "vol-c", t)
-            gets = [e for e in proxy.stats()["log"]
-                    if e["method"] == "GET" and e["path"].endswith("/a.bin")]
-            # the first publish fetched the object; the second read it from the cache
-            assert gets, "no GET of a.bin at all"
-            first_done = max(e["time"] for e in gets)
-            lists = [e for e in proxy.stats()["log"] if e["method"] == "GET" and
-                     "list-type" in (e["query"] or "") and e["time"] > first_done]
-            assert lists, "the second publish never reached the proxy"
-            assert not [e for e in gets if e["time"] > min(x["time"] for x in lists)]
-            cache = driver.state / "cache" / "test-cache"
-            assert cache.is_dir() and any(cache.rglob("*"))
-        except Exception:
-            driver.dump_logs()
-            raise
+        for _ in range(2):
+            publish(driver, "vol-c", t, c)
+            assert read(t / "a.bin") == OBJECTS["a.bin"]
+            unpublish(driver, "vol-c", t)
+        gets = [e for e in proxy.stats()["log"]
+                if e["method"] == "GET" and e["path"].endswith("/a.bin")]
+        # the first publish fetched the object; the second read it from the cache
+        assert gets, "no GET of a.bin at all"
+        first_done = max(e["time"] for e in gets)
+        lists = [e for e in proxy.stats()["log"] if e["method"] == "GET" and
+                 "list-type" in (e["query"] or "") and e["time"] > first_done]
+        assert lists, "the second publish never reached the proxy"
+        assert not [e for e in gets if e["time"] > min(x["time"] for x in lists)]
+        cache = driver.state / "cache" / "test-cache"
+        assert cache.is_dir() and any(cache.rglob("*"))
 
 
 class _STS(BaseHTTPRequestHandler):
@@ -328,11 +308,11 @@ def test_pod_credentials(s3_other, rgw, endpoint, sts, tmp_path):
     bucket = "s3fpy-csi-pod-" + uuid.uuid4().hex[:8]
     s3_other.create_bucket(Bucket=bucket)
     s3_other.put_object(Bucket=bucket, Key="private.txt", Body=b"the role's data")
-    d = Driver(tmp_path, node_args=["--sts-endpoint", "http://127.0.0.1:%d/" % sts.server_port])
-    d.start()
     t = tmp_path / "p"
     try:
-        with faultproxy(endpoint) as proxy:
+        with running(tmp_path, node_args=["--sts-endpoint",
+                                          "http://127.0.0.1:%d/" % sts.server_port]) as d, \
+                faultproxy(endpoint) as proxy:
             c = {"bucketName": bucket, "endpointUrl": proxy.endpoint,
                  "authenticationSource": "pod", "roleArn": "arn:aws:iam::1:role/reader",
                  "csi.storage.k8s.io/pod.namespace": "ns",
@@ -364,15 +344,10 @@ def test_pod_credentials(s3_other, rgw, endpoint, sts, tmp_path):
             assert read(t / "private.txt") == b"the role's data"
             assert {e.get("access_key") for e in proxy.stats()["log"]} == {rgw.other_access_key}
             unpublish(d, "vol-s", t)
-        for p in d.logs:  # no secret in the driver's logs
-            text = p.read_text()
-            assert rgw.other_secret_key not in text and "good-token" not in text
-    except Exception:
-        d.dump_logs()
-        raise
+            for p in d.logs:  # no secret in the driver's logs
+                text = p.read_text()
+                assert rgw.other_secret_key not in text and "good-token" not in text
     finally:
-        cleanup_mounts(tmp_path)
-        d.stop()
         s3_other.delete_object(Bucket=bucket, Key="private.txt")
         s3_other.delete_bucket(Bucket=bucket)
 
@@ -408,14 +383,14 @@ def test_pod_credentials_refresh_and_role_lookup(s3, rgw, endpoint, sts, tmp_pat
     s3.put_object(Bucket=bucket, Key="f.txt", Body=b"data", ACL="public-read")
     api = ThreadingHTTPServer(("127.0.0.1", 0), _KubeAPI)
     threading.Thread(target=api.serve_forever, daemon=True).start()
-    d = Driver(tmp_path, env={"S3FLASH_CSI_KUBE_API": "http://127.0.0.1:%d" % api.server_port},
-               node_args=["--sts-endpoint", "http://127.0.0.1:%d/" % sts.server_port])
-    d.start()
     t = tmp_path / "r"
     sts.answers = [(rgw.access_key, rgw.secret_key, 6),
                    (rgw.other_access_key, rgw.other_secret_key, 3600)]
     try:
-        with faultproxy(endpoint) as proxy:
+        with running(tmp_path, env={"S3FLASH_CSI_KUBE_API": "http://127.0.0.1:%d"
+                                    % api.server_port},
+                     node_args=["--sts-endpoint", "http://127.0.0.1:%d/" % sts.server_port]) \
+                as d, faultproxy(endpoint) as proxy:
             c = {"bucketName": bucket, "endpointUrl": proxy.endpoint,
                  "authenticationSource": "pod",
                  "csi.storage.k8s.io/pod.namespace": "ns",
@@ -439,12 +414,7 @@ def test_pod_credentials_refresh_and_role_lookup(s3, rgw, endpoint, sts, tmp_pat
                     "csi.storage.k8s.io/serviceAccount.name": "plain"}))
             assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert "eks.amazonaws.com/role-arn" in e.value.details()
-    except Exception:
-        d.dump_logs()
-        raise
     finally:
-        cleanup_mounts(tmp_path)
-        d.stop()
         api.shutdown()
         s3.delete_object(Bucket=bucket, Key="f.txt")
         s3.delete_bucket(Bucket=bucket)

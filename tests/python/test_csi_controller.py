@@ -11,7 +11,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
 
-from csi_harness import Driver, cleanup_mounts, is_mount, wait_for  # noqa: E402
+from csi_harness import is_mount, running, wait_for  # noqa: E402
 from s3flash.csi.proto import Stub, pb  # noqa: E402
 
 M = pb.VolumeCapability.AccessMode
@@ -69,8 +69,7 @@ def test_create_publish_delete(controller, s3, bucket, endpoint, tmp_path):
     assert create(ctl, "data", params).volume_id == vol.volume_id  # idempotent
     keep = create(ctl, "keep", params)  # reclaimPolicy Retain: DeleteVolume is never called
 
-    d = Driver(tmp_path).start()
-    try:
+    with running(tmp_path) as d:
         for v in (vol, keep):
             t = tmp_path / v.volume_id.replace("/", "_")
             d.stub("Node").NodePublishVolume(pb.NodePublishVolumeRequest(
@@ -82,12 +81,6 @@ def test_create_publish_delete(controller, s3, bucket, endpoint, tmp_path):
             d.stub("Node").NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(
                 volume_id=v.volume_id, target_path=str(t)), timeout=60)
             assert not is_mount(t)
-    except Exception:
-        d.dump_logs()
-        raise
-    finally:
-        cleanup_mounts(tmp_path)
-        d.stop()
     assert keys(s3, bucket, "team-a/data/") == ["team-a/data/sub/file.bin", "team-a/data/top.txt"]
     # reclaimPolicy Delete: the prefix's objects go, the other claim's stay
     ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vol.volume_id), timeout=60)
