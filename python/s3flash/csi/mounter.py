@@ -205,6 +205,10 @@ class Mounter:
         if req.get("cache"):
             os.makedirs(req["cache"], mode=0o700, exist_ok=True)
             flags += ["--cache", req["cache"]]
+        # the daemon's warnings (failed requests with their request ids) go to the
+        # mounter's stderr, the container's log: a descriptor of its own for --log-file
+        logfd = os.dup(2)
+        flags += ["--log-file", "/dev/fd/%d" % logfd]
         argv = [self.s3flash, "mount", req["source"], "/dev/fd/%d" % fd] + flags
         m = Mount(key, {"key": key, "source": req["source"], "flags": flags,
                         "target": req.get("target", ""), "started": time.time()})
@@ -213,7 +217,7 @@ class Mounter:
             with self.lock:
                 self.mounts[key] = m  # credential_process runs before the daemon is found
         try:
-            p = subprocess.run(argv, env=self._env(key, cred), pass_fds=(fd,),
+            p = subprocess.run(argv, env=self._env(key, cred), pass_fds=(fd, logfd),
                                stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
                                start_new_session=True)
             out = (p.stderr + p.stdout).decode("utf-8", "replace").strip()
@@ -221,6 +225,7 @@ class Mounter:
             out, p = "s3flash mount did not answer in 120 s", None
         finally:
             os.close(fd)
+            os.close(logfd)
         pid = _daemon_pid(key) if p is not None and p.returncode == 0 else None
         if not pid:
             with self.lock:

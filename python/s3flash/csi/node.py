@@ -254,6 +254,8 @@ class Node:
             raise
         finally:
             os.close(fd)
+        if not sysmount.raise_read_ahead(src):
+            log.info("read-ahead of %s left at the kernel's default (sysfs not writable)", src)
         return src
 
     def _release_if_unused(self, key):

@@ -35,15 +35,32 @@ def _unescape(s):
 
 
 def mounts():
-    """[(mount point, fstype, source, super options)] of this mount namespace."""
+    """[(mount point, fstype, source, super options, major:minor)] of this mount namespace."""
     out = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             a, _, b = line.rstrip("\n").partition(" - ")
             fields, rest = a.split(" "), b.split(" ")
             out.append((_unescape(fields[4]), rest[0], _unescape(rest[1]),
-                        rest[2] if len(rest) > 2 else ""))
+                        rest[2] if len(rest) > 2 else "", fields[2]))
     return out
+
+
+READ_AHEAD_KIB = 1024  # src/mount/mount.h MNT_READ_AHEAD_KIB: the largest FUSE request
+
+
+def raise_read_ahead(path, kib=READ_AHEAD_KIB):
+    """The kernel's read-ahead of the FUSE mount at path (what `s3flash mount` does for a
+    mount it makes itself); False where sysfs cannot be written (not root, read-only /sys)."""
+    dev = [m[4] for m in mounts() if m[0] == path]
+    if not dev:
+        return False
+    try:
+        with open("/sys/class/bdi/%s/read_ahead_kb" % dev[-1], "w") as f:
+            f.write(str(kib))
+        return True
+    except OSError:
+        return False
 
 
 def is_mounted(path):
