@@ -5,6 +5,7 @@ over the node process's real unix socket, real FUSE mounts (root, /dev/fuse), re
 import errno
 import json
 import os
+import signal
 import threading
 import time
 import uuid
@@ -433,3 +434,25 @@ def test_reader_only_access_mode(driver, ctx, tmp_path):
         assert e.value.errno == errno.EROFS
     finally:
         unpublish(driver, "vol-ro", t)
+
+
+def test_daemon_gone(driver, ctx, tmp_path):
+    """A mount whose daemon ended (a mounter container restarted): the republish says so,
+    unpublish cleans up, and the next publish of the volume gets a fresh daemon."""
+    t1, t2 = tmp_path / "d1", tmp_path / "d2"
+    publish(driver, "vol-d", t1, ctx)
+    (pid,) = driver.daemons().values()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not driver.daemons(), 20, "the mounter to see its daemon end")
+    with pytest.raises(grpc.RpcError) as e:
+        publish(driver, "vol-d", t1, ctx)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "daemon is gone" in e.value.details()
+    publish(driver, "vol-d", t2, ctx)  # the same volume: a new daemon, a new mount
+    assert read(t2 / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+    (pid2,) = driver.daemons().values()
+    assert pid2 != pid
+    unpublish(driver, "vol-d", t1)
+    assert not is_mount(t1)
+    unpublish(driver, "vol-d", t2)
+    wait_for(lambda: not pid_alive(pid2), 20, "the new daemon to end")

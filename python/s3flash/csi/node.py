@@ -181,6 +181,13 @@ class Node:
                     raise VolumeError(grpc.StatusCode.ALREADY_EXISTS,
                                       "%s is published already with other arguments (volume "
                                       "%s)" % (target, rec["volume_id"]))
+                try:
+                    os.stat(target)
+                except OSError as e:  # ENOTCONN: its daemon ended (the mounter restarted)
+                    raise VolumeError(grpc.StatusCode.FAILED_PRECONDITION,
+                                      "%s is published but its s3flash mount daemon is gone "
+                                      "(%s): the pod must be restarted to mount it again"
+                                      % (target, e.strerror))
                 if vol.auth == "pod":  # requiresRepublish: fresh token, fresh credentials
                     c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube)
                     self._call({"op": "update_credentials", "key": rec["key"],
