@@ -96,6 +96,7 @@ def test_create_publish_delete(controller, s3, bucket, endpoint, tmp_path):
     ({"bucketName": "no-such-bucket-s3f-csi"}, grpc.StatusCode.NOT_FOUND, "NoSuchBucket"),
     ({"prefixTemplate": "${pvc.namespace}/../x/"}, grpc.StatusCode.INVALID_ARGUMENT, "'..'"),
     ({"prefixTemplate": "${pod.name}/"}, grpc.StatusCode.INVALID_ARGUMENT, "pod.name"),
+    ({"bucket": "x"}, grpc.StatusCode.INVALID_ARGUMENT, "unknown StorageClass parameter(s) bucket"),
 ])
 def test_create_refusals(controller, bucket, endpoint, params, code, needle):
     ctl, _ = controller

@@ -78,6 +78,8 @@ def test_node_daemonset(rendered):
     assert (n.cmd, m.cmd) == ("node", "mounter")
     assert n.mounter_socket == m.socket and n.state_dir == m.state_dir
     assert n.endpoint == "unix:///var/lib/kubelet/plugins/csi.s3flash.io/csi.sock"
+    audience = by_kind(rendered, "CSIDriver")["spec"]["tokenRequests"][0]["audience"]
+    assert n.token_audience == audience
     assert arg(c["node-driver-registrar"], "--kubelet-registration-path") == n.endpoint[7:]
     assert arg(c["node-driver-registrar"], "--csi-address") == "/csi/csi.sock"
     assert arg(c["liveness-probe"], "--health-port") == "9808"

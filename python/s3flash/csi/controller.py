@@ -88,6 +88,14 @@ class Controller:
             raise invalid("volume_capabilities are missing")
         self._check_caps(req.volume_capabilities)
         params = dict(req.parameters)
+        unknown = sorted(k for k in params if k not in CONTEXT_KEYS and k != "prefixTemplate"
+                         and not k.startswith("csi.storage.k8s.io/"))
+        if unknown:
+            raise invalid("unknown StorageClass parameter(s) %s (known: prefixTemplate, %s)"
+                          % (", ".join(unknown), ", ".join(sorted(CONTEXT_KEYS - {"prefix"}))))
+        if "prefix" in params:
+            raise invalid("StorageClass parameter prefix: a claim's prefix comes from "
+                          "prefixTemplate")
         bucket = params.get("bucketName")
         if not bucket:
             raise invalid("StorageClass parameter bucketName is missing")

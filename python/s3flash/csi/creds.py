@@ -54,11 +54,11 @@ def secret_fingerprint(salt, secrets):
     return _fingerprint(salt, *["%s=%s" % kv for kv in sorted(secrets.items())]) if secrets else ""
 
 
-def resolve(vol, secrets, salt, sts_endpoint, kube):
+def resolve(vol, secrets, salt, sts_endpoint, kube, audience=STS_AUDIENCE):
     """The credentials of a publish (VolumeError on bad input or an STS refusal)."""
     secrets = dict(secrets)
     if vol.auth == "pod":
-        return _pod(vol, sts_endpoint, kube)
+        return _pod(vol, sts_endpoint, kube, audience)
     if "key_id" in secrets or "access_key" in secrets:
         if not secrets.get("key_id") or not secrets.get("access_key"):
             raise invalid("nodePublishSecretRef needs both key_id and access_key")
@@ -73,17 +73,17 @@ def resolve(vol, secrets, salt, sts_endpoint, kube):
     return Credentials("driver", "driver")
 
 
-def _pod(vol, sts_endpoint, kube):
+def _pod(vol, sts_endpoint, kube, audience):
     ctx = vol.context
     raw = ctx.get(TOKENS_KEY)
     if not raw:
         raise invalid("authenticationSource is pod but volume_context has no %s (the "
                       "CSIDriver's tokenRequests must ask for audience %s)"
-                      % (TOKENS_KEY, STS_AUDIENCE))
+                      % (TOKENS_KEY, audience))
     try:
-        token = json.loads(raw)[STS_AUDIENCE]["token"]
+        token = json.loads(raw)[audience]["token"]
     except (ValueError, KeyError, TypeError):
-        raise invalid("%s has no token for audience %s" % (TOKENS_KEY, STS_AUDIENCE))
+        raise invalid("%s has no token for audience %s" % (TOKENS_KEY, audience))
     ns = ctx.get("csi.storage.k8s.io/pod.namespace", "")
     sa = ctx.get("csi.storage.k8s.io/serviceAccount.name", "")
     role = vol.role_arn

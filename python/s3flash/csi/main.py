@@ -62,6 +62,9 @@ def parser():
     n.add_argument("--sts-endpoint", default=None,
                    help="STS for pod-level credentials (default AWS_ENDPOINT_URL_STS, else "
                         "the regional AWS endpoint)")
+    n.add_argument("--token-audience", default="sts.amazonaws.com",
+                   help="the audience of the service-account token for STS (the CSIDriver's "
+                        "tokenRequests)")
     n.add_argument("--max-volumes", type=int, default=0)
     m = sub.add_parser("mounter", help="runs the s3flash mount daemons")
     m.add_argument("--socket", required=True)
@@ -97,7 +100,8 @@ def main(argv=None):
     from .node import Identity, Node
     if a.cmd == "node":
         node = Node(a.node_id, a.mounter_socket, a.state_dir, cache_root=a.cache_root,
-                    sts_endpoint=a.sts_endpoint, max_volumes=a.max_volumes)
+                    sts_endpoint=a.sts_endpoint, max_volumes=a.max_volumes,
+                    token_audience=a.token_audience)
         server = _serve_grpc(a.endpoint, [("Identity", Identity()), ("Node", node)])
     else:
         from .controller import Controller

@@ -76,7 +76,7 @@ def _guard(fn):
 
 class Node:
     def __init__(self, node_id, mounter_socket, state_dir, cache_root=None, sts_endpoint=None,
-                 max_volumes=0):
+                 max_volumes=0, token_audience=creds.STS_AUDIENCE):
         self.node_id = node_id
         self.mounter = mounter_socket
         self.dir = os.path.join(state_dir, "node")
@@ -87,6 +87,7 @@ class Node:
         self.cache_root = cache_root or os.path.join(state_dir, "cache")
         self.sts_endpoint = sts_endpoint or os.environ.get("AWS_ENDPOINT_URL_STS")
         self.max_volumes = max_volumes
+        self.audience = token_audience
         self.kube = creds.Kube()
         self.lock = threading.Lock()
         self.salt = self._salt()
@@ -189,7 +190,8 @@ class Node:
                                       "(%s): the pod must be restarted to mount it again"
                                       % (target, e.strerror))
                 if vol.auth == "pod":  # requiresRepublish: fresh token, fresh credentials
-                    c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube)
+                    c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube,
+                              self.audience)
                     self._call({"op": "update_credentials", "key": rec["key"],
                                 "credentials": c.message()})
                 return pb.NodePublishVolumeResponse()
@@ -202,7 +204,8 @@ class Node:
                 raise VolumeError(grpc.StatusCode.FAILED_PRECONDITION,
                                   "target_path %s is a mount point not made by this driver"
                                   % target)
-            c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube)
+            c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube,
+                              self.audience)
             key = vol.share_key(req.volume_id, c.identity)
             source = self._source(vol, key, c, target)
             made = not os.path.exists(target)
