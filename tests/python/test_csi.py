@@ -456,3 +456,20 @@ def test_daemon_gone(driver, ctx, tmp_path):
     assert not is_mount(t1)
     unpublish(driver, "vol-d", t2)
     wait_for(lambda: not pid_alive(pid2), 20, "the new daemon to end")
+
+
+def test_interrupted_publish_leaks_nothing(driver, ctx, tmp_path):
+    """A node killed between mounting a volume and recording it: the next node process
+    releases the unrecorded mount, and unpublishing the target ends the daemon."""
+    t = tmp_path / "i"
+    publish(driver, "vol-i", t, ctx)
+    (pid,) = driver.daemons().values()
+    driver.kill("node")
+    for rec in (driver.state / "node" / "targets").glob("*.json"):
+        rec.unlink()  # as if the node died before writing it
+    driver.start_node()
+    assert not list((driver.state / "node" / "sources").iterdir())
+    assert read(t / "dir" / "b.txt") == OBJECTS["dir/b.txt"]  # the pod's mount goes on
+    unpublish(driver, "vol-i", t)
+    assert not is_mount(t)
+    wait_for(lambda: not pid_alive(pid), 20, "the daemon to end")

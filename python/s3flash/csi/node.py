@@ -91,6 +91,17 @@ class Node:
         self.kube = creds.Kube()
         self.lock = threading.Lock()
         self.salt = self._salt()
+        self._sweep()
+
+    def _sweep(self):
+        """Mounts of a predecessor that no record names (it died between mounting and
+        recording a publish): unmounted, so that their daemons end once unused."""
+        for key in os.listdir(self.sources_dir):
+            if not any(r["key"] == key for r in self._records()):
+                log.warning("mount %s is not published anywhere (an interrupted publish): "
+                            "unmounted; its daemon ends when its last target is", key)
+                # not stopped: a target it was bound to before the crash may be in use
+                self._release_if_unused(key, stop_daemon=False)
 
     def _salt(self):
         """The node's key for credential fingerprints (kept so a restarted node shares)."""
@@ -268,7 +279,7 @@ class Node:
             log.info("read-ahead of %s left at the kernel's default (sysfs not writable)", src)
         return src
 
-    def _release_if_unused(self, key):
+    def _release_if_unused(self, key, stop_daemon=True):
         if any(r["key"] == key for r in self._records()):
             return
         src = os.path.join(self.sources_dir, key)
@@ -281,6 +292,8 @@ class Node:
             os.rmdir(src)
         except OSError:
             pass
+        if not stop_daemon:
+            return
         try:
             self._call({"op": "release", "key": key, "timeout": 10})
         except VolumeError as e:
