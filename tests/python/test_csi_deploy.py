@@ -181,3 +181,33 @@ def test_examples_are_volumes_the_node_accepts(name):
             assert d["reclaimPolicy"] in ("Delete", "Retain")
             checked += 1
     assert checked
+
+
+def volume(flags=(), ctx=None, mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER,
+           readonly=False):
+    cap = pb.VolumeCapability(mount=pb.VolumeCapability.MountVolume(mount_flags=list(flags)),
+                              access_mode=pb.VolumeCapability.AccessMode(mode=mode))
+    return Volume(pb.NodePublishVolumeRequest(
+        volume_id="v", target_path="/t", volume_capability=cap, readonly=readonly,
+        volume_context=ctx or {"bucketName": "bkt"}), "/cache")
+
+
+def test_mount_options_become_flags():
+    """The allow-list's spellings (Mountpoint's, kubelet's) and the daemon's command line."""
+    v = volume(["--allow-delete", "uid 1000", "gid=1000", "metadata-ttl=indefinite", "rw",
+                "region eu-west-1", "prefix=data", "allow-other,dir-mode=0750"])
+    assert v.daemon_flags == ["--allow-delete", "--allow-other", "--dir-mode", "0750",
+                              "--gid", "1000", "--metadata-ttl", "31536000", "--uid", "1000",
+                              "--region", "eu-west-1"]
+    assert (v.prefix, v.read_only, v.source) == ("data/", False, "bkt/data/")
+    # read-only from a flag, the publish or the access mode; write permissions dropped
+    ro = volume(["ro", "allow-delete"])
+    assert ro.read_only and ro.daemon_flags == ["--read-only"]
+    assert volume(readonly=True).read_only
+    assert volume(mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_READER_ONLY).read_only
+    # the share key: the same for the same mount and identity only
+    assert v.share_key("v", "driver") == volume(list(reversed(
+        ["--allow-delete", "uid 1000", "gid=1000", "metadata-ttl=indefinite", "rw",
+         "region eu-west-1", "prefix=data", "allow-other,dir-mode=0750"]))).share_key("v", "driver")
+    assert v.share_key("v", "driver") != v.share_key("v", "pod:x")
+    assert v.share_key("v", "driver") != ro.share_key("v", "driver")

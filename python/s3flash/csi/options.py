@@ -28,7 +28,7 @@ _SECONDS = re.compile(r"^[0-9]{1,8}(\.[0-9]{1,3})?$")
 _SIZE = re.compile(r"^[0-9]{1,12}[KMGT]?$")
 _REGION = re.compile(r"^[a-z0-9-]{1,40}$")
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,62}$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{2,62}$")
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # `s3flash mount` flags a PersistentVolume may set: name -> value pattern (None: a switch)
@@ -42,6 +42,10 @@ FLAGS = {
 # mountOptions that Mountpoint's driver takes as flags and s3flash as volume attributes
 FLAG_ATTRIBUTES = {"region": "region", "prefix": "prefix", "endpoint-url": "endpointUrl",
                    "force-path-style": "forcePathStyle"}
+# spellings of other drivers and of kubelet: name -> (s3flash flag or None to drop it, value)
+ALIASES = {"ro": ("read-only", None), "rw": (None, None)}
+# Mountpoint's metadata-ttl words
+TTL_WORDS = {"indefinite": "31536000", "minimal": "1"}
 # flags that would let a volume reach the node's files or processes: refused by name
 UNSAFE = {"cache": "names a host directory (use the volume attribute `cache`, a name under "
                    "the driver's cache root)",
@@ -118,6 +122,12 @@ class Volume:
         for raw in cap.mount.mount_flags:
             for part in raw.split(",") if "," in raw and " " not in raw else [raw]:
                 name, value = parse_flag(part)
+                if name in ALIASES and value is None:
+                    name, value = ALIASES[name]
+                    if name is None:
+                        continue
+                if name in ("metadata-ttl", "negative-metadata-ttl") and value in TTL_WORDS:
+                    value = TTL_WORDS[value]
                 if name in UNSAFE:
                     raise invalid("mount option %r %s" % (name, UNSAFE[name]))
                 if name in FLAG_ATTRIBUTES:
