@@ -347,6 +347,10 @@ def test_pod_credentials(s3_other, rgw, endpoint, sts, tmp_path):
                              "access_key": rgw.other_secret_key})
             assert read(t / "private.txt") == b"the role's data"
             assert {e.get("access_key") for e in proxy.stats()["log"]} == {rgw.other_access_key}
+            # kubelet's republish with a rotated Secret: the same publish, still mounted
+            publish(d, "vol-s", t, {"bucketName": bucket, "endpointUrl": proxy.endpoint},
+                    secrets={"key_id": rgw.other_access_key, "access_key": "rotated"})
+            assert read(t / "private.txt") == b"the role's data"
             unpublish(d, "vol-s", t)
             for p in d.logs:  # no secret in the driver's logs
                 text = p.read_text()

@@ -50,10 +50,6 @@ def _fingerprint(salt, *parts):
     return hmac.new(salt, "\0".join(parts).encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def secret_fingerprint(salt, secrets):
-    return _fingerprint(salt, *["%s=%s" % kv for kv in sorted(secrets.items())]) if secrets else ""
-
-
 def resolve(vol, secrets, salt, sts_endpoint, kube, audience=STS_AUDIENCE):
     """The credentials of a publish (VolumeError on bad input or an STS refusal)."""
     secrets = dict(secrets)

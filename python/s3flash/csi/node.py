@@ -184,8 +184,10 @@ class Node:
             raise invalid("target_path %r is not an absolute path" % target)
         target = os.path.normpath(target)
         vol = Volume(req, self.cache_root)
-        secret_fp = creds.secret_fingerprint(self.salt, dict(req.secrets))
-        digest = vol.digest(req.volume_id, target, secret_fp)
+        # the secrets are not part of "the same arguments": kubelet's republish (the
+        # CSIDriver's requiresRepublish) carries a rotated Secret, which the running daemon
+        # keeps using until the pod is mounted again
+        digest = vol.digest(req.volume_id, target)
         with self.lock:
             rec = self._load(target)
             if rec and sysmount.is_mounted(target):

@@ -203,11 +203,11 @@ class Volume:
     def source(self):
         return "%s/%s" % (self.bucket, self.prefix) if self.prefix else self.bucket
 
-    def digest(self, volume_id, target, secret_fingerprint):
-        """What a second publish of `target` must repeat to be 'the same arguments'."""
+    def digest(self, volume_id, target):
+        """What a second publish of `target` must repeat to be 'the same arguments' (the
+        volume, its attributes and flags; not the pod's token or the secrets' values)."""
         doc = {"volume_id": volume_id, "target": target, "flags": self.flags,
-               "context": {k: v for k, v in self.context.items() if k not in POD_INFO_KEYS},
-               "secrets": secret_fingerprint}
+               "context": {k: v for k, v in self.context.items() if k not in POD_INFO_KEYS}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def share_key(self, volume_id, identity):
