@@ -3,6 +3,7 @@ packaged for Debian: scripts/render-chart.py renders the subset of Go templates 
 uses), the plain manifests (the chart's rendering, kept in sync), and the examples of
 docs/KUBERNETES.md, each parsed and checked for every field the driver relies on."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,16 @@ def test_mount_options_become_flags():
          "region eu-west-1", "prefix=data", "allow-other,dir-mode=0750"]))).share_key("v", "driver")
     assert v.share_key("v", "driver") != v.share_key("v", "pod:x")
     assert v.share_key("v", "driver") != ro.share_key("v", "driver")
+
+
+def test_cache_dirs_are_private(tmp_path):
+    from s3flash.csi.mounter import private_dirs
+    root = tmp_path / "cache"
+    assert private_dirs(str(root / "name" / "ident"), 2) is None
+    assert (root / "name" / "ident").stat().st_mode & 0o777 == 0o700
+    assert private_dirs(str(root / "name" / "ident"), 2) is None  # again: the same
+    (root / "evil").symlink_to(tmp_path)
+    assert "refused" in private_dirs(str(root / "evil" / "x"), 2)
+    (root / "open").mkdir(mode=0o777)
+    os.chmod(root / "open", 0o777)
+    assert "refused" in private_dirs(str(root / "open" / "x"), 2)

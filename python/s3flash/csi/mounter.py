@@ -15,6 +15,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -73,6 +74,26 @@ def _ppid(pid):
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def private_dirs(path, depth):
+    """Make the last `depth` components of path (a volume's cache: NAME/IDENTITY under the
+    cache root) as directories of this user, mode 0700; an existing one must be that too (not
+    a symlink, not another user's, not writable by others): None, or why not."""
+    parts = path.rstrip("/").split("/")
+    base = "/".join(parts[:-depth]) or "/"
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    for i in range(len(parts) - depth, len(parts)):
+        p = "/".join(parts[:i + 1])
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(p)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return ("cache directory %s is not a private directory of this driver (a symlink, "
+                    "another owner, or open to others): refused" % p)
+    return None
 
 
 class Mount:
@@ -203,7 +224,10 @@ class Mounter:
         cred = req.get("credentials") or {"kind": "driver"}
         flags = list(req.get("flags", []))
         if req.get("cache"):
-            os.makedirs(req["cache"], mode=0o700, exist_ok=True)
+            err = private_dirs(req["cache"], depth=2)
+            if err:
+                os.close(fd)
+                return {"ok": False, "error": err}
             flags += ["--cache", req["cache"]]
         # the daemon's warnings (failed requests with their request ids) go to the
         # mounter's stderr, the container's log: a descriptor of its own for --log-file
