@@ -237,6 +237,18 @@ def test_mounter_restart_readopts(driver, ctx, tmp_path):
     pid = next(iter(pids.values()))
     wait_for(lambda: not pid_alive(pid), 20, "the re-adopted daemon to end")
     assert driver.daemons() == {}
+    # a daemon that ends while its mounter is down: the mounter that comes back reports it
+    publish(driver, "vol-m", t, ctx)
+    ((key, pid),) = driver.daemons().items()
+    driver.kill("mounter")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 20, "the daemon to end")
+    driver.start_mounter()
+    lost = driver.mounter_call({"op": "list"})["lost"]
+    assert list(lost) == [key] and lost[key]["pid"] == pid
+    assert "is gone" in (driver.root / "mounter.log").read_text()
+    unpublish(driver, "vol-m", t)
+    assert not is_mount(t)
 
 
 def test_cache_survives_republish(driver, filled, endpoint, tmp_path):
