@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -232,10 +233,11 @@ static int is_fuse_fd(const char *mountpoint) {
 int mnt_run(const struct mnt_options *in) {
     struct mnt_options o = *in;
     struct stat st;
-    int fuse_fd = is_fuse_fd(o.mountpoint);
-    if (fuse_fd) {
+    int on_fd = is_fuse_fd(o.mountpoint);
+    if (on_fd) {
         int fd = atoi(o.mountpoint + 8);
-        if (fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode)) {
+        if (fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 ||
+            minor(st.st_rdev) != 229) {
             fprintf(stderr, "s3flash: mount point %s: not an open /dev/fuse descriptor\n",
                     o.mountpoint);
             return 1;
@@ -244,11 +246,11 @@ int mnt_run(const struct mnt_options *in) {
         fprintf(stderr, "s3flash: mount point %s: %s\n", o.mountpoint, strerror(errno));
         return 1;
     }
-    if (!fuse_fd && !S_ISDIR(st.st_mode)) {
+    if (!on_fd && !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "s3flash: mount point %s is not a directory\n", o.mountpoint);
         return 1;
     }
-    char *mp = fuse_fd ? strdup(o.mountpoint) : realpath(o.mountpoint, NULL);
+    char *mp = on_fd ? strdup(o.mountpoint) : realpath(o.mountpoint, NULL);
     if (!mp) {
         fprintf(stderr, "s3flash: mount point %s: %s\n", o.mountpoint, strerror(errno));
         return 1;
@@ -409,7 +411,7 @@ int mnt_run(const struct mnt_options *in) {
         goto out;
     }
     mounted = 1;
-    if (!fuse_fd) /* the mounting process knows where */
+    if (!on_fd) /* the mounting process knows where */
         raise_read_ahead(o.mountpoint, MNT_READ_AHEAD_KIB);
     struct fuse_session *se = fuse_get_session(f);
     if (fuse_set_signal_handlers(se) != 0) {

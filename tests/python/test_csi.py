@@ -489,3 +489,18 @@ def test_interrupted_publish_leaks_nothing(driver, ctx, tmp_path):
     unpublish(driver, "vol-i", t)
     assert not is_mount(t)
     wait_for(lambda: not pid_alive(pid), 20, "the daemon to end")
+
+
+def test_s3flash_mount_refuses_a_descriptor_that_is_not_fuse(filled, endpoint, tmp_path):
+    """`s3flash mount BUCKET /dev/fd/N` serves only an open /dev/fuse descriptor."""
+    import subprocess
+    from csi_harness import s3flash_cli
+    cli = s3flash_cli()
+    if not cli:
+        pytest.skip("no s3flash CLI in the build directory")
+    with open(tmp_path / "f", "w") as f:
+        p = subprocess.run([cli, "--endpoint-url", endpoint, "mount", filled,
+                            "/dev/fd/%d" % f.fileno(), "--foreground"], pass_fds=(f.fileno(),),
+                           capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    assert "not an open /dev/fuse descriptor" in p.stderr
