@@ -504,3 +504,15 @@ def test_s3flash_mount_refuses_a_descriptor_that_is_not_fuse(filled, endpoint, t
                            capture_output=True, text=True, timeout=30)
     assert p.returncode == 1
     assert "not an open /dev/fuse descriptor" in p.stderr
+
+
+def test_target_through_a_symlink(driver, ctx, tmp_path):
+    """kubelet's directory may be a symlink: the target is found in the mount table anyway."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "kubelet").symlink_to(tmp_path / "real")
+    t = tmp_path / "kubelet" / "vol"
+    publish(driver, "vol-l", t, ctx)
+    assert is_mount(tmp_path / "real" / "vol")
+    publish(driver, "vol-l", t, ctx)  # the same publish: found
+    unpublish(driver, "vol-l", t)
+    assert not is_mount(tmp_path / "real" / "vol")

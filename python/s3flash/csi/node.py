@@ -59,6 +59,13 @@ class Identity:
         return r
 
 
+def _canonical(path):
+    """path with its parent's symlinks resolved (the last component may not exist yet, or be
+    a dead mount that must not be stat'ed)."""
+    path = os.path.normpath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
 def _guard(fn):
     """Run an RPC: a VolumeError becomes its gRPC status, anything else INTERNAL."""
     def wrapper(self, req, ctx):
@@ -79,7 +86,8 @@ class Node:
                  max_volumes=0, token_audience=creds.STS_AUDIENCE):
         self.node_id = node_id
         self.mounter = mounter_socket
-        self.dir = os.path.join(state_dir, "node")
+        # as /proc/self/mountinfo spells paths: symlinks resolved (/var/lib/kubelet may be one)
+        self.dir = os.path.join(os.path.realpath(state_dir), "node")
         self.targets_dir = os.path.join(self.dir, "targets")
         self.sources_dir = os.path.join(self.dir, "sources")
         for d in (self.dir, self.targets_dir, self.sources_dir):
@@ -160,7 +168,7 @@ class Node:
     def NodeGetVolumeStats(self, req, ctx):
         if not req.volume_id or not req.volume_path:
             raise invalid("volume_id and volume_path are required")
-        rec = self._load(os.path.normpath(req.volume_path))
+        rec = self._load(_canonical(req.volume_path))
         if not rec or rec["volume_id"] != req.volume_id:
             raise VolumeError(grpc.StatusCode.NOT_FOUND, "volume %s is not published at %s"
                               % (req.volume_id, req.volume_path))
@@ -182,7 +190,7 @@ class Node:
             raise invalid("target_path is missing")
         if not os.path.isabs(target):
             raise invalid("target_path %r is not an absolute path" % target)
-        target = os.path.normpath(target)
+        target = _canonical(target)
         vol = Volume(req, self.cache_root)
         # the secrets are not part of "the same arguments": kubelet's republish (the
         # CSIDriver's requiresRepublish) carries a rotated Secret, which the running daemon
@@ -314,7 +322,7 @@ class Node:
             raise invalid("volume_id is missing")
         if not req.target_path:
             raise invalid("target_path is missing")
-        target = os.path.normpath(req.target_path)
+        target = _canonical(req.target_path)
         with self.lock:
             rec = self._load(target)
             while sysmount.is_mounted(target):
