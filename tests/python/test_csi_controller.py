@@ -56,6 +56,14 @@ def test_capabilities(controller):
     assert [c.service.type for c in caps] == [pb.PluginCapability.Service.CONTROLLER_SERVICE]
     rpcs = ctl.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest()).capabilities
     assert [c.rpc.type for c in rpcs] == [pb.ControllerServiceCapability.RPC.CREATE_DELETE_VOLUME]
+    ok = ctl.ValidateVolumeCapabilities(pb.ValidateVolumeCapabilitiesRequest(
+        volume_id="b/p/", volume_capabilities=[CAP]))
+    assert list(ok.confirmed.volume_capabilities) == [CAP]
+    block = pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(),
+                                access_mode=M(mode=M.SINGLE_NODE_WRITER))
+    no = ctl.ValidateVolumeCapabilities(pb.ValidateVolumeCapabilitiesRequest(
+        volume_id="b/p/", volume_capabilities=[block]))
+    assert not no.HasField("confirmed") and "block" in no.message
 
 
 def test_create_publish_delete(controller, s3, bucket, endpoint, tmp_path):
