@@ -154,14 +154,8 @@ step_root() {
     say "root: $rootfs made in $(secs "$t0") s, $(du -sm "$rootfs" | cut -f1) MiB"
 }
 
-mounted=()
-unmount_all() {
-    local i
-    for (( i=${#mounted[@]}-1; i>=0; i-- )); do
-        umount -R "${mounted[$i]}" 2>/dev/null || umount -lR "${mounted[$i]}" 2>/dev/null || true
-    done
-    mounted=()
-}
+# shellcheck source=chroot-lib.sh
+. "$src/scripts/chroot-lib.sh"   # mounted=(), unmount_all
 
 step_test() {
     local w t0 t1 torch torch_whl flags=() pipenv=()

@@ -3,7 +3,8 @@
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), builds
 # the wheel and tests it as a user meets it (scripts/wheel-test.sh: libraries bundled, installed
-# into a clean Debian 12 root, the drop-in flow against the same RGW), then runs the C tests
+# into a clean Debian 12 root, the drop-in flow against the same RGW; the CSI driver's image
+# root, scripts/csi-image.sh), then runs the C tests
 # again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
 # (tests/torture) and the Python tests of the C paths with the extension built that way, then
 # the unit tests and the engine's threaded C integration tests under ThreadSanitizer, fuzzes
@@ -69,6 +70,9 @@ python3 -m pytest -q -p no:cacheprovider tests/integration/test_multirank.py
 # (debootstrap, cached under /var/tmp/s3flash-wheel) with nothing but python3 and the wheel
 if [ "${S3FLASH_SKIP_WHEEL:-0}" != 1 ]; then
     bash scripts/wheel-test.sh wheel check root test
+    # the CSI driver's image root: that wheel with grpcio in a copy of the same Debian root,
+    # s3flash-csi node + mounter publishing a bucket there (scripts/csi-image.sh)
+    bash scripts/csi-image.sh root test
 fi
 
 if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -217,18 +218,39 @@ static uint64_t default_memory_target(void) {
     return t;
 }
 
+/* "/dev/fd/N" names a /dev/fuse descriptor that another process opened and mounted (the
+ * CSI driver's node process, as fusermount3 does): libfuse serves it as it is. */
+static int is_fuse_fd(const char *mountpoint) {
+    const char *p = mountpoint;
+    if (strncmp(p, "/dev/fd/", 8) != 0 || !p[8])
+        return 0;
+    for (p += 8; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
 int mnt_run(const struct mnt_options *in) {
     struct mnt_options o = *in;
     struct stat st;
-    if (stat(o.mountpoint, &st) != 0) {
+    int on_fd = is_fuse_fd(o.mountpoint);
+    if (on_fd) {
+        int fd = atoi(o.mountpoint + 8);
+        if (fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 ||
+            minor(st.st_rdev) != 229) {
+            fprintf(stderr, "s3flash: mount point %s: not an open /dev/fuse descriptor\n",
+                    o.mountpoint);
+            return 1;
+        }
+    } else if (stat(o.mountpoint, &st) != 0) {
         fprintf(stderr, "s3flash: mount point %s: %s\n", o.mountpoint, strerror(errno));
         return 1;
     }
-    if (!S_ISDIR(st.st_mode)) {
+    if (!on_fd && !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "s3flash: mount point %s is not a directory\n", o.mountpoint);
         return 1;
     }
-    char *mp = realpath(o.mountpoint, NULL);
+    char *mp = on_fd ? strdup(o.mountpoint) : realpath(o.mountpoint, NULL);
     if (!mp) {
         fprintf(stderr, "s3flash: mount point %s: %s\n", o.mountpoint, strerror(errno));
         return 1;
@@ -389,7 +411,8 @@ int mnt_run(const struct mnt_options *in) {
         goto out;
     }
     mounted = 1;
-    raise_read_ahead(o.mountpoint, MNT_READ_AHEAD_KIB);
+    if (!on_fd) /* the mounting process knows where */
+        raise_read_ahead(o.mountpoint, MNT_READ_AHEAD_KIB);
     struct fuse_session *se = fuse_get_session(f);
     if (fuse_set_signal_handlers(se) != 0) {
         fail("cannot install the signal handlers");

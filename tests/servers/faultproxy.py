@@ -84,7 +84,8 @@ request (one fault per request: the later ones do not fire on it). Actions:
                             hex zeros): a gateway that ignores If-Match, or an object replaced
 Every log entry also carries "done", when its response was relayed in full (CLOCK_MONOTONIC;
 absent for one cut short), and the request's Range header ("range", or null) and its
-x-amz-request-payer header ("request_payer", or null).
+x-amz-request-payer header ("request_payer", or null), and the access key id it is signed with
+("access_key", from SigV4's Authorization header, or null).
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
 
@@ -568,6 +569,13 @@ class Proxy:
         with self.lock:
             entry["request_payer"] = value
 
+    def note_access_key(self, entry, authorization):
+        """The access key id a request is signed with (SigV4's Credential=KEY/...; never the
+        signature), or null."""
+        m = re.search(r"Credential=([^/,\s]+)/", authorization or "")
+        with self.lock:
+            entry["access_key"] = m.group(1) if m else None
+
     def note_done(self, entry):
         """When the response was relayed in full ("done", CLOCK_MONOTONIC): with "time", the
         log shows how many requests were on the wire at once."""
@@ -711,6 +719,7 @@ class Proxy:
         fault, entry = self.choose(method, path, query)
         self.note_range(entry, header(headers, "range"))
         self.note_request_payer(entry, header(headers, "x-amz-request-payer"))
+        self.note_access_key(entry, header(headers, "authorization"))
         action = fault.action if fault else None
         self.log(f"{method} {target}" + (f" -> {action}" if action else ""))
 

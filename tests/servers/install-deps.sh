@@ -23,7 +23,7 @@ APT_PACKAGES=(
     rsync                   # tests/integration/test_mount_use.py (rsync -r into a mount)
     s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
 )
-PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt)
+PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml)
 
 POLICY=/usr/sbin/policy-rc.d
 MADE_POLICY=0
@@ -74,13 +74,18 @@ pip_missing() {
     # without these moto silently computes CRC32 in place of CRC32C and CRC64NVME
     python3 -c 'import crc32c' 2>/dev/null || echo crc32c
     python3 -c 'import awscrt' 2>/dev/null || echo awscrt
+    # the CSI driver (python/s3flash/csi): gRPC, its messages generated at build time, and
+    # the chart renderer of its deployment test (scripts/render-chart.py)
+    python3 -c 'import grpc' 2>/dev/null || echo grpcio
+    python3 -c 'import grpc_tools.protoc' 2>/dev/null || echo grpcio-tools
+    python3 -c 'import yaml' 2>/dev/null || echo pyyaml
 }
 
 install_pip() {
     local missing flags=()
     mapfile -t missing < <(pip_missing)
     if ((${#missing[@]} == 0)); then
-        log "pip: meson ninja pytest moto[server] crc32c awscrt present"
+        log "pip: meson ninja pytest moto[server] crc32c awscrt grpcio grpcio-tools pyyaml present"
         return 0
     fi
     log "pip: installing ${missing[*]}"

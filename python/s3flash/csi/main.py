@@ -1,0 +1,117 @@
+"""The `s3flash-csi` command (docs/KUBERNETES.md):
+
+  s3flash-csi node --endpoint unix:///csi/csi.sock --node-id NODE --mounter-socket SOCK
+                   [--state-dir DIR] [--cache-root DIR] [--sts-endpoint URL]
+  s3flash-csi mounter --socket SOCK [--state-dir DIR] [--s3flash PATH]
+  s3flash-csi controller --endpoint unix:///csi/csi.sock
+  s3flash-csi credentials --socket SOCK --mount KEY     (the daemons' credential_process)
+"""
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent import futures
+
+DEFAULT_STATE = "/var/lib/kubelet/plugins/csi.s3flash.io"
+
+
+def _serve_grpc(endpoint, services):
+    import grpc
+
+    from . import proto
+    if not endpoint.startswith("unix://"):
+        sys.exit("s3flash-csi: --endpoint must be unix:///PATH, not %r" % endpoint)
+    path = endpoint[len("unix://"):]
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    for name, impl in services:
+        proto.add_service(server, name, impl)
+    server.add_insecure_port("unix://" + path)
+    server.start()
+    logging.getLogger("s3flash-csi").info("serving %s on %s",
+                                          ", ".join(n for n, _ in services), endpoint)
+    return server
+
+
+def _wait_for_signal(stop):
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *_: stop.set())
+    while not stop.wait(1):
+        pass
+
+
+def parser():
+    ap = argparse.ArgumentParser(prog="s3flash-csi", description="s3flash's Kubernetes CSI "
+                                 "driver (docs/KUBERNETES.md)")
+    ap.add_argument("--log-level", default=os.environ.get("S3FLASH_CSI_LOG", "INFO"))
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    n = sub.add_parser("node", help="the Identity and Node services (kubelet's socket)")
+    n.add_argument("--endpoint", required=True)
+    n.add_argument("--node-id", required=True)
+    n.add_argument("--mounter-socket", required=True)
+    n.add_argument("--state-dir", default=DEFAULT_STATE)
+    n.add_argument("--cache-root", default=None,
+                   help="where the volumes' `cache` directories are (default STATE/cache)")
+    n.add_argument("--sts-endpoint", default=None,
+                   help="STS for pod-level credentials (default AWS_ENDPOINT_URL_STS, else "
+                        "the regional AWS endpoint)")
+    n.add_argument("--token-audience", default="sts.amazonaws.com",
+                   help="the audience of the service-account token for STS (the CSIDriver's "
+                        "tokenRequests)")
+    n.add_argument("--max-volumes", type=int, default=0)
+    m = sub.add_parser("mounter", help="runs the s3flash mount daemons")
+    m.add_argument("--socket", required=True)
+    m.add_argument("--state-dir", default=DEFAULT_STATE)
+    m.add_argument("--s3flash", default=None,
+                   help="the s3flash CLI (default $S3FLASH_CSI_S3FLASH, the package's own, "
+                        "else s3flash on PATH)")
+    c = sub.add_parser("controller", help="the Identity and Controller services")
+    c.add_argument("--endpoint", required=True)
+    k = sub.add_parser("credentials", help="credential_process of a pod-level mount")
+    k.add_argument("--socket", required=True)
+    k.add_argument("--mount", required=True)
+    return ap
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    stop = threading.Event()
+    if a.cmd == "credentials":
+        from .mounter import credentials_main
+        return credentials_main(a.socket, a.mount)
+    if a.cmd == "mounter":
+        from .mounter import Mounter
+        mnt = Mounter(a.socket, a.state_dir, s3flash=a.s3flash)
+        t = threading.Thread(target=mnt.serve, args=(stop,), daemon=True)
+        t.start()
+        _wait_for_signal(stop)
+        t.join(5)
+        return 0
+    from .node import Identity, Node
+    if a.cmd == "node":
+        node = Node(a.node_id, a.mounter_socket, a.state_dir, cache_root=a.cache_root,
+                    sts_endpoint=a.sts_endpoint, max_volumes=a.max_volumes,
+                    token_audience=a.token_audience)
+        server = _serve_grpc(a.endpoint, [("Identity", Identity()), ("Node", node)])
+    else:
+        from .controller import Controller
+        server = _serve_grpc(a.endpoint, [("Identity", Identity(controller=True)),
+                                          ("Controller", Controller())])
+    _wait_for_signal(stop)
+    server.stop(5).wait()
+    logging.shutdown()
+    os._exit(0)  # a handler still waiting on S3 or the mounter must not hold the exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

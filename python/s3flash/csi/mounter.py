@@ -1,0 +1,399 @@
+"""`s3flash-csi mounter`: runs one `s3flash mount BUCKET /dev/fd/N` daemon per mount on the
+FUSE descriptor the node process hands over (SCM_RIGHTS on --socket), and keeps each pod-level
+mount's current credentials in memory for its daemon (served through credential_process).
+
+The mounter is a child subreaper: a daemon, once its starting parent has exited, is the
+mounter's child, found by the S3FLASH_CSI_MOUNT variable in its environment. A record per
+mount in STATE/mounter/ (no secrets) lets a restarted mounter re-adopt daemons still running
+and report those that are gone (their mounts answer ENOTCONN until unpublished)."""
+
+import ctypes
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+from . import sysmount
+
+log = logging.getLogger("s3flash-csi.mounter")
+MARKER = "S3FLASH_CSI_MOUNT"
+PR_SET_CHILD_SUBREAPER = 36
+# the mounter's own variables that a daemon may see whatever its credentials (no secrets)
+CONFIG_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+              "AWS_CA_BUNDLE", "AWS_MAX_ATTEMPTS", "S3FLASH_FORCE_PATH_STYLE", "LANG", "TZ")
+
+
+def find_s3flash():
+    """$S3FLASH_CSI_S3FLASH, else the package's own CLI, else `s3flash` on PATH."""
+    exe = os.environ.get("S3FLASH_CSI_S3FLASH")
+    if exe:
+        return exe
+    own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin",
+                       "s3flash")
+    if os.access(own, os.X_OK):
+        return own
+    return shutil.which("s3flash") or "s3flash"
+
+
+def _environ(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        return None
+
+
+def _daemon_pid(key):
+    """The running daemon whose environment carries MARKER=key, or None."""
+    want = key.encode()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            env = _environ(int(name))
+            if env and env.get(MARKER.encode()) == want:
+                try:
+                    with open("/proc/%s/stat" % name) as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                            continue
+                except OSError:
+                    continue
+                return int(name)
+    return None
+
+
+def _ppid(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def private_dirs(path, depth):
+    """Make the last `depth` components of path (a volume's cache: NAME/IDENTITY under the
+    cache root) as directories of this user, mode 0700; an existing one must be that too (not
+    a symlink, not another user's, not writable by others): None, or why not."""
+    parts = path.rstrip("/").split("/")
+    base = "/".join(parts[:-depth]) or "/"
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    for i in range(len(parts) - depth, len(parts)):
+        p = "/".join(parts[:i + 1])
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(p)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            return ("cache directory %s is not a private directory of this driver (a symlink, "
+                    "another owner, or open to others): refused" % p)
+    return None
+
+
+class Mount:
+    def __init__(self, key, doc):
+        self.key = key
+        self.doc = doc          # the record: source, bucket, flags, pid (no secrets)
+        self.pid = doc.get("pid")
+        self.creds = None       # pod-level: {"values": {...}, "expiration": ...}
+        self.ended = threading.Event()
+
+
+class Mounter:
+    def __init__(self, sock_path, state_dir, s3flash=None, cache_root=None):
+        self.sock_path = sock_path
+        self.dir = os.path.join(state_dir, "mounter")
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        self.s3flash = s3flash or find_s3flash()
+        self.cache_root = cache_root
+        self.lock = threading.Lock()
+        self.mounts = {}
+        self.lost = {}
+
+    # ---- records ----
+    def _record_path(self, key):
+        return os.path.join(self.dir, key + ".json")
+
+    def _save(self, m):
+        tmp = self._record_path(m.key) + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(m.doc, f)
+        os.replace(tmp, self._record_path(m.key))
+
+    def _drop(self, m):
+        for p in (self._record_path(m.key), self._record_path(m.key) + ".config"):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    def readopt(self):
+        """Take over the daemons of the records in the state dir that are still running;
+        log (and list as lost) those that are not."""
+        for name in sorted(os.listdir(self.dir)):
+            if not name.endswith(".json"):
+                continue
+            key = name[:-5]
+            try:
+                with open(os.path.join(self.dir, name)) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError) as e:
+                log.error("mount record %s unreadable (%s): dropped", name, e)
+                continue
+            m = Mount(key, doc)
+            pid = _daemon_pid(key)
+            if pid:
+                m.pid = doc["pid"] = pid
+                self.mounts[key] = m
+                self._watch(m)
+                log.info("re-adopted the daemon of s3://%s (pid %d, mount %s)",
+                         doc.get("source"), pid, key)
+            else:
+                self.lost[key] = doc
+                self._drop(m)
+                log.error("the daemon of s3://%s (mount %s, pid %s) is gone: its targets "
+                          "answer ENOTCONN until kubelet unpublishes them",
+                          doc.get("source"), key, doc.get("pid"))
+
+    # ---- daemons ----
+    def _watch(self, m):
+        def run():
+            try:
+                pfd = os.pidfd_open(m.pid)
+            except OSError:
+                pfd = None
+            if pfd is not None:
+                select.select([pfd], [], [])
+                os.close(pfd)
+            status = None
+            try:
+                _, status = os.waitpid(m.pid, 0)
+            except ChildProcessError:
+                pass
+            with self.lock:
+                if self.mounts.get(m.key) is m:
+                    del self.mounts[m.key]
+                    self._drop(m)
+            log.info("the daemon of s3://%s (pid %d) ended%s", m.doc.get("source"), m.pid,
+                     "" if status is None else " (status %d)" % status)
+            m.ended.set()
+        threading.Thread(target=run, name="watch-%d" % m.pid, daemon=True).start()
+
+    def _env(self, key, cred):
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "HOME": "/",
+               MARKER: key}
+        for k in CONFIG_ENV:
+            if k in os.environ:
+                env[k] = os.environ[k]
+        kind = cred.get("kind", "driver")
+        if kind == "driver":
+            for k, v in os.environ.items():
+                if k.startswith("AWS_"):
+                    env[k] = v
+        else:
+            # not the node's AWS files: names that do not exist
+            env["AWS_SHARED_CREDENTIALS_FILE"] = os.path.join(self.dir, "no-credentials-file")
+            env["AWS_CONFIG_FILE"] = os.path.join(self.dir, "no-config-file")
+        if kind == "static":
+            env.update(cred["values"])
+        elif kind == "pod":
+            # credential_process: asks this mounter for the mount's current credentials
+            cfg = self._record_path(key) + ".config"
+            cmd = "%s -m s3flash.csi credentials --socket %s --mount %s" % (
+                sys.executable, self.sock_path, key)
+            with open(cfg + ".tmp", "w") as f:
+                f.write("[default]\ncredential_process = %s\n" % cmd)
+            os.replace(cfg + ".tmp", cfg)
+            env["AWS_CONFIG_FILE"] = cfg
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        return env
+
+    def start(self, req, fd):
+        key = req["key"]
+        with self.lock:
+            m = self.mounts.get(key)
+            if m and not m.ended.is_set():
+                return {"ok": False, "error": "mount %s already has a daemon (pid %d)"
+                        % (key, m.pid)}
+        cred = req.get("credentials") or {"kind": "driver"}
+        flags = list(req.get("flags", []))
+        if req.get("cache"):
+            err = private_dirs(req["cache"], depth=2)
+            if err:
+                os.close(fd)
+                return {"ok": False, "error": err}
+            flags += ["--cache", req["cache"]]
+        # the daemon's warnings (failed requests with their request ids) go to the
+        # mounter's stderr, the container's log: a descriptor of its own for --log-file
+        logfd = os.dup(2)
+        flags += ["--log-file", "/dev/fd/%d" % logfd]
+        argv = [self.s3flash, "mount", req["source"], "/dev/fd/%d" % fd] + flags
+        m = Mount(key, {"key": key, "source": req["source"], "flags": flags,
+                        "target": req.get("target", ""), "started": time.time()})
+        if cred.get("kind") == "pod":
+            m.creds = {"values": cred["values"], "expiration": cred.get("expiration", "")}
+            with self.lock:
+                self.mounts[key] = m  # credential_process runs before the daemon is found
+        try:
+            p = subprocess.run(argv, env=self._env(key, cred), pass_fds=(fd, logfd),
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+                               start_new_session=True)
+            out = (p.stderr + p.stdout).decode("utf-8", "replace").strip()
+        except subprocess.TimeoutExpired:
+            out, p = "s3flash mount did not answer in 120 s", None
+        finally:
+            os.close(fd)
+            os.close(logfd)
+        pid = _daemon_pid(key) if p is not None and p.returncode == 0 else None
+        if not pid:
+            with self.lock:
+                if self.mounts.get(key) is m:
+                    del self.mounts[key]
+            self._drop(m)
+            log.warning("s3flash mount s3://%s failed: %s", req["source"], out)
+            return {"ok": False, "error": out or "s3flash mount exited with status %s"
+                    % (p.returncode if p else "?")}
+        m.pid = m.doc["pid"] = pid
+        with self.lock:
+            self.mounts[key] = m
+            self.lost.pop(key, None)
+            self._save(m)
+        self._watch(m)
+        log.info("s3://%s served by pid %d (mount %s)", req["source"], pid, key)
+        return {"ok": True, "pid": pid}
+
+    def release(self, key, timeout):
+        """After the node unmounted the last use of a mount, its daemon ends by itself;
+        wait for that, then SIGTERM."""
+        with self.lock:
+            m = self.mounts.get(key)
+            self.lost.pop(key, None)
+        if not m:
+            return {"ok": True}
+        if not m.ended.wait(timeout):
+            log.warning("the daemon of s3://%s (pid %d) still runs after its unmount: SIGTERM",
+                        m.doc.get("source"), m.pid)
+            try:
+                os.kill(m.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            m.ended.wait(10)
+        return {"ok": True}
+
+    def handle(self, conn):
+        try:
+            req, fds = sysmount.recv(conn)
+            if req is None:
+                return
+            op = req.get("op")
+            if op == "mount":
+                if len(fds) != 1:
+                    for fd in fds:
+                        os.close(fd)
+                    reply = {"ok": False, "error": "mount needs one /dev/fuse descriptor"}
+                else:
+                    reply = self.start(req, fds[0])
+            else:
+                for fd in fds:
+                    os.close(fd)
+                reply = self.simple(op, req, conn)
+            sysmount.send(conn, reply)
+        except Exception as e:  # one bad request never ends the mounter
+            log.exception("request failed")
+            try:
+                sysmount.send(conn, {"ok": False, "error": "mounter: %s" % e})
+            except OSError:
+                pass
+        finally:
+            conn.close()
+
+    def simple(self, op, req, conn):
+        if op == "list":
+            with self.lock:
+                return {"ok": True, "mounts": {k: {"pid": m.pid, "source": m.doc.get("source")}
+                                               for k, m in self.mounts.items()},
+                        "lost": self.lost}
+        if op == "release":
+            return self.release(req["key"], float(req.get("timeout", 10)))
+        if op == "update_credentials":
+            with self.lock:
+                m = self.mounts.get(req["key"])
+                if not m:
+                    return {"ok": False, "error": "no mount %s" % req["key"]}
+                m.creds = {"values": req["credentials"]["values"],
+                           "expiration": req["credentials"].get("expiration", "")}
+            return {"ok": True}
+        if op == "credentials":
+            return self.credentials(req.get("key", ""), sysmount.peer_pid(conn))
+        return {"ok": False, "error": "unknown request %r" % op}
+
+    def credentials(self, key, peer):
+        """For credential_process: only a process under the mount's own daemon gets them."""
+        with self.lock:
+            m = self.mounts.get(key)
+        if not m or not m.creds:
+            return {"ok": False, "error": "no credentials for mount %s" % key}
+        # the asker descends from a process this mounter started (the daemon, or while it
+        # starts, its parent) that carries the mount's marker
+        pid, ok = peer, False
+        for _ in range(5):
+            pid = _ppid(pid)
+            if pid <= 1:
+                break
+            env = _environ(pid)
+            if env and env.get(MARKER.encode()) == key.encode() and _ppid(pid) == os.getpid():
+                ok = True
+                break
+        if not ok:
+            log.warning("credentials of mount %s asked by pid %d, not its daemon: refused",
+                        key, peer)
+            return {"ok": False, "error": "refused: not the mount's daemon"}
+        return {"ok": True, "credentials": m.creds}
+
+    def serve(self, stop=None):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self.readopt()
+        try:
+            os.unlink(self.sock_path)
+        except FileNotFoundError:
+            pass
+        os.makedirs(os.path.dirname(self.sock_path) or ".", exist_ok=True)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old = os.umask(0o077)
+        srv.bind(self.sock_path)
+        os.umask(old)
+        srv.listen(64)
+        log.info("mounter listening on %s (s3flash: %s)", self.sock_path, self.s3flash)
+        srv.settimeout(0.5)
+        while stop is None or not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            conn.settimeout(None)
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+        srv.close()
+
+
+def credentials_main(sock, key):
+    """credential_process: print the mount's credentials as the AWS CLI expects them."""
+    r = sysmount.call(sock, {"op": "credentials", "key": key}, timeout=30)
+    if not r.get("ok"):
+        sys.stderr.write("s3flash-csi credentials: %s\n" % r.get("error"))
+        return 1
+    v = r["credentials"]["values"]
+    out = {"Version": 1, "AccessKeyId": v["AWS_ACCESS_KEY_ID"],
+           "SecretAccessKey": v["AWS_SECRET_ACCESS_KEY"]}
+    if v.get("AWS_SESSION_TOKEN"):
+        out["SessionToken"] = v["AWS_SESSION_TOKEN"]
+    if r["credentials"].get("expiration"):
+        out["Expiration"] = r["credentials"]["expiration"]
+    sys.stdout.write(json.dumps(out))
+    return 0

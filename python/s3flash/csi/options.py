@@ -1,0 +1,218 @@
+"""A volume's settings from a NodePublishVolume request: volume_context keys (Mountpoint's
+driver's names where it has them), the PersistentVolume's mountOptions (mount_flags) checked
+against an allow-list of `s3flash mount` flags, the access mode and readonly. Everything here
+is validated before anything is mounted; a refusal is a VolumeError(INVALID_ARGUMENT, ...)."""
+
+import hashlib
+import json
+import re
+
+import grpc
+
+from .proto import pb
+
+# kubelet's keys in volume_context (podInfoOnMount, tokenRequests): per pod, never part of
+# what makes two publishes "the same arguments"
+POD_INFO_KEYS = ("csi.storage.k8s.io/pod.name", "csi.storage.k8s.io/pod.namespace",
+                 "csi.storage.k8s.io/pod.uid", "csi.storage.k8s.io/serviceAccount.name",
+                 "csi.storage.k8s.io/ephemeral", "csi.storage.k8s.io/serviceAccount.tokens")
+TOKENS_KEY = "csi.storage.k8s.io/serviceAccount.tokens"
+
+# volume_context keys the driver reads
+CONTEXT_KEYS = {"bucketName", "prefix", "region", "endpointUrl", "forcePathStyle", "cache",
+                "cacheMaxSize", "authenticationSource", "stsRegion", "roleArn"}
+
+_NUM = re.compile(r"^[0-9]{1,10}$")
+_OCTAL = re.compile(r"^0?[0-7]{3,4}$")
+_SECONDS = re.compile(r"^[0-9]{1,8}(\.[0-9]{1,3})?$")
+_SIZE = re.compile(r"^[0-9]{1,12}[KMGT]?$")
+_REGION = re.compile(r"^[a-z0-9-]{1,40}$")
+_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{2,62}$")
+_CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+# `s3flash mount` flags a PersistentVolume may set: name -> value pattern (None: a switch)
+FLAGS = {
+    "allow-delete": None, "allow-overwrite": None, "allow-rename": None,
+    "allow-other": None, "read-only": None, "debug": None,
+    "uid": _NUM, "gid": _NUM, "dir-mode": _OCTAL, "file-mode": _OCTAL,
+    "metadata-ttl": _SECONDS, "negative-metadata-ttl": _SECONDS,
+    "max-cache-size": _SIZE, "memory-target": _SIZE, "max-threads": _NUM, "part-size": _SIZE,
+}
+# mountOptions that Mountpoint's driver takes as flags and s3flash as volume attributes
+FLAG_ATTRIBUTES = {"region": "region", "prefix": "prefix", "endpoint-url": "endpointUrl",
+                   "force-path-style": "forcePathStyle"}
+# spellings of other drivers and of kubelet: name -> (s3flash flag or None to drop it, value)
+ALIASES = {"ro": ("read-only", None), "rw": (None, None)}
+# Mountpoint's metadata-ttl words
+TTL_WORDS = {"indefinite": "31536000", "minimal": "1"}
+# flags that would let a volume reach the node's files or processes: refused by name
+UNSAFE = {"cache": "names a host directory (use the volume attribute `cache`, a name under "
+                   "the driver's cache root)",
+          "log-file": "names a host file (the daemon logs to the mounter's log)",
+          "profile": "reads the node's AWS config files (use nodePublishSecretRef or "
+                     "authenticationSource: pod)",
+          "foreground": "is the mounter's to decide",
+          "no-sign-request": "is not a volume option"}
+
+
+class VolumeError(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(msg):
+    return VolumeError(grpc.StatusCode.INVALID_ARGUMENT, msg)
+
+
+def _truthy(v, what):
+    if v.lower() in ("true", "1", "yes"):
+        return True
+    if v.lower() in ("false", "0", "no", ""):
+        return False
+    raise invalid("%s must be true or false, not %r" % (what, v))
+
+
+def parse_flag(raw):
+    """'--uid=1000', 'uid 1000', 'allow-delete' -> ('uid', '1000') / ('allow-delete', None)."""
+    s = raw.strip()
+    if s.startswith("--"):
+        s = s[2:]
+    m = re.match(r"^([A-Za-z0-9-]+)(?:[= ]\s*(.*))?$", s)
+    if not m:
+        raise invalid("mount option %r is not NAME or NAME=VALUE" % raw)
+    return m.group(1).lower(), (None if m.group(2) is None else m.group(2).strip())
+
+
+class Volume:
+    """The validated settings of one publish. `daemon_flags` are the `s3flash mount` flags
+    (no credentials, no host paths); `key_material` is everything that must match for two
+    publishes to share one daemon."""
+
+    def __init__(self, req, cache_root):
+        ctx = dict(req.volume_context)
+        unknown = [k for k in ctx if k not in CONTEXT_KEYS and k not in POD_INFO_KEYS]
+        if unknown:
+            raise invalid("unknown volume attribute(s) %s (known: %s)"
+                          % (", ".join(sorted(unknown)), ", ".join(sorted(CONTEXT_KEYS))))
+        cap = req.volume_capability
+        if not req.HasField("volume_capability"):
+            raise invalid("volume_capability is missing")
+        if cap.WhichOneof("access_type") != "mount":
+            raise invalid("only mount volumes are served (access_type %s)"
+                          % cap.WhichOneof("access_type"))
+        mode = cap.access_mode.mode
+        M = pb.VolumeCapability.AccessMode
+        if mode == M.UNKNOWN:
+            raise invalid("volume_capability.access_mode is missing")
+        reader_only = mode in (M.SINGLE_NODE_READER_ONLY, M.MULTI_NODE_READER_ONLY)
+        if cap.mount.fs_type not in ("", "fuse", "s3flash", "fuse.s3flash"):
+            raise invalid("fs_type %r: this driver mounts s3flash only" % cap.mount.fs_type)
+
+        self.bucket = ctx.get("bucketName", "")
+        if not self.bucket:
+            raise invalid("volume attribute bucketName is missing (the bucket to mount)")
+        if not _BUCKET.match(self.bucket):
+            raise invalid("bucketName %r is not a bucket name" % self.bucket)
+        attrs = {k: ctx[k] for k in ("prefix", "region", "endpointUrl", "forcePathStyle")
+                 if k in ctx}
+        flags = {}
+        for raw in cap.mount.mount_flags:
+            for part in raw.split(",") if "," in raw and " " not in raw else [raw]:
+                name, value = parse_flag(part)
+                if name in ALIASES and value is None:
+                    name, value = ALIASES[name]
+                    if name is None:
+                        continue
+                if name in ("metadata-ttl", "negative-metadata-ttl") and value in TTL_WORDS:
+                    value = TTL_WORDS[value]
+                if name in UNSAFE:
+                    raise invalid("mount option %r %s" % (name, UNSAFE[name]))
+                if name in FLAG_ATTRIBUTES:
+                    attrs[FLAG_ATTRIBUTES[name]] = "true" if value is None else value
+                    continue
+                if name not in FLAGS:
+                    raise invalid("unknown mount option %r (allowed: %s)"
+                                  % (name, ", ".join(sorted(list(FLAGS) + list(FLAG_ATTRIBUTES)))))
+                pat = FLAGS[name]
+                if pat is None and value not in (None, "", "true"):
+                    raise invalid("mount option %r takes no value (got %r)" % (name, value))
+                if pat is not None and (value is None or not pat.match(value)):
+                    raise invalid("mount option %r needs a value like %s, not %r"
+                                  % (name, pat.pattern, value))
+                flags[name] = value if pat is not None else None
+        if req.readonly or reader_only:
+            flags["read-only"] = None
+        if "read-only" in flags:
+            for f in ("allow-delete", "allow-overwrite", "allow-rename"):
+                flags.pop(f, None)  # a read-only publish of a writable volume
+        self.read_only = "read-only" in flags
+
+        prefix = attrs.get("prefix", "")
+        if prefix:
+            if prefix.startswith("/") or "//" in prefix or ".." in prefix.split("/"):
+                raise invalid("prefix %r has an empty or '..' component" % prefix)
+            if not prefix.endswith("/"):
+                prefix += "/"
+        self.prefix = prefix
+        self.region = attrs.get("region", "")
+        if self.region and not _REGION.match(self.region):
+            raise invalid("region %r is not a region name" % self.region)
+        self.endpoint = attrs.get("endpointUrl", "")
+        if self.endpoint and not _URL.match(self.endpoint):
+            raise invalid("endpointUrl %r is not an http(s) URL" % self.endpoint)
+        self.path_style = _truthy(attrs.get("forcePathStyle", "false"), "forcePathStyle")
+
+        self.cache_name = ctx.get("cache", "")
+        if self.cache_name and not _CACHE_NAME.match(self.cache_name):
+            raise invalid("cache %r must be a name (letters, digits, . _ -), not a path: the "
+                          "directory is the driver's cache root / that name" % self.cache_name)
+        if ctx.get("cacheMaxSize"):
+            if not self.cache_name:
+                raise invalid("cacheMaxSize needs the attribute cache")
+            if not _SIZE.match(ctx["cacheMaxSize"]):
+                raise invalid("cacheMaxSize %r is not a size like 10G" % ctx["cacheMaxSize"])
+            flags["max-cache-size"] = ctx["cacheMaxSize"]
+        elif "max-cache-size" in flags and not self.cache_name:
+            raise invalid("mount option max-cache-size needs the volume attribute cache")
+        self.cache_root = cache_root
+
+        self.auth = ctx.get("authenticationSource", "driver") or "driver"
+        if self.auth not in ("driver", "pod"):
+            raise invalid("authenticationSource must be driver or pod, not %r" % self.auth)
+        self.sts_region = ctx.get("stsRegion", "") or self.region
+        self.role_arn = ctx.get("roleArn", "")
+        self.context = ctx
+        self.flags = flags
+
+        self.daemon_flags = []
+        for name in sorted(flags):
+            self.daemon_flags.append("--" + name)
+            if flags[name] is not None:
+                self.daemon_flags.append(flags[name])
+        if self.region:
+            self.daemon_flags += ["--region", self.region]
+        if self.endpoint:
+            self.daemon_flags += ["--endpoint-url", self.endpoint]
+        if self.path_style:
+            self.daemon_flags.append("--force-path-style")
+
+    @property
+    def source(self):
+        return "%s/%s" % (self.bucket, self.prefix) if self.prefix else self.bucket
+
+    def digest(self, volume_id, target):
+        """What a second publish of `target` must repeat to be 'the same arguments' (the
+        volume, its attributes and flags; not the pod's token or the secrets' values)."""
+        doc = {"volume_id": volume_id, "target": target, "flags": self.flags,
+               "context": {k: v for k, v in self.context.items() if k not in POD_INFO_KEYS}}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def share_key(self, volume_id, identity):
+        """Publishes with the same key share one daemon: the same volume, mount flags and
+        credentials."""
+        doc = {"volume_id": volume_id, "source": self.source, "flags": self.daemon_flags, "cache": self.cache_name,
+               "identity": identity}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]

@@ -1,0 +1,171 @@
+"""The CSI driver's test harness: its two processes started for real (`python3 -m
+s3flash.csi node|mounter`, the s3flash CLI of the build directory, $S3FLASH_BUILD_DIR or
+./build, else the package's own), and a kubelet stand-in: a gRPC client over the node's unix
+socket making the calls kubelet makes."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def s3flash_cli():
+    b = Path(os.environ.get("S3FLASH_BUILD_DIR", ROOT / "build")) / "src" / "cli" / "s3flash"
+    return str(b) if b.exists() else None
+
+
+def wait_for(cond, timeout=30, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def mountinfo():
+    with open("/proc/self/mountinfo") as f:
+        return [line.split(" - ")[0].split(" ")[4] for line in f]
+
+
+def is_mount(path):
+    return os.path.normpath(str(path)) in mountinfo()
+
+
+class Driver:
+    """node + mounter in `root` (sockets, state dir, logs)."""
+
+    def __init__(self, root, env=None, node_args=()):
+        self.root = Path(root)
+        self.state = self.root / "state"
+        self.csi_sock = self.root / "csi.sock"
+        self.mounter_sock = self.root / "mounter.sock"
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        cli = s3flash_cli()
+        if cli:
+            self.env["S3FLASH_CSI_S3FLASH"] = cli
+        self.env.update(env or {})
+        self.node_args = list(node_args)
+        self.node = self.mounter = None
+        self._channel = None
+        self.logs = []
+
+    def _spawn(self, name, args):
+        log = open(self.root / ("%s.log" % name), "ab")
+        self.logs.append(self.root / ("%s.log" % name))
+        p = subprocess.Popen([sys.executable, "-m", "s3flash.csi", "--log-level", "DEBUG"]
+                             + args, env=self.env, stdout=log, stderr=log,
+                             stdin=subprocess.DEVNULL)
+        log.close()
+        return p
+
+    def start_mounter(self):
+        if self.mounter_sock.exists():
+            self.mounter_sock.unlink()
+        self.mounter = self._spawn("mounter", ["mounter", "--socket", str(self.mounter_sock),
+                                               "--state-dir", str(self.state)])
+        wait_for(self.mounter_sock.exists, what="the mounter's socket")
+
+    def start_node(self):
+        if self.csi_sock.exists():
+            self.csi_sock.unlink()
+        self.node = self._spawn("node", ["node", "--endpoint", "unix://%s" % self.csi_sock,
+                                         "--node-id", "test-node", "--mounter-socket",
+                                         str(self.mounter_sock), "--state-dir",
+                                         str(self.state)] + self.node_args)
+        wait_for(self.csi_sock.exists, what="the node's socket")
+        self._channel = None
+
+    def start(self):
+        self.start_mounter()
+        self.start_node()
+        return self
+
+    def kill(self, which, sig=signal.SIGKILL):
+        p = getattr(self, which)
+        p.send_signal(sig)
+        p.wait(20)
+
+    @property
+    def channel(self):
+        if self._channel is None:
+            self._channel = grpc.insecure_channel("unix://%s" % self.csi_sock)
+            grpc.channel_ready_future(self._channel).result(timeout=20)
+        return self._channel
+
+    def stub(self, service):
+        from s3flash.csi.proto import Stub
+        return Stub(self.channel, service)
+
+    def mounter_call(self, doc):
+        from s3flash.csi import sysmount
+        return sysmount.call(str(self.mounter_sock), doc)
+
+    def daemons(self):
+        """{mount key: pid} of the running s3flash mount daemons of this driver."""
+        return {k: v["pid"] for k, v in self.mounter_call({"op": "list"})["mounts"].items()}
+
+    def dump_logs(self):
+        for p in self.logs:
+            try:
+                print("==== %s\n%s" % (p, p.read_text()[-6000:]))
+            except OSError:
+                pass
+
+    def stop(self):
+        if self._channel is not None:
+            self._channel.close()
+        for p in (self.node, self.mounter):
+            if p and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def cleanup_mounts(root):
+    """Lazy-unmount whatever is left under root (a failed test), deepest first."""
+    root = os.path.normpath(str(root))
+    for m in sorted((m for m in mountinfo() if m.startswith(root + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True, timeout=20)
+
+
+def pid_alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def tokens(token):
+    return json.dumps({"sts.amazonaws.com": {"token": token,
+                                             "expirationTimestamp": "2099-01-01T00:00:00Z"}})
+
+
+@contextlib.contextmanager
+def running(root, **kw):
+    """A started Driver in root; at the end (failed or not) whatever it left mounted under
+    root is unmounted and it is stopped. Its logs are printed: pytest shows them only for a
+    test that failed."""
+    d = Driver(root, **kw)
+    try:
+        d.start()
+        yield d
+    finally:
+        d.dump_logs()
+        cleanup_mounts(root)
+        d.stop()
+        cleanup_mounts(root)
