@@ -141,8 +141,16 @@ if [ ! -e /dev/fuse ]; then
 fi
 # (test_netns.py: hosts as network namespaces; test_multirank.py runs after the Python step,
 # which installs torch)
-step integration python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" \
-    --ignore=tests/integration/test_multirank.py tests/integration
+# integration NAME: the integration tests on several workers, then those that measure rates
+# on the wire (conftest.py's SERIAL_MODULES) alone
+integration() {
+    local name=$1
+    step "$name" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" -m "not serial" \
+        --ignore=tests/integration/test_multirank.py tests/integration
+    step "$name-serial" python3 -m pytest -q -p no:cacheprovider -m serial \
+        --ignore=tests/integration/test_multirank.py tests/integration
+}
+integration integration
 
 if [ $quick = 1 ]; then
     echo "all tests passed (--quick: unit and integration only)"
@@ -178,9 +186,7 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
     step asan-unit meson test -C build-asan --suite unit --print-errorlogs
     # every integration test again, the CLI, the C test programs and the mount daemons built
     # with ASan+UBSan
-    S3FLASH_BUILD_DIR="$root/build-asan" step asan-integration python3 -m pytest -q \
-        -p no:cacheprovider "${xdist[@]}" --ignore=tests/integration/test_multirank.py \
-        tests/integration
+    S3FLASH_BUILD_DIR="$root/build-asan" integration asan-integration
     # the Python extension under ASan+UBSan: the ASan runtime preloaded into an ordinary
     # python3 (leak checks off: the interpreter keeps its memory at exit), the Python tests
     # that drive the C paths (reader, writer, files, errors, round trips, fork)
