@@ -399,12 +399,12 @@ KILL_CHILD = textwrap.dedent("""
     step = 0
     def done(f, s):  # on the checkpointer's thread: one write a line, never interleaved
         if f.exception() is None:
-            sys.stdout.write(f"COMMITTED {s}\n"); sys.stdout.flush()
+            sys.stdout.write(f"COMMITTED {s}\\n"); sys.stdout.flush()
     while True:
         step += 1
         sd["w"].fill_(step); sd["b"].fill_(step); sd["opt"]["step"] = step
         f = ck.save(sd, step)
-        sys.stdout.write(f"STAGED {step}\n"); sys.stdout.flush()
+        sys.stdout.write(f"STAGED {step}\\n"); sys.stdout.flush()
         f.add_done_callback(lambda f, s=step: done(f, s))
         sd["w"].fill_(-1)  # training goes on at once
 """)
