@@ -4,12 +4,18 @@
 # the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), builds
 # the wheel and tests it as a user meets it (scripts/wheel-test.sh: libraries bundled, installed
 # into a clean Debian 12 root, the drop-in flow against the same RGW; the CSI driver's image
-# root, scripts/csi-image.sh), then runs the C tests
-# again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
+# root, scripts/csi-image.sh), then runs the C tests again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
 # (tests/torture) and the Python tests of the C paths with the extension built that way, then
 # the unit tests and the engine's threaded C integration tests under ThreadSanitizer, fuzzes
 # every parser for a bounded time (tests/fuzz/run.sh), and stops the servers.
-#   tests/run.sh            everything
+# The steps that wait on the network run their test files on several workers at once
+# (pytest-xdist, one module and its bucket a worker); the clean root is made and the fuzzers
+# run in the background beside them. The time of every step is printed at the end
+# (docs/TESTING.md has the table).
+#   tests/run.sh            everything (the gate that .ci/run calls)
+#   tests/run.sh --quick    the edit loop: build, unit and integration tests, no sanitizers,
+#                           no Python package, no wheel, no fuzzing
+#   S3FLASH_TEST_JOBS=N     pytest workers of the network-bound steps (default 4; 0: serial)
 #   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
 #   S3FLASH_SKIP_TSAN=1     skip the ThreadSanitizer pass
 #   S3FLASH_SKIP_WHEEL=1    skip the wheel test (scripts/wheel-test.sh)
@@ -20,8 +26,72 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+quick=0
+for a in "$@"; do
+    case "$a" in
+        --quick) quick=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "tests/run.sh: unknown argument $a (--quick, --help)" >&2; exit 2 ;;
+    esac
+done
+# the network-bound pytest steps run their files on this many workers (pytest-xdist,
+# --dist loadfile: a module and its bucket stay on one worker)
+jobs=${S3FLASH_TEST_JOBS:-4}
+xdist=(-n "$jobs" --dist loadfile)
+[ "$jobs" != 0 ] || xdist=()
+
+# -- step timing: every step's wall time, printed at the end (and when a step fails) ---------
+t_start=$(date +%s)
+steps=()
+step_report() {
+    local rc=$?
+    [ ${#steps[@]} -gt 0 ] || return 0
+    echo
+    echo "step times (tests/run.sh$([ $quick = 1 ] && echo ' --quick'), ${jobs} workers):"
+    printf '  %-34s %8s  %s\n' step seconds result
+    local s
+    for s in "${steps[@]}"; do printf '  %-34s %8s  %s\n' $s; done
+    printf '  %-34s %8s\n' total "$(( $(date +%s) - t_start ))"
+    return $rc
+}
+# step NAME CMD...: runs CMD in the foreground, records its time and result; a failure ends the
+# run (after the table)
+step() {
+    local name=$1 t0 rc=0
+    shift
+    t0=$(date +%s)
+    echo "=== $name" >&2
+    "$@" || rc=$?
+    if [ $rc = 0 ]; then steps+=("$name $(( $(date +%s) - t0 )) ok")
+    else steps+=("$name $(( $(date +%s) - t0 )) FAILED($rc)"); exit $rc; fi
+}
+# bg_start NAME CMD...: runs CMD in the background (output to a log); bg_wait NAME waits for it
+# and records it as a step (its time is its own wall time, overlapped with the foreground)
+declare -A bg_pid bg_t0 bg_log
+bg_start() {
+    local name=$1
+    shift
+    bg_log[$name]=$(mktemp /tmp/s3flash-step-$name.XXXXXX)
+    bg_t0[$name]=$(date +%s)
+    echo "=== $name (background, log ${bg_log[$name]})" >&2
+    "$@" >"${bg_log[$name]}" 2>&1 &
+    bg_pid[$name]=$!
+}
+bg_wait() {
+    local name=$1 rc=0
+    wait "${bg_pid[$name]}" || rc=$?
+    local d=$(( $(date +%s) - ${bg_t0[$name]} ))
+    if [ $rc = 0 ]; then steps+=("$name(bg) $d ok"); tail -n 3 "${bg_log[$name]}" >&2
+    else
+        cat "${bg_log[$name]}" >&2
+        steps+=("$name(bg) $d FAILED($rc)")
+        exit $rc
+    fi
+    rm -f "${bg_log[$name]}"
+}
+
 if [ "${S3FLASH_SKIP_INSTALL:-0}" != 1 ]; then
-    bash tests/servers/install-deps.sh
+    step install-deps bash tests/servers/install-deps.sh
 fi
 
 build() { # build DIR [meson args...]
@@ -37,14 +107,28 @@ build() { # build DIR [meson args...]
 rgw_dir=$(mktemp -d /var/tmp/s3flash-rgw.XXXXXX)
 rmdir "$rgw_dir"
 cleanup() {
+    local rc=$?
+    for p in "${bg_pid[@]}"; do kill "$p" 2>/dev/null || true; done
     bash tests/servers/rgw.sh stop "$rgw_dir" >/dev/null 2>&1 || true
+    step_report || true
+    exit $rc
 }
 trap cleanup EXIT
 
-build build
-meson test -C build --suite unit --print-errorlogs
+wheel=0
+if [ $quick = 0 ] && [ "${S3FLASH_SKIP_WHEEL:-0}" != 1 ]; then
+    wheel=1
+    # the clean Debian 12 root the wheel is tested in (debootstrap: network and disk, cached
+    # under /var/tmp/s3flash-wheel): made while the tests run
+    bg_start wheel-root bash scripts/wheel-test.sh root
+fi
 
-eval "$(bash tests/servers/rgw.sh start "$rgw_dir")"
+step build build build
+step unit meson test -C build --suite unit --print-errorlogs
+
+start_rgw() { rgw_env=$(bash tests/servers/rgw.sh start "$rgw_dir"); }
+step rgw-start start_rgw
+eval "$rgw_env"
 export S3FLASH_TEST_ENDPOINT S3FLASH_TEST_ACCESS_KEY S3FLASH_TEST_SECRET_KEY \
     S3FLASH_TEST_OTHER_ACCESS_KEY S3FLASH_TEST_OTHER_SECRET_KEY S3FLASH_TEST_REGION
 
@@ -57,56 +141,82 @@ if [ ! -e /dev/fuse ]; then
 fi
 # (test_netns.py: hosts as network namespaces; test_multirank.py runs after the Python step,
 # which installs torch)
-python3 -m pytest -q -p no:cacheprovider --ignore=tests/integration/test_multirank.py \
-    tests/integration
+# integration NAME: the integration tests on several workers, then those that measure rates
+# on the wire (conftest.py's SERIAL_MODULES) alone
+integration() {
+    local name=$1
+    step "$name" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" -m "not serial" \
+        --ignore=tests/integration/test_multirank.py tests/integration
+    step "$name-serial" python3 -m pytest -q -p no:cacheprovider -m serial \
+        --ignore=tests/integration/test_multirank.py tests/integration
+}
+integration integration
+
+if [ $quick = 1 ]; then
+    echo "all tests passed (--quick: unit and integration only)"
+    exit 0
+fi
 
 # the Python package: pip-installed (meson-python), tested against the same RGW
-bash tests/python/run.sh
+step python bash tests/python/run.sh "${xdist[@]}"
 # many ranks on several hosts: torchrun (gloo) on two compute namespaces, 4 ranks saving and
 # loading through s3flash.dcp to an RGW of its own on a store namespace (docs/TESTING.md)
-python3 -m pytest -q -p no:cacheprovider tests/integration/test_multirank.py
+step multirank python3 -m pytest -q -p no:cacheprovider tests/integration/test_multirank.py
 
-# the wheel: bundled libraries, abi3 under each Python here, then a clean Debian 12 root
+fuzz=0
+if [ "${S3FLASH_SKIP_FUZZ:-0}" != 1 ]; then
+    # every crash found so far is replayed, then each target fuzzed; any crash, sanitizer
+    # report (UBSan halts) or leak fails the step. CPU-bound on one core: it runs beside the
+    # wheel test and the sanitizer passes, which mostly wait on RGW
+    fuzz=1
+    bg_start fuzz bash tests/fuzz/run.sh all "${S3FLASH_FUZZ_SECONDS:-10}"
+fi
+
+# the wheel: bundled libraries, abi3 under each Python here, then the clean Debian 12 root
 # (debootstrap, cached under /var/tmp/s3flash-wheel) with nothing but python3 and the wheel
-if [ "${S3FLASH_SKIP_WHEEL:-0}" != 1 ]; then
-    bash scripts/wheel-test.sh wheel check root test
+if [ $wheel = 1 ]; then
+    bg_wait wheel-root
+    step wheel bash scripts/wheel-test.sh wheel check test
     # the CSI driver's image root: that wheel with grpcio in a copy of the same Debian root,
     # s3flash-csi node + mounter publishing a bucket there (scripts/csi-image.sh)
-    bash scripts/csi-image.sh root test
+    step csi-image bash scripts/csi-image.sh root test
 fi
 
 if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
-    build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+    step asan-build build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-    meson test -C build-asan --suite unit --print-errorlogs
-    S3FLASH_BUILD_DIR="$root/build-asan" python3 -m pytest -q -p no:cacheprovider tests/integration
+    step asan-unit meson test -C build-asan --suite unit --print-errorlogs
+    # every integration test again, the CLI, the C test programs and the mount daemons built
+    # with ASan+UBSan
+    S3FLASH_BUILD_DIR="$root/build-asan" integration asan-integration
     # the Python extension under ASan+UBSan: the ASan runtime preloaded into an ordinary
     # python3 (leak checks off: the interpreter keeps its memory at exit), the Python tests
     # that drive the C paths (reader, writer, files, errors, round trips, fork)
     PYTHONPATH=$(bash tests/python/devenv.sh build-asan) \
         LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
-        python3 -m pytest -q -p no:cacheprovider --rootdir tests/python tests/python/test_io.py \
+        step asan-python python3 -m pytest -q -p no:cacheprovider --rootdir tests/python \
+        "${xdist[@]}" tests/python/test_io.py \
         tests/python/test_files.py tests/python/test_errors.py tests/python/test_roundtrip.py \
         tests/python/test_fork.py tests/python/test_lazy_load.py
     # allocation-failure torture of whole operations against the sink (docs/TESTING.md)
-    meson test -C build-asan --suite torture --print-errorlogs
+    step asan-torture meson test -C build-asan --suite torture --print-errorlogs
 fi
 # ThreadSanitizer: the library's threads (I/O threads, transfers, the janitor, the credential
 # refresher) under the unit tests and the engine's C integration programs against RGW
 if [ "${S3FLASH_SKIP_TSAN:-0}" != 1 ]; then
-    build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -Dpython=disabled
+    step tsan-build build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
+        -Dpython=disabled
     export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1"
-    meson test -C build-tsan --suite unit --print-errorlogs
+    step tsan-unit meson test -C build-tsan --suite unit --print-errorlogs
     # XFER_TEST_NO_RACE: leaves out the one case that races the client against RGW
-    XFER_TEST_NO_RACE=1 S3FLASH_BUILD_DIR="$root/build-tsan" python3 -m pytest -q \
-        -p no:cacheprovider tests/integration/test_xfer.py tests/integration/test_transport.py \
+    XFER_TEST_NO_RACE=1 S3FLASH_BUILD_DIR="$root/build-tsan" step tsan-integration \
+        python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" \
+        tests/integration/test_xfer.py tests/integration/test_transport.py \
         tests/integration/test_janitor_deadline.py tests/integration/test_progress_blocking.py \
         tests/integration/test_lost_responses.py
 fi
-if [ "${S3FLASH_SKIP_FUZZ:-0}" != 1 ]; then
-    # every crash found so far is replayed, then each target fuzzed; any crash, sanitizer
-    # report (UBSan halts) or leak fails the step
-    bash tests/fuzz/run.sh all "${S3FLASH_FUZZ_SECONDS:-10}"
+if [ $fuzz = 1 ]; then
+    bg_wait fuzz
 fi
 echo "all tests passed"

@@ -75,3 +75,8 @@ class S3ClientConfig:
             raise ValueError("cache_max_bytes and cache_min_free_bytes must be >= 0")
         if not (1 <= self.max_attempts <= 100):
             raise ValueError(f"max_attempts must be between 1 and 100, got {self.max_attempts}")
+        if self.requester_pays and self.unsigned:
+            # as upstream: x-amz-request-payer is honoured only on a signed request (S3
+            # bills the requester's account, so it must know who that is)
+            raise ValueError("requester_pays=True needs signed requests: it cannot be "
+                             "combined with unsigned=True")

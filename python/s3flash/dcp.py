@@ -172,6 +172,9 @@ class _PathMixin:
             return
         self._bucket, self._prefix = _split_checkpoint_path(path)
         self.path = _path_str(path)
+        fs = self.__dict__.get("_fs")
+        if fs is not None:
+            fs.init_path(self.path)
 
     def _require_path(self) -> None:
         if self.path is None:
@@ -202,12 +205,26 @@ class _PathMixin:
         """The checkpoint's s3:// path."""
         return self.path
 
+    @property
+    def fs(self) -> "S3FileSystem":
+        """An ``S3FileSystem`` over this writer's or reader's client, as upstream's
+        ``S3StorageWriter.fs``/``S3StorageReader.fs`` (rename, rm_file, exists,
+        create_stream on the checkpoint's objects)."""
+        fs = self.__dict__.get("_fs")
+        if fs is None:
+            fs = S3FileSystem(s3_client=self.client)
+            if self.path is not None:
+                fs.init_path(self.path)
+            self.__dict__["_fs"] = fs
+        return fs
+
     # The native client does not cross processes (async_save with the process executor
     # pickles the writer): rebuild it on the other side.
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None
         state.pop("_client_lock", None)
+        state.pop("_fs", None)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:

@@ -99,3 +99,24 @@ def bucket(s3, request):
         s3.delete_bucket(Bucket=name)
     except Exception as e:  # leave it; the server is thrown away anyway
         print(f"cleanup of bucket {name} failed: {e}")
+
+
+# Modules whose assertions are rates measured on the wire (a throttled link kept full, a
+# rate cap held, no stall on a slow link, a daemon's peak RSS): they run alone, after the
+# parallel pass (tests/run.sh: `-m "not serial"` on several workers, then `-m serial`), so
+# that other tests' CPU on this 2-core machine does not count against the link.
+SERIAL_MODULES = {
+    "test_link_fill", "test_link_fill_sink", "test_sink_limits", "test_slow_link",
+    "test_mount_perf", "test_control_lane", "test_netns",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: measures rates on the wire; run alone "
+                            "(tests/run.sh runs these after the parallel pass)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)

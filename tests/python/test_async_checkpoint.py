@@ -397,14 +397,14 @@ KILL_CHILD = textwrap.dedent("""
     sd = {"w": torch.zeros(3 * 2**20), "b": torch.zeros(1000, dtype=torch.int64),
           "opt": {"step": 0}}
     step = 0
-    def done(f, s):
+    def done(f, s):  # on the checkpointer's thread: one write a line, never interleaved
         if f.exception() is None:
-            print("COMMITTED", s, flush=True)
+            sys.stdout.write(f"COMMITTED {s}\\n"); sys.stdout.flush()
     while True:
         step += 1
         sd["w"].fill_(step); sd["b"].fill_(step); sd["opt"]["step"] = step
         f = ck.save(sd, step)
-        print("STAGED", step, flush=True)
+        sys.stdout.write(f"STAGED {step}\\n"); sys.stdout.flush()
         f.add_done_callback(lambda f, s=step: done(f, s))
         sd["w"].fill_(-1)  # training goes on at once
 """)

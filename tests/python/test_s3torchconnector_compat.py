@@ -338,3 +338,57 @@ def test_dcp_zstd_both_ways_with_filesystem_writer(s3, bucket, region, endpoint,
     dcp.load(out, storage_reader=S3StorageReader(region, f"s3://{bucket}/{prefix2}",
                                                  endpoint=endpoint), no_dist=True)
     _same(out, sd)
+
+
+def test_storage_writer_and_reader_expose_fs(s3, bucket, region, endpoint):
+    """upstream's S3StorageWriter.fs/S3StorageReader.fs: an S3FileSystem over the writer's
+    client, its path the checkpoint's; code that renames or removes a checkpoint's objects
+    through it (upstream's rename/rm tests, multi-process DCP tests) works the same."""
+    prefix = f"fs-{uuid.uuid4().hex[:6]}"
+    uri = f"s3://{bucket}/{prefix}"
+    writer = S3StorageWriter(region, uri, endpoint=endpoint)
+    assert isinstance(writer.fs, s3flash.dcp.S3FileSystem)
+    assert writer.fs is writer.fs                      # one per writer
+    assert writer.fs._path == uri
+    sd = _sd()
+    dcp.save(sd, storage_writer=writer, no_dist=True)
+    meta = writer.fs.concat_path(uri, ".metadata")
+    assert writer.fs.exists(meta)
+    data = writer.fs.concat_path(uri, "__0_0.distcp")
+    moved = writer.fs.concat_path(uri, "moved.distcp")
+    writer.fs.rename(data, moved)
+    assert not writer.fs.exists(data) and writer.fs.exists(moved)
+    assert sorted(_keys(s3, bucket, prefix + "/")) == [".metadata", "moved.distcp"]
+    writer.fs.rename(moved, data)
+    writer.reset(f"s3://{bucket}/{prefix}-2")          # a new checkpoint id moves .fs too
+    assert writer.fs._path == f"s3://{bucket}/{prefix}-2"
+    reader = S3StorageReader(region, uri, endpoint=endpoint)
+    out = _empty(sd)
+    dcp.load(out, storage_reader=reader, no_dist=True)
+    _same(out, sd)
+    reader.fs.rm_file(meta)
+    assert not reader.fs.exists(meta)
+    assert pickle.loads(pickle.dumps(reader)).fs.exists(data)   # rebuilt after unpickling
+
+
+def test_requester_pays_needs_signed_requests():
+    """requester_pays with unsigned requests is refused at once, as upstream (S3 bills the
+    requester, so the request must say who that is): no client is built."""
+    with pytest.raises(ValueError, match="requester_pays.*unsigned"):
+        S3ClientConfig(requester_pays=True, unsigned=True)
+    with pytest.raises(ValueError, match="requester_pays"):
+        s3flash.S3Client("us-east-1", s3client_config=S3ClientConfig(requester_pays=True,
+                                                                     unsigned=True))
+    assert S3ClientConfig(requester_pays=True).requester_pays       # signed: fine
+    assert S3ClientConfig(unsigned=True).unsigned
+
+
+def test_region_may_be_omitted(monkeypatch, s3, bucket, endpoint):
+    """The deliberate difference (docs/PYTHON.md): region is Optional[str]; None takes
+    AWS_REGION (else the profile's, else us-east-1) and the requests are signed for it."""
+    key = f"region-{uuid.uuid4().hex[:6]}"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"abc")
+    assert inspect.signature(s3flash.S3Client).parameters["region"].default is None
+    c = s3flash.S3Client(None, endpoint=endpoint)
+    with c.get_object(bucket, key) as r:
+        assert r.read() == b"abc"

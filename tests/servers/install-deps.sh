@@ -23,7 +23,7 @@ APT_PACKAGES=(
     rsync                   # tests/integration/test_mount_use.py (rsync -r into a mount)
     s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
 )
-PIP_PACKAGES=(meson ninja pytest 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml)
+PIP_PACKAGES=(meson ninja pytest pytest-xdist 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml)
 
 POLICY=/usr/sbin/policy-rc.d
 MADE_POLICY=0
@@ -69,6 +69,7 @@ pip_missing() {
     command -v meson >/dev/null || echo meson
     command -v ninja >/dev/null || echo ninja
     python3 -c 'import pytest' 2>/dev/null || echo pytest
+    python3 -c 'import xdist' 2>/dev/null || echo pytest-xdist   # tests/run.sh's workers
     { command -v moto_server >/dev/null && python3 -c 'import moto, flask, flask_cors' 2>/dev/null; } ||
         echo 'moto[server]'
     # without these moto silently computes CRC32 in place of CRC32C and CRC64NVME
