@@ -288,9 +288,12 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)o->connect_timeout_ms);
+    /* curl's low-speed check is only a backstop behind the engine's own stall clock
+     * (on_xferinfo): set at the stall timeout itself it raced that clock, and on a loaded
+     * machine fired first with curl's "Operation too slow" instead of the stall message */
     long stall_s = (long)((o->stall_timeout_ms + 999) / 1000);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall_s > 0 ? stall_s : 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 2 * (stall_s > 0 ? stall_s : 1L) + 5);
     req->stall_ns = (uint64_t)o->stall_timeout_ms * 1000000ull;
     req->moved = 0;
     req->moved_ns = 0;
