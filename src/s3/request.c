@@ -617,6 +617,9 @@ static void sync_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 
 enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
                                 struct s3f_error *err) {
+    if (!c) /* a public call with the NULL a failed s3f_client_new leaves */
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, r->operation, NULL,
+                              "client is NULL");
     struct sync_wait w = {.done = false};
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);

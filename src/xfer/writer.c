@@ -177,12 +177,12 @@ enum s3f_status s3f_writer_write(struct s3f_writer *w, const void *data, size_t 
             if (st) {
                 pthread_mutex_lock(&u->lock);
                 char msg[400];
-                unsigned wait_s = (unsigned)((u->x->pool.wait_timeout_ms
-                                                  ? u->x->pool.wait_timeout_ms
-                                                  : 60000) / 1000);
+                double wait_s = (double)(u->x->pool.wait_timeout_ms
+                                             ? u->x->pool.wait_timeout_ms
+                                             : 60000) / 1000.0;
                 snprintf(msg, sizeof(msg),
                          "no room in the buffer pool (memory_limit %" PRIu64 " MiB) for a "
-                         "part buffer of %zu MiB: nothing was given back for %u s and no "
+                         "part buffer of %zu MiB: nothing was given back for %.1f s and no "
                          "request is in flight (other writers of this client hold it: close "
                          "or abort them, or raise memory_limit)",
                          u->x->memory_limit >> 20, p->cap_chunks * cs >> 20, wait_s);

@@ -99,6 +99,9 @@ static void engine_free(struct s3f__xfer_engine *e) {
 
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err) {
+    if (!c) /* a public call with the NULL a failed s3f_client_new leaves */
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "transfer", NULL,
+                              "client is NULL");
     enum s3f_status st = S3F_OK;
     struct s3f__xfer_engine *e = c->xfer;
     pthread_mutex_lock(&e->lock);
@@ -242,7 +245,7 @@ void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
     memset(out, 0, sizeof(*out));
     struct s3f__xfer_shared *x = NULL;
-    if (s3f__xfer_shared_get(c, &x, NULL))
+    if (!c || s3f__xfer_shared_get(c, &x, NULL))
         return;
     struct s3f__pool_stats ps;
     s3f__pool_stats(&x->pool, &ps);
