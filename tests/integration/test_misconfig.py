@@ -16,25 +16,10 @@ import time
 import pytest
 
 from helpers import closed_port, list_keys, small_tmpfs
+from misconfig_files import expired_process, write
 from mountutil import force_unmount, is_mounted
 
 MIB = 1 << 20
-
-
-def write(path, text, mode=0o644):
-    path.write_text(text)
-    path.chmod(mode)
-    return str(path)
-
-
-def expired_process(tmp_path, rgw):
-    """A credential_process whose credentials expired long ago."""
-    script = tmp_path / "expired.sh"
-    write(script, "#!/bin/sh\necho '{\"Version\": 1, \"AccessKeyId\": \"%s\", "
-                  "\"SecretAccessKey\": \"%s\", \"SessionToken\": \"tok\", "
-                  "\"Expiration\": \"2020-01-01T00:00:00Z\"}'\n"
-          % (rgw.access_key, rgw.secret_key), 0o755)
-    return write(tmp_path / "config-expired", f"[profile old]\ncredential_process = {script}\n")
 
 
 # name -> (how to set it up, what the error line must say). setup(tmp_path, rgw) returns

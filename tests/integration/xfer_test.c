@@ -26,8 +26,8 @@ static const char *endpoint, *access_key, *secret_key, *region;
 static char bucket[64];
 static char tmpdir[256];
 
-static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t inflight,
-                                      enum s3f_checksum_algorithm ck) {
+static struct s3f_client *client_with(uint64_t part, uint64_t mem, uint32_t inflight,
+                                      enum s3f_checksum_algorithm ck, uint32_t wait_ms) {
     struct s3f_client_options o = {0};
     o.endpoint_url = endpoint;
     o.region = region ? region : "us-east-1";
@@ -38,6 +38,7 @@ static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t infl
     o.memory_limit_bytes = mem;
     o.max_inflight_requests = inflight;
     o.checksum = ck;
+    o.memory_wait_timeout_ms = wait_ms;
     struct s3f_client *c = NULL;
     struct s3f_error e;
     if (s3f_client_new(&o, &c, &e)) {
@@ -46,6 +47,11 @@ static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t infl
         fprintf(stderr, "client: %s\n", line);
     }
     return c;
+}
+
+static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t inflight,
+                                      enum s3f_checksum_algorithm ck) {
+    return client_with(part, mem, inflight, ck, 0);
 }
 
 static struct s3f_client *client(void) {
@@ -1001,20 +1007,7 @@ static void test_memory_bound(void) {
 }
 
 static struct s3f_client *client_wait(uint64_t part, uint64_t mem, uint32_t wait_ms) {
-    struct s3f_client_options o = {0};
-    o.endpoint_url = endpoint;
-    o.region = region ? region : "us-east-1";
-    o.force_path_style = 1;
-    o.access_key_id = access_key;
-    o.secret_access_key = secret_key;
-    o.part_size_bytes = part;
-    o.memory_limit_bytes = mem;
-    o.memory_wait_timeout_ms = wait_ms;
-    struct s3f_client *c = NULL;
-    struct s3f_error e;
-    if (s3f_client_new(&o, &c, &e))
-        print_err("client", &e);
-    return c;
+    return client_with(part, mem, 0, S3F_CHECKSUM_DEFAULT, wait_ms);
 }
 
 static uint64_t pool_in_use(struct s3f_client *c) {

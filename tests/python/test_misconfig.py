@@ -5,6 +5,7 @@ credentials, read-only and full local disks) met through the package's calls. Ea
 must raise an exception naming what was wrong (no crash: every case runs in a child
 interpreter whose exit status is checked, a signal would show as one), and write nothing.
 """
+import importlib.util
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import textwrap
 import pytest
 
 import s3flash
-from conftest import closed_port
+from conftest import ROOT, closed_port
 
 MIB = 1 << 20
 
@@ -57,19 +58,17 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def write(path, text, mode=0o644):
-    path.write_text(text)
-    path.chmod(mode)
-    return str(path)
+def _misconfig_files():
+    """tests/integration/misconfig_files.py, loaded by path (see conftest.integration_faults)."""
+    spec = importlib.util.spec_from_file_location(
+        "misconfig_files", ROOT / "tests" / "integration" / "misconfig_files.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def expired_config(tmp_path, rgw):
-    script = tmp_path / "expired.sh"
-    write(script, "#!/bin/sh\necho '{\"Version\": 1, \"AccessKeyId\": \"%s\", "
-                  "\"SecretAccessKey\": \"%s\", \"SessionToken\": \"tok\", "
-                  "\"Expiration\": \"2020-01-01T00:00:00Z\"}'\n"
-          % (rgw.access_key, rgw.secret_key), 0o755)
-    return write(tmp_path / "config-expired", f"[profile old]\ncredential_process = {script}\n")
+_files = _misconfig_files()
+write, expired_config = _files.write, _files.expired_process
 
 
 NO_KEYS = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}
