@@ -10,7 +10,7 @@
  *
  * The read-ahead and the tail are loans from the client's pool (xfer.h): the reader is a
  * lender, and when a blocked acquirer (a writer) is short, an idle reader (no read call
- * running) drops them; its next read starts a new window. */
+ * for 100 ms) drops them; its next read starts a new window. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,7 @@
 #define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
 #define SEQ_GAP 4096u                     /* a read this close past the last still sequential */
 #define SEQ_LEN (64u << 10)               /* ... when it is at least this long */
+#define IDLE_NS (100ull * 1000 * 1000)    /* no read call for this long: an idle reader */
 
 struct seg {
     struct s3f_reader *rd;
@@ -66,6 +67,7 @@ struct s3f_reader {
     struct seg *q_head, *q_tail;
     uint32_t outstanding, callbacks;
     uint32_t active;                      /* read calls running (segments in use) */
+    uint64_t last_read_ns;                /* when the last read call ended */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
 };
@@ -154,14 +156,16 @@ static bool ends_before(struct seg *s, uint64_t pos) {
     return s->end <= pos;
 }
 
-/* The pool is short (a blocked acquirer waits; no pool lock held): an idle reader gives
- * its read-ahead and tail back. One in a read call keeps them (its thread copies out of
- * them without the lock) and gives them back as it reads past them. */
+/* The pool is short (a blocked acquirer waits; no pool lock held): an idle reader (no
+ * read call for IDLE_NS) gives its read-ahead and tail back. One in a read call keeps them
+ * (its thread copies out of them without the lock) and gives them back as it reads past
+ * them; one between two calls of a stream keeps them too (its window is about to be
+ * read), while read-ahead's new requests wait behind the blocked acquirer. */
 static void reader_reclaim(struct s3f__pool_lender *l) {
     struct s3f_reader *rd =
         (struct s3f_reader *)((char *)l - offsetof(struct s3f_reader, lender));
     pthread_mutex_lock(&rd->lock);
-    if (!rd->active) {
+    if (!rd->active && s3f__now_ns() - rd->last_read_ns >= IDLE_NS) {
         drop_window(rd, NULL, 0);
         if (rd->tail) {
             seg_drop(rd, rd->tail);
@@ -574,6 +578,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         rd->seq_next = pos;
     }
     rd->active--;
+    rd->last_read_ns = s3f__now_ns();
     pthread_mutex_unlock(&rd->lock);
     *n_read = out;
     return st;
