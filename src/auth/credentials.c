@@ -458,6 +458,8 @@ static void ensure_refresher(struct s3f__credentials_provider *p) {
     if (!p->settings || p->synced.stop ||
         (p->synced.thread_started && p->synced.thread_pid == getpid()))
         return;
+    if (p->synced.thread_started && p->synced.thread_pid != getpid())
+        p->synced.waiters = NULL; /* a forked child: those are the parent's requests */
     p->synced.thread_started = false;
     sigset_t all, old;
     sigfillset(&all);
