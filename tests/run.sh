@@ -214,7 +214,8 @@ if [ "${S3FLASH_SKIP_TSAN:-0}" != 1 ]; then
         python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" \
         tests/integration/test_xfer.py tests/integration/test_transport.py \
         tests/integration/test_janitor_deadline.py tests/integration/test_progress_blocking.py \
-        tests/integration/test_lost_responses.py
+        tests/integration/test_lost_responses.py tests/integration/test_credentials_refresh.py \
+        --deselect tests/integration/test_credentials_refresh.py::test_slow_process_expiring_during_upload
 fi
 if [ $fuzz = 1 ]; then
     bg_wait fuzz

@@ -190,6 +190,12 @@ struct s3f_client_options {
      * (the bytes they hold between the caller and the network). Uploads from memory or a
      * file and downloads to memory or a file use no pool memory. At least 16 MiB. */
     uint64_t memory_limit_bytes;
+    /* 0: 60000 ms. A writer that waits for pool memory (all of it held) asks the readers
+     * for their read-ahead first (idle readers give it back); when no memory came back for
+     * this long and no request of the client is in flight that could give some back (the
+     * pool is held by other writers' unfinished parts), the write fails with
+     * S3F_ERR_NO_MEMORY naming the pool instead of waiting forever. */
+    uint32_t memory_wait_timeout_ms;
     /* 0: ceil(throughput_target_gbps / 0.4), the AWS CRT's estimate of one connection to
      * S3, at least 4 and at most the connections data requests may use (max_connections
      * less the 1 per I/O thread kept for control requests from 4 per thread, 2 from 16)

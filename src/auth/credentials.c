@@ -254,8 +254,25 @@ struct s3f__credentials_provider {
         bool demanded;          /* the kick is a request's that has no usable credentials */
         int failures;           /* consecutive background failures */
         int64_t retry_at;       /* wall seconds: no background fetch before */
+        struct s3f__credentials_waiter *waiters; /* parked requests, for the next fetch */
     } synced;
 };
+
+/* Take the parked requests (lock held); call them with call_waiters once it is released. */
+static struct s3f__credentials_waiter *take_waiters(struct s3f__credentials_provider *p) {
+    struct s3f__credentials_waiter *w = p->synced.waiters;
+    p->synced.waiters = NULL;
+    return w;
+}
+
+static void call_waiters(struct s3f__credentials_waiter *w) {
+    while (w) {
+        struct s3f__credentials_waiter *next = w->next;
+        w->next = NULL;
+        w->ready(w); /* may park again: a new list, not this one */
+        w = next;
+    }
+}
 
 static enum s3f_status provider_alloc(struct s3f__credentials_provider **out,
                                       struct s3f_error *err) {
@@ -300,6 +317,11 @@ void s3f__credentials_provider_free(struct s3f__credentials_provider *p) {
     pthread_mutex_unlock(&p->lock);
     if (join)
         pthread_join(p->synced.thread, NULL);
+    /* none should be left (calls in flight must have returned); each learns of the stop */
+    pthread_mutex_lock(&p->lock);
+    struct s3f__credentials_waiter *ws = take_waiters(p);
+    pthread_mutex_unlock(&p->lock);
+    call_waiters(ws);
     s3f__credentials_release(p->synced.current);
     s3f__chain_settings_free(p->settings);
     pthread_cond_destroy(&p->wake);
@@ -436,6 +458,8 @@ static void ensure_refresher(struct s3f__credentials_provider *p) {
     if (!p->settings || p->synced.stop ||
         (p->synced.thread_started && p->synced.thread_pid == getpid()))
         return;
+    if (p->synced.thread_started && p->synced.thread_pid != getpid())
+        p->synced.waiters = NULL; /* a forked child: those are the parent's requests */
     p->synced.thread_started = false;
     sigset_t all, old;
     sigfillset(&all);
@@ -521,6 +545,12 @@ static void *refresher_main(void *arg) {
         if (!demanded)
             p->synced.background_fetches++;
         st = fetch_done(p, st, &fresh, chosen, &ferr);
+        struct s3f__credentials_waiter *ws = take_waiters(p);
+        if (ws) { /* parked requests are re-queued from here, never under the lock */
+            pthread_mutex_unlock(&p->lock);
+            call_waiters(ws);
+            pthread_mutex_lock(&p->lock);
+        }
         if (p->synced.stop)
             break; /* cancelled by _free */
         now = s3f__wall_time_s();
@@ -586,7 +616,14 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
                 int chosen;
                 st = fetch_unlocked(p, only, &fresh, &chosen, &ferr);
                 pthread_mutex_lock(&p->lock);
-                if ((st = fetch_done(p, st, &fresh, chosen, &ferr))) {
+                st = fetch_done(p, st, &fresh, chosen, &ferr);
+                struct s3f__credentials_waiter *ws = take_waiters(p);
+                if (ws) {
+                    pthread_mutex_unlock(&p->lock);
+                    call_waiters(ws);
+                    pthread_mutex_lock(&p->lock);
+                }
+                if (st) {
                     if (err)
                         *err = ferr;
                     break;
@@ -606,6 +643,58 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
             break;
         }
     }
+    pthread_mutex_unlock(&p->lock);
+    return st;
+}
+
+enum s3f_status s3f__credentials_acquire_or_park(struct s3f__credentials_provider *p,
+                                                 struct s3f__credentials_snapshot **out,
+                                                 struct s3f__credentials_waiter *w,
+                                                 bool *parked, struct s3f_error *err) {
+    *out = NULL;
+    *parked = false;
+    if (!p)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no provider");
+    enum s3f_status st = S3F_OK;
+    pthread_mutex_lock(&p->lock);
+    struct s3f__credentials_snapshot *cur = p->synced.current;
+    if (cur && (!p->settings || (!p->synced.invalid &&
+                                 snapshot_usable(p, cur, s3f__wall_time_s())))) {
+        if (cur->creds.expiration)
+            ensure_refresher(p);
+        *out = snapshot_ref(cur);
+        w->parked_before = false;
+        goto out;
+    }
+    if (p->synced.stop) {
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "the client is being freed");
+        goto out;
+    }
+    if (w->parked_before && p->synced.completed != w->seen &&
+        p->synced.last_status != S3F_OK) {
+        /* the fetch this request waited for failed: that is its error */
+        w->parked_before = false;
+        st = p->synced.last_status;
+        if (err)
+            *err = p->synced.last_err;
+        goto out;
+    }
+    ensure_refresher(p);
+    if (!p->synced.thread_started) {
+        pthread_mutex_unlock(&p->lock);
+        return s3f__credentials_acquire(p, out, err); /* no refresher: fetch here */
+    }
+    if (!p->synced.fetching) {
+        p->synced.kick = true;
+        p->synced.demanded = true;
+        pthread_cond_broadcast(&p->wake);
+    }
+    w->seen = p->synced.completed;
+    w->parked_before = true;
+    w->next = p->synced.waiters;
+    p->synced.waiters = w;
+    *parked = true;
+out:
     pthread_mutex_unlock(&p->lock);
     return st;
 }

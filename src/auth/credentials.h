@@ -150,6 +150,30 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
                                          struct s3f_error *err);
 void s3f__credentials_release(struct s3f__credentials_snapshot *s); /* NULL ok */
 
+/* A request parked until the next fetch completes (s3f__credentials_acquire_or_park). */
+struct s3f__credentials_waiter {
+    /* Called once, after the fetch completed (successfully or not), on the thread that
+     * fetched (the refresher) with no lock of the provider held: re-queue the request (it
+     * calls s3f__credentials_acquire_or_park again). Must not block for long. */
+    void (*ready)(struct s3f__credentials_waiter *w);
+    struct s3f__credentials_waiter *next; /* the provider's */
+    uint64_t seen;                         /* fetches completed when parked */
+    bool parked_before;                    /* parked once: a failed fetch since is the error */
+};
+
+/* As s3f__credentials_acquire, without blocking on a fetch: S3F_OK with *out set when
+ * usable credentials exist; an error (that of the fetch that completed since `w` was
+ * parked, or the client being freed); or S3F_OK with *out NULL and *parked true: no usable
+ * credentials, the refresher was asked to fetch and `w` waits for that fetch (w->ready).
+ * This is what the executor uses, so that a request whose credentials expired or were
+ * rejected (ExpiredToken) waits off its I/O thread. Without a refresher thread (it could
+ * not start) it blocks as s3f__credentials_acquire does. Clear `w` (zero) before its first
+ * use by a request. */
+enum s3f_status s3f__credentials_acquire_or_park(struct s3f__credentials_provider *p,
+                                                 struct s3f__credentials_snapshot **out,
+                                                 struct s3f__credentials_waiter *w,
+                                                 bool *parked, struct s3f_error *err);
+
 /* The server rejected the token of snapshot `generation` (ExpiredToken,
  * TokenRefreshRequired, InvalidToken): when it is still the current one, the next acquire
  * fetches new credentials instead of handing it out. No-op for a static provider. */

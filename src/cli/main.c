@@ -211,8 +211,14 @@ static const struct cli_command commands[] = {
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
 
-/* The endpoint URL as an error may show it: user information (user:password@) hidden. */
+/* The endpoint URL as an error may show it: user information (user:password@) hidden.
+ * NULL (no --endpoint-url): an empty string. */
 static void endpoint_shown(const char *url, char *out, size_t len) {
+    if (!url) {
+        if (len)
+            out[0] = '\0';
+        return;
+    }
     const char *sep = strstr(url, "://");
     const char *auth = sep ? sep + 3 : url;
     const char *at = NULL;

@@ -220,16 +220,19 @@ void s3f__s3_client_free(struct s3f_client *c) {
 }
 
 const char *s3f_client_region(const struct s3f_client *c) {
-    return c->region;
+    return c && c->region ? c->region : "";
 }
 
 const char *s3f_client_endpoint(const struct s3f_client *c) {
-    return c->endpoint_url ? c->endpoint_url : "";
+    return c && c->endpoint_url ? c->endpoint_url : "";
 }
 
 enum s3f_status s3f_client_credentials_source(struct s3f_client *c, char *buf, size_t len,
                                               char *access_key_id, size_t akid_len,
                                               struct s3f_error *err) {
+    if (!c)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "credentials", NULL,
+                              "client is NULL");
     if (c->anonymous) {
         s3f__strlcpy(buf, "anonymous", len);
         if (access_key_id)

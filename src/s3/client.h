@@ -140,6 +140,11 @@ struct s3f__s3_call {
     int idem;                       /* enum s3f__idem_class of the request */
     uint64_t creds_generation;      /* credentials snapshot that signed this attempt */
     bool token_resent;              /* re-sent once after ExpiredToken & co. */
+    /* parked while the refresher fetches credentials (none usable: expired, or the server
+     * rejected the token): re-queued by it, never waiting on an I/O thread */
+    struct s3f__credentials_waiter creds_wait;
+    uint64_t parked_not_before_ns;
+    uint32_t parks;                 /* times parked (tests, logs) */
     char resource[600];
     char range[80];
     char *url;

@@ -413,6 +413,8 @@ enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char
     if (expires_s < 1 || expires_s > 604800)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "presign", NULL,
                               "expiry must be 1..604800 seconds (7 days), got %u", expires_s);
+    if (!c)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "presign", NULL, "client is NULL");
     if (c->anonymous)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "presign", NULL,
                               "presigning needs credentials, the client is anonymous");

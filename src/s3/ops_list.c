@@ -65,6 +65,9 @@ enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *bucket,
     enum s3f_status st = s3f__op_check_args("CreateBucket", bucket, NULL, false, err);
     if (st)
         return st;
+    if (!c)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "CreateBucket", NULL,
+                              "client is NULL");
     struct s3f__buf body;
     s3f__buf_init(&body, 4096);
     struct s3f__s3_request r;

@@ -60,10 +60,12 @@ static enum s3f_status add_header(struct curl_slist **list, const char *name, co
     return S3F_OK;
 }
 
-/* Build URL, headers and signature for one attempt. */
+/* Build URL, headers and signature for one attempt. No usable credentials: *parked, and
+ * nothing built; `w` is called when the refresher's fetch completed. */
 static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
                                const char *range, const char *if_match,
                                char **url_out, struct curl_slist **headers_out,
+                               struct s3f__credentials_waiter *w, bool *parked,
                                struct s3f_error *err) {
     enum s3f_status st;
     char resource[600];
@@ -125,8 +127,11 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             goto oom;
     }
     if (!c->anonymous) {
-        /* an immutable snapshot: no provider runs here while usable credentials exist */
-        st = s3f__credentials_acquire(c->creds, &snap, err);
+        /* an immutable snapshot: no provider runs here while usable credentials exist;
+         * without one the request parks (this may be an I/O thread: it must not wait) */
+        st = s3f__credentials_acquire_or_park(c->creds, &snap, w, parked, err);
+        if (st == S3F_OK && *parked)
+            goto out;
         if (st) {
             if (err) {
                 s3f__strlcpy(err->operation, r->operation, sizeof(err->operation));
@@ -312,6 +317,21 @@ static void finish(struct s3f__s3_request *r, enum s3f_status st) {
     done(r, st, ud); /* r may be gone from here on */
 }
 
+static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns);
+
+/* The refresher's fetch completed (its thread, no lock held): build the parked attempt
+ * again, with the new credentials (or fail it with the fetch's error). */
+static void call_creds_ready(struct s3f__credentials_waiter *w) {
+    struct s3f__s3_call *k = (struct s3f__s3_call *)((char *)w -
+                                                     offsetof(struct s3f__s3_call, creds_wait));
+    struct s3f__s3_request *r =
+        (struct s3f__s3_request *)((char *)k - offsetof(struct s3f__s3_request, call));
+    k->parks++;
+    s3f__log(&k->c->logger, S3F_LOG_DEBUG, "%s %s: credentials fetched, attempt %d goes on",
+             r->operation, k->resource, k->attempt);
+    start_attempt(r, k->parked_not_before_ns);
+}
+
 /* Build and send attempt k->attempt, to start not before `not_before_ns`. */
 static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
     struct s3f__s3_call *k = &r->call;
@@ -336,13 +356,22 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
     if (r->sink && k->pinned_etag[0] && !k->user_if_match)
         if_match = k->pinned_etag; /* a retry or the rest: of the object already seen */
     k->prep_failed = false;
+    k->parked_not_before_ns = not_before_ns; /* before it can be parked (and re-queued) */
+    bool parked = false;
     r->attempts = k->attempt;
     enum s3f_status st =
         k->idem == S3F__IDEM_UNKNOWN
             ? s3f__error_set(k->err, S3F_ERR_INTERNAL, r->operation, k->resource,
                              "operation %s has no idempotency class (s3/idempotency.c)",
                              r->operation ? r->operation : "(null)")
-            : prepare(k->c, r, range_hdr, if_match, &k->url, &k->headers, k->err);
+            : prepare(k->c, r, range_hdr, if_match, &k->url, &k->headers, &k->creds_wait,
+                      &parked, k->err);
+    if (st == S3F_OK && parked) {
+        /* no usable credentials: the refresher fetches, and call_creds_ready re-queues
+         * this attempt when it is done (the request waits on no thread). It may already
+         * run on the refresher's thread: r is not touched here any more. */
+        return;
+    }
     if (st) {
         /* complete through the transport, so that `done` is never called synchronously */
         k->prep_failed = true;
@@ -553,6 +582,7 @@ void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_
     k->done_ud = ud;
     k->attempt = 1;
     k->idem = (int)s3f__idempotency_of(r);
+    k->creds_wait.ready = call_creds_ready;
     r->lost_response = false;
     r->attempts = 0;
     r->server_date = 0;
@@ -587,6 +617,9 @@ static void sync_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 
 enum s3f_status s3f__s3_execute(struct s3f_client *c, struct s3f__s3_request *r,
                                 struct s3f_error *err) {
+    if (!c) /* a public call with the NULL a failed s3f_client_new leaves */
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, r->operation, NULL,
+                              "client is NULL");
     struct sync_wait w = {.done = false};
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);

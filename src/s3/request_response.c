@@ -195,6 +195,11 @@ static bool check_response(struct s3f__s3_attempt *a, int code) {
                                 "Content-Range bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
                                 " ends past the object",
                                 first, last, total);
+        if (!has_total && k->has_pinned_size && last >= k->pinned_size)
+            return bad_response(a, S3F_ERR_BAD_RESPONSE, true,
+                                "Content-Range bytes %" PRIu64 "-%" PRIu64 " of an unknown "
+                                "total ends past the object of %" PRIu64 " bytes",
+                                first, last, k->pinned_size);
         if (a->has_content_length && a->content_length != last - first + 1)
             return bad_response(a, S3F_ERR_BAD_RESPONSE, true,
                                 "Content-Length %" PRIu64 " does not match Content-Range bytes "
@@ -205,7 +210,10 @@ static bool check_response(struct s3f__s3_attempt *a, int code) {
         first = 0;
         has_total = a->has_content_length;
         total = a->content_length;
-        a->resp_end = has_total ? total : UINT64_MAX;
+        /* without a length, the body may not run past the object's known size */
+        a->resp_end = has_total             ? total
+                      : k->has_pinned_size ? k->pinned_size
+                                           : UINT64_MAX;
     }
     if (has_total && k->has_pinned_size && total != k->pinned_size)
         return bad_response(a, S3F_ERR_PRECONDITION_FAILED, false,
@@ -251,8 +259,15 @@ int s3f__s3_check_complete(struct s3f__s3_attempt *a, int code, struct s3f_error
         uint64_t end = k->range_end == UINT64_MAX ? UINT64_MAX : k->range_end + 1;
         if (k->has_pinned_size && k->pinned_size < end)
             end = k->pinned_size;
-        if (end == UINT64_MAX || (code != 206 && a->resp_end == UINT64_MAX))
-            end = a->resp_pos; /* no size told: the object ends with this body */
+        if (end == UINT64_MAX ||
+            (code != 206 && a->resp_end == UINT64_MAX && !k->has_pinned_size)) {
+            /* no size known (an open range, a 206 whose total is "*", a 200 without a
+             * length, and no size pinned before): the object ends with this body, but not before the end its head
+             * announced (a 206 of bytes 0-99 of "*" whose body stops at 50 is short, not
+             * complete: the body ended early) */
+            end = a->resp_end != UINT64_MAX && a->resp_pos < a->resp_end ? a->resp_end
+                                                                         : a->resp_pos;
+        }
         if (a->sink_pos >= end)
             return 0;
         char asked[64];
@@ -284,7 +299,10 @@ int s3f__s3_check_complete(struct s3f__s3_attempt *a, int code, struct s3f_error
 
 int s3f__s3_attempt_on_body(void *ud, const char *data, size_t len) {
     struct s3f__s3_attempt *a = ud;
-    int code = current_http_status(a);
+    return s3f__s3_attempt_body(a, current_http_status(a), data, len);
+}
+
+int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, size_t len) {
     if (code >= 200 && code < 300) {
         if (a->r->sink) {
             /* Place the bytes by their object offset: a server that ignores Range answers

@@ -73,6 +73,7 @@ struct download {
     uint64_t *iov_end;
     uint64_t capacity;
     int fd;
+    const char *path;           /* the destination file (the caller's), for errors */
     uint64_t part_size;
     int verify;                 /* 1 always, 0 when several requests, -1 never */
     enum s3f_checksum_algorithm alg;
@@ -433,8 +434,8 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     if (st == S3F_ERR_ABORTED && q->io_errno) {
         struct s3f_error e;
         s3f_error_clear(&e);
-        s3f__error_set(&e, S3F_ERR_IO, "download", d->resource, "cannot write the file: %s",
-                       strerror(q->io_errno));
+        s3f__error_set(&e, S3F_ERR_IO, "download", d->resource, "cannot write %s: %s",
+                       d->path ? d->path : "the file", strerror(q->io_errno));
         fail(d, S3F_ERR_IO, &e);
     } else if (q->part == SIZE_MAX && st == S3F_ERR_INVALID_RANGE && !d->no_range &&
                !d->status) {
@@ -741,7 +742,8 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
                 struct s3f_error ferr;
                 s3f_error_clear(&ferr);
                 s3f__error_set(&ferr, S3F_ERR_IO, "download", d->resource,
-                               "cannot write the file: %s", strerror(e));
+                               "cannot write %s: %s", d->path ? d->path : "the file",
+                               strerror(e));
                 fail(d, S3F_ERR_IO, &ferr);
                 advance(d);
             }
@@ -890,6 +892,7 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
         download_cleanup(&d);
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", NULL, "out of memory");
     }
+    d.path = path;
     d.fd = create_temp(path, &tmp);
     if (d.fd < 0) {
         st = errno == ENOMEM ? s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", path,

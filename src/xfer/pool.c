@@ -1,5 +1,6 @@
 /* The bounded buffer pool: fixed-size chunks, allocated once and reused, handed out first
- * come, first served. */
+ * come, first served; read-ahead held as loans that a blocked acquirer gets back
+ * (xfer.h has the rules). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,12 @@ enum s3f_status s3f__pool_init(struct s3f__pool *p, size_t chunk_size, uint64_t 
     if (!p->free)
         return S3F_ERR_NO_MEMORY;
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
+    pthread_mutex_init(&p->lenders_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cond, &ca);
+    pthread_condattr_destroy(&ca);
     return S3F_OK;
 }
 
@@ -27,6 +33,7 @@ void s3f__pool_cleanup(struct s3f__pool *p) {
     p->free = NULL;
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->lenders_lock);
 }
 
 /* Hand out n chunks (lock held, n <= available). On malloc failure nothing is taken. */
@@ -54,6 +61,74 @@ static enum s3f_status take(struct s3f__pool *p, size_t n, void **chunks) {
     return S3F_OK;
 }
 
+#define RECLAIM_EVERY_MS 50u /* a short head waiter asks the lenders after this, and again
+                              * this often */
+
+/* Ask every lender for its loans (pool lock not held). */
+static void reclaim_loans(struct s3f__pool *p) {
+    pthread_mutex_lock(&p->lenders_lock);
+    for (struct s3f__pool_lender *l = p->lenders; l; l = l->next)
+        l->reclaim(l);
+    pthread_mutex_unlock(&p->lenders_lock);
+}
+
+static void wait_until(struct s3f__pool *p, uint64_t until_ms) {
+    struct timespec ts = {.tv_sec = (time_t)(until_ms / 1000),
+                          .tv_nsec = (long)(until_ms % 1000) * 1000000L};
+    (void)pthread_cond_timedwait(&p->cond, &p->lock, &ts); /* timed out or woken: look again */
+}
+
+/* Blocking acquire (lock held on entry and exit). */
+static enum s3f_status acquire_wait(struct s3f__pool *p, size_t n, void **chunks) {
+    uint64_t ticket = p->next_ticket++;
+    uint64_t timeout_ms = p->wait_timeout_ms ? p->wait_timeout_ms : 60000;
+    uint64_t now = s3f__now_ms();
+    uint64_t deadline = now + timeout_ms;
+    uint64_t next_reclaim = now + RECLAIM_EVERY_MS; /* memory in flight may come back first */
+    uint64_t releases = p->releases;
+    while (ticket != p->now_serving || p->max_chunks - p->in_use < n) {
+        now = s3f__now_ms();
+        if (p->releases != releases) { /* memory came back: progress, the clock restarts */
+            releases = p->releases;
+            deadline = now + timeout_ms;
+        }
+        bool head = ticket == p->now_serving;
+        if (head && now >= next_reclaim) {
+            /* short at the head of the queue: ask for the loans back (without the lock:
+             * a lender's reclaim releases chunks) */
+            p->reclaims++;
+            pthread_mutex_unlock(&p->lock);
+            reclaim_loans(p);
+            pthread_mutex_lock(&p->lock);
+            next_reclaim = s3f__now_ms() + RECLAIM_EVERY_MS;
+            continue;
+        }
+        if (head && now >= deadline) {
+            pthread_mutex_unlock(&p->lock);
+            bool busy = p->busy && p->busy(p->busy_ud);
+            pthread_mutex_lock(&p->lock);
+            if (!busy && p->releases == releases && p->max_chunks - p->in_use < n) {
+                /* Nothing came back and nothing in flight can give any back: held by
+                 * callers that do not come back (idle writers' part buffers). Leave the
+                 * queue (the next waiter may need less) instead of waiting forever. */
+                p->now_serving++;
+                pthread_cond_broadcast(&p->cond);
+                return S3F_ERR_TIMEOUT;
+            }
+            deadline = s3f__now_ms() + timeout_ms;
+            continue;
+        }
+        uint64_t until = head ? deadline : now + timeout_ms;
+        if (head && next_reclaim < until)
+            until = next_reclaim;
+        wait_until(p, until);
+    }
+    enum s3f_status st = take(p, n, chunks);
+    p->now_serving++;
+    pthread_cond_broadcast(&p->cond); /* the next ticket may be servable too */
+    return st;
+}
+
 enum s3f_status s3f__pool_acquire(struct s3f__pool *p, size_t n, void **chunks, bool wait) {
     if (n == 0)
         return S3F_OK;
@@ -66,17 +141,33 @@ enum s3f_status s3f__pool_acquire(struct s3f__pool *p, size_t n, void **chunks, 
             st = S3F_ERR_ABORTED;
         else
             st = take(p, n, chunks);
-        pthread_mutex_unlock(&p->lock);
-        return st;
+    } else {
+        st = acquire_wait(p, n, chunks);
     }
-    uint64_t ticket = p->next_ticket++;
-    while (ticket != p->now_serving || p->max_chunks - p->in_use < n)
-        pthread_cond_wait(&p->cond, &p->lock);
-    st = take(p, n, chunks);
-    p->now_serving++;
-    pthread_cond_broadcast(&p->cond); /* the next ticket may be servable too */
     pthread_mutex_unlock(&p->lock);
     return st;
+}
+
+void s3f__pool_lender_add(struct s3f__pool *p, struct s3f__pool_lender *l) {
+    pthread_mutex_lock(&p->lenders_lock);
+    l->prev = NULL;
+    l->next = p->lenders;
+    if (p->lenders)
+        p->lenders->prev = l;
+    p->lenders = l;
+    pthread_mutex_unlock(&p->lenders_lock);
+}
+
+void s3f__pool_lender_remove(struct s3f__pool *p, struct s3f__pool_lender *l) {
+    pthread_mutex_lock(&p->lenders_lock); /* waits for a reclaim that runs */
+    if (l->prev)
+        l->prev->next = l->next;
+    else if (p->lenders == l)
+        p->lenders = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->next = l->prev = NULL;
+    pthread_mutex_unlock(&p->lenders_lock);
 }
 
 void s3f__pool_release(struct s3f__pool *p, size_t n, void *const *chunks) {
@@ -86,6 +177,7 @@ void s3f__pool_release(struct s3f__pool *p, size_t n, void *const *chunks) {
     for (size_t i = 0; i < n; i++)
         p->free[p->n_free++] = chunks[i];
     p->in_use -= n;
+    p->releases++;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }
@@ -97,6 +189,7 @@ void s3f__pool_stats(struct s3f__pool *p, struct s3f__pool_stats *out) {
     out->n_allocated = p->n_allocated;
     out->in_use = p->in_use;
     out->high_water = p->high_water;
+    out->reclaims = p->reclaims;
     pthread_mutex_unlock(&p->lock);
 }
 

@@ -6,7 +6,11 @@
  * Threads: the reader's own thread (the caller) creates, consumes and drops segments; I/O
  * threads fill them. A segment's bytes below `filled` are stable and read without the lock;
  * the sink writes only above it. Everything else is guarded by rd->lock. A dropped segment
- * still in flight is cancelled (its sink stops the transfer) and freed by its completion. */
+ * still in flight is cancelled (its sink stops the transfer) and freed by its completion.
+ *
+ * The read-ahead and the tail are loans from the client's pool (xfer.h): the reader is a
+ * lender, and when a blocked acquirer (a writer) is short, an idle reader (no read call
+ * for 100 ms) drops them; its next read starts a new window. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,7 @@
 #define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
 #define SEQ_GAP 4096u                     /* a read this close past the last still sequential */
 #define SEQ_LEN (64u << 10)               /* ... when it is at least this long */
+#define IDLE_NS (100ull * 1000 * 1000)    /* no read call for this long: an idle reader */
 
 struct seg {
     struct s3f_reader *rd;
@@ -61,7 +66,10 @@ struct s3f_reader {
     struct seg *dead;                     /* cancelled, waiting for their completion */
     struct seg *q_head, *q_tail;
     uint32_t outstanding, callbacks;
+    uint32_t active;                      /* read calls running (segments in use) */
+    uint64_t last_read_ns;                /* when the last read call ended */
     struct s3f__sched_entry entry;
+    struct s3f__pool_lender lender;       /* the pool asks for the loans back */
 };
 
 static void seg_free(struct s3f_reader *rd, struct seg *s) {
@@ -146,6 +154,26 @@ static void drop_window(struct s3f_reader *rd, bool (*pred)(struct seg *, uint64
 
 static bool ends_before(struct seg *s, uint64_t pos) {
     return s->end <= pos;
+}
+
+/* The pool is short (a blocked acquirer waits; no pool lock held): an idle reader (no
+ * read call for IDLE_NS) gives its read-ahead and tail back. One in a read call keeps them
+ * (its thread copies out of them without the lock) and gives them back as it reads past
+ * them; one between two calls of a stream keeps them too (its window is about to be
+ * read), while read-ahead's new requests wait behind the blocked acquirer. */
+static void reader_reclaim(struct s3f__pool_lender *l) {
+    struct s3f_reader *rd =
+        (struct s3f_reader *)((char *)l - offsetof(struct s3f_reader, lender));
+    pthread_mutex_lock(&rd->lock);
+    if (!rd->active && s3f__now_ns() - rd->last_read_ns >= IDLE_NS) {
+        drop_window(rd, NULL, 0);
+        if (rd->tail) {
+            seg_drop(rd, rd->tail);
+            rd->tail = NULL;
+        }
+        rd->window = WINDOW_MIN < rd->window_max ? WINDOW_MIN : rd->window_max;
+    }
+    pthread_mutex_unlock(&rd->lock);
 }
 
 /* ---- requests (I/O threads) -------------------------------------------------------- */
@@ -450,6 +478,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     enum s3f_status st = S3F_OK;
     s3f_error_clear(err);
     pthread_mutex_lock(&rd->lock);
+    rd->active++;
     /* sequential: where the last read ended, or a long read a little past it (a zip's
      * records, as torch.load reads them: each read of a record's data skips the rest of
      * its local header, its name and padding, tens of bytes; a small read there, as a
@@ -548,6 +577,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             prefetch(rd, pos);
         rd->seq_next = pos;
     }
+    rd->active--;
+    rd->last_read_ns = s3f__now_ns();
     pthread_mutex_unlock(&rd->lock);
     *n_read = out;
     return st;
@@ -622,6 +653,7 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     pthread_mutex_init(&rd->lock, NULL);
     pthread_cond_init(&rd->cond, NULL);
     rd->entry.start = start_seg;
+    rd->lender.reclaim = reader_reclaim;
     if (!rd->bucket || !rd->key || (opts->version_id && !rd->version_id) ||
         (etag[0] && !rd->etag)) {
         s3f_reader_close(rd);
@@ -651,6 +683,7 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
             rd->cobj = NULL;
         }
     }
+    s3f__pool_lender_add(&x->pool, &rd->lender);
     *out = rd;
     return S3F_OK;
 }
@@ -733,6 +766,7 @@ const struct s3f_object_info *s3f_reader_info(const struct s3f_reader *r) {
 void s3f_reader_close(struct s3f_reader *r) {
     if (!r)
         return;
+    s3f__pool_lender_remove(&r->x->pool, &r->lender); /* waits for a reclaim of it */
     pthread_mutex_lock(&r->lock);
     drop_window(r, NULL, 0);
     if (r->tail) {

@@ -117,6 +117,11 @@ enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket, co
         if (opts->progress)
             opts->progress(opts->progress_user_data, 0, oi.size);
         st = s3f_get_object(c, bucket, key, &go, one_get_sink, &g, NULL, err);
+        if (st == S3F_OK && g.done != oi.size) /* the GET's answer sized nothing: the HEAD did */
+            st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, op_name, resource,
+                                "the object has %" PRIu64 " bytes (HEAD), the GET brought "
+                                "%" PRIu64,
+                                oi.size, g.done);
         if (info) {
             if (st == S3F_OK)
                 *info = oi;

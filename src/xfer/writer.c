@@ -176,7 +176,20 @@ enum s3f_status s3f_writer_write(struct s3f_writer *w, const void *data, size_t 
             st = s3f__pool_acquire(&u->x->pool, p->cap_chunks, p->chunks, true);
             if (st) {
                 pthread_mutex_lock(&u->lock);
-                s3f__up_fail_msg(u, st, "upload", "out of memory for a part buffer");
+                char msg[400];
+                double wait_s = (double)(u->x->pool.wait_timeout_ms
+                                             ? u->x->pool.wait_timeout_ms
+                                             : 60000) / 1000.0;
+                snprintf(msg, sizeof(msg),
+                         "no room in the buffer pool (memory_limit %" PRIu64 " MiB) for a "
+                         "part buffer of %zu MiB: nothing was given back for %.1f s and no "
+                         "request is in flight (other writers of this client hold it: close "
+                         "or abort them, or raise memory_limit)",
+                         u->x->memory_limit >> 20, p->cap_chunks * cs >> 20, wait_s);
+                if (st == S3F_ERR_TIMEOUT)
+                    s3f__up_fail_msg(u, S3F_ERR_NO_MEMORY, "upload", msg);
+                else
+                    s3f__up_fail_msg(u, st, "upload", "out of memory for a part buffer");
                 pthread_mutex_unlock(&u->lock);
                 return writer_error(u, err);
             }

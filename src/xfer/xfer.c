@@ -59,11 +59,22 @@ static enum s3f_status engine_new(const struct s3f_client_options *opts,
     e->throughput_target_gbps = opts->throughput_target_gbps;
     e->part_size_bytes = opts->part_size_bytes;
     e->memory_limit_bytes = opts->memory_limit_bytes;
+    e->memory_wait_timeout_ms = opts->memory_wait_timeout_ms;
     e->max_inflight_requests = opts->max_inflight_requests;
     e->checksum = opts->checksum;
     pthread_mutex_init(&e->lock, NULL);
     *out = e;
     return S3F_OK;
+}
+
+/* The pool's question before it fails a blocked acquirer: are data requests in flight or
+ * queued (they give their memory back when they finish)? */
+static bool engine_busy(void *ud) {
+    struct s3f__sched *s = ud;
+    pthread_mutex_lock(&s->lock);
+    bool busy = s->inflight > 0 || s->cursor != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return busy;
 }
 
 static void shared_free(struct s3f__xfer_shared *x) {
@@ -88,6 +99,9 @@ static void engine_free(struct s3f__xfer_engine *e) {
 
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err) {
+    if (!c) /* a public call with the NULL a failed s3f_client_new leaves */
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "transfer", NULL,
+                              "client is NULL");
     enum s3f_status st = S3F_OK;
     struct s3f__xfer_engine *e = c->xfer;
     pthread_mutex_lock(&e->lock);
@@ -116,6 +130,9 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
         goto out;
     }
     s3f__sched_init(&x->sched, x->max_inflight);
+    x->pool.wait_timeout_ms = o->memory_wait_timeout_ms;
+    x->pool.busy = engine_busy;
+    x->pool.busy_ud = &x->sched;
     s3f__bdp_init(&x->bdp);
     s3f__janitor_init(&x->janitor);
     x->client = c;
@@ -228,7 +245,7 @@ void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
     memset(out, 0, sizeof(*out));
     struct s3f__xfer_shared *x = NULL;
-    if (s3f__xfer_shared_get(c, &x, NULL))
+    if (!c || s3f__xfer_shared_get(c, &x, NULL))
         return;
     struct s3f__pool_stats ps;
     s3f__pool_stats(&x->pool, &ps);

@@ -96,7 +96,24 @@ void s3f__bdp_plan_window(const struct s3f__bdp_estimate *e, double target_bps,
 /* Fixed-size chunks, allocated on first need and then reused for the life of the pool
  * (never freed per part: fresh pages fault in slowly). At most `max_chunks` exist. Blocked
  * acquirers are served first come, first served, so a transfer asking for memory cannot be
- * overtaken forever by another one. All fields are guarded by `lock`. */
+ * overtaken forever by another one.
+ *
+ * Loans: what a holder keeps only to be faster (a reader's read-ahead and cached tail) is
+ * a loan, registered as a lender (s3f__pool_lender_add). While a blocked acquirer at the
+ * head of the queue is short, the pool asks every lender to give back what it can
+ * (`reclaim`, called with no pool lock held; an idle reader drops its window), and the
+ * non-blocking acquirers that read-ahead uses are refused until the waiter is served, so
+ * the memory given back goes to it. A blocked acquirer that still gets nothing fails
+ * (S3F_ERR_TIMEOUT) once `wait_timeout_ms` passed with no chunk given back and nothing in
+ * flight that could give one back (`busy`, the engine's requests): it never waits forever.
+ * The fields below `lock` are guarded by it; the lender list by `lenders_lock` (taken
+ * before a lender's own lock, never while holding `lock`). */
+struct s3f__pool_lender {
+    /* Give back what can be given back (any thread; no pool lock held). */
+    void (*reclaim)(struct s3f__pool_lender *l);
+    struct s3f__pool_lender *next, *prev;
+};
+
 struct s3f__pool {
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -109,23 +126,38 @@ struct s3f__pool {
     size_t n_free;
     uint64_t next_ticket;     /* FIFO of blocked acquirers */
     uint64_t now_serving;
+    uint64_t releases;        /* calls of s3f__pool_release, ever (progress) */
+    uint64_t reclaims;        /* times the lenders were asked, ever (stats, tests) */
+    uint64_t wait_timeout_ms; /* set after init; 0: 60000 */
+    /* set after init, read-only then: are requests in flight that will give memory back?
+     * (called with no pool lock held) */
+    bool (*busy)(void *ud);
+    void *busy_ud;
+    pthread_mutex_t lenders_lock;
+    struct s3f__pool_lender *lenders; /* under lenders_lock */
 };
 
 /* Limit of `limit_bytes` (rounded down to chunks, at least one chunk). Allocates only the
  * free-list array. S3F_ERR_NO_MEMORY. */
 enum s3f_status s3f__pool_init(struct s3f__pool *p, size_t chunk_size, uint64_t limit_bytes);
-/* Frees every chunk; all must have been released. */
+/* Frees every chunk; all must have been released and every lender removed. */
 void s3f__pool_cleanup(struct s3f__pool *p);
 /* Take `n` chunks (1..max_chunks) into chunks[]. wait: block until they are available and
- * every earlier blocked caller was served; else return S3F_ERR_ABORTED at once when they
- * are not available (or someone is waiting). S3F_ERR_NO_MEMORY when malloc fails,
- * S3F_ERR_INVALID_ARGUMENT for n beyond the pool. Thread-safe. */
+ * every earlier blocked caller was served, asking the lenders for their loans while short;
+ * S3F_ERR_TIMEOUT after wait_timeout_ms without progress (see above). Without wait:
+ * S3F_ERR_ABORTED at once when they are not available (or someone is waiting). S3F_ERR_NO_MEMORY when malloc fails, S3F_ERR_INVALID_ARGUMENT for n
+ * beyond the pool. Thread-safe. Must not be called with wait while holding a lender's
+ * lock. */
 enum s3f_status s3f__pool_acquire(struct s3f__pool *p, size_t n, void **chunks, bool wait);
 /* Give back `n` chunks (kept for reuse). Thread-safe, never blocks for long. */
 void s3f__pool_release(struct s3f__pool *p, size_t n, void *const *chunks);
+/* Register / remove a lender (see above). Remove waits for a reclaim of it that runs. */
+void s3f__pool_lender_add(struct s3f__pool *p, struct s3f__pool_lender *l);
+void s3f__pool_lender_remove(struct s3f__pool *p, struct s3f__pool_lender *l);
 
 struct s3f__pool_stats {
     size_t chunk_size, max_chunks, n_allocated, in_use, high_water;
+    uint64_t reclaims;
 };
 void s3f__pool_stats(struct s3f__pool *p, struct s3f__pool_stats *out);
 void s3f__pool_reset_high_water(struct s3f__pool *p);
@@ -229,6 +261,7 @@ struct s3f__xfer_engine {
     double throughput_target_gbps;
     uint64_t part_size_bytes;
     uint64_t memory_limit_bytes;
+    uint32_t memory_wait_timeout_ms;
     uint32_t max_inflight_requests;
     enum s3f_checksum_algorithm checksum;
     char *cache_dir;              /* the block cache (src/cache), NULL: none */

@@ -11,6 +11,10 @@ The first path segment (the "bucket", path-style addressing) picks the fault:
                        connection closes; a listing is cut the same way
   /range-ignored/...   like short-body, but a Range header is ignored: always 200 with the
                        object from its first byte (as some proxies and servers do)
+  /star-total-short/...  HEAD: 200 with Content-Length SHORT_BODY_LEN; GET: a 206 whose
+                       Content-Range is "bytes 0-(SHORT_BODY_LEN-1)/*" (total unknown), with
+                       no Content-Length, chunked: SHORT_BODY_SENT bytes, then the last chunk
+                       (a body that ends cleanly, short of what its head announced)
   /always-500/...      500 with an S3 error document (InternalError, a RequestId)
   /okay/...            200, a well-formed listing of one key, or GET of an object: 'hello'
 
@@ -88,6 +92,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, NOT_XML, ctype="text/plain")
         elif fault in ("short-body", "range-ignored"):
             self._cut_short(honour_range=(fault == "short-body"))
+        elif fault == "star-total-short":
+            self._star_total_short()
         elif fault == "always-500":
             self._send(500, ERROR_500)
         elif fault == "okay":
@@ -122,6 +128,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(OBJECT[start:start + SHORT_BODY_SENT])
             self.wfile.flush()
         self.close_connection = True
+
+    def _star_total_short(self):
+        if self.command == "GET":
+            with self.server.lock:
+                self.server.ranges.append(self.headers.get("Range", ""))
+        self.send_response(200 if self.command == "HEAD" else 206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+        self.send_header("x-amz-request-id", "tx-fault-" + self._fault())
+        if self.command == "HEAD":
+            self.send_header("Content-Length", str(SHORT_BODY_LEN))
+            self.end_headers()
+            return
+        self.send_header("Content-Range", f"bytes 0-{SHORT_BODY_LEN - 1}/*")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        body = OBJECT[:SHORT_BODY_SENT]
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        self.wfile.flush()
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

@@ -105,3 +105,24 @@ def test_persistent_500_is_retried_then_reported(cli_nosrv, faults):
     n = faults.hits["always-500"] - before
     assert 2 <= n <= 5, n  # retried, and bounded
     assert re.search(rf"after {n} attempts", line), line
+
+
+def test_cat_206_unknown_total_ending_early_fails(cli_nosrv, faults, tmp_path):
+    """Issue 20, 9(b): a GET of unknown size answered 206 "bytes 0-99999/*" whose body ends
+    (cleanly, chunked) after 1000 bytes is short, not complete: before, `cat` printed the
+    1000 bytes and exited 0 and `cp` wrote a 1000-byte file. Now the answer is retried and
+    the command fails naming what the head announced; `cp` leaves no file."""
+    before = faults.hits["star-total-short"]
+    r = run(cli_nosrv, faults, "cat", "s3://star-total-short/obj")
+    line = one_error_line(r)
+    # the first answer is short of what it announced; the retry resumes at byte 1000 and
+    # gets the same answer from byte 0 again: the last error names that
+    assert ("ended at offset 1000 before the 100000 its head announced" in line or
+            "asked for bytes 1000-, the server answered bytes 0-99999/*" in line), line
+    assert "star-total-short" in line
+    assert r.out == OBJECT[:len(r.out)]
+    assert 2 <= faults.hits["star-total-short"] - before <= 6  # HEAD, then bounded retries
+    dst = tmp_path / "out.bin"
+    r = run(cli_nosrv, faults, "cp", "s3://star-total-short/obj", dst)
+    one_error_line(r)
+    assert list(tmp_path.iterdir()) == []

@@ -216,3 +216,46 @@ def test_expired_token_twice_is_the_error(rgw, s3, bucket, process_env, tmp_path
         assert len(part1) == 2
     assert runs_of(runs) == 2
     assert s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []) == []
+
+
+SLOW_SECOND = r"""#!/bin/sh
+# test credential_process: the first run is quick, every later one takes {sleep_s} s
+echo run >> "{runs}"
+[ "$(wc -l < "{runs}")" -gt 1 ] && sleep {sleep_s}
+printf '{{"Version": 1, "AccessKeyId": "%s", "SecretAccessKey": "%s", "Expiration": "%s"}}\n' \
+    "{akid}" "{secret}" "$(date -u -d '+3600 seconds' +%Y-%m-%dT%H:%M:%SZ)"
+"""
+
+
+def test_expired_token_waits_off_the_io_thread(rgw, s3, bucket, process_env, tmp_path):
+    """Issue 20, item 7: after an ExpiredToken the re-send waits for the credential fetch
+    (here 3 s) parked, not on its I/O thread: a GET on the same (only) I/O thread keeps
+    streaming meanwhile. Before, the re-send was signed on the I/O thread, which waited for
+    the fetch: the GET's body stopped for the whole fetch."""
+    u = urlparse(rgw.endpoint)
+    key = "beside-get.bin"
+    s3.put_object(Bucket=bucket, Key=key, Body=os.urandom(6 * MIB))
+    env, runs = process_env(sleep_s=0, lifetime_s=3600)
+    script = tmp_path / "creds.sh"
+    script.write_text(SLOW_SECOND.format(runs=runs, sleep_s=3, akid=rgw.access_key,
+                                         secret=rgw.secret_key))
+    with start_faultproxy(u.hostname, u.port) as proxy:
+        proxy.set_faults([
+            s3_error("ExpiredToken", 400,
+                     match={"method": "PUT", "path": re.escape(key) + r"\.beside$", "nth": 1},
+                     message="The provided token has expired."),
+            {"match": {"method": "GET", "path": re.escape(key) + "$"}, "action": "throttle",
+             "bytes_per_second": 1 * MIB, "direction": "response"},
+        ])
+        p, kv = drive(env, proxy.endpoint, "expired_beside", bucket, key, tmp_path / "x",
+                      FAULT_IO_THREADS=1, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert kv["put_status"] == "S3F_OK" and kv["get_status"] == "S3F_OK", p.stdout
+    assert int(kv["get_bytes"]) == 6 * MIB
+    assert runs_of(runs) == 2  # the first fetch, and the slow one after ExpiredToken
+    assert "re-sending with new credentials" in p.stderr
+    put_ms, gap_ms = float(kv["put_ms"]), float(kv["get_max_gap_ms"])
+    print(f"PUT waited {put_ms:.0f} ms for credentials; the GET beside it on the same I/O "
+          f"thread: longest pause {gap_ms:.0f} ms")
+    assert put_ms >= 2500  # it did wait for the slow fetch
+    assert gap_ms < 1500, f"the I/O thread stalled {gap_ms:.0f} ms while the PUT waited"

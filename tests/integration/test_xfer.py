@@ -21,7 +21,7 @@ from s3servers import moto_session
 
 RGW_CASES = ["test_roundtrip_sizes", "test_writer", "test_iov_upload", "test_file",
              "test_reader", "test_abort", "test_errors", "test_changed_during_download",
-             "test_memory_bound", "test_fairness", "test_progress", "test_copy",
+             "test_memory_bound", "test_pool_loans", "test_pool_starved", "test_fairness", "test_progress", "test_copy",
              "test_upload_part_copy"]
 
 

@@ -159,6 +159,87 @@ static int report(enum s3f_status st, double t0, const struct s3f_error *e,
     return st ? 1 : 0;
 }
 
+/* expired_beside: a GET of KEY (one request, throttled by the proxy) streams on while, on
+ * the same I/O thread, a PutObject of KEY.beside is answered ExpiredToken and waits for
+ * a slow credential fetch. The longest gap between the GET's body callbacks while the PUT
+ * waited tells whether the I/O thread kept moving (issue 20, item 7). */
+struct beside_get {
+    pthread_mutex_t lock;
+    double last, max_gap, gap_from, gap_to;
+    uint64_t bytes;
+};
+
+static int beside_sink(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct beside_get *g = ud;
+    (void)data;
+    (void)offset;
+    double t = now_s();
+    pthread_mutex_lock(&g->lock);
+    if (g->last > 0 && t - g->last > g->max_gap) {
+        g->max_gap = t - g->last;
+        g->gap_from = g->last;
+        g->gap_to = t;
+    }
+    g->last = t;
+    g->bytes += len;
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+struct beside_job {
+    struct s3f_client *c;
+    const char *bucket, *key;
+    struct beside_get g;
+    enum s3f_status st;
+    struct s3f_error e;
+};
+
+static void *beside_get_main(void *arg) {
+    struct beside_job *j = arg;
+    j->st = s3f_get_object(j->c, j->bucket, j->key, NULL, beside_sink, &j->g, NULL, &j->e);
+    return NULL;
+}
+
+static int expired_beside(struct s3f_client *c, const char *bucket, const char *key) {
+    struct beside_job j = {.c = c, .bucket = bucket, .key = key};
+    pthread_mutex_init(&j.g.lock, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, beside_get_main, &j);
+    /* wait (bounded) for the GET's body to flow */
+    double until = now_s() + 20;
+    for (;;) {
+        pthread_mutex_lock(&j.g.lock);
+        uint64_t b = j.g.bytes;
+        pthread_mutex_unlock(&j.g.lock);
+        if (b > 0 || now_s() > until)
+            break;
+        usleep(10000);
+    }
+    char bkey[1100];
+    snprintf(bkey, sizeof(bkey), "%s.beside", key);
+    struct s3f_error e;
+    s3f_error_clear(&e);
+    double p0 = now_s();
+    enum s3f_status pst = s3f_put_object(c, bucket, bkey, "beside", 6, NULL, NULL, &e);
+    double p1 = now_s();
+    pthread_join(th, NULL);
+    /* the longest gap of the GET that overlaps the PUT's wait */
+    double gap = j.g.max_gap;
+    bool overlaps = j.g.gap_to > p0 && j.g.gap_from < p1;
+    printf("put_status=%s put_ms=%.0f\n", s3f_status_name(pst), (p1 - p0) * 1e3);
+    printf("get_status=%s get_bytes=%llu\n", s3f_status_name(j.st),
+           (unsigned long long)j.g.bytes);
+    printf("get_max_gap_ms=%.0f overlaps_put=%d\n", gap * 1e3, overlaps ? 1 : 0);
+    if (pst) {
+        char line[1600];
+        s3f_error_format(&e, line, sizeof(line));
+        printf("error=%s\n", line);
+    }
+    fflush(stdout);
+    pthread_mutex_destroy(&j.g.lock);
+    return pst || j.st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: xfer_fault_test OP BUCKET KEY PATH [N]\n");
@@ -336,6 +417,8 @@ int main(int argc, char **argv) {
         if (st == S3F_OK && write_all(path, buf, off) != 0)
             rc = 2;
         free(buf);
+    } else if (strcmp(op, "expired_beside") == 0) {
+        rc = expired_beside(c, bucket, key);
     } else if (strcmp(op, "download_alloc") == 0) {
         struct s3f_download_options d = {.verify_checksum = (int)atoi(
                                              getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};

@@ -26,8 +26,8 @@ static const char *endpoint, *access_key, *secret_key, *region;
 static char bucket[64];
 static char tmpdir[256];
 
-static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t inflight,
-                                      enum s3f_checksum_algorithm ck) {
+static struct s3f_client *client_with(uint64_t part, uint64_t mem, uint32_t inflight,
+                                      enum s3f_checksum_algorithm ck, uint32_t wait_ms) {
     struct s3f_client_options o = {0};
     o.endpoint_url = endpoint;
     o.region = region ? region : "us-east-1";
@@ -38,6 +38,7 @@ static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t infl
     o.memory_limit_bytes = mem;
     o.max_inflight_requests = inflight;
     o.checksum = ck;
+    o.memory_wait_timeout_ms = wait_ms;
     struct s3f_client *c = NULL;
     struct s3f_error e;
     if (s3f_client_new(&o, &c, &e)) {
@@ -46,6 +47,11 @@ static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t infl
         fprintf(stderr, "client: %s\n", line);
     }
     return c;
+}
+
+static struct s3f_client *client_opts(uint64_t part, uint64_t mem, uint32_t inflight,
+                                      enum s3f_checksum_algorithm ck) {
+    return client_with(part, mem, inflight, ck, 0);
 }
 
 static struct s3f_client *client(void) {
@@ -1000,6 +1006,120 @@ static void test_memory_bound(void) {
     s3f_client_free(c);
 }
 
+static struct s3f_client *client_wait(uint64_t part, uint64_t mem, uint32_t wait_ms) {
+    return client_with(part, mem, 0, S3F_CHECKSUM_DEFAULT, wait_ms);
+}
+
+static uint64_t pool_in_use(struct s3f_client *c) {
+    struct s3f_client_stats cs;
+    s3f_client_stats(c, &cs, 0);
+    return cs.pool_in_use_bytes;
+}
+
+static void test_pool_loans(void) {
+    /* issue 20, item 5: one client, memory_limit 32 MiB; two readers left open after
+     * reading 24 MiB each hold the whole pool in read-ahead; a writer's write of 20 MiB
+     * waited forever. Read-ahead is a loan: the idle readers give it back, the writer
+     * finishes (within the time a few parts take), and the readers read on, exact. */
+    enum { NR = 2 };
+    const size_t obj_n = 64 * MIB, first = 24 * MIB, wn = 20 * MIB;
+    struct s3f_client *c = client_wait(8 * MIB, 32 * MIB, 0);
+    CHECK(c != NULL);
+    if (!c)
+        return;
+    unsigned char *obj = pattern(obj_n, 91);
+    struct s3f_error e;
+    CHECK_INT(s3f_upload_buffer(c, bucket, "loans/src", obj, obj_n, NULL, NULL, &e), S3F_OK);
+    struct s3f_reader *rd[NR] = {NULL, NULL};
+    unsigned char *buf = malloc(obj_n);
+    for (int i = 0; i < NR; i++) {
+        CHECK_INT(s3f_reader_open(c, bucket, "loans/src", NULL, &rd[i], &e), S3F_OK);
+        if (!rd[i])
+            goto out;
+        size_t got = 0;
+        for (size_t off = 0; off < first;) {
+            size_t n = 0;
+            /* 1 MiB reads, as a loader's: the window grows to its cap */
+            size_t want = first - off < MIB ? first - off : MIB;
+            enum s3f_status st = s3f_reader_read(rd[i], buf + off, want, &n, &e);
+            CHECK_INT(st, S3F_OK);
+            if (st || n == 0)
+                goto out;
+            off += n;
+            got = off;
+        }
+        CHECK(memcmp(buf, obj, got) == 0);
+    }
+    /* the read-ahead arrives in the background: wait (bounded) until the pool is full */
+    double t0 = now_s();
+    while (pool_in_use(c) + 8 * MIB <= 32 * MIB && now_s() - t0 < 20) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    uint64_t held = pool_in_use(c);
+    printf("  readers hold %llu MiB of the 32 MiB pool\n", (unsigned long long)(held >> 20));
+    CHECK(held + 8 * MIB > 32 * MIB); /* a part of the writer does not fit beside them */
+    struct writer_job j = {.c = c, .n = wn, .seed = 92};
+    snprintf(j.key, sizeof(j.key), "loans/w");
+    writer_main(&j);
+    printf("  the writer of 20 MiB beside them took %.2f s\n", j.secs);
+    CHECK_INT(j.st, S3F_OK);
+    CHECK(j.secs < 60);
+    unsigned char *wdata = pattern(wn, 92);
+    check_object(c, "loans/w", wdata, wn, 3);
+    free(wdata);
+    /* the readers gave back their window, not their position: they read on, exact */
+    for (int i = 0; i < NR; i++) {
+        size_t n = 0;
+        memset(buf, 0, obj_n);
+        CHECK_INT(s3f_reader_read(rd[i], buf, 4 * MIB, &n, &e), S3F_OK);
+        CHECK_INT(n, 4 * MIB);
+        CHECK(memcmp(buf, obj + first, 4 * MIB) == 0);
+    }
+out:
+    for (int i = 0; i < NR; i++)
+        s3f_reader_close(rd[i]);
+    CHECK_INT(pool_in_use(c), 0);
+    free(buf);
+    free(obj);
+    s3f_client_free(c);
+}
+
+static void test_pool_starved(void) {
+    /* When the pool is held by what cannot give it back (idle writers' part buffers) and
+     * nothing is in flight, a writer needing memory fails with S3F_ERR_NO_MEMORY naming the
+     * pool after memory_wait_timeout_ms, never waits forever; the others are unharmed. */
+    enum { NW = 3 };
+    struct s3f_client *c = client_wait(PART, 16 * MIB, 1500);
+    CHECK(c != NULL);
+    if (!c)
+        return;
+    struct s3f_writer *w[NW + 1] = {NULL};
+    struct s3f_error e;
+    char key[64];
+    for (int i = 0; i < NW; i++) {
+        snprintf(key, sizeof(key), "starve/idle%d", i);
+        CHECK_INT(s3f_writer_open(c, bucket, key, NULL, &w[i], &e), S3F_OK);
+        CHECK_INT(s3f_writer_write(w[i], "x", 1, &e), S3F_OK); /* holds a part buffer */
+    }
+    CHECK_INT(s3f_writer_open(c, bucket, "starve/late", NULL, &w[NW], &e), S3F_OK);
+    double t0 = now_s();
+    enum s3f_status st = s3f_writer_write(w[NW], "y", 1, &e);
+    double took = now_s() - t0;
+    print_err("the starved writer", &e);
+    printf("  it failed after %.2f s\n", took);
+    CHECK_INT(st, S3F_ERR_NO_MEMORY);
+    CHECK(strstr(e.message, "buffer pool") != NULL);
+    CHECK(strstr(e.message, "memory_limit 16 MiB") != NULL);
+    CHECK(took >= 1.4 && took < 10);
+    s3f_writer_abort(w[NW]);
+    /* the idle writers are unharmed: each completes its object */
+    for (int i = 0; i < NW; i++)
+        CHECK_INT(s3f_writer_close(w[i], NULL, &e), S3F_OK);
+    CHECK_INT(pool_in_use(c), 0);
+    s3f_client_free(c);
+}
+
 struct upload_job {
     struct s3f_client *c;
     const char *key;
@@ -1421,6 +1541,8 @@ int main(int argc, char **argv) {
     MAYBE(test_errors);
     MAYBE(test_changed_during_download);
     MAYBE(test_memory_bound);
+    MAYBE(test_pool_loans);
+    MAYBE(test_pool_starved);
     MAYBE(test_fairness);
     MAYBE(test_progress);
     MAYBE(test_copy);
