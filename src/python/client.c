@@ -859,6 +859,10 @@ static PyMethodDef Client_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "open_reader(bucket, key, readahead_max=0, tail_bytes=0, version_id=None) -> Reader\n"
      "One HEAD request. tail_bytes < 0 disables the tail cache."},
+    {"open_fetch", (PyCFunction)(void (*)(void))Client_open_fetch,
+     METH_VARARGS | METH_KEYWORDS,
+     "open_fetch(verify_checksum=0) -> Fetch\nWhole objects fetched concurrently on the "
+     "engine's I/O threads, taken in the order added."},
     {"head_object", (PyCFunction)(void (*)(void))Client_head_object,
      METH_VARARGS | METH_KEYWORDS, "head_object(bucket, key, version_id=None) -> dict"},
     {"delete_object", (PyCFunction)Client_delete_object, METH_VARARGS,
