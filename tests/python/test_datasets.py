@@ -371,7 +371,7 @@ def page_counter(monkeypatch):
 
 
 def test_iterable_listing_streams(seeded, opts, page_counter):
-    ds = S3IterableDataset.from_prefix(seeded, list_page_size=10, **opts)
+    ds = S3IterableDataset.from_prefix(seeded, list_page_size=10, prefetch=0, **opts)
     it = iter(ds)
     first = next(it)
     assert first.key == ALL_KEYS[0]
