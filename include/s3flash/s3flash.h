@@ -629,6 +629,9 @@ S3F_API enum s3f_status s3f_fetch_add(struct s3f_fetch *f, const char *bucket,
                                       uint64_t max_size, struct s3f_error *err);
 /* Objects added and not yet taken. */
 S3F_API size_t s3f_fetch_pending(const struct s3f_fetch *f);
+/* Bytes the fetch holds now (buffers of objects fetched or arriving, not yet taken) and the
+ * most it ever held. Thread-safe. */
+S3F_API void s3f_fetch_held(struct s3f_fetch *f, uint64_t *held, uint64_t *high_water);
 /* Wait for the oldest object not yet taken and hand it over: on success *data (free it with
  * free(); never NULL, also for an empty object) and *len are its bytes, `info` (optional)
  * its metadata. On failure (that object's own error: NoSuchKey, a changed ETag...) *data

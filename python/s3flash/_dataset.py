@@ -346,6 +346,7 @@ class _Ahead:
         self._bytes += n
         self._since_plan += 1
         self.high_water_bytes = max(self.high_water_bytes, self._bytes)
+        self._ds._last_ahead = self
 
     def fill(self, src: Iterator[S3BucketKeyData]) -> bool:
         """Queue objects from src while there is room; False once src is exhausted."""
@@ -375,10 +376,17 @@ class _Ahead:
             self._seen_bytes += len(got[0])
         return reader
 
+    def held(self) -> Tuple[int, int]:
+        """(bytes the engine's fetch holds now, the most it held): counted in C."""
+        return self._fetch.held if self._fetch is not None else self._held_at_close
+
+    _held_at_close = (0, 0)
+
     def close(self) -> None:
         self._q.clear()
         self._bytes = 0
         if self._fetch is not None:
+            self._held_at_close = (0, self._fetch.held[1])
             self._fetch.close()
             self._fetch = None
 
@@ -408,6 +416,7 @@ class _S3DatasetBase:
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
         self._fast_reader = _is_default_sequential(reader_constructor)
         self._client: Optional[S3Client] = None
+        self._last_ahead: Optional[_Ahead] = None  # the last read-ahead of this process
 
     @property
     def region(self) -> Optional[str]:
@@ -465,6 +474,7 @@ class _S3DatasetBase:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_client"] = None  # a native client does not cross processes
+        state["_last_ahead"] = None
         return state
 
 

@@ -80,6 +80,14 @@ static PyObject *Fetch_get_pending(FetchObject *self, void *unused) {
     return PyLong_FromSize_t(self->f && self->pid == getpid() ? s3f_fetch_pending(self->f) : 0);
 }
 
+static PyObject *Fetch_get_held(FetchObject *self, void *unused) {
+    (void)unused;
+    uint64_t held = 0, hw = 0;
+    if (self->f && self->pid == getpid())
+        s3f_fetch_held(self->f, &held, &hw);
+    return Py_BuildValue("(KK)", (unsigned long long)held, (unsigned long long)hw);
+}
+
 static void fetch_free(FetchObject *self) {
     struct s3f_fetch *f = self->f;
     self->f = NULL;
@@ -122,6 +130,8 @@ static PyMethodDef Fetch_methods[] = {
 
 static PyGetSetDef Fetch_getset[] = {
     {"pending", (getter)Fetch_get_pending, NULL, "objects added and not yet taken", NULL},
+    {"held", (getter)Fetch_get_held, NULL,
+     "(bytes held now, most ever held): buffers of objects not yet taken", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

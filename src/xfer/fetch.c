@@ -55,9 +55,10 @@ struct s3f_fetch {
     size_t n;
     /* ---- guarded by lock ---- */
     bool stopping;               /* s3f_fetch_free: sinks stop their requests */
+    uint64_t held, held_high_water; /* bytes of the items' buffers, not yet taken */
 };
 
-/* Grow (or first allocate) the item's buffer to hold `need` bytes (lock held). */
+/* Grow (or first allocate) the item's buffer to hold `need` bytes (f->lock held). */
 static bool item_reserve(struct item *it, uint64_t need) {
     if (need <= it->cap && it->data)
         return true;
@@ -69,6 +70,10 @@ static bool item_reserve(struct item *it, uint64_t need) {
     char *p = realloc(it->data, cap ? (size_t)cap : 1);
     if (!p)
         return false;
+    struct s3f_fetch *f = it->f;
+    f->held += cap - it->cap;
+    if (f->held > f->held_high_water)
+        f->held_high_water = f->held;
     it->data = p;
     it->cap = (size_t)cap;
     return true;
@@ -154,6 +159,9 @@ static bool item_start(struct s3f__sched_entry *e) {
 
 static void item_free(struct s3f_fetch *f, struct item *it) {
     s3f__sched_detach(&f->x->sched, &it->entry);
+    pthread_mutex_lock(&f->lock);
+    f->held -= it->cap; /* handed over or dropped: no longer the fetch's */
+    pthread_mutex_unlock(&f->lock);
     free(it->data);
     s3f__op_cleanup(&it->op);
     free(it->names);
@@ -240,6 +248,16 @@ size_t s3f_fetch_pending(const struct s3f_fetch *f) {
     return f ? f->n : 0;
 }
 
+void s3f_fetch_held(struct s3f_fetch *f, uint64_t *held, uint64_t *high_water) {
+    *held = *high_water = 0;
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->lock);
+    *held = f->held;
+    *high_water = f->held_high_water;
+    pthread_mutex_unlock(&f->lock);
+}
+
 /* The outcome of a finished item (caller's thread; no I/O thread touches it any more). */
 static enum s3f_status item_result(struct s3f_fetch *f, struct item *it, void **data,
                                    size_t *len, struct s3f_object_info *info,
@@ -288,7 +306,10 @@ static enum s3f_status item_result(struct s3f_fetch *f, struct item *it, void **
             return st;
         }
     }
-    if (!it->data && !item_reserve(it, 1))
+    pthread_mutex_lock(&f->lock); /* an empty object: a buffer of its own all the same */
+    bool have = it->data || item_reserve(it, 1);
+    pthread_mutex_unlock(&f->lock);
+    if (!have)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, op, it->resource, "out of memory");
     if (info) {
         *info = it->op.info;
