@@ -78,8 +78,8 @@ class Sink:
 def env_for(url):
     e = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_REGION=REGION,
              AWS_DEFAULT_REGION=REGION, AWS_ENDPOINT_URL=url)
-    e.pop("AWS_SESSION_TOKEN", None)
-    e.pop("AWS_PROFILE", None)
+    for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CA_BUNDLE"):  # plain http
+        e.pop(k, None)
     return e
 
 
