@@ -482,7 +482,8 @@ def test_listed_items_open_without_head_pinned_to_the_listing(s3, bucket, opts):
     pre = "ds-known/"
     for k in ("a", "b", "c"):
         s3.put_object(Bucket=bucket, Key=pre + k, Body=k.encode() * 4096)
-    items = list(S3IterableDataset.from_prefix(f"s3://{bucket}/{pre}", **opts))
+    items = list(S3IterableDataset.from_prefix(f"s3://{bucket}/{pre}", prefetch=0,
+                                               **opts))
     assert [r.key for r in items] == [pre + "a", pre + "b", pre + "c"]
     a, b, c = items
     assert a.read(10) == b"a" * 10  # partial read: the engine's reader, opened known
