@@ -235,7 +235,8 @@ def section_cp(a, out):
         if shutil.which("rclone"):
             tools.append(("rclone copy", lambda up, pre, d: [
                 "rclone", "--config", rc_cfg, "copy", "--transfers", "32", "--checkers", "32",
-                "--s3-upload-cutoff", "64M"] +
+                "--s3-upload-cutoff", "64M",
+                "--ignore-checksum"] +  # the sink's ETags are not MD5s
                 ([src, f"sink:{BUCKET}/{pre}"] if up else [f"sink:{BUCKET}/{pre}", d])))
         tools.append(("boto3 (32 threads)", lambda up, pre, d: [
             sys.executable, "-c", boto_up if up else boto_down] +

@@ -283,6 +283,14 @@ struct s3f_client_stats {
 S3F_API void s3f_client_stats(struct s3f_client *client, struct s3f_client_stats *out,
                               int reset_high_water);
 
+/* Change how many data requests the client keeps in flight, from now on, and stop adapting
+ * it (as if max_inflight_requests had been configured): at least 1, at most the
+ * connections data requests may use (see max_inflight_requests; larger values are
+ * clamped). For runs of many small objects (each one request: the rate is the requests in
+ * flight over the first-byte latency), which the bandwidth plan, made for part-sized
+ * requests, undersizes. Thread-safe; requests already waiting start as slots free up. */
+S3F_API void s3f_client_set_max_inflight_requests(struct s3f_client *client, uint32_t n);
+
 /* ---------------------------------------------------------------------------------------
  * s3:// URIs
  * ------------------------------------------------------------------------------------- */

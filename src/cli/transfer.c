@@ -148,7 +148,7 @@ static enum s3f_status transfer_one(struct cli_run *r, const struct cli_job *j,
             return S3F_ERR_IO;
         }
         cli_progress_item_init(&r->prog, item, UINT64_MAX);
-        return cli_download_item(ctx, r->sb, j->src, j->dst, item, err);
+        return cli_download_item(ctx, r->sb, j->src, j->dst, j->size, item, err);
     case CLI_JOB_COPY: {
         struct s3f_client *c = cli_client(ctx);
         if (!c)
@@ -269,13 +269,24 @@ int cli_run_all(struct cli_run *r, size_t workers) {
     return r->n_jobs <= 1 && r->failed == 1 ? r->rc : CLI_EXIT_FAIL;
 }
 
-size_t cli_run_workers(struct cli_ctx *ctx) {
+size_t cli_run_workers(struct cli_ctx *ctx, const struct cli_run *r) {
     struct s3f_client *c = cli_client(ctx);
     if (!c)
         return 1;
+    size_t todo = r->n_jobs - r->next;
+    uint64_t bytes = 0;
+    for (size_t i = r->next; i < r->n_jobs; i++)
+        bytes += r->jobs[i].size;
     struct s3f_client_stats stats;
     s3f_client_stats(c, &stats, 0);
     size_t n = stats.max_inflight_requests ? stats.max_inflight_requests : 4;
+    if (ctx->engine.many && !ctx->engine.max_inflight_requests && todo > n &&
+        bytes / todo <= CLI_SMALL_OBJECT) {
+        n = todo < CLI_MANY_INFLIGHT ? todo : CLI_MANY_INFLIGHT;
+        s3f_client_set_max_inflight_requests(c, (uint32_t)n);
+        s3f_client_stats(c, &stats, 0);
+        n = stats.max_inflight_requests; /* clamped to the connections the client has */
+    }
     return n > CLI_MAX_WORKERS ? CLI_MAX_WORKERS : n;
 }
 
