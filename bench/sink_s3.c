@@ -498,6 +498,11 @@ static void handle_list(struct conn *c)
         ob_xml(&x, ents[n - 1].key, ents[n - 1].klen);
         ob_str(&x, r->q_list_type2 ? "</NextContinuationToken>" : "</NextMarker>");
     }
+    char now[32]; /* LastModified: the listing's time (sync sees the objects as fresh) */
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%S.000Z", &tm);
     for (size_t i = 0; i < n; i++) {
         char name[1200], etag[48];
         size_t nn = 0;
@@ -510,9 +515,10 @@ static void handle_list(struct conn *c)
         object_etag(name, nn, ents[i].size, ents[i].ver, ents[i].nparts, etag);
         ob_str(&x, "<Contents><Key>");
         ob_xml(&x, ents[i].key, ents[i].klen);
-        ob_printf(&x, "</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>"
+        ob_printf(&x, "</Key><LastModified>%s</LastModified>"
                       "<ETag>&quot;%s&quot;</ETag><Size>%" PRIu64 "</Size>"
-                      "<StorageClass>STANDARD</StorageClass></Contents>", etag, ents[i].size);
+                      "<StorageClass>STANDARD</StorageClass></Contents>", now, etag,
+                  ents[i].size);
         free(ents[i].key);
     }
     ob_str(&x, "</ListBucketResult>");

@@ -137,8 +137,9 @@ static int download_small(struct cli_ctx *ctx, struct s3f_client *c, const char 
 }
 
 /* Download into the regular file `path` through the engine (see above). An object listed
- * as small (size_hint <= CLI_SMALL_OBJECT) is one GET (download_small); others, and
- * objects of unknown size (UINT64_MAX), go through s3f_download_file. */
+ * as small (0 < size_hint <= CLI_SMALL_OBJECT) is one GET (download_small); others, and
+ * objects of unknown size (0 or UINT64_MAX: a job's size is 0 when not listed), go through
+ * s3f_download_file. */
 static enum s3f_status download_to_file(struct cli_ctx *ctx, struct s3f_client *c,
                                         const char *bucket, const char *key, const char *path,
                                         uint64_t size_hint, struct cli_progress_item *item,
@@ -164,7 +165,7 @@ static enum s3f_status download_to_file(struct cli_ctx *ctx, struct s3f_client *
     }
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    if (size_hint > CLI_SMALL_OBJECT ||
+    if (size_hint == 0 || size_hint > CLI_SMALL_OBJECT ||
         download_small(ctx, c, bucket, key, obj, &info, &st, err) != 0)
         st = s3f_download_file(c, bucket, key, obj, &o, &info, err);
     else if (st == S3F_OK && item)

@@ -73,7 +73,7 @@ size_t cli_run_workers(struct cli_ctx *ctx, const struct cli_run *r);
 /* Transfers of one object, in object_io.c (used by the jobs). The progress item is set up
  * by them (prog: the run's bar). A download into a regular file gets the object's
  * Last-Modified as its modification (and access) time, as the AWS CLI does. size_hint: the
- * listed size (UINT64_MAX: unknown): a small object is one GET, no HEAD. */
+ * listed size (0 or UINT64_MAX: unknown): a small object is one GET, no HEAD. */
 enum s3f_status cli_upload(struct cli_ctx *ctx, const char *path, const char *bucket,
                            const char *key, struct cli_progress *prog,
                            struct cli_progress_item *item, struct s3f_error *err);
