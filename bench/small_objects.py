@@ -285,8 +285,8 @@ def section_mount(a, out):
         subprocess.run([s3flash, "cp", "--recursive", "--quiet", src, f"s3://{BUCKET}/m/"],
                        env=env, check=True, timeout=600)
         shutil.rmtree(src, ignore_errors=True)
-        m = subprocess.Popen([s3flash, "mount", f"{BUCKET}", mnt, "--prefix", "m/",
-                              "--foreground"], env=env, stdout=subprocess.DEVNULL,
+        m = subprocess.Popen([s3flash, "mount", f"{BUCKET}/m/", mnt, "--foreground",
+                              "--read-only"], env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
         deadline = time.time() + 20
         while time.time() < deadline and not os.path.ismount(mnt):
