@@ -7,13 +7,12 @@ prefetch, and the map dataset's batches (with the batch sampler's read-ahead).""
 
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 from torch.utils.data import DataLoader
 
 import s3flash
 from s3flash import S3IterableDataset, S3MapDataset
+from helpers import put_objects
 
 N = 48
 PREFIX = "pf/"
@@ -38,9 +37,7 @@ def opts(region, endpoint):
 
 @pytest.fixture(scope="module")
 def seeded(s3, bucket):
-    with ThreadPoolExecutor(8) as ex:
-        list(ex.map(lambda i: s3.put_object(Bucket=bucket, Key=_key(i), Body=_body(i)),
-                    range(N)))
+    put_objects(s3, bucket, {_key(i): _body(i) for i in range(N)})
     return f"s3://{bucket}/{PREFIX}"
 
 
@@ -142,9 +139,7 @@ def test_prefetch_memory_bound_1mib_objects(s3, bucket, opts):
     object comes whole and in order."""
     pre = "pf-big/"
     body = [bytes([i]) * MiB for i in range(24)]
-    with ThreadPoolExecutor(4) as ex:
-        list(ex.map(lambda i: s3.put_object(Bucket=bucket, Key=f"{pre}{i:02d}", Body=body[i]),
-                    range(24)))
+    put_objects(s3, bucket, {f"{pre}{i:02d}": body[i] for i in range(24)}, threads=4)
     ds = S3IterableDataset.from_prefix(f"s3://{bucket}/{pre}", prefetch_bytes=4 * MiB,
                                        transform=lambda r: r.read(), **opts)
     got = list(ds)

@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import pickle
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ import s3flash
 from s3flash import S3IterableDataset, S3MapDataset, S3Reader, S3ReaderConstructor
 from s3flash import _dataset
 from conftest import faultproxy
+from helpers import put_objects
 
 N = 200
 PREFIX = "ds/"
@@ -36,9 +36,7 @@ ALL_KEYS = [_key(i) for i in range(N)]
 @pytest.fixture(scope="module")
 def seeded(s3, bucket):
     """N small objects under PREFIX (boto3, 8 at a time)."""
-    with ThreadPoolExecutor(8) as ex:
-        list(ex.map(lambda i: s3.put_object(Bucket=bucket, Key=_key(i), Body=_body(i)),
-                    range(N)))
+    put_objects(s3, bucket, {_key(i): _body(i) for i in range(N)})
     return f"s3://{bucket}/{PREFIX}"
 
 
