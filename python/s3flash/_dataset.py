@@ -323,7 +323,21 @@ class _Ahead:
             target = self._client.s3client_config.throughput_target_gbps * 1e9 / 8
             k = math.ceil(target * (lat + size / bw) / size)
             k = min(max(k, st.get("max_inflight_requests", 1)), _PREFETCH_MAX)
-        return max(1, min(k, self._max_bytes // size))
+        k = max(1, min(k, self._max_bytes // size))
+        self._raise_inflight(k, size)
+        return k
+
+    def _raise_inflight(self, k: int, size: int) -> None:
+        """Objects of up to a part are one request each: the rate is the requests in
+        flight over the first-byte latency, which the engine's bandwidth plan (made for
+        part-sized requests) undersizes. The dataset's own client (no
+        max_inflight_requests configured) is raised to k, at most its data connections;
+        never lowered."""
+        cfg = self._client.s3client_config
+        if cfg.max_inflight_requests or size > cfg.part_size:
+            return
+        if k > self._client.native.stats().get("max_inflight_requests", 0):
+            self._client.native.set_max_inflight_requests(k)
 
     def full(self, size: Optional[int] = None) -> bool:
         """No room for one more object (of `size` bytes, else of the expected size)."""
@@ -590,18 +604,34 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> List[Any]:
         """A batch (what a DataLoader with a batch_size asks for): its objects fetched
-        concurrently, then the transforms in the batch's order. A batch made by
-        ``batch_sampler`` also names the next batch of this worker (``ahead``): those
-        objects are queued behind, and the next call finds them fetched."""
-        ahead_idx = list(getattr(indices, "ahead", None) or ())
-        return self._fetch_batch(list(indices), ahead_idx)
+        concurrently, then the transforms in the batch's order. The next batch of this
+        worker is fetched behind it: the one ``batch_sampler`` names (``ahead``), else,
+        when this batch is a run of evenly spaced indices (a sequential sampler, a
+        DistributedSampler without shuffle), the same run moved on by the batches the
+        other workers take (a guess: a wrong one costs the requests of one batch)."""
+        ahead_idx = getattr(indices, "ahead", None)
+        idx = list(indices)
+        if ahead_idx is None:
+            ahead_idx = self._next_run(idx)
+        return self._fetch_batch(idx, list(ahead_idx))
+
+    @staticmethod
+    def _next_run(idx: List[int]) -> List[int]:
+        if len(idx) < 2 or min(idx) < 0:
+            return []
+        step = idx[1] - idx[0]
+        if step <= 0 or any(b - a != step for a, b in zip(idx, idx[1:])):
+            return []
+        wi = torch.utils.data.get_worker_info()
+        shift = (wi.num_workers if wi is not None else 1) * len(idx) * step
+        return [i + shift for i in idx]
 
     def _fetch_batch(self, indices: List[int], ahead_idx: List[int]) -> List[Any]:
         if not self._reads_ahead():
             return [self[i] for i in indices]
         want_max = max((i for i in indices + ahead_idx), default=-1)
         negative = any(i < 0 for i in indices + ahead_idx)
-        self._list_until(None if negative else want_max + 1)
+        self._list_until(None if negative else want_max + 1)  # past the end: all of it
         want = [self._index(i) for i in indices]
         n_batch = len(want)
         want += [i % len(self._objects) for i in ahead_idx
@@ -630,7 +660,7 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
     def batch_sampler(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
                       num_workers: int = 0, sampler: Optional[Iterable[int]] = None,
                       generator: Optional[torch.Generator] = None,
-                      ahead_batches: int = 1) -> "S3BatchSampler":
+                      ahead_batches: int = 2) -> "S3BatchSampler":
         """A batch sampler for ``DataLoader(ds, batch_sampler=ds.batch_sampler(...),
         num_workers=num_workers)`` whose batches also carry the indices of the batch the
         same worker gets next (``ahead_batches`` of them): each worker fetches its next
@@ -666,7 +696,7 @@ class S3BatchSampler(torch.utils.data.Sampler):
     the batch it was asked for. Made by ``S3MapDataset.batch_sampler``."""
 
     def __init__(self, sampler: Iterable[int], batch_size: int, *, drop_last: bool = False,
-                 num_workers: int = 0, ahead_batches: int = 1):
+                 num_workers: int = 0, ahead_batches: int = 2):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if num_workers < 0 or ahead_batches < 0:

@@ -802,6 +802,16 @@ static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *arg
     Py_RETURN_NONE;
 }
 
+/* set_max_inflight_requests(n): s3f_client_set_max_inflight_requests (clamped by it). */
+static PyObject *Client_set_max_inflight_requests(ClientObject *self, PyObject *arg) {
+    unsigned long n = PyLong_AsUnsignedLong(arg);
+    if (n == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    s3f_client_set_max_inflight_requests(c, n > UINT32_MAX ? UINT32_MAX : (uint32_t)n);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"reset_high_water", NULL};
     int reset = 0;
@@ -928,6 +938,9 @@ static PyMethodDef Client_methods[] = {
      "(ListBuckets)"},
     {"abort_multipart_upload", (PyCFunction)Client_abort_multipart_upload, METH_VARARGS,
      "abort_multipart_upload(bucket, key, upload_id)"},
+    {"set_max_inflight_requests", (PyCFunction)Client_set_max_inflight_requests, METH_O,
+     "set_max_inflight_requests(n)\nData requests in flight from now on, no longer adapted "
+     "(at most the data connections)."},
     {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,
      "stats(reset_high_water=False) -> dict\nEngine counters (s3f_client_stats)."},
     {NULL, NULL, 0, NULL},

@@ -171,13 +171,17 @@ def test_sharding_with_prefetch_2_ranks_3_workers(seeded, opts):
 
 
 def test_map_batches_and_batch_sampler_read_ahead(seeded, bucket, region, proxy):
-    """A DataLoader with batch_size: each batch fetched at once, in the batch's order. With
-    ds.batch_sampler(...) the next batch of each worker is fetched too: every object is
-    still sent for exactly once, and the samples come in the sampler's order."""
+    """A DataLoader with batch_size: each batch fetched at once, in the batch's order, the
+    next run of a sequential sampler behind it. With ds.batch_sampler(...) the next
+    batches of each worker are fetched too: every object is still sent for exactly once,
+    and the samples come in the sampler's order."""
     ds = S3MapDataset.from_prefix(seeded, region=region, endpoint=proxy.endpoint,
                                   transform=checked)
     batches = list(DataLoader(ds, batch_size=8, collate_fn=list))
     assert [k for b in batches for k in b] == KEYS
+    # consecutive batches: the next run was fetched behind each batch, each object once
+    gets = _gets(proxy, bucket)
+    assert sorted(gets) == KEYS and all(len(t) == 1 for t in gets.values()), gets
     proxy.reset()
     for workers in (0, 2):
         loader = DataLoader(ds, batch_sampler=ds.batch_sampler(8, num_workers=workers),
