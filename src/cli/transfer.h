@@ -2,7 +2,9 @@
  * downloads, server-side copies and deletions, one object each — worked off by a pool of
  * threads on the one shared client, with one aggregate progress bar. A failed job is
  * reported on its own line (naming the object and what S3 said) and the others go on; the
- * run's exit status is 1 when anything failed. Also the listings the runs are planned
+ * run's exit status is 1 when anything failed. A job answered SlowDown through all its
+ * attempts halves the client's requests in flight and is run again after a pause (up to
+ * 6 times): a run of many small objects finds the rate the server takes. Also the listings the runs are planned
  * from: a local directory walk and an S3 listing, both as paths relative to their root,
  * with size and modification time, filtered by --exclude/--include. */
 #ifndef S3F_CLI_TRANSFER_H
@@ -44,6 +46,7 @@ struct cli_run {
     size_t next;   /* the next job to start */
     size_t failed; /* jobs (and planning steps) that failed */
     int rc;        /* exit status of the last failure */
+    uint64_t throttled_ms; /* when the requests in flight were last halved (SlowDown) */
 };
 
 void cli_run_init(struct cli_run *r, struct cli_ctx *ctx, const char *sb, const char *db);
