@@ -105,3 +105,24 @@ def test_many_small_files_up_down_and_sync(cli_path, sink, tmp_path):
     time.sleep(0.25)
     assert 0 < _max_busy(sink.trace, since) <= 16 + 2  # + the control connections' requests
     assert len(list(back.rglob("*.bin"))) == 200
+
+
+def test_many_small_files_within_the_servers_request_rate(cli_path, tmp_path):
+    """A server that takes 300 PUTs a second on the prefix (answering the rest 503
+    SlowDown, as S3 does past 3,500): cp --recursive of 300 files still succeeds, every
+    object there: the run lowers its requests in flight and runs throttled objects again."""
+    s = Sink(tmp_path, "--threads", "2", "--store", "64M", "--prefix-put-rate", "300",
+             "--prefix-burst-ms", "50", "--quiet")
+    try:
+        env = _env(s.port)
+        src = tmp_path / "src"
+        _files(src, 300, "rate")
+        run = lambda *a: subprocess.run([cli_path, *a], env=env, capture_output=True,
+                                        text=True, timeout=120)
+        assert run("mb", f"s3://{BUCKET}").returncode == 0
+        p = run("cp", "--recursive", "--quiet", str(src), f"s3://{BUCKET}/rate/")
+        assert p.returncode == 0, p.stderr[-3000:]
+        p = run("ls", "--recursive", f"s3://{BUCKET}/rate/")
+        assert p.returncode == 0 and len(p.stdout.splitlines()) == 300, p.stdout[-500:]
+    finally:
+        s.stop()
