@@ -161,6 +161,17 @@ void objmap_free(void);
 bool objmap_put(const char *k, size_t n, uint64_t size, uint32_t nparts, struct blob *data,
                 uint64_t *ver);
 bool objmap_del(const char *k, size_t n);
+/* One listing page: the objects of `bucket` whose key starts with `prefix` and sorts after
+ * `after` (byte order; an empty `after`: from the start), the first `max` of them, sorted,
+ * into ents (each key malloc'ed: the caller frees). Returns how many. */
+struct list_ent {
+    char *key;
+    size_t klen;
+    uint64_t size, ver;
+    uint32_t nparts;
+};
+size_t objmap_list(const char *bucket, size_t bn, const char *prefix, size_t pn,
+                   const char *after, size_t an, size_t max, struct list_ent *ents);
 bool object_size(const char *k, size_t n, uint64_t *size, uint32_t *nparts, uint64_t *ver,
                  struct blob **data);
 void upload_release(struct upload *u);
@@ -206,7 +217,7 @@ struct req {
     const char *name; /* "bucket/key" (map key) */
     size_t name_len;
     bool q_uploads, q_delete, q_location, q_list_type2, q_other;
-    struct hdrval upload_id, prefix;
+    struct hdrval upload_id, prefix, start_after, token, max_keys;
     bool has_part_number;
     uint64_t part_number;
     bool has_cl, has_te, te_chunked, aws_chunked, expect_continue, conn_close,

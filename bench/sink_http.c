@@ -139,6 +139,12 @@ static void parse_query(struct conn *c, const char *q, size_t n)
             r->q_list_type2 = val.n == 1 && val.p[0] == '2';
         else if (hv_eq(name, "prefix"))
             r->prefix = val;
+        else if (hv_eq(name, "start-after") || hv_eq(name, "marker"))
+            r->start_after = val;
+        else if (hv_eq(name, "continuation-token"))
+            r->token = val;
+        else if (hv_eq(name, "max-keys"))
+            r->max_keys = val;
         else if (name.n)
             r->q_other = true;
         q = amp + 1;

@@ -441,21 +441,87 @@ static void handle_delete_objects(struct conn *c)
     respond_xml(c, 200, x.len, false);
 }
 
+/* A query value percent-decoded into out (at most cap bytes); its length. */
+static size_t url_decode(struct hdrval v, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < v.n && n < cap; i++) {
+        int hi, lo;
+        if (v.p[i] == '%' && i + 2 < v.n &&
+            (hi = hexval(v.p[i + 1])) >= 0 && (lo = hexval(v.p[i + 2])) >= 0) {
+            out[n++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            out[n++] = v.p[i] == '+' ? ' ' : v.p[i];
+        }
+    }
+    return n;
+}
+
+#define LIST_PAGE_MAX 100 /* keys per page: what OUT_CAP holds with room to spare */
+
+/* ListObjects(V2) of the objects the sink remembers (PUT or completed; with --store, the
+ * ones it keeps), LIST_PAGE_MAX keys a page at most, in byte order. Continuation tokens
+ * are the last key of the page. */
 static void handle_list(struct conn *c)
 {
     struct req *r = &c->rq;
+    char prefix[1024], after[1024];
+    size_t pn = url_decode(r->prefix, prefix, sizeof(prefix));
+    size_t an = url_decode(r->token.n ? r->token : r->start_after, after, sizeof(after));
+    uint64_t max = LIST_PAGE_MAX;
+    if (r->max_keys.n && parse_u64(r->max_keys.p, r->max_keys.n, &max) && max > LIST_PAGE_MAX)
+        max = LIST_PAGE_MAX;
+    struct list_ent ents[LIST_PAGE_MAX + 1];
+    size_t n = max ? objmap_list(r->bucket, r->bucket_len, prefix, pn, after, an,
+                                 (size_t)max + 1, ents) : 0;
+    bool truncated = n > max;
+    if (truncated) {
+        free(ents[n - 1].key);
+        n--;
+    }
     struct ob x;
     xml_begin(&x, c->w);
     ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
     ob_xml(&x, r->bucket, r->bucket_len);
     ob_str(&x, "</Name><Prefix>");
-    ob_xml(&x, r->prefix.p, r->prefix.n);
+    ob_xml(&x, prefix, pn);
     ob_str(&x, "</Prefix>");
     if (r->q_list_type2)
-        ob_str(&x, "<KeyCount>0</KeyCount>");
+        ob_printf(&x, "<KeyCount>%zu</KeyCount>", n);
     else
         ob_str(&x, "<Marker></Marker>");
-    ob_str(&x, "<MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>");
+    ob_printf(&x, "<MaxKeys>%" PRIu64 "</MaxKeys><IsTruncated>%s</IsTruncated>", max,
+              truncated ? "true" : "false");
+    if (truncated && n) {
+        ob_str(&x, r->q_list_type2 ? "<NextContinuationToken>" : "<NextMarker>");
+        ob_xml(&x, ents[n - 1].key, ents[n - 1].klen);
+        ob_str(&x, r->q_list_type2 ? "</NextContinuationToken>" : "</NextMarker>");
+    }
+    char now[32]; /* LastModified: the listing's time (sync sees the objects as fresh) */
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+    for (size_t i = 0; i < n; i++) {
+        char name[1200], etag[48];
+        size_t nn = 0;
+        if (r->bucket_len + 1 + ents[i].klen <= sizeof(name)) {
+            memcpy(name, r->bucket, r->bucket_len);
+            name[r->bucket_len] = '/';
+            memcpy(name + r->bucket_len + 1, ents[i].key, ents[i].klen);
+            nn = r->bucket_len + 1 + ents[i].klen;
+        }
+        object_etag(name, nn, ents[i].size, ents[i].ver, ents[i].nparts, etag);
+        ob_str(&x, "<Contents><Key>");
+        ob_xml(&x, ents[i].key, ents[i].klen);
+        ob_printf(&x, "</Key><LastModified>%s</LastModified>"
+                      "<ETag>&quot;%s&quot;</ETag><Size>%" PRIu64 "</Size>"
+                      "<StorageClass>STANDARD</StorageClass></Contents>", now, etag,
+                  ents[i].size);
+        free(ents[i].key);
+    }
+    ob_str(&x, "</ListBucketResult>");
     respond_xml(c, 200, x.overflow ? 0 : x.len, false);
 }
 

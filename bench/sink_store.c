@@ -338,6 +338,63 @@ static bool objmap_get(const char *k, size_t n, uint64_t *size, uint32_t *nparts
     return found;
 }
 
+/* Keeps `ents` (n of them, sorted) the `max` smallest keys seen; 0 or the new count. */
+static size_t list_insert(struct list_ent *ents, size_t n, size_t max, const struct obj *o,
+                          size_t skip)
+{
+    const char *k = o->key + skip;
+    size_t kn = o->klen - skip;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        size_t mn = ents[mid].klen < kn ? ents[mid].klen : kn;
+        int c = memcmp(ents[mid].key, k, mn);
+        if (c < 0 || (c == 0 && ents[mid].klen < kn))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo >= max)
+        return n;
+    char *copy = malloc(kn ? kn : 1);
+    if (!copy)
+        return n;
+    memcpy(copy, k, kn);
+    if (n == max) { /* the largest falls out */
+        free(ents[n - 1].key);
+        n--;
+    }
+    memmove(&ents[lo + 1], &ents[lo], (n - lo) * sizeof(*ents));
+    ents[lo] = (struct list_ent){.key = copy, .klen = kn, .size = o->size, .ver = o->ver,
+                                 .nparts = o->nparts};
+    return n + 1;
+}
+
+size_t objmap_list(const char *bucket, size_t bn, const char *prefix, size_t pn,
+                   const char *after, size_t an, size_t max, struct list_ent *ents)
+{
+    size_t n = 0;
+    for (int i = 0; i < NSHARDS; i++) {
+        struct shard *s = &g_shards[i];
+        pthread_mutex_lock(&s->mu);
+        for (size_t j = 0; s->tab && j <= s->mask; j++) {
+            for (const struct obj *o = s->tab[j]; o; o = o->next) {
+                if (o->klen < bn + 1 + pn || memcmp(o->key, bucket, bn) != 0 ||
+                    o->key[bn] != '/' || memcmp(o->key + bn + 1, prefix, pn) != 0)
+                    continue;
+                const char *k = o->key + bn + 1;
+                size_t kn = o->klen - bn - 1, mn = kn < an ? kn : an;
+                int c = memcmp(k, after, mn);
+                if (an && (c < 0 || (c == 0 && kn <= an)))
+                    continue; /* not after the start */
+                n = list_insert(ents, n, max, o, bn + 1);
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    return n;
+}
+
 bool objmap_del(const char *k, size_t n)
 {
     uint64_t h = hash_bytes(k, n, 0);

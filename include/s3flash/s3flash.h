@@ -294,6 +294,14 @@ struct s3f_client_stats {
 S3F_API void s3f_client_stats(struct s3f_client *client, struct s3f_client_stats *out,
                               int reset_high_water);
 
+/* Change how many data requests the client keeps in flight, from now on, and stop adapting
+ * it (as if max_inflight_requests had been configured): at least 1, at most the
+ * connections data requests may use (see max_inflight_requests; larger values are
+ * clamped). For runs of many small objects (each one request: the rate is the requests in
+ * flight over the first-byte latency), which the bandwidth plan, made for part-sized
+ * requests, undersizes. Thread-safe; requests already waiting start as slots free up. */
+S3F_API void s3f_client_set_max_inflight_requests(struct s3f_client *client, uint32_t n);
+
 /* ---------------------------------------------------------------------------------------
  * s3:// URIs
  * ------------------------------------------------------------------------------------- */
@@ -608,6 +616,52 @@ S3F_API enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bu
                                             s3f_write_fn sink, void *sink_user_data,
                                             struct s3f_object_info *info,
                                             struct s3f_error *err);
+/* Many whole objects fetched concurrently and taken in the order they were added: what a
+ * dataset that reads ahead needs (docs/TRANSFER.md, "Many small objects"). Each added
+ * object is one GET without a Range and no HEAD, queued at once on the client's scheduler,
+ * so as many run together as the client allows data requests in flight
+ * (max_inflight_requests, shared fairly with its other transfers) on its I/O threads: no
+ * thread per object. Its bytes land in one buffer of the object's size, allocated with
+ * malloc when the response's headers tell the size. s3f_fetch_take waits for the oldest
+ * object not yet taken, whatever order they complete in. Every answer is checked as for
+ * s3f_download_alloc (resumed mid-body with If-Match on the first ETag, retried as every
+ * request, the whole-object checksum verified when the response carries one). The block
+ * cache (cache_dir) is not used. Memory: the caller bounds it by how many it adds before
+ * taking (and by max_size). Not thread-safe: one thread adds and takes. */
+struct s3f_fetch;
+struct s3f_fetch_options {
+    /* 0 or 1: verify the whole-object checksum a response carries (x-amz-checksum-mode);
+     * -1: never. Mismatch: S3F_ERR_CHECKSUM for that object. */
+    int verify_checksum;
+};
+/* *out: free with s3f_fetch_free. opts may be NULL. */
+S3F_API enum s3f_status s3f_fetch_new(struct s3f_client *c, const struct s3f_fetch_options *opts,
+                                      struct s3f_fetch **out, struct s3f_error *err);
+/* Queue the GET of s3://bucket/key; it starts as soon as a request slot is free. if_match
+ * (NULL or "": none) pins the ETag a listing gave (a replaced object then fails with
+ * S3F_ERR_PRECONDITION_FAILED). max_size (0: no limit): an object larger than that is not
+ * read; the GET stops after its headers and s3f_fetch_take returns
+ * S3F_ERR_INVALID_ARGUMENT with info->size the object's size (read it with a reader).
+ * Errors here (a bad bucket or key, no memory) queue nothing. */
+S3F_API enum s3f_status s3f_fetch_add(struct s3f_fetch *f, const char *bucket,
+                                      const char *key, const char *if_match,
+                                      uint64_t max_size, struct s3f_error *err);
+/* Objects added and not yet taken. */
+S3F_API size_t s3f_fetch_pending(const struct s3f_fetch *f);
+/* Bytes the fetch holds now (buffers of objects fetched or arriving, not yet taken) and the
+ * most it ever held. Thread-safe. */
+S3F_API void s3f_fetch_held(struct s3f_fetch *f, uint64_t *held, uint64_t *high_water);
+/* Wait for the oldest object not yet taken and hand it over: on success *data (free it with
+ * free(); never NULL, also for an empty object) and *len are its bytes, `info` (optional)
+ * its metadata. On failure (that object's own error: NoSuchKey, a changed ETag...) *data
+ * is NULL and err says what S3 said; the object is taken all the same and the next call
+ * waits for the next one. With nothing added: S3F_ERR_INVALID_ARGUMENT. */
+S3F_API enum s3f_status s3f_fetch_take(struct s3f_fetch *f, void **data, size_t *len,
+                                       struct s3f_object_info *info, struct s3f_error *err);
+/* Stop what is queued or running (running GETs stop at their next bytes; waits for them),
+ * drop what was fetched and not taken, free the fetch. NULL is accepted. */
+S3F_API void s3f_fetch_free(struct s3f_fetch *f);
+
 /* Download into the concatenation of `n_iov` regions (the object may be shorter). */
 S3F_API enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket,
                                          const char *key, const struct s3f_iovec *iov,

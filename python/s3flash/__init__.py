@@ -89,9 +89,9 @@ __all__ = [
 # Type checkers read the imports below (the real classes, not Any); at run time the
 # module __getattr__ imports them on first access.
 if TYPE_CHECKING:
-    from ._dataset import S3IterableDataset, S3MapDataset
+    from ._dataset import S3BatchSampler, S3IterableDataset, S3MapDataset
 
-_LAZY_DATASETS = ("S3MapDataset", "S3IterableDataset")
+_LAZY_DATASETS = ("S3MapDataset", "S3IterableDataset", "S3BatchSampler")
 __all__ += list(_LAZY_DATASETS)
 
 

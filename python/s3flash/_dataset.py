@@ -9,12 +9,13 @@ whole-object reads.
 from __future__ import annotations
 
 import io
+import math
 import os
 import random
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import (Any, Callable, Deque, Iterable, Iterator, List, NamedTuple, Optional,
-                    Tuple, Union)
+from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, NamedTuple,
+                    Optional, Sequence, Tuple, Union)
 
 import torch.utils.data
 
@@ -34,6 +35,12 @@ _WHOLE_READ_MAX = 64 * MiB
 # A first readinto of an item of unknown size takes the one-GET path from this buffer size
 # on (a smaller buffer is a partial read more often than not: the reader serves it)
 _WHOLE_READINTO_MIN = 256 * 1024
+
+# Read-ahead of the datasets (prefetch): objects fetched whole, many at once, by the
+# engine (Client.open_fetch: one GET each on its I/O threads, no thread per object).
+_PREFETCH_BYTES = 64 * MiB      # prefetch_bytes default: bytes fetched ahead per iterator
+_PREFETCH_MAX = 256             # the most objects ahead an automatic prefetch plans
+_PREFETCH_UNKNOWN_SIZE = 1 * MiB  # what an object of unknown size counts until sizes are seen
 
 
 def identity(obj: Any) -> Any:
@@ -70,16 +77,36 @@ def _list_page(client: S3Client, bucket: str, prefix: str, token: Optional[str],
     return objects, token
 
 
-def _list_prefix(client: S3Client, bucket: str, prefix: str,
-                 page_size: int) -> Iterator[S3BucketKeyData]:
-    """Objects under the prefix, one ListObjectsV2 page at a time (yields after each page)."""
+def _list_prefix(client: S3Client, bucket: str, prefix: str, page_size: int,
+                 ahead: bool = False) -> Iterator[S3BucketKeyData]:
+    """Objects under the prefix, one ListObjectsV2 page at a time (yields after each page).
+    ahead: the next page is requested (on a thread, the GIL released while it waits) as
+    soon as this one arrived, while this one's objects are consumed and fetched."""
     token: Optional[str] = None
-    while True:
-        objects, token = _list_page(client, bucket, prefix, token, page_size)
-        for key, size, _mtime, etag, _cls in objects:
-            yield S3BucketKeyData(bucket, key, size, etag)
-        if not token:
-            return
+    if not ahead:
+        while True:
+            objects, token = _list_page(client, bucket, prefix, token, page_size)
+            for key, size, _mtime, etag, _cls in objects:
+                yield S3BucketKeyData(bucket, key, size, etag)
+            if not token:
+                return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="s3flash-list")
+    nxt: Optional[Future] = None
+    try:
+        objects, token = _list_page(client, bucket, prefix, None, page_size)
+        while True:
+            if token:
+                nxt = pool.submit(_list_page, client, bucket, prefix, token, page_size)
+            for key, size, _mtime, etag, _cls in objects:
+                yield S3BucketKeyData(bucket, key, size, etag)
+            if nxt is None:
+                return
+            objects, token = nxt.result()
+            nxt = None
+    finally:
+        if nxt is not None:
+            nxt.cancel()
+        pool.shutdown(wait=False)
 
 
 class _DatasetReader(SequentialS3Reader):
@@ -145,23 +172,14 @@ class _DatasetReader(SequentialS3Reader):
         except _s3flash.S3ValueError:
             return None
 
-    def _prefetch(self) -> None:
-        """Fetch the whole object now (a prefetching dataset's worker thread), when it is
-        at most 64 MiB; a larger one gets its reader opened. Errors are left for the read
-        to meet (the object is then read lazily, as without prefetch)."""
-        try:
-            if self._listed_size is None:
-                if self._unknown_whole_ok() and self._fetch_whole(_WHOLE_READ_MAX):
-                    return  # one GET, no HEAD
-                self._listed_size = super().size  # over 64 MiB: open the reader (a HEAD)
-                return
-            if self._whole_read_ok(-1):
-                buf = bytearray(self._listed_size or 0)
-                n = self._fetch_into(buf) if buf else 0
-                if n is not None:
-                    self._data = bytes(memoryview(buf)[:n])
-        except Exception:
-            pass
+    def _take_fetched(self, data: bytes, info: Dict[str, Any]) -> None:
+        """The whole object, fetched ahead (the dataset's read-ahead): reads are served
+        from these bytes, pinned to the ETag they came with."""
+        self._data = data
+        self._listed_size = len(data)
+        if info.get("etag"):
+            self._listed_etag = info["etag"]
+            self._known = (len(data), info["etag"])
 
     @property
     def size(self) -> int:
@@ -252,21 +270,158 @@ def _is_default_sequential(constructor: Optional[S3ReaderConstructorProtocol]) -
             or S3ReaderConstructor.get_reader_type_string(constructor) == "sequential")
 
 
+class _Ahead:
+    """The read-ahead of one iterator (or of a map dataset in one process): objects queued
+    on an engine fetch (``Client.open_fetch``: one GET each, run together on the engine's
+    I/O threads, no thread per object) up to ``k`` objects and ``max_bytes`` bytes ahead,
+    taken in the order queued whatever order they complete in.
+
+    ``k``: the ``prefetch`` given, else planned from the engine's bandwidth-delay estimate
+    (``first_byte_latency_s``, ``connection_bytes_per_s``): the objects of the expected
+    size that one first-byte latency plus their transfer time hold at the throughput
+    target, at least the engine's data requests in flight (every slot busy), at most 256,
+    and never more than ``max_bytes`` of them. Re-planned every 32 objects as the estimate
+    learns. An object larger than ``min(16 MiB, max_bytes)`` (listed size), or found so
+    (unknown size: its GET stops after the headers), is not fetched: its reader streams
+    it. An object whose GET failed is left to its reader, whose read meets the error."""
+
+    _REPLAN = 32
+
+    def __init__(self, ds: "_S3DatasetBase"):
+        self._ds = ds
+        self._client = ds._get_client()
+        self._fetch: Optional[Any] = self._client.native.open_fetch()
+        self._max_items = ds._prefetch          # None: planned
+        self._max_bytes = ds._prefetch_bytes
+        self._whole_max = min(16 * MiB, self._max_bytes)
+        # (object, fetched?, bytes counted, tag)
+        self._q: Deque[Tuple[S3BucketKeyData, bool, int, Any]] = deque()
+        self._bytes = 0
+        self._seen_n = 0
+        self._seen_bytes = 0
+        self._k = 1
+        self._since_plan = self._REPLAN
+        self.high_water_bytes = 0  # the most bytes counted ahead at once (tests, benches)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def tags(self) -> List[Any]:
+        return [t for *_, t in self._q]
+
+    def _expected_size(self) -> int:
+        return (self._seen_bytes // self._seen_n) if self._seen_n else _PREFETCH_UNKNOWN_SIZE
+
+    def _plan(self, size: int) -> int:
+        size = max(size, 1)
+        if self._max_items is not None:
+            k = self._max_items
+        else:
+            st = self._client.native.stats()
+            lat = st.get("first_byte_latency_s") or 0.03
+            bw = st.get("connection_bytes_per_s") or 50e6
+            target = self._client.s3client_config.throughput_target_gbps * 1e9 / 8
+            k = math.ceil(target * (lat + size / bw) / size)
+            k = min(max(k, st.get("max_inflight_requests", 1)), _PREFETCH_MAX)
+        k = max(1, min(k, self._max_bytes // size))
+        self._raise_inflight(k, size)
+        return k
+
+    def _raise_inflight(self, k: int, size: int) -> None:
+        """Objects of up to a part are one request each: the rate is the requests in
+        flight over the first-byte latency, which the engine's bandwidth plan (made for
+        part-sized requests) undersizes. The dataset's own client (no
+        max_inflight_requests configured) is raised to k, at most its data connections;
+        never lowered."""
+        cfg = self._client.s3client_config
+        if cfg.max_inflight_requests or size > cfg.part_size:
+            return
+        if k > self._client.native.stats().get("max_inflight_requests", 0):
+            self._client.native.set_max_inflight_requests(k)
+
+    def full(self, size: Optional[int] = None) -> bool:
+        """No room for one more object (of `size` bytes, else of the expected size)."""
+        if not self._q:
+            return False
+        n = self._expected_size() if size is None else size
+        if self._since_plan >= self._REPLAN:
+            self._k = self._plan(n)
+            self._since_plan = 0
+        return len(self._q) >= self._k or self._bytes + min(n, self._whole_max) > self._max_bytes
+
+    def push(self, obj: S3BucketKeyData, tag: Any = None) -> None:
+        fetched, n = False, 0
+        if self._fetch is not None and (obj.size is None or obj.size <= self._whole_max):
+            n = self._expected_size() if obj.size is None else obj.size
+            self._fetch.add(obj.bucket, obj.key, etag=obj.etag or None,
+                            max_size=self._whole_max)
+            fetched = True
+        self._q.append((obj, fetched, n, tag))
+        self._bytes += n
+        self._since_plan += 1
+        self.high_water_bytes = max(self.high_water_bytes, self._bytes)
+        self._ds._last_ahead = self
+
+    def fill(self, src: Iterator[S3BucketKeyData]) -> bool:
+        """Queue objects from src while there is room; False once src is exhausted."""
+        while True:
+            if self.full():
+                return True
+            try:
+                obj = next(src)
+            except StopIteration:
+                return False
+            self.push(obj)
+
+    def pop(self) -> S3Reader:
+        """The reader of the oldest object queued (waits for its bytes)."""
+        obj, fetched, n, _ = self._q.popleft()
+        reader = self._ds._reader(obj)
+        got = None
+        if fetched and self._fetch is not None:
+            try:
+                got = self._fetch.take()
+            except _s3flash.S3Exception:
+                got = None  # left to the reader: its read meets the error (or succeeds)
+        self._bytes -= n
+        if got is not None and isinstance(reader, _DatasetReader):
+            reader._take_fetched(*got)
+            self._seen_n += 1
+            self._seen_bytes += len(got[0])
+        return reader
+
+    def held(self) -> Tuple[int, int]:
+        """(bytes the engine's fetch holds now, the most it held): counted in C."""
+        return self._fetch.held if self._fetch is not None else self._held_at_close
+
+    _held_at_close = (0, 0)
+
+    def close(self) -> None:
+        self._q.clear()
+        self._bytes = 0
+        if self._fetch is not None:
+            self._held_at_close = (0, self._fetch.held[1])
+            self._fetch.close()
+            self._fetch = None
+
+
 class _S3DatasetBase:
     """What both datasets share: the client (built lazily, in the process that uses it:
-    never pickled, rebuilt after fork by the native layer), the reader of an item."""
+    never pickled, rebuilt after fork by the native layer), the reader of an item, the
+    read-ahead (``prefetch``, ``prefetch_bytes``)."""
 
     def __init__(self, region: Optional[str],
                  get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                 prefetch: int = 0):
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES):
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0 or None, got {prefetch}")
+        if prefetch_bytes < 1:
+            raise ValueError(f"prefetch_bytes must be >= 1, got {prefetch_bytes}")
         self._prefetch = prefetch
-        self._pool: Optional[ThreadPoolExecutor] = None
-        self._pool_pid = 0
+        self._prefetch_bytes = prefetch_bytes
         self._region = region
         self._endpoint = endpoint
         self._get_dataset_objects = get_dataset_objects
@@ -275,6 +430,7 @@ class _S3DatasetBase:
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
         self._fast_reader = _is_default_sequential(reader_constructor)
         self._client: Optional[S3Client] = None
+        self._last_ahead: Optional[_Ahead] = None  # the last read-ahead of this process
 
     @property
     def region(self) -> Optional[str]:
@@ -295,6 +451,14 @@ class _S3DatasetBase:
                                     s3client_config=self._s3client_config)
         return self._client
 
+    def _reads_ahead(self) -> bool:
+        """Objects are fetched ahead: prefetch is not 0, the reader is the default
+        (sequential) one, and no block cache is configured (the fetch does not use it:
+        readers then read through the cache lazily)."""
+        cfg = self._s3client_config
+        return (self._prefetch != 0 and self._fast_reader
+                and (cfg is None or cfg.cache_dir is None))
+
     def _reader(self, obj: S3BucketKeyData) -> S3Reader:
         client = self._get_client()
         if self._fast_reader:
@@ -305,46 +469,26 @@ class _S3DatasetBase:
     def _get_transformed_object(self, obj: S3BucketKeyData) -> Any:
         return self._transform(self._reader(obj))
 
-    def _prefetch_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None or self._pool_pid != os.getpid():  # none, or the parent's
-            self._pool = ThreadPoolExecutor(self._prefetch,
-                                            thread_name_prefix="s3flash-prefetch")
-            self._pool_pid = os.getpid()
-        return self._pool
-
-    def _submit(self, reader: S3Reader) -> Optional[Future]:
-        if isinstance(reader, _DatasetReader):
-            return self._prefetch_pool().submit(reader._prefetch)
-        return None
-
     def _prefetched(self, objs: Iterable[S3BucketKeyData]) -> Iterator[Any]:
-        """transform(reader) of each object in order, with the next `prefetch` objects
-        fetched by a thread pool meanwhile (the GIL is released during the transfers)."""
-        window: Deque[Tuple[S3Reader, Optional[Future]]] = deque()
+        """transform(reader) of each object in order, the next objects fetched meanwhile
+        (see _Ahead)."""
+        ahead = _Ahead(self)
+        src = iter(objs)
+        more = True
         try:
-            for o in objs:
-                r = self._reader(o)
-                window.append((r, self._submit(r)))
-                if len(window) > self._prefetch:
-                    r, fut = window.popleft()
-                    if fut is not None:
-                        fut.result()
-                    yield self._transform(r)
-            while window:
-                r, fut = window.popleft()
-                if fut is not None:
-                    fut.result()
-                yield self._transform(r)
+            while True:
+                if more:
+                    more = ahead.fill(src)
+                if not len(ahead):
+                    return
+                yield self._transform(ahead.pop())
         finally:
-            for _, fut in window:
-                if fut is not None:
-                    fut.cancel()
+            ahead.close()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_client"] = None  # a native client does not cross processes
-        state["_pool"] = None
-        state["_pool_pid"] = 0
+        state["_last_ahead"] = None
         return state
 
 
@@ -352,13 +496,21 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
     """A map-style dataset of S3 objects: ``len(ds)`` and ``ds[i]``.
 
     Build it with ``from_prefix`` or ``from_objects``. Item ``i`` is
-    ``transform(S3Reader)`` of the i-th object (keys in the listing's lexicographic order);
-    the reader is lazy: nothing is fetched until it is read. ``ds[i]`` lists only as many
-    pages as it needs; ``len(ds)`` lists the whole prefix (once). Shuffle and shard with the
-    DataLoader's sampler (``shuffle=True``, ``DistributedSampler``).
+    ``transform(S3Reader)`` of the i-th object (keys in the listing's lexicographic order).
+    ``ds[i]`` alone is lazy: nothing is fetched until the reader is read. ``ds[i]`` lists
+    only as many pages as it needs; ``len(ds)`` lists the whole prefix (once). Shuffle and
+    shard with the DataLoader's sampler (``shuffle=True``, ``DistributedSampler``).
 
-    ``prefetch=N``: a DataLoader with a ``batch_size`` asks for whole batches
-    (``__getitems__``); their objects are then fetched N at a time in parallel.
+    A whole batch (``__getitems__``: what a DataLoader with a ``batch_size`` asks for) is
+    fetched concurrently, every object of it at once on the engine (see ``prefetch``).
+    With the dataset's own ``batch_sampler(...)`` the batches carry the indices of the
+    batch that comes next to the same worker, and those are fetched too while this batch
+    is transformed.
+
+    ``prefetch``: None (default) plans how many objects are in flight from the engine's
+    measured first-byte latency and throughput (``_Ahead``); N: at most N; 0: no fetch
+    ahead (every reader lazy, one GET at a time as s3torchconnector).
+    ``prefetch_bytes`` (64 MiB): bound of the bytes fetched ahead and not yet handed out.
     """
 
     def __init__(self, region: Optional[str],
@@ -366,12 +518,14 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
-                 prefetch: int = 0):
+                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES):
         super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
-                         reader_constructor, prefetch)
+                         reader_constructor, prefetch, prefetch_bytes)
         self._objects: List[S3BucketKeyData] = []
         self._listing: Optional[Iterator[S3BucketKeyData]] = None
         self._listed = False
+        self._ahead: Optional[_Ahead] = None
+        self._ahead_pid = 0
 
     @classmethod
     def from_objects(cls, object_uris: Union[str, Iterable[str]], *,
@@ -379,13 +533,14 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                      transform: Callable[[S3Reader], Any] = identity,
                      s3client_config: Optional[S3ClientConfig] = None,
                      reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                     prefetch: int = 0) -> "S3MapDataset":
+                     prefetch: Optional[int] = None,
+                     prefetch_bytes: int = _PREFETCH_BYTES) -> "S3MapDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
         A malformed URI raises ValueError naming it, here."""
         objs = _parse_object_uris(object_uris)
         return cls(region, _ObjectList(objs), endpoint, transform=transform,
                    s3client_config=s3client_config, reader_constructor=reader_constructor,
-                   prefetch=prefetch)
+                   prefetch=prefetch, prefetch_bytes=prefetch_bytes)
 
     @classmethod
     def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
@@ -393,7 +548,8 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                     transform: Callable[[S3Reader], Any] = identity,
                     s3client_config: Optional[S3ClientConfig] = None,
                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                    list_page_size: int = 0, prefetch: int = 0) -> "S3MapDataset":
+                    list_page_size: int = 0, prefetch: Optional[int] = None,
+                    prefetch_bytes: int = _PREFETCH_BYTES) -> "S3MapDataset":
         """A dataset of every object whose key starts with the prefix of ``s3_uri``
         (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
         is an empty dataset; a missing bucket raises S3NotFoundError at the first access.
@@ -401,7 +557,8 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
         bucket, prefix = _parse_prefix_uri(s3_uri)
         return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
                    transform=transform, s3client_config=s3client_config,
-                   reader_constructor=reader_constructor, prefetch=prefetch)
+                   reader_constructor=reader_constructor, prefetch=prefetch,
+                   prefetch_bytes=prefetch_bytes)
 
     def _list_until(self, n: Optional[int]) -> None:
         """List until at least n objects are known (None: all of them)."""
@@ -432,20 +589,142 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
             self._list_until(i + 1)
         return self._get_transformed_object(self._objects[i])
 
-    def __getitems__(self, indices: List[int]) -> List[Any]:
-        """A batch (what a DataLoader with a batch_size asks for): with ``prefetch``, the
-        batch's objects are fetched `prefetch` at a time in parallel."""
-        if not self._prefetch:
+    def _index(self, i: int) -> int:
+        """A non-negative index of a listed object (IndexError as a list's)."""
+        n = len(self._objects)
+        if not -n <= i < n:
+            raise IndexError(f"S3MapDataset index {i} out of range ({n} objects)")
+        return i % n
+
+    def _map_ahead(self) -> _Ahead:
+        if self._ahead is None or self._ahead_pid != os.getpid():  # none, or the parent's
+            self._ahead = _Ahead(self)
+            self._ahead_pid = os.getpid()
+        return self._ahead
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Any]:
+        """A batch (what a DataLoader with a batch_size asks for): its objects fetched
+        concurrently, then the transforms in the batch's order. The next batch of this
+        worker is fetched behind it: the one ``batch_sampler`` names (``ahead``), else,
+        when this batch is a run of evenly spaced indices (a sequential sampler, a
+        DistributedSampler without shuffle), the same run moved on by the batches the
+        other workers take (a guess: a wrong one costs the requests of one batch)."""
+        ahead_idx = getattr(indices, "ahead", None)
+        idx = list(indices)
+        if ahead_idx is None:
+            ahead_idx = self._next_run(idx)
+        return self._fetch_batch(idx, list(ahead_idx))
+
+    @staticmethod
+    def _next_run(idx: List[int]) -> List[int]:
+        if len(idx) < 2 or min(idx) < 0:
+            return []
+        step = idx[1] - idx[0]
+        if step <= 0 or any(b - a != step for a, b in zip(idx, idx[1:])):
+            return []
+        wi = torch.utils.data.get_worker_info()
+        shift = (wi.num_workers if wi is not None else 1) * len(idx) * step
+        return [i + shift for i in idx]
+
+    def _fetch_batch(self, indices: List[int], ahead_idx: List[int]) -> List[Any]:
+        if not self._reads_ahead():
             return [self[i] for i in indices]
-        self._list_until(None if any(i < 0 for i in indices) else max(indices, default=-1) + 1)
-        return list(self._prefetched(self._objects[i] for i in indices))
+        want_max = max((i for i in indices + ahead_idx), default=-1)
+        negative = any(i < 0 for i in indices + ahead_idx)
+        self._list_until(None if negative else want_max + 1)  # past the end: all of it
+        want = [self._index(i) for i in indices]
+        n_batch = len(want)
+        want += [i % len(self._objects) for i in ahead_idx
+                 if -len(self._objects) <= i < len(self._objects)]
+        a = self._map_ahead()
+        queued = a.tags()
+        common = 0
+        while common < min(len(queued), len(want)) and queued[common] == want[common]:
+            common += 1
+        if common < len(queued):  # another order than announced: start over
+            a.close()
+            a = self._ahead = _Ahead(self)
+            common = 0
+        out: List[Any] = []
+        for pos in range(common, len(want)):
+            obj = self._objects[want[pos]]
+            while a.full(obj.size) and len(out) < n_batch:
+                out.append(self._transform(a.pop()))
+            if a.full(obj.size) and pos >= n_batch:
+                break  # read-ahead beyond the bound: left for the next batch to ask
+            a.push(obj, tag=want[pos])
+        while len(out) < n_batch:
+            out.append(self._transform(a.pop()))
+        return out
+
+    def batch_sampler(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
+                      num_workers: int = 0, sampler: Optional[Iterable[int]] = None,
+                      generator: Optional[torch.Generator] = None,
+                      ahead_batches: int = 2) -> "S3BatchSampler":
+        """A batch sampler for ``DataLoader(ds, batch_sampler=ds.batch_sampler(...),
+        num_workers=num_workers)`` whose batches also carry the indices of the batch the
+        same worker gets next (``ahead_batches`` of them): each worker fetches its next
+        batch while it transforms this one. ``sampler``: the index order (e.g. a
+        DistributedSampler); else sequential, or random with ``shuffle`` (``generator``).
+        ``num_workers`` must be the DataLoader's (batches go to workers round-robin)."""
+        if sampler is None:
+            sampler = (torch.utils.data.RandomSampler(self, generator=generator) if shuffle
+                       else torch.utils.data.SequentialSampler(self))
+        return S3BatchSampler(sampler, batch_size, drop_last=drop_last,
+                              num_workers=num_workers, ahead_batches=ahead_batches)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["_listing"] = None  # a half-consumed listing restarts
+        state["_ahead"] = None
+        state["_ahead_pid"] = 0
         if not state["_listed"]:
             state["_objects"] = []
         return state
+
+
+class _AheadBatch(list):
+    """A batch of indices that also names the indices its worker is asked for next."""
+
+    ahead: List[int]
+
+
+class S3BatchSampler(torch.utils.data.Sampler):
+    """Batches of ``sampler``'s indices (as torch's BatchSampler) that carry ``ahead``: the
+    indices of the next ``ahead_batches`` batches that go to the same DataLoader worker
+    (batches go to workers round-robin). S3MapDataset.__getitems__ fetches those behind
+    the batch it was asked for. Made by ``S3MapDataset.batch_sampler``."""
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, *, drop_last: bool = False,
+                 num_workers: int = 0, ahead_batches: int = 2):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if num_workers < 0 or ahead_batches < 0:
+            raise ValueError("num_workers and ahead_batches must be >= 0")
+        self._inner = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
+        self._stride = max(1, num_workers)
+        self._ahead_batches = ahead_batches
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __iter__(self) -> Iterator[List[int]]:
+        look = self._stride * self._ahead_batches
+        window: Deque[List[int]] = deque()
+        src = iter(self._inner)
+        for b in src:
+            window.append(b)
+            if len(window) > look:
+                break
+        while window:
+            batch = _AheadBatch(window.popleft())
+            later = list(window)
+            batch.ahead = [i for j in range(self._stride - 1, len(later), self._stride)
+                           for i in later[j]]
+            yield batch
+            nxt = next(src, None)
+            if nxt is not None:
+                window.append(nxt)
 
 
 class _PrefixLister:
@@ -456,8 +735,8 @@ class _PrefixLister:
             raise ValueError(f"list_page_size must be between 0 and 1000, got {page_size}")
         self.bucket, self.prefix, self.page_size = bucket, prefix, page_size
 
-    def __call__(self, client: S3Client) -> Iterator[S3BucketKeyData]:
-        return _list_prefix(client, self.bucket, self.prefix, self.page_size)
+    def __call__(self, client: S3Client, ahead: bool = False) -> Iterator[S3BucketKeyData]:
+        return _list_prefix(client, self.bucket, self.prefix, self.page_size, ahead)
 
 
 class _ObjectList:
@@ -495,9 +774,17 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
     buffer of that many objects. ``set_epoch(e)`` before each epoch changes the order
     (DataLoader workers that are not persistent see it).
 
-    ``prefetch=N`` (0 by default: nothing is fetched before it is read): while an item is
-    transformed, the whole bytes of the next N objects of the shard (those of up to
-    64 MiB) are fetched by N threads; their readers then read from memory.
+    Read-ahead (``prefetch``, on by default): while items are transformed, the next
+    objects of the shard (in the listing's order, or the shuffled one) are fetched whole,
+    many at once, by the engine (one GET each on its I/O threads), and delivered in order;
+    their readers then read from memory. ``prefetch=None`` plans how many are in flight
+    from the engine's measured first-byte latency and throughput; ``prefetch=N`` at most
+    N; ``prefetch=0`` fetches nothing ahead (lazy readers, one GET at a time, as
+    s3torchconnector). ``prefetch_bytes`` (64 MiB) bounds the bytes fetched ahead per
+    iterator (per DataLoader worker). Objects over ``min(16 MiB, prefetch_bytes)`` stream
+    through their reader instead. A failed GET is left to the item's reader: its read
+    raises the error (a deleted object: S3NotFoundError). With ``from_prefix``, the next
+    listing page is requested while this page's objects are fetched.
     """
 
     def __init__(self, region: Optional[str],
@@ -509,9 +796,9 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                  shuffle: bool = False, seed: int = 0,
                  shuffle_buffer_size: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 prefetch: int = 0):
+                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES):
         super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
-                         reader_constructor, prefetch)
+                         reader_constructor, prefetch, prefetch_bytes)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and not enable_sharding:
@@ -541,7 +828,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                      **kwargs: Any) -> "S3IterableDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
         A malformed URI raises ValueError naming it, here. ``kwargs``: shuffle, seed,
-        shuffle_buffer_size, rank, world_size, prefetch."""
+        shuffle_buffer_size, rank, world_size, prefetch, prefetch_bytes."""
         objs = _parse_object_uris(object_uris)
         return cls(region, _ObjectList(objs), endpoint, transform=transform,
                    s3client_config=s3client_config, enable_sharding=enable_sharding,
@@ -559,7 +846,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
         (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
         is an empty dataset; a missing bucket raises S3NotFoundError when iterated.
         ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000).
-        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size, prefetch."""
+        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size, prefetch, prefetch_bytes."""
         bucket, prefix = _parse_prefix_uri(s3_uri)
         return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
                    transform=transform, s3client_config=s3client_config,
@@ -593,7 +880,10 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
 
     def _objects(self) -> Iterator[S3BucketKeyData]:
         shard, nshards = self.shard()
-        objs: Iterable[S3BucketKeyData] = self._get_dataset_objects(self._get_client())
+        lister = self._get_dataset_objects
+        objs: Iterable[S3BucketKeyData] = (
+            lister(self._get_client(), ahead=self._reads_ahead())
+            if isinstance(lister, _PrefixLister) else lister(self._get_client()))
         if self._shuffle and self._shuffle_buffer_size is None:
             everything = list(objs)
             self._rng().shuffle(everything)
@@ -604,7 +894,7 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
         return mine
 
     def __iter__(self) -> Iterator[Any]:
-        if self._prefetch:
+        if self._reads_ahead():
             return self._prefetched(self._objects())
         return map(self._get_transformed_object, self._objects())
 

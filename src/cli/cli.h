@@ -149,6 +149,9 @@ extern const struct cli_opt_spec cli_global_opts[];
 /* Settings of the transfer engine a command asked for (--part-size, --concurrency,
  * --memory-limit, --checksum, --io-threads); 0 / S3F_CHECKSUM_DEFAULT: the library's
  * default. */
+#define CLI_MANY_INFLIGHT 256        /* requests in flight of a run of many small objects */
+#define CLI_SMALL_OBJECT (1ULL << 20) /* "small": one request each, latency-bound */
+
 struct cli_engine {
     uint64_t part_size_bytes;
     uint64_t memory_limit_bytes;
@@ -157,6 +160,8 @@ struct cli_engine {
     enum s3f_checksum_algorithm checksum;
     const char *cache_dir;     /* --cache (NULL: none) */
     uint64_t cache_max_bytes;  /* --max-cache-size (0: the library's default) */
+    bool many;                 /* a many-object run (cp/mv --recursive, sync): the client
+                                  gets connections for CLI_MANY_INFLIGHT requests */
 };
 
 struct cli_ctx {

@@ -133,7 +133,7 @@ run:
         goto out;
     }
     cli_progress_set_total(&r.prog, total);
-    rc = cli_run_all(&r, cli_run_workers(ctx));
+    rc = cli_run_all(&r, cli_run_workers(ctx, &r));
     if (r.failed)
         rc = CLI_EXIT_FAIL; /* a skipped key or an unreadable directory counts too */
 out:
@@ -187,6 +187,7 @@ static int cp_or_mv(struct cli_ctx *ctx, bool move) {
         return cli_usage_error(ctx->cmd, "mv cannot read from stdin or write to stdout");
     if ((rc = cli_engine_parse(ctx)) != CLI_EXIT_OK)
         return rc;
+    ctx->engine.many = recursive;
     /* before the client starts its I/O threads: they must not take these signals */
     if (!s3dst && strcmp(dst, "-") != 0 && cli_download_signals() != 0) {
         cli_errorf("cannot set up the signal handling of downloads: %s", strerror(errno));

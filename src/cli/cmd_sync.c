@@ -99,6 +99,7 @@ int cli_cmd_sync(struct cli_ctx *ctx) {
         return CLI_EXIT_USAGE;
     if ((rc = cli_engine_parse(ctx)) != CLI_EXIT_OK)
         return rc;
+    ctx->engine.many = true;
     if (!s3src && !cli_is_dir(src)) {
         struct s3f_error err;
         cli_error_set(&err, S3F_ERR_IO, "sync", src, "%s",
@@ -184,7 +185,7 @@ run:
         goto out;
     }
     cli_progress_set_total(&r.prog, p.total);
-    size_t workers = cli_run_workers(ctx);
+    size_t workers = cli_run_workers(ctx, &r);
     if (r.n_jobs)
         cli_run_all(&r, workers);
 

@@ -86,10 +86,63 @@ static enum s3f_status download_stream(struct cli_ctx *ctx, struct s3f_client *c
     return st;
 }
 
-/* Download into the regular file `path` through the engine (see above). */
+/* The destination of a small download: malloc, unless the object grew past what the
+ * listing said is small (then refused: the caller takes the parallel path). */
+struct small_alloc {
+    int too_big;
+};
+
+static void *small_alloc(void *ud, size_t size) {
+    struct small_alloc *a = ud;
+    if (size > 2 * CLI_SMALL_OBJECT) {
+        a->too_big = 1;
+        return NULL;
+    }
+    return malloc(size ? size : 1);
+}
+
+/* A small object (by its listed size) into the new file `obj`: one GET without a Range
+ * (s3f_download_alloc: no HEAD, the whole-object checksum the response carries verified),
+ * then one write. 1 when the object turned out large (nothing written): take the
+ * parallel path. */
+static int download_small(struct cli_ctx *ctx, struct s3f_client *c, const char *bucket,
+                          const char *key, const char *obj, struct s3f_object_info *info,
+                          enum s3f_status *st, struct s3f_error *err) {
+    struct s3f_download_options o;
+    memset(&o, 0, sizeof(o));
+    o.verify_checksum = ctx->engine.checksum == S3F_CHECKSUM_NONE ? -1 : 1;
+    struct small_alloc a = {0};
+    void *data = NULL;
+    size_t len = 0;
+    *st = s3f_download_alloc(c, bucket, key, &o, small_alloc, &a, &data, &len, info, err);
+    if (*st != S3F_OK && a.too_big) {
+        free(data);
+        s3f_error_clear(err);
+        return 1;
+    }
+    if (*st == S3F_OK) {
+        int fd = open(obj, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        struct fd_sink sink = {.fd = fd, .write_errno = fd < 0 ? errno : 0};
+        if (fd >= 0)
+            sink_write(&sink, data, len, 0);
+        if (fd >= 0 && close(fd) != 0 && !sink.write_errno)
+            sink.write_errno = errno;
+        if (sink.write_errno) {
+            cli_error_set(err, S3F_ERR_IO, "write", obj, "%s", strerror(sink.write_errno));
+            *st = S3F_ERR_IO;
+        }
+    }
+    free(data); /* small_alloc's malloc */
+    return 0;
+}
+
+/* Download into the regular file `path` through the engine (see above). An object listed
+ * as small (0 < size_hint <= CLI_SMALL_OBJECT) is one GET (download_small); others, and
+ * objects of unknown size (0 or UINT64_MAX: a job's size is 0 when not listed), go through
+ * s3f_download_file. */
 static enum s3f_status download_to_file(struct cli_ctx *ctx, struct s3f_client *c,
                                         const char *bucket, const char *key, const char *path,
-                                        struct cli_progress_item *item,
+                                        uint64_t size_hint, struct cli_progress_item *item,
                                         struct s3f_error *err) {
     char *dir = NULL, *obj = NULL;
     enum s3f_status st = cli_tmp_dir_create(path, &dir, err);
@@ -112,7 +165,11 @@ static enum s3f_status download_to_file(struct cli_ctx *ctx, struct s3f_client *
     }
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    st = s3f_download_file(c, bucket, key, obj, &o, &info, err);
+    if (size_hint == 0 || size_hint > CLI_SMALL_OBJECT ||
+        download_small(ctx, c, bucket, key, obj, &info, &st, err) != 0)
+        st = s3f_download_file(c, bucket, key, obj, &o, &info, err);
+    else if (st == S3F_OK && item)
+        cli_progress_item_done(item, info.size);
     if (st != S3F_OK) {
         error_names_path(err, obj, path);
         goto out;
@@ -139,8 +196,8 @@ out:
 }
 
 enum s3f_status cli_download_item(struct cli_ctx *ctx, const char *bucket, const char *key,
-                                  const char *path, struct cli_progress_item *item,
-                                  struct s3f_error *err) {
+                                  const char *path, uint64_t size_hint,
+                                  struct cli_progress_item *item, struct s3f_error *err) {
     struct s3f_client *c = cli_client(ctx);
     if (!c) {
         cli_error_set(err, S3F_ERR_CONFIG, "client", NULL, "could not create the client");
@@ -165,12 +222,12 @@ enum s3f_status cli_download_item(struct cli_ctx *ctx, const char *bucket, const
         }
         return st;
     }
-    return download_to_file(ctx, c, bucket, key, path, item, err);
+    return download_to_file(ctx, c, bucket, key, path, size_hint, item, err);
 }
 
 enum s3f_status cli_download(struct cli_ctx *ctx, const char *bucket, const char *key,
                              const char *path, struct s3f_error *err) {
-    return cli_download_item(ctx, bucket, key, path, NULL, err);
+    return cli_download_item(ctx, bucket, key, path, UINT64_MAX, NULL, err);
 }
 
 /* ------------------------------------------------------------------------------------

@@ -7,9 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "transfer.h"
+
+#define CLI_THROTTLED_TRIES 6   /* a job answered SlowDown is run this many times at most */
+#define CLI_THROTTLE_MS 200     /* requests in flight halved at most this often */
+#define CLI_THROTTLE_FLOOR 8    /* ... and never below this */
 
 /* ------------------------------------------------------------------------------------
  * The run and its jobs
@@ -148,7 +153,7 @@ static enum s3f_status transfer_one(struct cli_run *r, const struct cli_job *j,
             return S3F_ERR_IO;
         }
         cli_progress_item_init(&r->prog, item, UINT64_MAX);
-        return cli_download_item(ctx, r->sb, j->src, j->dst, item, err);
+        return cli_download_item(ctx, r->sb, j->src, j->dst, j->size, item, err);
     case CLI_JOB_COPY: {
         struct s3f_client *c = cli_client(ctx);
         if (!c)
@@ -171,6 +176,31 @@ static enum s3f_status transfer_one(struct cli_run *r, const struct cli_job *j,
         break;
     }
     return delete_one(r, j, err);
+}
+
+/* A job was answered SlowDown through all its attempts: halve the client's requests in
+ * flight (at most once per CLI_THROTTLE_MS, never below CLI_THROTTLE_FLOOR), then wait
+ * a random time that grows with the job's tries (up to about 2^try x 100 ms). */
+static void throttled(struct cli_run *r, int tries) {
+    struct s3f_client *c = cli_client(r->ctx);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t now_ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    pthread_mutex_lock(&r->lock);
+    if (c && now_ms - r->throttled_ms >= CLI_THROTTLE_MS) {
+        r->throttled_ms = now_ms;
+        struct s3f_client_stats stats;
+        s3f_client_stats(c, &stats, 0);
+        uint32_t n = stats.max_inflight_requests / 2;
+        if (n >= CLI_THROTTLE_FLOOR)
+            s3f_client_set_max_inflight_requests(c, n);
+    }
+    unsigned seed = (unsigned)(now.tv_nsec ^ (uintptr_t)&now);
+    pthread_mutex_unlock(&r->lock);
+    uint64_t wait_ms = (uint64_t)(rand_r(&seed) % 100 + 50) << (tries < 5 ? tries : 5);
+    struct timespec ts = {.tv_sec = (time_t)(wait_ms / 1000),
+                          .tv_nsec = (long)(wait_ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
 }
 
 /* Run one job on the calling thread; returns its exit status (0 on success). */
@@ -213,6 +243,14 @@ static int run_job(struct cli_run *r, const struct cli_job *j) {
     /* the resource an error names when the library names none */
     const char *blame = (j->kind == CLI_JOB_UPLOAD || j->kind == CLI_JOB_DELETE) ? dst : src;
     st = transfer_one(r, j, &item, &err);
+    for (int again = 1; st == S3F_ERR_THROTTLED && again < CLI_THROTTLED_TRIES; again++) {
+        /* SlowDown through every attempt: the run asks more of the server than it takes
+         * (S3: 3,500 PUT and 5,500 GET a second per prefix). Fewer requests in flight, a
+         * pause, and the object again (its engine's retries were spent meanwhile). */
+        throttled(r, again);
+        s3f_error_clear(&err);
+        st = transfer_one(r, j, &item, &err);
+    }
     if (st == S3F_OK && r->move && j->kind != CLI_JOB_DELETE) {
         /* only now that the copy is complete: a failed copy keeps its source */
         blame = src;
@@ -269,13 +307,24 @@ int cli_run_all(struct cli_run *r, size_t workers) {
     return r->n_jobs <= 1 && r->failed == 1 ? r->rc : CLI_EXIT_FAIL;
 }
 
-size_t cli_run_workers(struct cli_ctx *ctx) {
+size_t cli_run_workers(struct cli_ctx *ctx, const struct cli_run *r) {
     struct s3f_client *c = cli_client(ctx);
     if (!c)
         return 1;
+    size_t todo = r->n_jobs - r->next;
+    uint64_t bytes = 0;
+    for (size_t i = r->next; i < r->n_jobs; i++)
+        bytes += r->jobs[i].size;
     struct s3f_client_stats stats;
     s3f_client_stats(c, &stats, 0);
     size_t n = stats.max_inflight_requests ? stats.max_inflight_requests : 4;
+    if (ctx->engine.many && !ctx->engine.max_inflight_requests && todo > n &&
+        bytes / todo <= CLI_SMALL_OBJECT) {
+        n = todo < CLI_MANY_INFLIGHT ? todo : CLI_MANY_INFLIGHT;
+        s3f_client_set_max_inflight_requests(c, (uint32_t)n);
+        s3f_client_stats(c, &stats, 0);
+        n = stats.max_inflight_requests; /* clamped to the connections the client has */
+    }
     return n > CLI_MAX_WORKERS ? CLI_MAX_WORKERS : n;
 }
 

@@ -2,7 +2,9 @@
  * downloads, server-side copies and deletions, one object each — worked off by a pool of
  * threads on the one shared client, with one aggregate progress bar. A failed job is
  * reported on its own line (naming the object and what S3 said) and the others go on; the
- * run's exit status is 1 when anything failed. Also the listings the runs are planned
+ * run's exit status is 1 when anything failed. A job answered SlowDown through all its
+ * attempts halves the client's requests in flight and is run again after a pause (up to
+ * 6 times): a run of many small objects finds the rate the server takes. Also the listings the runs are planned
  * from: a local directory walk and an S3 listing, both as paths relative to their root,
  * with size and modification time, filtered by --exclude/--include. */
 #ifndef S3F_CLI_TRANSFER_H
@@ -15,7 +17,7 @@
 #include "cli.h"
 #include "progress.h"
 
-#define CLI_MAX_WORKERS 64 /* objects in flight at once */
+#define CLI_MAX_WORKERS 256 /* objects in flight at once (--concurrency's maximum) */
 
 enum cli_job_kind {
     CLI_JOB_UPLOAD,   /* src: local path, dst: key in db */
@@ -44,6 +46,7 @@ struct cli_run {
     size_t next;   /* the next job to start */
     size_t failed; /* jobs (and planning steps) that failed */
     int rc;        /* exit status of the last failure */
+    uint64_t throttled_ms; /* when the requests in flight were last halved (SlowDown) */
 };
 
 void cli_run_init(struct cli_run *r, struct cli_ctx *ctx, const char *sb, const char *db);
@@ -62,19 +65,24 @@ int cli_run_report(struct cli_run *r, const struct s3f_error *err, enum s3f_stat
  * alone for one job or one worker. Returns the exit status of the whole run so far: 0,
  * the one job's own status when the run has one job, else 1 when anything failed. */
 int cli_run_all(struct cli_run *r, size_t workers);
-/* Objects in flight for a recursive run: the requests the engine keeps in flight
- * (--concurrency, else its default), at most CLI_MAX_WORKERS. */
-size_t cli_run_workers(struct cli_ctx *ctx);
+/* Objects in flight for the run's jobs: --concurrency when given. Else, when its objects are
+ * small (on average at most CLI_SMALL_OBJECT bytes: each is one request, and the rate is
+ * the requests in flight over the first-byte latency), CLI_MANY_INFLIGHT (at most one per
+ * job), the client's requests in flight raised to match (s3f_client_set_max_inflight_
+ * requests), as s5cmd keeps 256 workers; else the requests the engine keeps in flight
+ * (its bandwidth plan). At most CLI_MAX_WORKERS. */
+size_t cli_run_workers(struct cli_ctx *ctx, const struct cli_run *r);
 
 /* Transfers of one object, in object_io.c (used by the jobs). The progress item is set up
  * by them (prog: the run's bar). A download into a regular file gets the object's
- * Last-Modified as its modification (and access) time, as the AWS CLI does. */
+ * Last-Modified as its modification (and access) time, as the AWS CLI does. size_hint: the
+ * listed size (0 or UINT64_MAX: unknown): a small object is one GET, no HEAD. */
 enum s3f_status cli_upload(struct cli_ctx *ctx, const char *path, const char *bucket,
                            const char *key, struct cli_progress *prog,
                            struct cli_progress_item *item, struct s3f_error *err);
 enum s3f_status cli_download_item(struct cli_ctx *ctx, const char *bucket, const char *key,
-                                  const char *path, struct cli_progress_item *item,
-                                  struct s3f_error *err);
+                                  const char *path, uint64_t size_hint,
+                                  struct cli_progress_item *item, struct s3f_error *err);
 
 /* ------------------------------------------------------------------------------------
  * Listings to plan from

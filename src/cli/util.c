@@ -450,7 +450,12 @@ void cli_engine_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts
     opts->io_threads = e->io_threads;
     opts->cache_dir = e->cache_dir;
     opts->cache_max_bytes = e->cache_max_bytes;
-    /* every request in flight needs a connection (the library's default is 64) */
+    /* every request in flight needs a connection (the library's default is 64); a
+     * many-object run may raise its requests in flight to CLI_MANY_INFLIGHT once it knows
+     * its objects are small (cli_run_workers), so its client has the connections for
+     * them (opened only when used) */
     if (e->max_inflight_requests > 64)
         opts->max_connections = e->max_inflight_requests;
+    else if (e->many && !e->max_inflight_requests)
+        opts->max_connections = CLI_MANY_INFLIGHT + 8;
 }

@@ -39,7 +39,7 @@
  */
 #include "s3flash_py.h"
 
-PyTypeObject *ClientType, *WriterType, *ReaderType;
+PyTypeObject *ClientType, *WriterType, *ReaderType, *FetchType;
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -205,6 +205,8 @@ PyMODINIT_FUNC PyInit__s3flash(void) {
         return NULL;
     if (!ReaderType && !(ReaderType = (PyTypeObject *)PyType_FromSpec(&Reader_spec)))
         return NULL;
+    if (!FetchType && !(FetchType = (PyTypeObject *)PyType_FromSpec(&Fetch_spec)))
+        return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
@@ -232,6 +234,8 @@ PyMODINIT_FUNC PyInit__s3flash(void) {
     if (PyModule_AddObjectRef(m, "Writer", (PyObject *)WriterType) < 0)
         goto fail;
     if (PyModule_AddObjectRef(m, "Reader", (PyObject *)ReaderType) < 0)
+        goto fail;
+    if (PyModule_AddObjectRef(m, "Fetch", (PyObject *)FetchType) < 0)
         goto fail;
     if (PyModule_AddStringConstant(m, "LIBRARY_VERSION", S3FLASH_VERSION) < 0)
         goto fail;

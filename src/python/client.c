@@ -802,6 +802,16 @@ static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *arg
     Py_RETURN_NONE;
 }
 
+/* set_max_inflight_requests(n): s3f_client_set_max_inflight_requests (clamped by it). */
+static PyObject *Client_set_max_inflight_requests(ClientObject *self, PyObject *arg) {
+    unsigned long n = PyLong_AsUnsignedLong(arg);
+    if (n == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    s3f_client_set_max_inflight_requests(c, n > UINT32_MAX ? UINT32_MAX : (uint32_t)n);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"reset_high_water", NULL};
     int reset = 0;
@@ -864,6 +874,10 @@ static PyMethodDef Client_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "open_reader(bucket, key, readahead_max=0, tail_bytes=0, version_id=None) -> Reader\n"
      "One HEAD request. tail_bytes < 0 disables the tail cache."},
+    {"open_fetch", (PyCFunction)(void (*)(void))Client_open_fetch,
+     METH_VARARGS | METH_KEYWORDS,
+     "open_fetch(verify_checksum=0) -> Fetch\nWhole objects fetched concurrently on the "
+     "engine's I/O threads, taken in the order added."},
     {"head_object", (PyCFunction)(void (*)(void))Client_head_object,
      METH_VARARGS | METH_KEYWORDS, "head_object(bucket, key, version_id=None) -> dict"},
     {"delete_object", (PyCFunction)Client_delete_object, METH_VARARGS,
@@ -929,6 +943,9 @@ static PyMethodDef Client_methods[] = {
      "(ListBuckets)"},
     {"abort_multipart_upload", (PyCFunction)Client_abort_multipart_upload, METH_VARARGS,
      "abort_multipart_upload(bucket, key, upload_id)"},
+    {"set_max_inflight_requests", (PyCFunction)Client_set_max_inflight_requests, METH_O,
+     "set_max_inflight_requests(n)\nData requests in flight from now on, no longer adapted "
+     "(at most the data connections)."},
     {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,
      "stats(reset_high_water=False) -> dict\nEngine counters (s3f_client_stats)."},
     {NULL, NULL, 0, NULL},

@@ -11,6 +11,7 @@
  *               and multipart operations
  *   writer.c    Writer (a streaming upload) and Client.open_writer
  *   reader.c    Reader (a random-access reader) and Client.open_reader
+ *   fetch.c     Fetch (many whole objects fetched concurrently) and Client.open_fetch
  * As CPython's Modules/_io/ splits its types. Private to src/python. */
 #ifndef S3FLASH_PY_H
 #define S3FLASH_PY_H
@@ -45,8 +46,8 @@ typedef struct {
 } ClientObject;
 
 /* heap types, made in PyInit__s3flash */
-extern PyTypeObject *ClientType, *WriterType, *ReaderType;
-extern PyType_Spec Client_spec, Writer_spec, Reader_spec;
+extern PyTypeObject *ClientType, *WriterType, *ReaderType, *FetchType;
+extern PyType_Spec Client_spec, Writer_spec, Reader_spec, Fetch_spec;
 
 /* the exceptions (errors.c), made in PyInit__s3flash */
 extern PyObject *S3Exception, *S3NotFoundError, *S3PermissionError, *S3ValueError,
@@ -66,6 +67,7 @@ void free_instance(PyObject *self);
 struct s3f_client *client_get(ClientObject *self);
 PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_open_fetch(ClientObject *self, PyObject *args, PyObject *kw);
 int get_contiguous(PyObject *obj, Py_buffer *view, void **copy);
 
 #define CLIENT_OR_NULL(self, c)                                                               \

@@ -206,7 +206,7 @@ double s3f__xfer_target_bps(const struct s3f__xfer_shared *x) {
 void s3f__xfer_observe(struct s3f__xfer_shared *x, uint64_t bytes, uint64_t latency_ns,
                        uint64_t body_ns) {
     s3f__bdp_sample(&x->bdp, bytes, latency_ns, body_ns);
-    if (x->inflight_fixed)
+    if (__atomic_load_n(&x->inflight_fixed, __ATOMIC_RELAXED))
         return;
     struct s3f__bdp_estimate e;
     s3f__bdp_get(&x->bdp, &e);
@@ -240,6 +240,18 @@ void s3f__xfer_observe_timing(struct s3f__xfer_shared *x, const struct s3f__xfer
     /* the first piece arrived with the first byte: the body's rate is over the rest */
     s3f__xfer_observe(x, t->bytes - t->first_len, t->first_ns - t->start_ns,
                       t->last_ns - t->first_ns);
+}
+
+void s3f_client_set_max_inflight_requests(struct s3f_client *c, uint32_t n) {
+    struct s3f__xfer_shared *x = NULL;
+    if (!c || s3f__xfer_shared_get(c, &x, NULL))
+        return;
+    if (n > x->data_connections)
+        n = x->data_connections;
+    if (n < 1)
+        n = 1;
+    __atomic_store_n(&x->inflight_fixed, true, __ATOMIC_RELAXED);
+    s3f__sched_set_max(&x->sched, n);
 }
 
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {

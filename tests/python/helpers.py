@@ -1,8 +1,16 @@
 """Helpers of the Python package tests."""
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+
+def put_objects(s3, bucket, objects, threads=8):
+    """PUT {key: body} with boto3, `threads` at a time (the harness's own view of S3)."""
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]),
+                    objects.items()))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import pickle
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ import s3flash
 from s3flash import S3IterableDataset, S3MapDataset, S3Reader, S3ReaderConstructor
 from s3flash import _dataset
 from conftest import faultproxy
+from helpers import put_objects
 
 N = 200
 PREFIX = "ds/"
@@ -36,9 +36,7 @@ ALL_KEYS = [_key(i) for i in range(N)]
 @pytest.fixture(scope="module")
 def seeded(s3, bucket):
     """N small objects under PREFIX (boto3, 8 at a time)."""
-    with ThreadPoolExecutor(8) as ex:
-        list(ex.map(lambda i: s3.put_object(Bucket=bucket, Key=_key(i), Body=_body(i)),
-                    range(N)))
+    put_objects(s3, bucket, {_key(i): _body(i) for i in range(N)})
     return f"s3://{bucket}/{PREFIX}"
 
 
@@ -371,7 +369,7 @@ def page_counter(monkeypatch):
 
 
 def test_iterable_listing_streams(seeded, opts, page_counter):
-    ds = S3IterableDataset.from_prefix(seeded, list_page_size=10, **opts)
+    ds = S3IterableDataset.from_prefix(seeded, list_page_size=10, prefetch=0, **opts)
     it = iter(ds)
     first = next(it)
     assert first.key == ALL_KEYS[0]
@@ -482,7 +480,8 @@ def test_listed_items_open_without_head_pinned_to_the_listing(s3, bucket, opts):
     pre = "ds-known/"
     for k in ("a", "b", "c"):
         s3.put_object(Bucket=bucket, Key=pre + k, Body=k.encode() * 4096)
-    items = list(S3IterableDataset.from_prefix(f"s3://{bucket}/{pre}", **opts))
+    items = list(S3IterableDataset.from_prefix(f"s3://{bucket}/{pre}", prefetch=0,
+                                               **opts))
     assert [r.key for r in items] == [pre + "a", pre + "b", pre + "c"]
     a, b, c = items
     assert a.read(10) == b"a" * 10  # partial read: the engine's reader, opened known
