@@ -303,6 +303,40 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
     return info_to_dict(&info);
 }
 
+/* put_object(bucket, key, data, if_none_match=None, content_type=None) -> info: one
+ * PutObject of a small buffer (s3f_put_object), GIL released. if_none_match="*": the key
+ * must not exist; an existing one fails with S3F_ERR_PRECONDITION_FAILED (412), which is
+ * how a commit record is written without overwriting another writer's. */
+static PyObject *Client_put_object(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "data", "if_none_match", "content_type", NULL};
+    const char *bucket, *key;
+    PyObject *data;
+    struct s3f_put_options o;
+    memset(&o, 0, sizeof(o));
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO|zz:put_object", kwlist, &bucket, &key,
+                                     &data, &o.if_none_match, &o.content_type))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    Py_buffer view;
+    void *copy;
+    if (get_contiguous(data, &view, &copy) < 0)
+        return NULL;
+    const void *buf = copy ? copy : view.buf;
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_put_object(c, bucket, key, buf, (size_t)view.len, &o, &info, &err);
+    Py_END_ALLOW_THREADS
+    free(copy);
+    PyBuffer_Release(&view);
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
 /* download_into(bucket, key, buffer) -> int: the object's bytes straight into a writable
  * buffer (parallel ranged GETs); an object larger than the buffer is a ValueError. */
 static PyObject *Client_download_into(ClientObject *self, PyObject *args) {
@@ -873,6 +907,10 @@ static PyMethodDef Client_methods[] = {
     {"upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
      "upload(bucket, key, data, part_size=0, checksum=None) -> dict\n"
      "Upload a buffer in place (no copy), parts in parallel."},
+    {"put_object", (PyCFunction)(void (*)(void))Client_put_object, METH_VARARGS | METH_KEYWORDS,
+     "put_object(bucket, key, data, if_none_match=None, content_type=None) -> dict\n"
+     "One PutObject (at most 5 GiB); if_none_match='*' fails with a 412 (S3Exception,\n"
+     "status S3F_ERR_PRECONDITION_FAILED) when the key exists."},
     {"upload_file", (PyCFunction)(void (*)(void))Client_upload_file,
      METH_VARARGS | METH_KEYWORDS,
      "upload_file(bucket, key, path, part_size=0, checksum=None, content_type=None) -> dict\n"
