@@ -277,6 +277,24 @@ def test_failed_save_leaves_no_metadata(ck, s3, region, endpoint):
                                                      endpoint=endpoint))
 
 
+def test_metadata_commit_never_overwrites_another_writers(ck, s3, region, endpoint):
+    """.metadata is written with If-None-Match: *: when another writer commits at the same
+    path while this save writes its data (here between write_data and finish), this save
+    fails with a clear error and the other writer's .metadata is left as it is."""
+    uri, bucket, prefix = ck
+
+    class Racing(S3StorageWriter):
+        def write_data(self, plan, planner):
+            fut = super().write_data(plan, planner)
+            s3.put_object(Bucket=bucket, Key=prefix + ".metadata", Body=b"the other commit")
+            return fut
+
+    with pytest.raises(FAILURE, match="another writer committed a checkpoint"):
+        dcp.save({"w": torch.ones(4)}, storage_writer=Racing(region, uri, endpoint=endpoint))
+    body = s3.get_object(Bucket=bucket, Key=prefix + ".metadata")["Body"].read()
+    assert body == b"the other commit"
+
+
 def test_checkpoint_id_reset_and_storage_meta(ck, s3, region, endpoint):
     uri, bucket, prefix = ck
     assert S3StorageWriter.validate_checkpoint_id("s3://bucket/a/b")
