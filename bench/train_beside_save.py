@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Training beside a background save: the step time of a small CPU training loop (about
+1 ms a step, one torch thread) alone and while a checkpoint save runs in the background,
+and the longest time a thread that wanted the GIL waited for it. One run, every saver side
+by side; a Markdown table on stdout.
+
+  python3 bench/train_beside_save.py [--size 256M] [--step-ms 1] [--cpus 2] [--repeat 2]
+                                     [--endpoint URL] [--local-dir DIR] [--skip ROW,...]
+
+Savers (each: one warm-up save, then --repeat measured saves; steps are timed from the
+moment save() returns until the save is committed, so the blocked staging time is its own
+column, not in the step times):
+
+  s3flash AsyncCheckpointer -> S3          s3flash.AsyncCheckpointer (in place upload)
+  Lightning S3AsyncLightningCheckpoint     s3flash.lightning's async CheckpointIO
+  DCP async_save + S3HostStager -> s3flash torch.distributed.checkpoint.async_save, thread
+  DCP async_save (default stager) -> local DCP's own async_save to the local file system
+
+The GIL probe is a thread that sleeps 1 ms in a loop (the sleep releases the GIL) and
+records how late it runs Python again: its lateness is the time it waited for the GIL (plus
+the kernel's wake-up slack, shown by the "alone" row). A background save that holds the GIL
+for long shows there, and in the p99 step. The process is pinned to --cpus CPUs (default 2,
+as the issue measured).
+
+The S3 server: --endpoint, else S3FLASH_TEST_ENDPOINT (tests/servers/rgw.sh env), keys from
+S3FLASH_TEST_ACCESS_KEY / S3FLASH_TEST_SECRET_KEY (or the AWS_* environment). A bucket is
+created for the run and removed after.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import torch
+
+MiB = 1 << 20
+
+
+def parse_size(s):
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": MiB, "G": 1 << 30}.get(s[-1:], 1)
+    return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
+
+
+def make_state(nbytes, tensor_bytes=16 * MiB):
+    sd, i, left = {}, 0, nbytes
+    while left > 0:
+        n = min(left, tensor_bytes) // 4
+        sd[f"layer{i}.weight"] = torch.full((n,), float(i))
+        left -= n * 4
+        i += 1
+    return sd
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+class Trainer:
+    """An MLP on the CPU whose forward, backward and SGD step take about `step_ms`."""
+
+    def __init__(self, step_ms):
+        torch.manual_seed(0)
+        best = None
+        for width in (64, 96, 128, 192, 256, 384, 512, 768, 1024):
+            self._build(width)
+            for _ in range(20):
+                self.step()
+            t = statistics.median(self.step() for _ in range(60))
+            if best is None or abs(t - step_ms / 1e3) < abs(best[1] - step_ms / 1e3):
+                best = (width, t)
+            if t > step_ms / 1e3:
+                break
+        self.width = best[0]
+        self._build(self.width)
+
+    def _build(self, w):
+        self.model = torch.nn.Sequential(torch.nn.Linear(w, w), torch.nn.ReLU(),
+                                         torch.nn.Linear(w, w), torch.nn.ReLU(),
+                                         torch.nn.Linear(w, w))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-4)
+        self.x = torch.randn(64, w)
+
+    def step(self):
+        t = time.perf_counter()
+        self.opt.zero_grad()
+        self.model(self.x).square().mean().backward()
+        self.opt.step()
+        return time.perf_counter() - t
+
+
+class GilProbe:
+    """A thread that sleeps 1 ms at a time and records how late it gets to run again."""
+
+    def __init__(self, period=0.001):
+        self.period = period
+        self.lates = []
+        self._on = False
+        self._stop = False
+        self._t = threading.Thread(target=self._run, name="gil-probe", daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop:
+            t = time.perf_counter()
+            time.sleep(self.period)
+            late = time.perf_counter() - t - self.period
+            if self._on:
+                self.lates.append(late)
+
+    def start(self):
+        self.lates = []
+        self._on = True
+
+    def stop(self):
+        self._on = False
+        return list(self.lates)
+
+    def close(self):
+        self._stop = True
+        self._t.join()
+
+
+CONTROL = r"""
+import sys, time
+lates = []
+import threading
+def run():
+    while True:
+        t = time.perf_counter()
+        time.sleep(0.001)
+        now = time.perf_counter()
+        lates.append((now, now - t - 0.001))
+threading.Thread(target=run, daemon=True).start()
+for line in sys.stdin:
+    t0, t1 = map(float, line.split())
+    w = sorted(l for t, l in lates if t0 <= t <= t1)
+    del lates[:]
+    print(w[-1] if w else 0.0, w[min(len(w) - 1, int(round(0.99 * (len(w) - 1))))] if w else 0.0,
+          flush=True)
+"""
+
+
+class ControlProbe:
+    """The same probe in a process of its own (no GIL shared with this one), on the same
+    CPUs: how late a thread wakes up from the CPUs' load alone."""
+
+    def __init__(self):
+        import subprocess
+        self.p = subprocess.Popen([sys.executable, "-c", CONTROL], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+
+    def window(self, t0, t1):
+        """(longest, p99) lateness in [t0, t1] (time.perf_counter: CLOCK_MONOTONIC)."""
+        self.p.stdin.write(f"{t0} {t1}\n")
+        self.p.stdin.flush()
+        mx, p99 = map(float, self.p.stdout.readline().split())
+        return mx, p99
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+class Env:
+    def __init__(self, a):
+        self.endpoint = a.endpoint
+        self.region = os.environ.get("S3FLASH_TEST_REGION",
+                                     os.environ.get("AWS_REGION", "us-east-1"))
+        ak = os.environ.get("S3FLASH_TEST_ACCESS_KEY")
+        if ak:
+            os.environ["AWS_ACCESS_KEY_ID"] = ak
+            os.environ["AWS_SECRET_ACCESS_KEY"] = os.environ["S3FLASH_TEST_SECRET_KEY"]
+        os.environ.setdefault("AWS_REGION", self.region)
+        import s3flash
+        self.client = s3flash.S3Client(self.region, endpoint=self.endpoint)
+        self.bucket = f"s3f-train-bench-{uuid.uuid4().hex[:8]}"
+        self.client.native.create_bucket(self.bucket)
+        self.local = tempfile.mkdtemp(prefix="s3flash-train-bench-", dir=a.local_dir)
+
+    def uri(self, p):
+        return f"s3://{self.bucket}/{p}"
+
+    def cleanup(self):
+        from s3flash import cleanup_uploads
+        keys = [o.key for o in self.client.list_objects(self.bucket)]
+        for i in range(0, len(keys), 1000):
+            self.client.native.delete_objects(self.bucket, keys[i:i + 1000])
+        cleanup_uploads(self.bucket, "", 0, client=self.client)
+        self.client.native.delete_bucket(self.bucket)
+        shutil.rmtree(self.local, ignore_errors=True)
+
+
+# -- savers: each a context manager factory giving save(sd, i) -> wait() -------------------
+class AsyncCk:
+    name = "s3flash AsyncCheckpointer -> S3"
+
+    def __init__(self, env):
+        import s3flash
+        self.ck = s3flash.AsyncCheckpointer(env.uri("async/"), region=env.region,
+                                            endpoint=env.endpoint, keep_remote=1)
+
+    def save(self, sd, i):
+        fut = self.ck.save(sd, i)
+        return lambda: (fut.result(), self.ck.wait())
+
+    def close(self):
+        self.ck.close()
+
+
+class LightningAsync:
+    name = "Lightning S3AsyncLightningCheckpoint -> S3"
+
+    def __init__(self, env):
+        from s3flash.lightning import S3AsyncLightningCheckpoint
+        self.env = env
+        self.p = S3AsyncLightningCheckpoint(env.region, endpoint=env.endpoint)
+
+    def save(self, sd, i):
+        self.p.save_checkpoint({"state_dict": sd, "epoch": i},
+                               self.env.uri(f"lightning/epoch={i}.ckpt"))
+        return self.p.wait
+
+    def close(self):
+        self.p.teardown()
+
+
+class _Dcp:
+    stager = None
+
+    def __init__(self, env):
+        self.env = env
+
+    def writer(self, i):
+        raise NotImplementedError
+
+    def save(self, sd, i):
+        import torch.distributed.checkpoint as dcp
+        kw = {"async_stager": self.stager} if self.stager is not None else {}
+        fut = dcp.async_save(sd, storage_writer=self.writer(i), **kw)
+        fut = getattr(fut, "upload_completion", fut)
+        return fut.result
+
+    def close(self):
+        pass
+
+
+class DcpHostStager(_Dcp):
+    name = "DCP async_save + S3HostStager -> s3flash S3"
+
+    def __init__(self, env):
+        super().__init__(env)
+        from s3flash.dcp import S3HostStager
+        self.stager = S3HostStager()
+
+    def writer(self, i):
+        from s3flash.dcp import S3StorageWriter
+        return S3StorageWriter(self.env.region, self.env.uri(f"dcp-s3f-{i}/"),
+                               endpoint=self.env.endpoint)
+
+
+class DcpLocal(_Dcp):
+    name = "DCP async_save (default stager) -> local disk"
+
+    def writer(self, i):
+        from torch.distributed.checkpoint import FileSystemWriter
+        return FileSystemWriter(os.path.join(self.env.local, f"dcp-fs-{i}"))
+
+
+SAVERS = [AsyncCk, LightningAsync, DcpHostStager, DcpLocal]
+
+
+def measure(trainer, probe, control, saver, sd, repeat):
+    """Steps timed while each of `repeat` saves runs (after one warm-up save)."""
+    steps, lates, blocked, totals, ctl = [], [], [], [], []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        wait = saver.save(sd, i)
+        t1 = time.perf_counter()
+        done = threading.Event()
+        err = []
+
+        def waiter():
+            try:
+                wait()
+            except BaseException as e:  # noqa: BLE001  (reported in the row)
+                err.append(e)
+            done.set()
+        w = threading.Thread(target=waiter, daemon=True)
+        w.start()
+        if i:
+            probe.start()
+        mine = []
+        while not done.is_set() or not mine:
+            mine.append(trainer.step())
+        t2 = time.perf_counter()
+        late = probe.stop()
+        w.join()
+        if err:
+            raise err[0]
+        for t in sd.values():
+            t.add_(1.0)
+        c = control.window(t1, t2)
+        if i:  # the first save is the warm-up (buffers allocated, pages faulted in)
+            steps += mine
+            lates += late
+            blocked.append(t1 - t0)
+            totals.append(t2 - t0)
+            ctl.append(c)
+    return steps, lates, blocked, totals, (max(m for m, _ in ctl), max(p for _, p in ctl))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="256M")
+    ap.add_argument("--step-ms", type=float, default=1.0)
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--endpoint", default=os.environ.get("S3FLASH_TEST_ENDPOINT"))
+    ap.add_argument("--local-dir", default=None)
+    ap.add_argument("--skip", default="", help="comma-separated saver-name substrings")
+    a = ap.parse_args()
+    if not a.endpoint:
+        sys.exit("no S3 endpoint: --endpoint or S3FLASH_TEST_ENDPOINT")
+    cpus = sorted(os.sched_getaffinity(0))[:a.cpus]
+    os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(1)
+    size = parse_size(a.size)
+    skip = [s for s in a.skip.split(",") if s]
+    env = Env(a)
+    trainer = Trainer(a.step_ms)
+    probe = GilProbe()
+    control = ControlProbe()
+    rows = []
+    try:
+        for _ in range(50):
+            trainer.step()
+        probe.start()
+        t0 = time.perf_counter()
+        alone = [trainer.step() for _ in range(3000)]
+        alone_late = probe.stop()
+        c = control.window(t0, time.perf_counter())
+        base_med, base_p99 = statistics.median(alone), pct(alone, 99)
+        rows.append(("training alone", alone, alone_late, None, None, c, ""))
+        for cls in SAVERS:
+            if any(s in cls.name for s in skip):
+                continue
+            sd = make_state(size)
+            saver = None
+            try:
+                saver = cls(env)
+                steps, lates, blocked, totals, c = measure(trainer, probe, control, saver, sd,
+                                                           a.repeat)
+                rows.append((cls.name, steps, lates, statistics.median(blocked),
+                             statistics.median(totals), c, ""))
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001  (DCP raises CheckpointException)
+                msg = [m for m in str(e).splitlines() if m.strip()] or [""]
+                rows.append((cls.name, [], [], None, None, None,
+                             f"failed: {type(e).__name__}: {msg[-1][:100]}"))
+            finally:
+                if saver is not None:
+                    saver.close()
+                del sd
+            print(rows[-1][0], "done", file=sys.stderr)
+    finally:
+        probe.close()
+        control.close()
+        env.cleanup()
+    print(f"# train_beside_save: torch {torch.__version__}, {len(cpus)} CPUs {cpus}, "
+          f"state {a.size}, {a.repeat} saves per row after a warm-up, MLP width "
+          f"{trainer.width} (64 x {trainer.width}, 3 layers, 1 torch thread)\n")
+    print("| training | steps | step median (ms) | x alone | step p99 (ms) | x alone | "
+          "longest wait to run, this process (ms) | p99 | longest, another process (ms) | "
+          "p99 | save blocked (s) | save to commit (s) | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, steps, lates, blocked, total, c, note in rows:
+        if not steps:
+            print(f"| {name} | - | - | - | - | - | - | - | - | - | - | - | {note} |")
+            continue
+        med, p99 = statistics.median(steps), pct(steps, 99)
+        print(f"| {name} | {len(steps)} | {med * 1e3:.2f} | {med / base_med:.2f} | "
+              f"{p99 * 1e3:.2f} | {p99 / base_p99:.2f} | "
+              f"{max(lates, default=0) * 1e3:.1f} | {pct(lates, 99) * 1e3:.2f} | "
+              f"{c[0] * 1e3:.1f} | {c[1] * 1e3:.2f} | "
+              f"{'-' if blocked is None else f'{blocked:.3f}'} | "
+              f"{'-' if total is None else f'{total:.2f}'} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
