@@ -29,33 +29,15 @@ created for the run and removed after.
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
-import uuid
 
 import torch
 
-MiB = 1 << 20
-
-
-def parse_size(s):
-    s = s.strip().upper()
-    mult = {"K": 1 << 10, "M": MiB, "G": 1 << 30}.get(s[-1:], 1)
-    return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
-
-
-def make_state(nbytes, tensor_bytes=16 * MiB):
-    sd, i, left = {}, 0, nbytes
-    while left > 0:
-        n = min(left, tensor_bytes) // 4
-        sd[f"layer{i}.weight"] = torch.full((n,), float(i))
-        left -= n * 4
-        i += 1
-    return sd
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint_async import Env, make_state, parse_size  # noqa: E402  (the same bucket, state)
 
 
 def pct(xs, q):
@@ -70,6 +52,7 @@ class Trainer:
 
     def __init__(self, step_ms):
         torch.manual_seed(0)
+        self.off = []
         best = None
         for width in (64, 96, 128, 192, 256, 384, 512, 768, 1024):
             self._build(width)
@@ -91,11 +74,13 @@ class Trainer:
         self.x = torch.randn(64, w)
 
     def step(self):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         self.opt.zero_grad()
         self.model(self.x).square().mean().backward()
         self.opt.step()
-        return time.perf_counter() - t
+        wall = time.perf_counter() - t
+        self.off.append(wall - (time.thread_time() - c))  # not running: GIL, CPU queue
+        return wall
 
 
 class GilProbe:
@@ -169,35 +154,6 @@ class ControlProbe:
     def close(self):
         self.p.stdin.close()
         self.p.wait()
-
-
-class Env:
-    def __init__(self, a):
-        self.endpoint = a.endpoint
-        self.region = os.environ.get("S3FLASH_TEST_REGION",
-                                     os.environ.get("AWS_REGION", "us-east-1"))
-        ak = os.environ.get("S3FLASH_TEST_ACCESS_KEY")
-        if ak:
-            os.environ["AWS_ACCESS_KEY_ID"] = ak
-            os.environ["AWS_SECRET_ACCESS_KEY"] = os.environ["S3FLASH_TEST_SECRET_KEY"]
-        os.environ.setdefault("AWS_REGION", self.region)
-        import s3flash
-        self.client = s3flash.S3Client(self.region, endpoint=self.endpoint)
-        self.bucket = f"s3f-train-bench-{uuid.uuid4().hex[:8]}"
-        self.client.native.create_bucket(self.bucket)
-        self.local = tempfile.mkdtemp(prefix="s3flash-train-bench-", dir=a.local_dir)
-
-    def uri(self, p):
-        return f"s3://{self.bucket}/{p}"
-
-    def cleanup(self):
-        from s3flash import cleanup_uploads
-        keys = [o.key for o in self.client.list_objects(self.bucket)]
-        for i in range(0, len(keys), 1000):
-            self.client.native.delete_objects(self.bucket, keys[i:i + 1000])
-        cleanup_uploads(self.bucket, "", 0, client=self.client)
-        self.client.native.delete_bucket(self.bucket)
-        shutil.rmtree(self.local, ignore_errors=True)
 
 
 # -- savers: each a context manager factory giving save(sd, i) -> wait() -------------------
@@ -281,7 +237,7 @@ SAVERS = [AsyncCk, LightningAsync, DcpHostStager, DcpLocal]
 
 def measure(trainer, probe, control, saver, sd, repeat):
     """Steps timed while each of `repeat` saves runs (after one warm-up save)."""
-    steps, lates, blocked, totals, ctl = [], [], [], [], []
+    steps, lates, blocked, totals, ctl, offs = [], [], [], [], [], []
     for i in range(repeat + 1):
         t0 = time.perf_counter()
         wait = saver.save(sd, i)
@@ -300,6 +256,7 @@ def measure(trainer, probe, control, saver, sd, repeat):
         if i:
             probe.start()
         mine = []
+        trainer.off = []
         while not done.is_set() or not mine:
             mine.append(trainer.step())
         t2 = time.perf_counter()
@@ -313,10 +270,11 @@ def measure(trainer, probe, control, saver, sd, repeat):
         if i:  # the first save is the warm-up (buffers allocated, pages faulted in)
             steps += mine
             lates += late
+            offs += trainer.off
             blocked.append(t1 - t0)
             totals.append(t2 - t0)
             ctl.append(c)
-    return steps, lates, blocked, totals, (max(m for m, _ in ctl), max(p for _, p in ctl))
+    return steps, lates, blocked, totals, (max(m for m, _ in ctl), max(p for _, p in ctl)), offs
 
 
 def main():
@@ -346,11 +304,12 @@ def main():
             trainer.step()
         probe.start()
         t0 = time.perf_counter()
+        trainer.off = []
         alone = [trainer.step() for _ in range(3000)]
         alone_late = probe.stop()
         c = control.window(t0, time.perf_counter())
         base_med, base_p99 = statistics.median(alone), pct(alone, 99)
-        rows.append(("training alone", alone, alone_late, None, None, c, ""))
+        rows.append(("training alone", alone, alone_late, None, None, c, trainer.off, ""))
         for cls in SAVERS:
             if any(s in cls.name for s in skip):
                 continue
@@ -358,15 +317,15 @@ def main():
             saver = None
             try:
                 saver = cls(env)
-                steps, lates, blocked, totals, c = measure(trainer, probe, control, saver, sd,
-                                                           a.repeat)
+                steps, lates, blocked, totals, c, offs = measure(trainer, probe, control,
+                                                                 saver, sd, a.repeat)
                 rows.append((cls.name, steps, lates, statistics.median(blocked),
-                             statistics.median(totals), c, ""))
+                             statistics.median(totals), c, offs, ""))
             except KeyboardInterrupt:
                 raise
             except BaseException as e:  # noqa: BLE001  (DCP raises CheckpointException)
                 msg = [m for m in str(e).splitlines() if m.strip()] or [""]
-                rows.append((cls.name, [], [], None, None, None,
+                rows.append((cls.name, [], [], None, None, None, None,
                              f"failed: {type(e).__name__}: {msg[-1][:100]}"))
             finally:
                 if saver is not None:
@@ -381,16 +340,17 @@ def main():
           f"state {a.size}, {a.repeat} saves per row after a warm-up, MLP width "
           f"{trainer.width} (64 x {trainer.width}, 3 layers, 1 torch thread)\n")
     print("| training | steps | step median (ms) | x alone | step p99 (ms) | x alone | "
-          "longest wait to run, this process (ms) | p99 | longest, another process (ms) | "
-          "p99 | save blocked (s) | save to commit (s) | note |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, steps, lates, blocked, total, c, note in rows:
+          "main thread not running in a step, max (ms) | longest wait to run, this process "
+          "(ms) | p99 | longest, another process (ms) | p99 | save blocked (s) | "
+          "save to commit (s) | note |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, steps, lates, blocked, total, c, offs, note in rows:
         if not steps:
-            print(f"| {name} | - | - | - | - | - | - | - | - | - | - | - | {note} |")
+            print(f"| {name} | - | - | - | - | - | - | - | - | - | - | - | - | {note} |")
             continue
         med, p99 = statistics.median(steps), pct(steps, 99)
         print(f"| {name} | {len(steps)} | {med * 1e3:.2f} | {med / base_med:.2f} | "
-              f"{p99 * 1e3:.2f} | {p99 / base_p99:.2f} | "
+              f"{p99 * 1e3:.2f} | {p99 / base_p99:.2f} | {max(offs) * 1e3:.1f} | "
               f"{max(lates, default=0) * 1e3:.1f} | {pct(lates, 99) * 1e3:.2f} | "
               f"{c[0] * 1e3:.1f} | {c[1] * 1e3:.2f} | "
               f"{'-' if blocked is None else f'{blocked:.3f}'} | "

@@ -528,6 +528,28 @@ def test_sigkill_at_random_points(region, bucket, proxy, s3, tmp_path, seed):
           f"last reported commit {committed}, uploads aborted {len(removed)}")
 
 
+def _kill_when_held(proxy, rule, child, region, uri, local):
+    """Run `child` (a background saver) through the fault proxy with `rule`, SIGKILL it as
+    soon as the proxy holds the request the rule matches (seen in its log), then lift the
+    rule. Returns what the child printed."""
+    proxy.set_faults([rule])
+    p = subprocess.Popen([sys.executable, "-c", child, region, proxy.endpoint, uri,
+                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        def held():
+            assert p.poll() is None, p.stderr.read()
+            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
+                       for e in proxy.stats()["log"])
+        _wait_for(held, timeout=120)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        out, _ = p.communicate()
+    assert p.returncode == -signal.SIGKILL
+    proxy.set_faults([])
+    return out
+
+
 PHASES = {
     # a part of step 2's object held mid-body: the upload is in progress
     "part": ({"match": {"method": "PUT", "path": "step-000000000002/",
@@ -553,21 +575,7 @@ def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
     prefix = f"phase-{phase}-{uuid.uuid4().hex[:6]}/"
     uri = f"s3://{bucket}/{prefix}"
     local = tmp_path / "local"
-    proxy.set_faults([rule])
-    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, region, proxy.endpoint, uri,
-                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        def held():
-            assert p.poll() is None, p.stderr.read()
-            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
-                       for e in proxy.stats()["log"])
-        _wait_for(held, timeout=120)
-    finally:
-        p.send_signal(signal.SIGKILL)
-        p.communicate()
-    assert p.returncode == -signal.SIGKILL
-    proxy.set_faults([])
+    _kill_when_held(proxy, rule, KILL_CHILD, region, uri, local)
     step2 = f"{prefix}step-000000000002/"
     if phase == "part":
         assert not [k for k in _keys(s3, bucket, prefix) if k.startswith(step2)]
@@ -639,22 +647,8 @@ def test_sigkill_during_resave(region, bucket, proxy, s3, tmp_path, phase):
     prefix = f"resave-{phase}-{uuid.uuid4().hex[:6]}/"
     uri = f"s3://{bucket}/{prefix}"
     local = tmp_path / "local"
-    proxy.set_faults([rule])
-    p = subprocess.Popen([sys.executable, "-c", RESAVE_CHILD, region, proxy.endpoint, uri,
-                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        def held():
-            assert p.poll() is None, p.stderr.read()
-            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
-                       for e in proxy.stats()["log"])
-        _wait_for(held, timeout=120)
-    finally:
-        p.send_signal(signal.SIGKILL)
-        out, _ = p.communicate()
-    assert p.returncode == -signal.SIGKILL
+    out = _kill_when_held(proxy, rule, RESAVE_CHILD, region, uri, local)
     assert ("COMMITTED 2" in out) == (want == 2), out
-    proxy.set_faults([])
     with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
                                    local_dir=str(local), keep_remote=1) as ck:
         assert ck.latest() == 100 and ck.steps() == [100]
