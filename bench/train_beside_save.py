@@ -6,6 +6,7 @@ by side; a Markdown table on stdout.
 
   python3 bench/train_beside_save.py [--size 256M] [--step-ms 1] [--cpus 2] [--repeat 2]
                                      [--endpoint URL] [--local-dir DIR] [--skip ROW,...]
+                                     [--self-check]
 
 Savers (each: one warm-up save, then --repeat measured saves; steps are timed from the
 moment save() returns until the save is committed, so the blocked staging time is its own
@@ -16,11 +17,20 @@ column, not in the step times):
   DCP async_save + S3HostStager -> s3flash torch.distributed.checkpoint.async_save, thread
   DCP async_save (default stager) -> local DCP's own async_save to the local file system
 
-The GIL probe is a thread that sleeps 1 ms in a loop (the sleep releases the GIL) and
-records how late it runs Python again: its lateness is the time it waited for the GIL (plus
-the kernel's wake-up slack, shown by the "alone" row). A background save that holds the GIL
-for long shows there, and in the p99 step. The process is pinned to --cpus CPUs (default 2,
-as the issue measured).
+How long threads wait to run, three ways:
+- "main thread not running in a step": the step's wall time less the main thread's CPU
+  time (time.thread_time): waiting for the GIL, or for a CPU.
+- "this process": a probe thread sleeps 1 ms in a loop (the sleep releases the GIL) and
+  records how late it runs Python again: the GIL's wait plus the CPUs' queue.
+- "another process": the same probe in a process of its own on the same CPUs: the CPUs'
+  queue alone. Where the two agree, the waits are the machine's load, not the GIL.
+- The note: a second pass per saver with its background threads profiled
+  (threading.setprofile): within every call into C of 5 ms or more, a stretch of three
+  switch intervals (15 ms) or more in which the probe of this process never ran while the
+  other process's woke once per 5 ms on average (so a CPU was free) was a hold of the GIL;
+  the longest is named (shorter silences are the training thread's own switch intervals).
+  --self-check adds a thread in sorted() to show such a row.
+The process is pinned to --cpus CPUs (default 2, as the issue measured).
 
 The S3 server: --endpoint, else S3FLASH_TEST_ENDPOINT (tests/servers/rgw.sh env), keys from
 S3FLASH_TEST_ACCESS_KEY / S3FLASH_TEST_SECRET_KEY (or the AWS_* environment). A bucket is
@@ -89,6 +99,7 @@ class GilProbe:
     def __init__(self, period=0.001):
         self.period = period
         self.lates = []
+        self.wakes = []
         self._on = False
         self._stop = False
         self._t = threading.Thread(target=self._run, name="gil-probe", daemon=True)
@@ -98,12 +109,14 @@ class GilProbe:
         while not self._stop:
             t = time.perf_counter()
             time.sleep(self.period)
-            late = time.perf_counter() - t - self.period
+            now = time.perf_counter()
             if self._on:
-                self.lates.append(late)
+                self.lates.append(now - t - self.period)
+                self.wakes.append(now)
 
     def start(self):
         self.lates = []
+        self.wakes = []
         self._on = True
 
     def stop(self):
@@ -116,22 +129,22 @@ class GilProbe:
 
 
 CONTROL = r"""
-import sys, time
+import sys, time, threading
 lates = []
-import threading
 def run():
     while True:
         t = time.perf_counter()
         time.sleep(0.001)
         now = time.perf_counter()
         lates.append((now, now - t - 0.001))
+        if len(lates) > 400000:
+            del lates[:200000]
 threading.Thread(target=run, daemon=True).start()
 for line in sys.stdin:
     t0, t1 = map(float, line.split())
-    w = sorted(l for t, l in lates if t0 <= t <= t1)
-    del lates[:]
+    w = sorted(l for t, l in list(lates) if t0 <= t <= t1)
     print(w[-1] if w else 0.0, w[min(len(w) - 1, int(round(0.99 * (len(w) - 1))))] if w else 0.0,
-          flush=True)
+          len(w), flush=True)
 """
 
 
@@ -145,11 +158,12 @@ class ControlProbe:
                                   stdout=subprocess.PIPE, text=True)
 
     def window(self, t0, t1):
-        """(longest, p99) lateness in [t0, t1] (time.perf_counter: CLOCK_MONOTONIC)."""
+        """(longest, p99, wakes) of its lateness in [t0, t1] (time.perf_counter:
+        CLOCK_MONOTONIC, the same clock in both processes)."""
         self.p.stdin.write(f"{t0} {t1}\n")
         self.p.stdin.flush()
-        mx, p99 = map(float, self.p.stdout.readline().split())
-        return mx, p99
+        mx, p99, n = self.p.stdout.readline().split()
+        return float(mx), float(p99), int(n)
 
     def close(self):
         self.p.stdin.close()
@@ -232,7 +246,96 @@ class DcpLocal(_Dcp):
         return FileSystemWriter(os.path.join(self.env.local, f"dcp-fs-{i}"))
 
 
+class GilHog:
+    """Not a saver: a thread that sorts a list of 2 million floats (one C call that holds
+    the GIL throughout), to show what the probes report for work that holds it
+    (--self-check)."""
+    name = "self-check: a thread in sorted() (holds the GIL)"
+
+    def __init__(self, env):
+        import random
+        self.data = [random.random() for _ in range(2_000_000)]
+
+    def save(self, sd, i):
+        t = threading.Thread(target=sorted, args=(self.data,), name="gil-hog")
+        t.start()
+        return t.join
+
+    def close(self):
+        pass
+
+
 SAVERS = [AsyncCk, LightningAsync, DcpHostStager, DcpLocal]
+
+
+class CallProfile:
+    """Python-level calls into C made by the threads started while it is on (the savers'
+    background threads), with their times: a call of more than `min_s` during which the
+    probe thread never ran held the GIL for its whole length."""
+
+    def __init__(self, min_s=0.005):
+        self.min_s = min_s
+        self.calls = []       # (start, seconds, name, thread)
+        self._stacks = {}
+
+    def _prof(self, frame, event, arg):
+        if event == "c_call":
+            self._stacks.setdefault(threading.get_ident(), []).append(
+                (time.perf_counter(), arg))
+        elif event in ("c_return", "c_exception"):
+            st = self._stacks.get(threading.get_ident())
+            if st:
+                t0, fn = st.pop()
+                d = time.perf_counter() - t0
+                if d >= self.min_s:
+                    self.calls.append((t0, d, getattr(fn, "__qualname__", str(fn)),
+                                       threading.current_thread().name))
+
+    def __enter__(self):
+        threading.setprofile(self._prof)
+        return self
+
+    def __exit__(self, *exc):
+        threading.setprofile(None)
+
+    def longest_hold(self, wakes, control):
+        """(seconds, name) of the longest stretch inside one of the calls during which the
+        probe of this process never ran while the one of another process (the control) ran
+        once per 5 ms on average (else the CPUs were busy, and the silence proves
+        nothing), or (0, "")."""
+        import bisect
+        held = []
+        for t0, d, name, thread in self.calls:
+            inside = wakes[bisect.bisect_left(wakes, t0):bisect.bisect_right(wakes, t0 + d)]
+            marks = [t0] + inside + [t0 + d]
+            gap, at = max((b - a, a) for a, b in zip(marks, marks[1:]))
+            # the training thread itself holds the GIL for up to a switch interval at a
+            # time, and the probe may queue behind both: shorter silences prove nothing
+            if gap >= max(self.min_s, 3 * sys.getswitchinterval()) and \
+                    control.window(at, at + gap)[2] >= gap / 0.005:
+                held.append((gap, f"{name} ({thread})"))
+        return max(held, default=(0.0, ""))
+
+
+def gil_holds(env, probe, control, cls, sd):
+    """One save of `cls` after a warm-up, its background threads profiled (a pass of its
+    own: the profile slows their Python code down)."""
+    saver = None
+    try:
+        with CallProfile() as prof:
+            saver = cls(env)
+            saver.save(sd, 0)()
+            probe.start()
+            t0 = time.perf_counter()
+            saver.save(sd, 1)()
+            t1 = time.perf_counter()
+            probe.stop()
+        calls = [c for c in prof.calls if t0 <= c[0] <= t1]
+        prof.calls = calls
+        return prof.longest_hold(sorted(probe.wakes), control), len(calls)
+    finally:
+        if saver is not None:
+            saver.close()
 
 
 def measure(trainer, probe, control, saver, sd, repeat):
@@ -266,7 +369,7 @@ def measure(trainer, probe, control, saver, sd, repeat):
             raise err[0]
         for t in sd.values():
             t.add_(1.0)
-        c = control.window(t1, t2)
+        c = control.window(t1, t2)[:2]
         if i:  # the first save is the warm-up (buffers allocated, pages faulted in)
             steps += mine
             lates += late
@@ -286,6 +389,8 @@ def main():
     ap.add_argument("--endpoint", default=os.environ.get("S3FLASH_TEST_ENDPOINT"))
     ap.add_argument("--local-dir", default=None)
     ap.add_argument("--skip", default="", help="comma-separated saver-name substrings")
+    ap.add_argument("--self-check", action="store_true",
+                    help="add a row whose background thread holds the GIL (sorted())")
     a = ap.parse_args()
     if not a.endpoint:
         sys.exit("no S3 endpoint: --endpoint or S3FLASH_TEST_ENDPOINT")
@@ -307,10 +412,10 @@ def main():
         trainer.off = []
         alone = [trainer.step() for _ in range(3000)]
         alone_late = probe.stop()
-        c = control.window(t0, time.perf_counter())
+        c = control.window(t0, time.perf_counter())[:2]
         base_med, base_p99 = statistics.median(alone), pct(alone, 99)
         rows.append(("training alone", alone, alone_late, None, None, c, trainer.off, ""))
-        for cls in SAVERS:
+        for cls in SAVERS + ([GilHog] if a.self_check else []):
             if any(s in cls.name for s in skip):
                 continue
             sd = make_state(size)
@@ -319,8 +424,11 @@ def main():
                 saver = cls(env)
                 steps, lates, blocked, totals, c, offs = measure(trainer, probe, control,
                                                                  saver, sd, a.repeat)
+                (hold, what), n = gil_holds(env, probe, control, cls, sd)
+                note = (f"longest C call holding the GIL: {hold * 1e3:.1f} ms, {what}" if hold
+                        else f"no hold of 15 ms or more in its threads' {n} C calls over 5 ms")
                 rows.append((cls.name, steps, lates, statistics.median(blocked),
-                             statistics.median(totals), c, offs, ""))
+                             statistics.median(totals), c, offs, note))
             except KeyboardInterrupt:
                 raise
             except BaseException as e:  # noqa: BLE001  (DCP raises CheckpointException)
