@@ -25,10 +25,10 @@ How long threads wait to run, three ways:
 - "another process": the same probe in a process of its own on the same CPUs: the CPUs'
   queue alone. Where the two agree, the waits are the machine's load, not the GIL.
 - The note: a second pass per saver with its background threads profiled
-  (threading.setprofile): within every call into C of 5 ms or more, a stretch of three
-  switch intervals (15 ms) or more in which the probe of this process never ran while the
-  other process's woke once per 5 ms on average (so a CPU was free) was a hold of the GIL;
-  the longest is named (shorter silences are the training thread's own switch intervals).
+  (threading.setprofile): a call into C of three switch intervals (15 ms) or more during
+  which the probe of this process did not run (up to its last 15 ms) while the other
+  process's woke once per 5 ms on average (so a CPU was free) held the GIL; the longest is
+  named.
   --self-check adds a thread in sorted() to show such a row.
 The process is pinned to --cpus CPUs (default 2, as the issue measured).
 
@@ -299,21 +299,24 @@ class CallProfile:
         threading.setprofile(None)
 
     def longest_hold(self, wakes, control):
-        """(seconds, name) of the longest stretch inside one of the calls during which the
-        probe of this process never ran while the one of another process (the control) ran
-        once per 5 ms on average (else the CPUs were busy, and the silence proves
-        nothing), or (0, "")."""
+        """(seconds, name) of the longest call that held the GIL, or (0, ""). A call into C
+        either keeps the GIL throughout or lets it go around its wait: it held it when the
+        probe of this process did not run from its start until (at most three switch
+        intervals before) its end, the call lasting three switch intervals or more (the
+        training thread itself holds the GIL for up to one at a time, and the probe may
+        queue behind it), while the probe of another process woke once per 5 ms on average
+        (else the CPUs were busy, and the silence proves nothing)."""
         import bisect
+        slack = 3 * sys.getswitchinterval()
         held = []
         for t0, d, name, thread in self.calls:
-            inside = wakes[bisect.bisect_left(wakes, t0):bisect.bisect_right(wakes, t0 + d)]
-            marks = [t0] + inside + [t0 + d]
-            gap, at = max((b - a, a) for a, b in zip(marks, marks[1:]))
-            # the training thread itself holds the GIL for up to a switch interval at a
-            # time, and the probe may queue behind both: shorter silences prove nothing
-            if gap >= max(self.min_s, 3 * sys.getswitchinterval()) and \
-                    control.window(at, at + gap)[2] >= gap / 0.005:
-                held.append((gap, f"{name} ({thread})"))
+            if d < max(self.min_s, slack):
+                continue
+            i = bisect.bisect_left(wakes, t0)
+            first = wakes[i] if i < len(wakes) else t0 + d
+            silent = min(first, t0 + d) - t0
+            if silent >= d - slack and control.window(t0, t0 + silent)[2] >= silent / 0.005:
+                held.append((d, f"{name} ({thread})"))
         return max(held, default=(0.0, ""))
 
 
@@ -426,7 +429,7 @@ def main():
                                                                  saver, sd, a.repeat)
                 (hold, what), n = gil_holds(env, probe, control, cls, sd)
                 note = (f"longest C call holding the GIL: {hold * 1e3:.1f} ms, {what}" if hold
-                        else f"no hold of 15 ms or more in its threads' {n} C calls over 5 ms")
+                        else f"none of its threads' {n} C calls over 5 ms held it")
                 rows.append((cls.name, steps, lates, statistics.median(blocked),
                              statistics.median(totals), c, offs, note))
             except KeyboardInterrupt:
