@@ -25,10 +25,10 @@ How long threads wait to run, three ways:
 - "another process": the same probe in a process of its own on the same CPUs: the CPUs'
   queue alone. Where the two agree, the waits are the machine's load, not the GIL.
 - The note: a second pass per saver with its background threads profiled
-  (threading.setprofile): a call into C of three switch intervals (15 ms) or more during
-  which the probe of this process did not run (up to its last 15 ms) while the other
-  process's woke once per 5 ms on average (so a CPU was free) held the GIL; the longest is
-  named.
+  (threading.setprofile) and training beside them: a call into C of three switch intervals
+  (15 ms) or more during which no other thread of this process ran Python (neither the
+  probe nor a training step ended; up to its last 15 ms) while the other process's probe
+  woke once per 5 ms on average (so a CPU was free) kept the GIL; the longest is named.
   --self-check adds a thread in sorted() to show such a row.
 The process is pinned to --cpus CPUs (default 2, as the issue measured).
 
@@ -298,31 +298,31 @@ class CallProfile:
     def __exit__(self, *exc):
         threading.setprofile(None)
 
-    def longest_hold(self, wakes, control):
-        """(seconds, name) of the longest call that held the GIL, or (0, ""). A call into C
-        either keeps the GIL throughout or lets it go around its wait: it held it when the
-        probe of this process did not run from its start until (at most three switch
-        intervals before) its end, the call lasting three switch intervals or more (the
-        training thread itself holds the GIL for up to one at a time, and the probe may
-        queue behind it), while the probe of another process woke once per 5 ms on average
-        (else the CPUs were busy, and the silence proves nothing)."""
+    def longest_hold(self, ran, control):
+        """(seconds, name) of the longest call that held the GIL, or (0, ""). `ran`: sorted
+        times at which another thread of this process was running Python (the probe's
+        wakes, the training thread's steps). A call into C either keeps the GIL throughout
+        or lets it go around its work; it kept it when no other thread ran Python from its
+        start until (at most three switch intervals before) its end, the call lasting
+        three switch intervals or more, while the probe of another process woke once per
+        5 ms on average (else the CPUs were busy, and the silence proves nothing)."""
         import bisect
         slack = 3 * sys.getswitchinterval()
         held = []
         for t0, d, name, thread in self.calls:
             if d < max(self.min_s, slack):
                 continue
-            i = bisect.bisect_left(wakes, t0)
-            first = wakes[i] if i < len(wakes) else t0 + d
+            i = bisect.bisect_left(ran, t0)
+            first = ran[i] if i < len(ran) else t0 + d
             silent = min(first, t0 + d) - t0
             if silent >= d - slack and control.window(t0, t0 + silent)[2] >= silent / 0.005:
                 held.append((d, f"{name} ({thread})"))
         return max(held, default=(0.0, ""))
 
 
-def gil_holds(env, probe, control, cls, sd):
-    """One save of `cls` after a warm-up, its background threads profiled (a pass of its
-    own: the profile slows their Python code down)."""
+def gil_holds(env, trainer, probe, control, cls, sd):
+    """One save of `cls` after a warm-up, training beside it, its background threads
+    profiled (a pass of its own: the profile slows their Python code down)."""
     saver = None
     try:
         with CallProfile() as prof:
@@ -330,12 +330,18 @@ def gil_holds(env, probe, control, cls, sd):
             saver.save(sd, 0)()
             probe.start()
             t0 = time.perf_counter()
-            saver.save(sd, 1)()
+            wait = saver.save(sd, 1)
+            done = threading.Event()
+            threading.Thread(target=lambda: (wait(), done.set()), daemon=True).start()
+            steps = []
+            while not done.wait(0) or not steps:
+                trainer.step()
+                steps.append(time.perf_counter())
             t1 = time.perf_counter()
             probe.stop()
         calls = [c for c in prof.calls if t0 <= c[0] <= t1]
         prof.calls = calls
-        return prof.longest_hold(sorted(probe.wakes), control), len(calls)
+        return prof.longest_hold(sorted(probe.wakes + steps), control), len(calls)
     finally:
         if saver is not None:
             saver.close()
@@ -427,7 +433,7 @@ def main():
                 saver = cls(env)
                 steps, lates, blocked, totals, c, offs = measure(trainer, probe, control,
                                                                  saver, sd, a.repeat)
-                (hold, what), n = gil_holds(env, probe, control, cls, sd)
+                (hold, what), n = gil_holds(env, trainer, probe, control, cls, sd)
                 note = (f"longest C call holding the GIL: {hold * 1e3:.1f} ms, {what}" if hold
                         else f"none of its threads' {n} C calls over 5 ms held it")
                 rows.append((cls.name, steps, lates, statistics.median(blocked),
