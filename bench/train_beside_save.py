@@ -25,10 +25,10 @@ How long threads wait to run, three ways:
 - "another process": the same probe in a process of its own on the same CPUs: the CPUs'
   queue alone. Where the two agree, the waits are the machine's load, not the GIL.
 - The note: a second pass per saver with its background threads profiled
-  (threading.setprofile) and training beside them: a call into C of three switch intervals
-  (15 ms) or more during which no other thread of this process ran Python (neither the
+  (threading.setprofile) and training beside them: a call into C of five switch intervals
+  (25 ms) or more during which no other thread of this process ran Python (neither the
   probe nor a training step ended; up to its last 15 ms) while the other process's probe
-  woke once per 5 ms on average (so a CPU was free) kept the GIL; the longest is named.
+  woke once per 2.5 ms on average (so a CPU was free) kept the GIL; the longest is named.
   --self-check adds a thread in sorted() to show such a row.
 The process is pinned to --cpus CPUs (default 2, as the issue measured).
 
@@ -304,18 +304,18 @@ class CallProfile:
         wakes, the training thread's steps). A call into C either keeps the GIL throughout
         or lets it go around its work; it kept it when no other thread ran Python from its
         start until (at most three switch intervals before) its end, the call lasting
-        three switch intervals or more, while the probe of another process woke once per
-        5 ms on average (else the CPUs were busy, and the silence proves nothing)."""
+        five switch intervals or more, while the probe of another process woke once per
+        2.5 ms on average (else the CPUs were busy, and the silence proves nothing)."""
         import bisect
         slack = 3 * sys.getswitchinterval()
         held = []
         for t0, d, name, thread in self.calls:
-            if d < max(self.min_s, slack):
+            if d < max(self.min_s, 5 * sys.getswitchinterval()):
                 continue
             i = bisect.bisect_left(ran, t0)
             first = ran[i] if i < len(ran) else t0 + d
             silent = min(first, t0 + d) - t0
-            if silent >= d - slack and control.window(t0, t0 + silent)[2] >= silent / 0.005:
+            if silent >= d - slack and control.window(t0, t0 + silent)[2] >= silent / 0.0025:
                 held.append((d, f"{name} ({thread})"))
         return max(held, default=(0.0, ""))
 
