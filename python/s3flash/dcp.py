@@ -69,7 +69,7 @@ from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStage
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import _s3flash
+from . import _s3flash, _zipimage
 from ._client import S3Client
 from ._config import S3ClientConfig
 from ._reader import (
@@ -650,7 +650,10 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
                         t = t.cpu()
                     if t.untyped_storage().nbytes() != t.numel() * t.element_size():
                         t = t.clone()  # only the view's bytes, not its whole storage
-                    torch.save(t, dst)
+                    try:  # torch.save's zip, written with the GIL let go (_zipimage.stream)
+                        _zipimage.stream(t, dst.write)
+                    except _zipimage.Unsupported:
+                        torch.save(t, dst)
                 if dst is not w:
                     dst.close()
                 length = w.tell() - offset
