@@ -732,7 +732,8 @@ class AsyncCheckpointer:
                       ) -> Tuple[int, int, Dict[str, Any], Optional[BaseException]]:
         """Serialize the staged state into the object at `key` (and the local file `f`, which
         this closes). In place when it can (the zip built around the staged bytes in the
-        arena, uploaded with no copy); else torch.save streamed into an S3 writer. Frees the
+        arena, uploaded with no copy); else the same zip streamed into an S3 writer
+        (_zipimage.stream, or torch.save itself with torch_save_kwargs). Frees the
         host buffers once they are no longer read. Returns (size, CRC-32, the upload's info,
         the local file's error)."""
         import torch
@@ -771,7 +772,12 @@ class AsyncCheckpointer:
         with self._client.put_object(self.bucket, key) as w:
             tee = _Tee(w, f)
             try:
-                torch.save(job.staged, tee, **job.torch_save_kwargs)
+                try:  # torch.save's zip with the GIL let go while CRCs are computed
+                    if job.torch_save_kwargs:
+                        raise _zipimage.Unsupported("torch.save arguments")
+                    _zipimage.stream(job.staged, tee.write)
+                except _zipimage.Unsupported:  # raised before any byte is written
+                    torch.save(job.staged, tee, **job.torch_save_kwargs)
             finally:
                 self._release_staging()  # serialized: the host buffers are free
                 if f is not None:
