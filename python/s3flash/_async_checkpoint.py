@@ -2,15 +2,22 @@
 serialization, the upload (in place from those buffers: s3flash/_zipimage.py), the local
 tier, the commit and the retention run in the background.
 
-Layout under the prefix (``s3://bucket/run/``), one folder per step::
+Layout under the prefix (``s3://bucket/run/``)::
 
-    run/step-000000000042/state.pt        torch.save's zip (loadable by torch.load anywhere)
-    run/step-000000000042/manifest.json   written LAST: the commit
+    run/step-000000000042/<save id>/state.pt   torch.save's zip (loadable by torch.load)
+    run/commits/0000000000000007.json          commit 7: the manifest, written LAST
 
-The manifest lists the step's objects with their size, CRC-32 and ETag. A step is committed
-when its manifest exists and every object it names is there with that size and ETag; only
-committed steps are seen by ``latest()`` and ``load()``. The local tier (``local_dir``) holds
-the same files under the same names.
+Every save writes its objects under a save id of its own (the UTC time and 64 random bits),
+so no save ever overwrites another's bytes, a re-save of a step included. Only a commit
+names them: a manifest with the commit's sequence number, the step, and each object's key,
+size, CRC-32 and ETag, written with ``If-None-Match: *`` under the next free sequence
+number (a 412: another writer took it; the next one is tried). A commit is valid when every
+object it names is there with that size and ETag; ``latest()`` is the newest valid commit
+(by sequence number, not by step), and ``load()`` reads exactly the ETags it names, from the
+local tier (``local_dir``, the same names) or from S3 (If-Match). The previous layout
+(``step-N/state.pt`` and ``step-N/manifest.json``, version 1) is still read: its commits
+come before every numbered one, in step order. docs/PYTHON.md has the protocol and what a
+crash at each point leaves.
 """
 
 from __future__ import annotations
@@ -27,29 +34,53 @@ import warnings
 import weakref
 import zlib
 from collections import OrderedDict
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from ._checkpoint import parse_s3_uri  # noqa: F401  (the same URI rules)
 from ._client import S3Client
 from ._config import S3ClientConfig
 from . import _s3flash
 
-__all__ = ["AsyncCheckpointer", "CheckpointInfo", "HostStager", "MANIFEST_NAME", "STATE_NAME"]
+__all__ = ["AsyncCheckpointer", "CheckpointInfo", "CommitInfo", "HostStager", "MANIFEST_NAME",
+           "STATE_NAME"]
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = "manifest.json"   # the local tier's copy of a commit (and version 1's)
 STATE_NAME = "state.pt"
+COMMITS_DIR = "commits/"
 MANIFEST_FORMAT = "s3flash.checkpoint"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 _ALIGN = 64
+_COMMIT_TRIES = 16      # sequence numbers tried when other writers take them first
 
 
 class CheckpointInfo(NamedTuple):
     """What a committed save wrote (the result of ``save(...).result()``)."""
 
     step: int
-    uri: str                      # s3://bucket/prefix/step-.../ (the step's folder)
+    uri: str                      # s3://bucket/prefix/step-.../<save id>/ (the save's folder)
     manifest: Dict[str, Any]      # the manifest as written
     local_path: Optional[str]     # the local tier's folder, None without one (or on failure)
+    seq: Optional[int] = None     # the commit's sequence number
+    commit_uri: Optional[str] = None  # s3://bucket/prefix/commits/<seq>.json
+
+
+class CommitInfo(NamedTuple):
+    """One valid commit under the prefix (``AsyncCheckpointer.commits()``), oldest first."""
+
+    seq: Optional[int]            # None: a commit of the version 1 layout (no sequence)
+    step: int
+    save_id: str
+    time: float                   # when its writer committed it (the writer's clock)
+    uri: str                      # the manifest's s3:// URI
+
+
+class _Commit(NamedTuple):
+    order: Tuple[int, int, str]   # (1, seq, name) for version 2; (0, step, "") for version 1
+    seq: Optional[int]
+    step: int
+    key: str                      # the manifest's key
+    manifest: Dict[str, Any]
+    valid: bool                   # every object it names is there with its size and ETag
 
 
 def _step_dir(step: int) -> str:
@@ -61,6 +92,23 @@ def _parse_step_dir(name: str) -> Optional[int]:
         return None
     digits = name[5:]
     return int(digits) if digits.isdigit() else None
+
+
+def _commit_name(seq: int, save_id: Optional[str]) -> str:
+    """commits/<seq>.json; with a save id (a server that ignores If-None-Match) the name is
+    unique to the save, and the order among equal sequence numbers is by name."""
+    return f"{seq:016d}.json" if save_id is None else f"{seq:016d}-{save_id}.json"
+
+
+def _parse_commit_name(name: str) -> Optional[int]:
+    if not name.endswith(".json"):
+        return None
+    digits = name[:-5].split("-", 1)[0]
+    return int(digits) if len(digits) == 16 and digits.isdigit() else None
+
+
+def _new_save_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(8).hex()
 
 
 def _norm_etag(etag: Optional[str]) -> str:
@@ -349,12 +397,14 @@ class AsyncCheckpointer:
     """Asynchronous, tiered checkpoints: ``save`` waits only for a copy of the state.
 
     Args:
-        uri: ``s3://bucket/prefix/`` of the run; each step goes to ``prefix/step-NNN.../``.
+        uri: ``s3://bucket/prefix/`` of the run; each save goes to
+            ``prefix/step-NNN.../<save id>/``, each commit to ``prefix/commits/``.
         region, endpoint, s3client_config: as for ``S3Client`` (or pass ``client``).
         local_dir: a local directory (NVMe, tmpfs) that gets the same files; None: S3 only.
-        keep_local: committed steps kept in ``local_dir`` (the newest ones; >= 1).
-        keep_remote: committed steps kept in S3 (None: all). Older ones are deleted after a
-            new step commits, never the newest committed one.
+        keep_local: commits kept in ``local_dir`` (the newest ones; >= 1).
+        keep_remote: commits kept in S3 (None: all): the newest ``keep_remote`` by commit
+            order (not by step). Older ones are deleted after a new save commits, each
+            manifest before the objects it names; never the newest commit.
         on_busy: when ``save`` is called while the previous save still holds the host
             buffers (in place: until its upload ends; streamed: until it is serialized):
             ``"wait"`` (the default) blocks until they are free, then
@@ -367,6 +417,10 @@ class AsyncCheckpointer:
             torch_save_kwargs): torch.save streams into an S3 writer (one copy into its part
             buffers), and the buffers are free once the state is serialized.
         client: an ``S3Client`` to use instead of building one.
+        conditional_put: whether the server honours ``If-None-Match: *`` on PutObject
+            (None: found out once, with a probe object under ``commits/``, at the first
+            commit). Without it each commit's name carries its save id, so two writers
+            still never overwrite each other's commit (docs/PYTHON.md).
     """
 
     def __init__(self, uri: str, region: Optional[str] = None, endpoint: Optional[str] = None,
@@ -374,7 +428,8 @@ class AsyncCheckpointer:
                  local_dir: Optional[str] = None, keep_local: int = 1,
                  keep_remote: Optional[int] = None, *, on_busy: str = "wait",
                  pin_memory: Optional[bool] = None, in_place: bool = True,
-                 client: Optional[S3Client] = None):
+                 client: Optional[S3Client] = None,
+                 conditional_put: Optional[bool] = None):
         bucket, prefix = _s3flash.parse_uri(uri)
         if prefix and not prefix.endswith("/"):
             prefix += "/"
@@ -400,6 +455,8 @@ class AsyncCheckpointer:
         self._inflight = 0              # jobs queued or running
         self._closed = False
         self._manifests: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (key, etag) -> manifest
+        self.conditional_put = conditional_put
+        self._own_leftovers: Set[str] = set()  # keys of this checkpointer's failed saves
         self._thread: Optional[threading.Thread] = None
         if self.local_dir:
             os.makedirs(self.local_dir, exist_ok=True)
@@ -458,37 +515,54 @@ class AsyncCheckpointer:
                 self._cond.wait()
 
     def latest(self) -> Optional[int]:
-        """The newest committed step in S3, or None."""
-        c = self._committed()
-        return max(c) if c else None
+        """The step of the newest valid commit in S3 (by commit order, not the highest step:
+        after a rollback to an older step, the saves made since), or None."""
+        c = self._valid_commits()
+        return c[-1].step if c else None
 
     def steps(self) -> List[int]:
-        """Every committed step in S3, oldest first."""
-        return sorted(self._committed())
+        """The steps of the valid commits in S3, in commit order (oldest first); a step
+        committed more than once is listed where its newest commit is."""
+        seen: Dict[int, int] = {}
+        for i, c in enumerate(self._valid_commits()):
+            seen[c.step] = i
+        return sorted(seen, key=seen.__getitem__)
+
+    def commits(self) -> List[CommitInfo]:
+        """Every valid commit in S3, oldest first."""
+        return [CommitInfo(c.seq, c.step, str(c.manifest.get("save_id", "")),
+                           float(c.manifest.get("time", 0)), f"s3://{self.bucket}/{c.key}")
+                for c in self._valid_commits()]
 
     def load(self, step: Optional[int] = None, map_location: Any = None,
              **torch_load_kwargs: Any) -> Any:
-        """The state dict of `step` (None: the latest committed one). From the local tier when
-        its copy is complete and matches the manifest (size and CRC-32), else from S3.
-        FileNotFoundError when there is no such committed step. ``mmap=True`` maps the local
+        """The state dict of the newest valid commit of `step` (None: the newest valid
+        commit). The bytes are exactly the ones its manifest names: from the local tier when
+        its copy is that commit's (same save, ETag, size and CRC-32), else from S3 with
+        If-Match on the manifest's ETag (an object replaced since fails, never loads other
+        bytes). FileNotFoundError when there is no such commit. ``mmap=True`` maps the local
         copy (the tensors are backed by the file's pages: no copy); it is ignored for S3."""
         import torch
-        committed = self._committed()
-        if step is None:
-            if not committed:
-                raise FileNotFoundError(f"no committed checkpoint under {self.uri}")
-            step = max(committed)
-        if step not in committed:
-            raise FileNotFoundError(f"no committed checkpoint of step {step} under {self.uri}")
-        manifest = committed[step]
-        obj = next(o for o in manifest["objects"] if o["name"] == STATE_NAME)
+        from ._reader import S3ReaderConstructor
+        commits = self._valid_commits()
+        if step is not None:
+            commits = [c for c in commits if c.step == step]
+        if not commits:
+            raise FileNotFoundError(f"no committed checkpoint under {self.uri}" if step is None
+                                    else f"no committed checkpoint of step {step} under "
+                                    f"{self.uri}")
+        commit = commits[-1]
+        obj = next(o for o in commit.manifest["objects"] if o["name"] == STATE_NAME)
         self.last_load_tier = "s3"
-        path = self._local_valid(step, obj)
+        path = self._local_valid(commit, obj)
         if path is not None:
             self.last_load_tier = "local"
             return torch.load(path, map_location=map_location, **torch_load_kwargs)
         torch_load_kwargs.pop("mmap", None)  # a local file only
-        with self._client.get_object(self.bucket, obj["key"]) as r:
+        r = S3ReaderConstructor.sequential()(self._client, self.bucket, obj["key"])
+        if obj.get("etag"):
+            r._known = (int(obj["size"]), f'"{obj["etag"]}"')  # If-Match on every GET
+        with r:
             return torch.load(r, map_location=map_location, **torch_load_kwargs)
 
     def cleanup_uploads(self, older_than: float = 0) -> List[Any]:
@@ -548,20 +622,22 @@ class AsyncCheckpointer:
 
     def _save_job(self, job: _Job) -> CheckpointInfo:
         import torch
-        sdir = self.prefix + _step_dir(job.step)
+        save_id = _new_save_id()
+        sdir = self.prefix + _step_dir(job.step) + save_id + "/"
         key = sdir + STATE_NAME
-        local_tmp = local_step = None
+        local_tmp = local_save = None
         f = None
         if self.local_dir:
-            local_step = os.path.join(self.local_dir, _step_dir(job.step).rstrip("/"))
+            local_save = os.path.join(self.local_dir, _step_dir(job.step), save_id)
             try:
-                os.makedirs(local_step, exist_ok=True)
-                local_tmp = os.path.join(local_step, f".{STATE_NAME}.{os.getpid()}.tmp")
+                os.makedirs(local_save, exist_ok=True)
+                local_tmp = os.path.join(local_save, f".{STATE_NAME}.tmp")
                 f = open(local_tmp, "wb")
             except OSError as e:
                 warnings.warn(f"s3flash.AsyncCheckpointer: local tier off for step "
                               f"{job.step}: {e}", RuntimeWarning)
-                local_step = None
+                local_save = None
+        committed = False
         try:
             size, crc, info, local_error = self._write_object(job, key, f)
             f = None
@@ -571,30 +647,93 @@ class AsyncCheckpointer:
                 raise _s3flash.S3IOError(f"{key}: uploaded {info['size']} bytes, "
                                          f"serialized {size}")
             manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
-                        "step": job.step, "time": time.time(),
+                        "step": job.step, "save_id": save_id, "time": time.time(),
                         "torch": torch.__version__, "objects": [obj]}
-            body = json.dumps(manifest, indent=1).encode()
             # the commit: the manifest, after every object is complete
-            self._client.upload(self.bucket, sdir + MANIFEST_NAME, body)
+            seq, ckey, body = self._commit(manifest, save_id)
+            committed = True
             local_path = None
-            if local_step and local_tmp and local_error is None:
-                local_path = self._commit_local(local_step, local_tmp, body)
+            if local_save and local_tmp and local_error is None:
+                local_path = self._commit_local(local_save, local_tmp, body)
             elif local_error is not None:
                 warnings.warn(f"s3flash.AsyncCheckpointer: local copy of step {job.step} "
                               f"failed: {local_error}", RuntimeWarning)
             return CheckpointInfo(job.step, f"s3://{self.bucket}/{sdir}", manifest,
-                                  local_path)
+                                  local_path, seq, f"s3://{self.bucket}/{ckey}")
         finally:
+            if not committed:
+                self._own_leftovers.add(key)  # named by no commit: the next retention's
             if f is not None:
                 f.close()
             if local_tmp and os.path.exists(local_tmp):
                 os.unlink(local_tmp)
+            if local_save and not committed:
+                try:
+                    os.rmdir(local_save)
+                except OSError:
+                    pass
+
+    def _commit(self, manifest: Dict[str, Any], save_id: str) -> Tuple[int, str, bytes]:
+        """Write the manifest as the next commit: commits/<seq>.json with If-None-Match: *
+        (a 412: another writer took that number; the next free one is tried). Returns
+        (seq, key, body)."""
+        if self.conditional_put is None:
+            self.conditional_put = self._probe_conditional_put()
+        for _ in range(_COMMIT_TRIES):
+            seq = 1 + max((s for s, _ in self._commit_keys()), default=0)
+            manifest["seq"] = seq
+            body = json.dumps(manifest, indent=1).encode()
+            key = self.prefix + COMMITS_DIR + _commit_name(
+                seq, None if self.conditional_put else save_id)
+            try:
+                self._client.native.put_object(
+                    self.bucket, key, body,
+                    if_none_match="*" if self.conditional_put else None,
+                    content_type="application/json")
+            except _s3flash.S3Exception as e:
+                if getattr(e, "status", "") != "S3F_ERR_PRECONDITION_FAILED":
+                    raise
+                continue  # another writer committed under this number first
+            return seq, key, body
+        raise _s3flash.S3Exception(
+            f"s3flash.AsyncCheckpointer: no commit after {_COMMIT_TRIES} tries under "
+            f"{self.uri}{COMMITS_DIR}: other writers took every sequence number tried")
+
+    def _probe_conditional_put(self) -> bool:
+        """Whether the server refuses a second PutObject with If-None-Match: * over a key
+        (some S3-compatible servers ignore the header: the second one then overwrites)."""
+        key = f"{self.prefix}{COMMITS_DIR}.probe-{_new_save_id()}"
+        nat = self._client.native
+        try:
+            nat.put_object(self.bucket, key, b"probe", if_none_match="*")
+            try:
+                nat.put_object(self.bucket, key, b"probe", if_none_match="*")
+            except _s3flash.S3Exception as e:
+                if getattr(e, "status", "") == "S3F_ERR_PRECONDITION_FAILED":
+                    return True
+                if getattr(e, "http_status", 0) in (400, 501):
+                    pass  # the header is refused: not supported
+                else:
+                    raise
+        except _s3flash.S3Exception as e:
+            if getattr(e, "http_status", 0) not in (400, 501):
+                raise
+        finally:
+            try:
+                nat.delete_object(self.bucket, key)
+            except _s3flash.S3Exception:
+                pass
+        warnings.warn(f"s3flash.AsyncCheckpointer: the server at {self.uri} ignores "
+                      "If-None-Match on PutObject: commits are named by their save id "
+                      "(docs/PYTHON.md)", RuntimeWarning)
+        return False
 
     def _write_object(self, job: _Job, key: str, f: Any
                       ) -> Tuple[int, int, Dict[str, Any], Optional[BaseException]]:
         """Serialize the staged state into the object at `key` (and the local file `f`, which
         this closes). In place when it can (the zip built around the staged bytes in the
-        arena, uploaded with no copy); else torch.save streamed into an S3 writer. Frees the
+        arena, uploaded with no copy); else the same zip streamed into an S3 writer
+        (_zipimage.stream, or torch.save itself with torch_save_kwargs). Frees the
         host buffers once they are no longer read. Returns (size, CRC-32, the upload's info,
         the local file's error)."""
         import torch
@@ -633,7 +772,12 @@ class AsyncCheckpointer:
         with self._client.put_object(self.bucket, key) as w:
             tee = _Tee(w, f)
             try:
-                torch.save(job.staged, tee, **job.torch_save_kwargs)
+                try:  # torch.save's zip with the GIL let go while CRCs are computed
+                    if job.torch_save_kwargs:
+                        raise _zipimage.Unsupported("torch.save arguments")
+                    _zipimage.stream(job.staged, tee.write)
+                except _zipimage.Unsupported:  # raised before any byte is written
+                    torch.save(job.staged, tee, **job.torch_save_kwargs)
             finally:
                 self._release_staging()  # serialized: the host buffers are free
                 if f is not None:
@@ -644,49 +788,75 @@ class AsyncCheckpointer:
         self.stream_saves += 1
         return tee.size, tee.crc, w.info or {}, tee.local_error
 
-    def _commit_local(self, local_step: str, tmp: str, body: bytes) -> Optional[str]:
+    def _commit_local(self, local_save: str, tmp: str, body: bytes) -> Optional[str]:
         try:
-            os.replace(tmp, os.path.join(local_step, STATE_NAME))
-            mtmp = os.path.join(local_step, f".{MANIFEST_NAME}.tmp")
+            os.replace(tmp, os.path.join(local_save, STATE_NAME))
+            mtmp = os.path.join(local_save, f".{MANIFEST_NAME}.tmp")
             with open(mtmp, "wb") as m:
                 m.write(body)
-            os.replace(mtmp, os.path.join(local_step, MANIFEST_NAME))
+            os.replace(mtmp, os.path.join(local_save, MANIFEST_NAME))
         except OSError as e:
             warnings.warn(f"s3flash.AsyncCheckpointer: local copy not kept: {e}",
                           RuntimeWarning)
             return None
-        return local_step
+        return local_save
 
-    def _local_valid(self, step: int, obj: Dict[str, Any]) -> Optional[str]:
-        """The local copy of `obj` when it is there with the manifest's size and CRC-32."""
+    def _local_dir_of(self, commit: _Commit) -> Optional[str]:
         if not self.local_dir:
             return None
-        path = os.path.join(self.local_dir, _step_dir(step).rstrip("/"), obj["name"])
+        d = os.path.join(self.local_dir, _step_dir(commit.step).rstrip("/"))
+        if commit.seq is None:
+            return d  # version 1: step-N/state.pt
+        sid = str(commit.manifest.get("save_id", ""))
+        if not sid or "/" in sid or sid.startswith("."):
+            return None
+        return os.path.join(d, sid)
+
+    def _local_valid(self, commit: _Commit, obj: Dict[str, Any]) -> Optional[str]:
+        """The local copy of `obj` when it is the one `commit` names: its folder's manifest
+        is that commit's (the same sequence number and ETag), and the file has the
+        manifest's size and CRC-32."""
+        d = self._local_dir_of(commit)
+        if d is None:
+            return None
+        path = os.path.join(d, obj["name"])
         try:
+            with open(os.path.join(d, MANIFEST_NAME), "rb") as mf:
+                local = json.loads(mf.read(1 << 20))
+            lobj = [o for o in local.get("objects", []) if o.get("name") == obj["name"]]
+            if local.get("seq") != commit.seq or local.get("step") != commit.step or \
+                    len(lobj) != 1 or lobj[0].get("etag") != obj.get("etag") or \
+                    lobj[0].get("key") != obj.get("key"):
+                return None
             if os.path.getsize(path) != obj["size"]:
                 return None
             size, crc = _crc32_file(path)
-        except OSError:
+        except (OSError, ValueError, AttributeError):
             return None
         if size != obj["size"] or f"{crc:08x}" != obj["crc32"]:
             return None
         return path
 
-    # -- committed steps and retention ------------------------------------------------------
-    def _listing(self) -> Dict[int, Dict[str, Tuple[int, str]]]:
-        """step -> {name: (size, etag)} of the objects under each step folder."""
-        out: Dict[int, Dict[str, Tuple[int, str]]] = {}
-        for o in self._client.list_objects(self.bucket, self.prefix + "step-"):
-            rest = o.key[len(self.prefix):]
-            d, _, name = rest.partition("/")
-            step = _parse_step_dir(d)
-            if step is None or not name:
-                continue
-            out.setdefault(step, {})[name] = (o.size, _norm_etag(o.etag))
-        return out
+    # -- commits and retention ------------------------------------------------------------
+    def _commit_keys(self) -> List[Tuple[int, str]]:
+        """(seq, key) of every commit record under commits/, in commit order."""
+        out = []
+        for o in self._client.list_objects(self.bucket, self.prefix + COMMITS_DIR):
+            name = o.key[len(self.prefix) + len(COMMITS_DIR):]
+            seq = _parse_commit_name(name)
+            if seq is not None:
+                out.append((seq, o.key))
+        return sorted(out)
 
-    def _manifest(self, step: int, etag: str) -> Optional[Dict[str, Any]]:
-        key = self.prefix + _step_dir(step) + MANIFEST_NAME
+    def _listing(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """(commit records, data objects): key -> ObjectInfo under commits/ and step-*/."""
+        commits = {o.key: o for o in self._client.list_objects(self.bucket,
+                                                               self.prefix + COMMITS_DIR)}
+        data = {o.key: o for o in self._client.list_objects(self.bucket,
+                                                            self.prefix + "step-")}
+        return commits, data
+
+    def _manifest(self, key: str, etag: str) -> Optional[Dict[str, Any]]:
         m = self._manifests.get((key, etag))
         if m is None:
             try:
@@ -701,62 +871,146 @@ class AsyncCheckpointer:
             self._manifests[(key, etag)] = m
         return m
 
-    def _committed(self, listing: Optional[Dict[int, Dict[str, Tuple[int, str]]]] = None
-                   ) -> Dict[int, Dict[str, Any]]:
-        """step -> manifest, for the steps whose manifest is there and consistent."""
-        listing = self._listing() if listing is None else listing
-        out: Dict[int, Dict[str, Any]] = {}
-        for step, objs in listing.items():
-            if MANIFEST_NAME not in objs:
+    def _commits(self, listing: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None
+                 ) -> List[_Commit]:
+        """Every commit record under the prefix (valid or not), in commit order: those of
+        the version 1 layout first (by step), then the numbered ones."""
+        records, data = self._listing() if listing is None else listing
+        out: List[_Commit] = []
+        for key, o in records.items():
+            name = key[len(self.prefix) + len(COMMITS_DIR):]
+            seq = _parse_commit_name(name)
+            if seq is None:
                 continue
-            m = self._manifest(step, objs[MANIFEST_NAME][1])
-            if not m or m.get("format") != MANIFEST_FORMAT or m.get("step") != step:
+            m = self._manifest(key, _norm_etag(o.etag))
+            ok = bool(m) and m.get("format") == MANIFEST_FORMAT and m.get("seq") == seq and \
+                isinstance(m.get("step"), int)
+            if m and not ok:
+                m = {}
+            out.append(_Commit((1, seq, name), seq, int(m.get("step", -1)) if m else -1, key,
+                               m or {}, ok and self._objects_there(m, data)))
+        for key, o in data.items():  # version 1: step-N/manifest.json
+            d, _, name = key[len(self.prefix):].partition("/")
+            step = _parse_step_dir(d)
+            if step is None or name != MANIFEST_NAME:
                 continue
-            ok = True
-            for o in m.get("objects", []):
-                have = objs.get(o.get("name"))
-                if have is None or have[0] != o.get("size") or \
-                        (o.get("etag") and have[1] and have[1] != o["etag"]):
-                    ok = False
-                    break
-            if ok and m.get("objects"):
-                out[step] = m
-        return out
+            m = self._manifest(key, _norm_etag(o.etag))
+            ok = bool(m) and m.get("format") == MANIFEST_FORMAT and m.get("step") == step
+            out.append(_Commit((0, step, ""), None, step, key, m if ok else {},
+                               ok and self._objects_there(m, data)))  # type: ignore[arg-type]
+        return sorted(out, key=lambda c: c.order)
+
+    def _objects_there(self, m: Dict[str, Any], data: Dict[str, Any]) -> bool:
+        objs = m.get("objects")
+        if not isinstance(objs, list) or not objs:
+            return False
+        for o in objs:
+            if not isinstance(o, dict) or not isinstance(o.get("key"), str):
+                return False
+            have = data.get(o["key"])
+            if have is None or have.size != o.get("size") or \
+                    (o.get("etag") and _norm_etag(have.etag) and
+                     _norm_etag(have.etag) != o["etag"]):
+                return False
+        return True
+
+    def _valid_commits(self) -> List[_Commit]:
+        return [c for c in self._commits() if c.valid]
 
     def _retain(self, step: int) -> None:
         if self.keep_remote is not None:
             listing = self._listing()
-            committed = sorted(self._committed(listing))
-            keep = set(committed[-self.keep_remote:]) | {step}
-            newest = committed[-1] if committed else step
-            doomed = [s for s in committed if s not in keep]
-            # leftovers of killed saves: folders with no commit, older than the newest
-            doomed += [s for s in listing if s not in committed and s < newest and s != step]
-            for s in sorted(doomed):
-                names = listing[s]
-                sdir = self.prefix + _step_dir(s)
-                if MANIFEST_NAME in names:  # uncommit first, then remove the objects
-                    self._client.delete_object(self.bucket, sdir + MANIFEST_NAME)
-                rest = [sdir + n for n in names if n != MANIFEST_NAME]
+            _, data = listing
+            commits = self._commits(listing)
+            valid = [c for c in commits if c.valid]
+            if valid:
+                kept = valid[-self.keep_remote:]
+                newest = kept[-1].order
+                kept_keys = {c.key for c in kept}
+                # uncommit first: every manifest older than the newest kept commit and not
+                # kept (invalid ones too); a newer record is never touched (it may be
+                # another writer's, and the highest number stays, so numbers only grow)
+                doomed = [c for c in commits if c.key not in kept_keys and c.order < newest]
+                named: Set[str] = set()
+                for c in commits:
+                    if c.key in kept_keys or c.order > newest:
+                        named |= {o.get("key") for o in c.manifest.get("objects", [])
+                                  if isinstance(o, dict)}
+                dropped: Set[str] = set()
+                for c in doomed:
+                    dropped |= {o.get("key") for o in c.manifest.get("objects", [])
+                                if isinstance(o, dict)}
+                for c in doomed:
+                    self._client.delete_object(self.bucket, c.key)
+                # then the objects no kept commit names: those of the commits just removed,
+                # this checkpointer's failed saves, and the leftovers of saves that never
+                # committed and were complete before the newest kept commit's objects
+                newest_mtime = min((data[o["key"]].last_modified
+                                    for o in kept[-1].manifest["objects"]
+                                    if o["key"] in data), default=0)
+                rest = []
+                for key, o in data.items():
+                    if key in named or key.endswith("/" + MANIFEST_NAME) and \
+                            key.count("/") - self.prefix.count("/") == 1:
+                        continue  # named, or a version 1 record (kept or removed above)
+                    if key in dropped or key in self._own_leftovers or \
+                            o.last_modified <= newest_mtime:
+                        rest.append(key)
                 if rest:
                     self._client.native.delete_objects(self.bucket, rest)
+                self._own_leftovers -= set(rest)
         if self.local_dir:
             self._retain_local()
 
     def _retain_local(self) -> None:
+        """Keep the local copies of the newest `keep_local` commits (by the sequence number
+        in each copy's manifest); remove the rest and what never completed."""
         import shutil
         assert self.local_dir is not None
-        steps = []
+        entries: List[Tuple[Tuple[int, int, str], str, bool]] = []  # (order, path, is_v1)
         for name in os.listdir(self.local_dir):
-            s = _parse_step_dir(name)
-            if s is not None:
-                steps.append(s)
-        complete = sorted(s for s in steps if os.path.exists(
-            os.path.join(self.local_dir, _step_dir(s).rstrip("/"), MANIFEST_NAME)))
-        keep = set(complete[-self.keep_local:])
+            step = _parse_step_dir(name)
+            if step is None:
+                continue
+            sdir = os.path.join(self.local_dir, name)
+            try:
+                inner = os.listdir(sdir)
+            except OSError:
+                continue
+            if MANIFEST_NAME in inner:
+                entries.append(((0, step, ""), sdir, True))
+            for sub in inner:
+                path = os.path.join(sdir, sub)
+                if sub.startswith(".") or not os.path.isdir(path):
+                    continue
+                seq = None
+                try:
+                    with open(os.path.join(path, MANIFEST_NAME), "rb") as mf:
+                        seq = json.loads(mf.read(1 << 20)).get("seq")
+                except (OSError, ValueError, AttributeError):
+                    pass
+                entries.append(((1, seq, sub) if isinstance(seq, int) else (-1, 0, sub),
+                                path, False))
+        complete = sorted((e for e in entries if e[0][0] >= 0), key=lambda e: e[0])
+        keep = {e[1] for e in complete[-self.keep_local:]}
         # retention runs on the background thread between saves: no local copy is being
         # written now, so what is not complete is a leftover (a failed or killed save)
-        for s in steps:
-            if s not in keep:
-                shutil.rmtree(os.path.join(self.local_dir, _step_dir(s).rstrip("/")),
-                              ignore_errors=True)
+        for _, path, v1 in entries:
+            if path in keep:
+                continue
+            if v1:  # the version 1 files directly in the step folder
+                for n in os.listdir(path):
+                    p = os.path.join(path, n)
+                    if not os.path.isdir(p):
+                        try:
+                            os.unlink(p)
+                        except OSError:
+                            pass
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+        for name in os.listdir(self.local_dir):
+            if _parse_step_dir(name) is not None:
+                try:
+                    os.rmdir(os.path.join(self.local_dir, name))  # only when empty
+                except OSError:
+                    pass

@@ -21,7 +21,9 @@ each; each writer's parts upload in parallel while Python serializes the next it
 coordinator writes ``.metadata`` in ``finish()``, which torch calls only once every rank's
 ``write_data`` has succeeded: a checkpoint becomes visible complete, or not at all. Before any
 rank writes, the coordinator deletes an older ``.metadata`` at the same path, so a save that
-fails half-way over an older checkpoint leaves no loadable mix of the two.
+fails half-way over an older checkpoint leaves no loadable mix of the two. ``.metadata`` is
+written with ``If-None-Match: *``: when another writer committed at the same path during
+the save, this save fails (RuntimeError) instead of replacing that commit.
 
 Loading: the items of the plan are grouped by object, sorted by offset and merged into
 ranges (gaps up to ``max_gap_size`` of ``S3ReaderConstructor.dcp_optimized()``, 1 MiB
@@ -67,7 +69,7 @@ from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStage
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import _s3flash
+from . import _s3flash, _zipimage
 from ._client import S3Client
 from ._config import S3ClientConfig
 from ._reader import (
@@ -611,8 +613,18 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
         metadata.storage_meta = self.storage_meta()
         rank = self.rank if (not self.use_collectives and self.rank is not None) else None
         data = pickle.dumps(metadata)
-        with self.client.put_object(self._bucket, self._key(_metadata_name(rank))) as w:
-            w.write(data)
+        key = self._key(_metadata_name(rank))
+        # the commit: If-None-Match: * (an older .metadata here was deleted before any rank
+        # wrote), so a writer that committed at this path meanwhile is never overwritten
+        try:
+            self.client.native.put_object(self._bucket, key, data, if_none_match="*")
+        except _s3flash.S3Exception as e:
+            if getattr(e, "status", "") != "S3F_ERR_PRECONDITION_FAILED":
+                raise
+            raise RuntimeError(
+                f"another writer committed a checkpoint at {self._uri()} during this save "
+                f"({_metadata_name(rank)} appeared after this save began); its commit is "
+                "kept and this save's is not written") from e
 
     # -- internals -----------------------------------------------------------------------
     def _invalidate_metadata(self, rank: Optional[int]) -> None:
@@ -655,7 +667,10 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
                         t = t.cpu()
                     if t.untyped_storage().nbytes() != t.numel() * t.element_size():
                         t = t.clone()  # only the view's bytes, not its whole storage
-                    torch.save(t, dst)
+                    try:  # torch.save's zip, written with the GIL let go (_zipimage.stream)
+                        _zipimage.stream(t, dst.write)
+                    except _zipimage.Unsupported:
+                        torch.save(t, dst)
                 if dst is not w:
                     dst.close()
                 length = w.tell() - offset

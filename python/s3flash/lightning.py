@@ -239,7 +239,8 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
 
     def _save_staged(self, bucket: str, key: str, staged: Any) -> None:
         """In place when the zip fits around the staged bytes (uploaded from the buffers,
-        no copy), else torch.save streamed into an S3 writer."""
+        no copy), else the same zip streamed into an S3 writer (_zipimage.stream: its CRCs
+        let the GIL go; torch.save when it cannot)."""
         from . import _zipimage
         st = self.stager
         try:
@@ -253,7 +254,10 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
             return
         with self._client.put_object(bucket, key) as w:
             try:
-                torch.save(staged, w)
+                try:
+                    _zipimage.stream(staged, w.write)
+                except _zipimage.Unsupported:  # raised before any byte is written
+                    torch.save(staged, w)
             finally:
                 self._release_staging()
         self.stream_saves += 1

@@ -267,6 +267,36 @@ static PyObject *Client_delete_objects(ClientObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Send the bytes of `data` (in place when contiguous, else from a copy) to bucket/key with
+ * the GIL released: s3f_put_object with `put` (one PutObject), else s3f_upload_buffer with
+ * `up` (parts in parallel). Returns the info dict, or NULL with the exception set. */
+static PyObject *send_buffer(ClientObject *self, const char *bucket, const char *key,
+                             PyObject *data, const struct s3f_put_options *put,
+                             const struct s3f_upload_options *up) {
+    CLIENT_OR_NULL(self, c);
+    Py_buffer view;
+    void *copy;
+    if (get_contiguous(data, &view, &copy) < 0)
+        return NULL;
+    const void *buf = copy ? copy : view.buf;
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    if (put)
+        st = s3f_put_object(c, bucket, key, buf, (size_t)view.len, put, &info, &err);
+    else
+        st = s3f_upload_buffer(c, bucket, key, buf, (size_t)view.len, up, &info, &err);
+    Py_END_ALLOW_THREADS
+    free(copy);
+    PyBuffer_Release(&view);
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
 /* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
  * place (no copy), parts in parallel, GIL released. */
 static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -282,25 +312,23 @@ static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw)
     o.part_size_bytes = part;
     if (parse_checksum(checksum, &o.checksum) < 0)
         return NULL;
-    CLIENT_OR_NULL(self, c);
-    Py_buffer view;
-    void *copy;
-    if (get_contiguous(data, &view, &copy) < 0)
+    return send_buffer(self, bucket, key, data, NULL, &o);
+}
+
+/* put_object(bucket, key, data, if_none_match=None, content_type=None) -> info: one
+ * PutObject of a small buffer (s3f_put_object), GIL released. if_none_match="*": the key
+ * must not exist; an existing one fails with S3F_ERR_PRECONDITION_FAILED (412), which is
+ * how a commit record is written without overwriting another writer's. */
+static PyObject *Client_put_object(ClientObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bucket", "key", "data", "if_none_match", "content_type", NULL};
+    const char *bucket, *key;
+    PyObject *data;
+    struct s3f_put_options o;
+    memset(&o, 0, sizeof(o));
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO|zz:put_object", kwlist, &bucket, &key,
+                                     &data, &o.if_none_match, &o.content_type))
         return NULL;
-    const void *buf = copy ? copy : view.buf;
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_upload_buffer(c, bucket, key, buf, (size_t)view.len, &o, &info, &err);
-    Py_END_ALLOW_THREADS
-    free(copy);
-    PyBuffer_Release(&view);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return send_buffer(self, bucket, key, data, &o, NULL);
 }
 
 /* download_into(bucket, key, buffer) -> int: the object's bytes straight into a writable
@@ -892,6 +920,10 @@ static PyMethodDef Client_methods[] = {
     {"upload", (PyCFunction)(void (*)(void))Client_upload, METH_VARARGS | METH_KEYWORDS,
      "upload(bucket, key, data, part_size=0, checksum=None) -> dict\n"
      "Upload a buffer in place (no copy), parts in parallel."},
+    {"put_object", (PyCFunction)(void (*)(void))Client_put_object, METH_VARARGS | METH_KEYWORDS,
+     "put_object(bucket, key, data, if_none_match=None, content_type=None) -> dict\n"
+     "One PutObject (at most 5 GiB); if_none_match='*' fails with a 412 (S3Exception,\n"
+     "status S3F_ERR_PRECONDITION_FAILED) when the key exists."},
     {"upload_file", (PyCFunction)(void (*)(void))Client_upload_file,
      METH_VARARGS | METH_KEYWORDS,
      "upload_file(bucket, key, path, part_size=0, checksum=None, content_type=None) -> dict\n"

@@ -219,7 +219,12 @@ PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw) {
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_writer *w = NULL;
-    enum s3f_status st = s3f_writer_open(c, bucket, key, &o, &w, &err);
+    enum s3f_status st;
+    /* the first use of a client starts its engine (threads, the shared transfer state,
+     * whose lock other transfers hold): never with the GIL held */
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_writer_open(c, bucket, key, &o, &w, &err);
+    Py_END_ALLOW_THREADS
     if (st) {
         Py_DECREF(wo);
         return raise_s3(st, &err);

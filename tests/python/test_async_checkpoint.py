@@ -120,19 +120,23 @@ def test_round_trip_every_tier(region, endpoint, bucket, prefix, s3, tmp_path, i
         assert ck.latest() is None
         info = ck.save(sd, 7).result()
         assert (ck.in_place_saves, ck.stream_saves) == ((1, 0) if in_place else (0, 1))
-        assert info.step == 7 and info.local_path == str(local / "step-000000000007")
+        sid = info.manifest["save_id"]
+        assert info.step == 7 and info.seq == 1
+        assert info.local_path == str(local / "step-000000000007" / sid)
         assert ck.latest() == 7
-        assert _keys(s3, bucket, prefix) == [f"{prefix}step-000000000007/manifest.json",
-                                             f"{prefix}step-000000000007/state.pt"]
-        m = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}step-000000000007/"
-                                     "manifest.json")["Body"].read())
-        assert m["step"] == 7 and m["format"] == "s3flash.checkpoint" and m["version"] == 1
+        assert _keys(s3, bucket, prefix) == [f"{prefix}commits/0000000000000001.json",
+                                             f"{prefix}step-000000000007/{sid}/state.pt"]
+        m = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}commits/"
+                                     "0000000000000001.json")["Body"].read())
+        assert m == info.manifest
+        assert m["step"] == 7 and m["format"] == "s3flash.checkpoint" and m["version"] == 2
+        assert m["seq"] == 1
         [o] = m["objects"]
         body = s3.get_object(Bucket=bucket, Key=o["key"])["Body"].read()
         assert o["size"] == len(body)
         import zlib
         assert o["crc32"] == f"{zlib.crc32(body):08x}"
-        assert (local / "step-000000000007" / "state.pt").read_bytes() == body
+        assert (local / "step-000000000007" / sid / "state.pt").read_bytes() == body
         import io
         import zipfile
         with zipfile.ZipFile(io.BytesIO(body)) as z:
@@ -222,7 +226,7 @@ def test_mutation_while_uploading(region, bucket, prefix, proxy, s3):
                               for e in proxy.stats()["log"]))
         # the upload has begun and not finished: no object, no manifest, the future not done
         assert not fut.done()
-        assert not exists(s3, bucket, f"{prefix}step-000000000001/state.pt")
+        assert _keys(s3, bucket, prefix) == []
         sd["w"].add_(1.0)
         sd["b"].zero_()
         sd["opt"]["m"].fill_(5)
@@ -269,8 +273,7 @@ def test_corrupt_local_copy_falls_back_to_s3(region, endpoint, bucket, prefix, t
     local = tmp_path / "local"
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
                                    endpoint=endpoint, local_dir=str(local)) as ck:
-        ck.save(sd, 1).result()
-        path = local / "step-000000000001" / "state.pt"
+        path = Path(ck.save(sd, 1).result().local_path) / "state.pt"
         ck.load()
         assert ck.last_load_tier == "local"
         # one flipped byte in the middle, same size: the CRC-32 does not match
@@ -307,6 +310,7 @@ def test_retention_never_deletes_last_committed(region, bucket, prefix, proxy, s
             ck.wait()
         assert ck.steps() == [2, 3]
         assert sorted(os.listdir(local)) == ["step-000000000003"]
+        assert len(os.listdir(local / "step-000000000003")) == 1
 
         # step 4 uploads slowly: steps 2 and 3 are both still there meanwhile
         sd["w"] = torch.randn(MiB)
@@ -320,49 +324,101 @@ def test_retention_never_deletes_last_committed(region, bucket, prefix, proxy, s
 
         # step 5: its manifest refused (403, no retry): not committed, nothing deleted
         proxy.set_faults([integration_faults().s3_error("AccessDenied", 403, match={
-            "method": "PUT", "path": "step-000000000005/manifest.json"})])
+            "method": "PUT", "path": "/commits/"})])
         f5 = ck.save(sd, 5)
         with pytest.raises(s3flash.S3PermissionError):
             f5.result()
         ck.wait()
         assert ck.steps() == [3, 4] and ck.latest() == 4
-        assert exists(s3, bucket, f"{prefix}step-000000000005/state.pt")  # left over
+        assert [k for k in _keys(s3, bucket, prefix)
+                if "step-000000000005/" in k]  # left over
         _assert_same(sd, ck.load())
         # keep_remote=1 would keep only the newest committed step: 4, never none
         proxy.set_faults([])
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
                                    endpoint=proxy.endpoint, keep_remote=1) as ck:
-        ck.save(sd, 6).result()
+        info = ck.save(sd, 6).result()
         ck.wait()
-        assert ck.steps() == [6]
+        assert ck.steps() == [6] and info.seq == 5
         # the uncommitted step 5 went with the retention (older than the newest commit)
-        assert _keys(s3, bucket, prefix) == [f"{prefix}step-000000000006/manifest.json",
-                                             f"{prefix}step-000000000006/state.pt"]
+        assert _keys(s3, bucket, prefix) == [
+            f"{prefix}commits/0000000000000005.json",
+            f"{prefix}step-000000000006/{info.manifest['save_id']}/state.pt"]
 
 
 def test_uncommitted_steps_are_not_seen(region, endpoint, bucket, prefix, s3):
-    """latest() sees only steps whose manifest is there and matches their objects."""
+    """latest() sees only commits whose manifest is there and matches their objects."""
     sd = {"w": torch.randn(100)}
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
                                    endpoint=endpoint) as ck:
-        ck.save(sd, 1).result()
-        # step 2: an object without a manifest (a save killed before its commit)
-        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000002/state.pt", Body=b"x" * 10)
-        # step 3: a manifest whose object has another size
-        m = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}step-000000000001/"
-                                     "manifest.json")["Body"].read())
-        m["step"] = 3
-        m["objects"][0]["key"] = f"{prefix}step-000000000003/state.pt"
-        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000003/state.pt", Body=b"y" * 5)
-        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000003/manifest.json",
-                      Body=json.dumps(m).encode())
-        # step 4: a manifest that is not JSON
-        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000004/manifest.json",
-                      Body=b"{not json")
+        info = ck.save(sd, 1).result()
+        c = f"{prefix}commits/"
+        # step 2: an object without a commit (a save killed before its commit)
+        s3.put_object(Bucket=bucket, Key=f"{prefix}step-000000000002/x/state.pt", Body=b"x" * 10)
+        # commit 2 (step 3): its object has another size
+        m = dict(info.manifest, step=3, seq=2)
+        m["objects"] = [dict(m["objects"][0], key=f"{prefix}step-000000000003/y/state.pt")]
+        s3.put_object(Bucket=bucket, Key=m["objects"][0]["key"], Body=b"y" * 5)
+        s3.put_object(Bucket=bucket, Key=c + "0000000000000002.json", Body=json.dumps(m).encode())
+        # commit 3 (step 4): its object is there with the size named, another ETag
+        m = dict(info.manifest, step=4, seq=3)
+        m["objects"] = [dict(m["objects"][0], key=f"{prefix}step-000000000004/z/state.pt")]
+        s3.put_object(Bucket=bucket, Key=m["objects"][0]["key"],
+                      Body=b"z" * m["objects"][0]["size"])
+        s3.put_object(Bucket=bucket, Key=c + "0000000000000003.json", Body=json.dumps(m).encode())
+        # commit 4: not JSON; commit 5: the sequence number in the name is not the manifest's
+        s3.put_object(Bucket=bucket, Key=c + "0000000000000004.json", Body=b"{not json")
+        s3.put_object(Bucket=bucket, Key=c + "0000000000000005.json",
+                      Body=json.dumps(info.manifest).encode())
         assert ck.latest() == 1 and ck.steps() == [1]
         _assert_same(sd, ck.load())
-        with pytest.raises(FileNotFoundError):
-            ck.load(3)
+        for s in (2, 3, 4):
+            with pytest.raises(FileNotFoundError):
+                ck.load(s)
+        # the next commit takes the number after the highest record: 6
+        assert ck.save(sd, 7).result().seq == 6
+        assert ck.steps() == [1, 7]
+
+
+def test_reads_the_version_1_layout(region, endpoint, bucket, prefix, s3, tmp_path):
+    """Checkpoints of the previous layout (step-N/state.pt + step-N/manifest.json, no
+    sequence number) are still listed and loaded, from S3 and from their local copy; they
+    come before every numbered commit, and retention removes them like any other commit."""
+    import io
+    import zlib
+    local = tmp_path / "local"
+    for step in (5, 6):
+        buf = io.BytesIO()
+        torch.save({"w": torch.full((10,), float(step))}, buf)
+        body = buf.getvalue()
+        sdir = f"{prefix}step-{step:012d}/"
+        etag = s3.put_object(Bucket=bucket, Key=sdir + "state.pt", Body=body)["ETag"]
+        m = {"format": "s3flash.checkpoint", "version": 1, "step": step, "time": 0,
+             "objects": [{"name": "state.pt", "key": sdir + "state.pt", "size": len(body),
+                          "crc32": f"{zlib.crc32(body):08x}", "etag": etag.strip('"')}]}
+        s3.put_object(Bucket=bucket, Key=sdir + "manifest.json", Body=json.dumps(m).encode())
+        d = local / f"step-{step:012d}"
+        d.mkdir(parents=True)
+        (d / "state.pt").write_bytes(body)
+        (d / "manifest.json").write_text(json.dumps(m))
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint, local_dir=str(local), keep_remote=2,
+                                   keep_local=1) as ck:
+        assert ck.steps() == [5, 6] and ck.latest() == 6
+        assert [c.seq for c in ck.commits()] == [None, None]
+        assert torch.equal(ck.load()["w"], torch.full((10,), 6.0))
+        assert ck.last_load_tier == "local"
+        ck.local_dir = None
+        assert torch.equal(ck.load(5)["w"], torch.full((10,), 5.0))
+        assert ck.last_load_tier == "s3"
+        ck.local_dir = str(local)
+        # a numbered commit of an older step is still the newest
+        info = ck.save({"w": torch.zeros(3)}, 4).result()
+        ck.wait()
+        assert info.seq == 1 and ck.latest() == 4 and ck.steps() == [6, 4]
+        assert not exists(s3, bucket, f"{prefix}step-000000000005/manifest.json")
+        assert not exists(s3, bucket, f"{prefix}step-000000000005/state.pt")
+        assert sorted(os.listdir(local)) == ["step-000000000004"]
 
 
 EXIT_CHILD = textwrap.dedent("""
@@ -472,16 +528,39 @@ def test_sigkill_at_random_points(region, bucket, proxy, s3, tmp_path, seed):
           f"last reported commit {committed}, uploads aborted {len(removed)}")
 
 
+def _kill_when_held(proxy, rule, child, region, uri, local):
+    """Run `child` (a background saver) through the fault proxy with `rule`, SIGKILL it as
+    soon as the proxy holds the request the rule matches (seen in its log), then lift the
+    rule. Returns what the child printed."""
+    proxy.set_faults([rule])
+    p = subprocess.Popen([sys.executable, "-c", child, region, proxy.endpoint, uri,
+                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        def held():
+            assert p.poll() is None, p.stderr.read()
+            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
+                       for e in proxy.stats()["log"])
+        _wait_for(held, timeout=120)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        out, _ = p.communicate()
+    assert p.returncode == -signal.SIGKILL
+    proxy.set_faults([])
+    return out
+
+
 PHASES = {
     # a part of step 2's object held mid-body: the upload is in progress
-    "part": ({"match": {"method": "PUT", "path": "step-000000000002/state.pt",
+    "part": ({"match": {"method": "PUT", "path": "step-000000000002/",
                         "query": "partNumber=2"},
               "action": "stall", "at": 1000, "seconds": 600, "direction": "request"}, 1),
-    # step 2's object complete, its manifest held mid-body: the commit has not happened
-    "manifest": ({"match": {"method": "PUT", "path": "step-000000000002/manifest.json"},
+    # step 2's object complete, its commit held mid-body: the commit has not happened
+    "manifest": ({"match": {"method": "PUT", "path": r"/commits/0000000000000002\.json$"},
                   "action": "stall", "at": 10, "seconds": 600, "direction": "request"}, 1),
-    # step 3 committed, the retention's delete of step 1's manifest held
-    "retention": ({"match": {"method": "DELETE", "path": "step-000000000001/manifest.json"},
+    # step 3 committed, the retention's delete of commit 1 held
+    "retention": ({"match": {"method": "DELETE",
+                             "path": r"/commits/0000000000000001\.json$"},
                    "action": "delay", "seconds": 600}, 3),
 }
 
@@ -496,28 +575,15 @@ def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
     prefix = f"phase-{phase}-{uuid.uuid4().hex[:6]}/"
     uri = f"s3://{bucket}/{prefix}"
     local = tmp_path / "local"
-    proxy.set_faults([rule])
-    p = subprocess.Popen([sys.executable, "-c", KILL_CHILD, region, proxy.endpoint, uri,
-                          str(local)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        def held():
-            assert p.poll() is None, p.stderr.read()
-            return any(e["rule"] == 0 and (e["acted"] is not None or rule["action"] == "delay")
-                       for e in proxy.stats()["log"])
-        _wait_for(held, timeout=120)
-    finally:
-        p.send_signal(signal.SIGKILL)
-        p.communicate()
-    assert p.returncode == -signal.SIGKILL
-    proxy.set_faults([])
+    _kill_when_held(proxy, rule, KILL_CHILD, region, uri, local)
     step2 = f"{prefix}step-000000000002/"
     if phase == "part":
-        assert not exists(s3, bucket, step2 + "state.pt")
-        assert [u["Key"] for u in _uploads(s3, bucket, prefix)] == [step2 + "state.pt"]
+        assert not [k for k in _keys(s3, bucket, prefix) if k.startswith(step2)]
+        [up] = _uploads(s3, bucket, prefix)
+        assert up["Key"].startswith(step2) and up["Key"].endswith("/state.pt")
     if phase == "manifest":
-        assert exists(s3, bucket, step2 + "state.pt")
-        assert not exists(s3, bucket, step2 + "manifest.json")
+        assert [k for k in _keys(s3, bucket, prefix) if k.startswith(step2)]
+        assert not exists(s3, bucket, f"{prefix}commits/0000000000000002.json")
     with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
                                    local_dir=str(local), keep_remote=2) as ck:
         assert ck.latest() == want_latest
@@ -532,5 +598,172 @@ def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
         ck.save({"w": torch.zeros(1)}, 10).result()
         ck.wait()
         assert ck.steps() == [want_latest, 10]
-        assert {k.split("/")[1] for k in _keys(s3, bucket, prefix)} == {
+        keys = _keys(s3, bucket, prefix)
+        assert {k.split("/")[1] for k in keys if "/commits/" not in k} == {
             f"step-{want_latest:012d}", "step-000000000010"}
+        assert len([k for k in keys if "/commits/" in k]) == 2
+
+
+RESAVE_CHILD = textwrap.dedent("""
+    import sys, torch, s3flash
+    region, endpoint, uri, local = sys.argv[1:5]
+    cfg = s3flash.S3ClientConfig(memory_limit=16 * 2**20)
+    ck = s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint, local_dir=local,
+                                   keep_remote=1, keep_local=1, s3client_config=cfg)
+    sd = {"w": torch.zeros(3 * 2**20), "opt": {"v": 0}}
+    for v in (1, 2):   # step 100, then step 100 again (a loop resumed from latest())
+        sd["w"].fill_(v); sd["opt"]["v"] = v
+        ck.save(sd, 100).result()
+        print("COMMITTED", v, flush=True)
+    ck.close()
+    print("DONE", flush=True)
+""")
+
+# Each point of a re-save of step 100 (keep_remote=1): (the rule holding it, the values that
+# must load after the kill: 1 = the first commit, 2 = the re-save's).
+RESAVE_PHASES = {
+    # the re-save's object uploading (its second part held)
+    "upload": ({"match": {"method": "PUT", "path": "step-000000000100/",
+                          "query": "partNumber=2", "nth": 2},
+                "action": "stall", "at": 1000, "seconds": 600, "direction": "request"}, 1),
+    # the re-save's object complete, its commit held mid-body
+    "commit": ({"match": {"method": "PUT", "path": r"/commits/0000000000000002\.json$"},
+                "action": "stall", "at": 10, "seconds": 600, "direction": "request"}, 1),
+    # committed; the retention's delete of the first commit held
+    "uncommit": ({"match": {"method": "DELETE", "path": r"/commits/0000000000000001\.json$"},
+                  "action": "delay", "seconds": 600}, 2),
+    # commit 1 removed; the delete of its objects held
+    "objects": ({"match": {"method": "POST", "query": "delete"},
+                 "action": "delay", "seconds": 600}, 2),
+}
+
+
+@pytest.mark.parametrize("phase", sorted(RESAVE_PHASES))
+def test_sigkill_during_resave(region, bucket, proxy, s3, tmp_path, phase):
+    """SIGKILL at each point of a re-save of a committed step (keep_remote=1): step 100 is
+    always loadable, from both tiers, with the values of a whole commit: the first one
+    until the re-save has committed, the re-save's after (never none, never a mix)."""
+    rule, want = RESAVE_PHASES[phase]
+    prefix = f"resave-{phase}-{uuid.uuid4().hex[:6]}/"
+    uri = f"s3://{bucket}/{prefix}"
+    local = tmp_path / "local"
+    out = _kill_when_held(proxy, rule, RESAVE_CHILD, region, uri, local)
+    assert ("COMMITTED 2" in out) == (want == 2), out
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   local_dir=str(local), keep_remote=1) as ck:
+        assert ck.latest() == 100 and ck.steps() == [100]
+        for tier_dir in (str(local), None):
+            ck.local_dir = tier_dir
+            got = ck.load(100)
+            assert torch.equal(got["w"], torch.full((3 * 2**20,), float(want)))
+            assert got["opt"] == {"v": want}
+        ck.local_dir = str(local)
+        ck.cleanup_uploads()
+        info = ck.save({"w": torch.zeros(1)}, 100).result()
+        ck.wait()
+        assert ck.steps() == [100] and torch.equal(ck.load()["w"], torch.zeros(1))
+        keys = _keys(s3, bucket, prefix)
+        assert keys == [info.commit_uri.split("/", 3)[3], info.manifest["objects"][0]["key"]]
+
+
+def test_failed_resave_keeps_the_commit(region, bucket, prefix, proxy, s3, tmp_path):
+    """keep_remote=1: step 100 committed, saved again, and the new commit's PUT answered
+    500 (every attempt): step 100 is still latest() and loads with its first values, from
+    S3 and from the local tier (the re-save wrote its object under a name of its own, so
+    the committed bytes were never touched). A later re-save that commits replaces it."""
+    local = tmp_path / "local"
+    cfg = s3flash.S3ClientConfig(max_attempts=2)
+    first = {"w": torch.full((1000,), 1.0)}
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=proxy.endpoint, local_dir=str(local),
+                                   keep_remote=1, s3client_config=cfg) as ck:
+        ck.save(first, 100).result()
+        proxy.set_faults([integration_faults().s3_error("InternalError", 500, match={
+            "method": "PUT", "path": "/commits/"})])
+        with pytest.raises(s3flash.S3Exception):
+            ck.save({"w": torch.full((1000,), 2.0)}, 100).result()
+        ck.wait()
+        assert proxy.stats()["faults_total"] >= 1
+        proxy.set_faults([])
+        assert ck.steps() == [100] and ck.latest() == 100
+        for tier_dir in (str(local), None):
+            ck.local_dir = tier_dir
+            _assert_same(first, ck.load())
+            _assert_same(first, ck.load(100))
+            assert ck.last_load_tier == ("local" if tier_dir else "s3")
+        ck.local_dir = str(local)
+        info = ck.save({"w": torch.full((1000,), 3.0)}, 100).result()
+        ck.wait()
+        assert ck.steps() == [100] and info.seq == 2
+        _assert_same({"w": torch.full((1000,), 3.0)}, ck.load())
+        # the first commit and the failed re-save's object are gone
+        assert _keys(s3, bucket, prefix) == [f"{prefix}commits/0000000000000002.json",
+                                             info.manifest["objects"][0]["key"]]
+
+
+def test_rollback_resumes_the_new_run(region, endpoint, bucket, prefix, s3):
+    """keep_remote=2; save 80, 90, 100; load(90); save 91, 92, 93: latest() is 93 (the
+    newest commit, not the highest step) and retention keeps 92 and 93, deleting 100."""
+    with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                   endpoint=endpoint, keep_remote=2) as ck:
+        for s in (80, 90, 100):
+            ck.save({"w": torch.full((10,), float(s))}, s).result()
+        ck.wait()
+        assert ck.steps() == [90, 100]
+        assert torch.equal(ck.load(90)["w"], torch.full((10,), 90.0))
+        for s in (91, 92, 93):
+            ck.save({"w": torch.full((10,), float(s))}, s).result()
+        ck.wait()
+        assert ck.latest() == 93 and ck.steps() == [92, 93]
+        assert torch.equal(ck.load()["w"], torch.full((10,), 93.0))
+        assert [c.seq for c in ck.commits()] == [5, 6]
+        assert {k.split("/")[1] for k in _keys(s3, bucket, prefix)} == {
+            "commits", "step-000000000092", "step-000000000093"}
+        with pytest.raises(FileNotFoundError):
+            ck.load(100)
+
+
+@pytest.mark.parametrize("conditional", [None, False])
+def test_two_writers_race_for_one_commit(region, bucket, prefix, proxy, s3, conditional):
+    """Two writers save the same step at once: writer A has chosen commit number 1 and its
+    PUT is held mid-body while writer B lists (no commit yet), chooses 1 too and commits.
+    With If-None-Match (RGW honours it) A's PUT is refused (412) and A commits as 2; with
+    conditional_put=False each commit's name carries its save id. Either way both writers
+    committed, under different names, and each commit loads its own values."""
+    uri = f"s3://{bucket}/{prefix}"
+    proxy.set_faults([{"match": {"method": "PUT", "path": "/commits/0000000000000001",
+                                 "nth": 1},
+                       "action": "stall", "at": 10, "seconds": 5, "direction": "request"}])
+    a = s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                  conditional_put=conditional)
+    b = s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                  conditional_put=conditional)
+    try:
+        fa = a.save({"w": torch.full((10,), 1.0)}, 7)
+        _wait_for(lambda: any(e["rule"] == 0 and e["acted"] is not None
+                              for e in proxy.stats()["log"]))
+        ib = b.save({"w": torch.full((10,), 2.0)}, 7).result()
+        assert not fa.done()   # A's commit is still held
+        ia = fa.result()
+    finally:
+        a.close()
+        b.close()
+    puts = [e["path"] for e in proxy.stats()["log"]
+            if e["method"] == "PUT" and "/commits/0" in e["path"]]
+    assert ia.commit_uri != ib.commit_uri
+    if conditional is None:
+        assert a.conditional_put is True
+        assert (ib.seq, ia.seq) == (1, 2)
+        assert len([p for p in puts if p.endswith("/0000000000000001.json")]) == 2
+    else:
+        assert ib.seq == ia.seq == 1
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint) as ck:
+        commits = ck.commits()
+        assert sorted(c.uri for c in commits) == sorted([ia.commit_uri, ib.commit_uri])
+        assert ck.steps() == [7]
+        newest = ia if commits[-1].uri == ia.commit_uri else ib
+        assert torch.equal(ck.load()["w"], torch.full((10,), 1.0 if newest is ia else 2.0))
+        for info, v in ((ia, 1.0), (ib, 2.0)):
+            r = s3flash.load(f"s3://{bucket}/{info.manifest['objects'][0]['key']}",
+                             region=region, endpoint=proxy.endpoint)
+            assert torch.equal(r["w"], torch.full((10,), v))

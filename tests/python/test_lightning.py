@@ -202,6 +202,26 @@ def test_async_plugin_failed_save_removes_nothing(region, endpoint, s3, bucket, 
     assert not exists(s3, bucket, prefix + "a.ckpt")
 
 
+def test_async_plugin_streams_what_is_not_staged(region, endpoint, s3, bucket, run):
+    """A checkpoint with a tensor that is cloned rather than staged (sparse) is streamed
+    (s3flash._zipimage.stream into the S3 writer) instead of built in place: the object is
+    a torch.save zip that loads back the same."""
+    import io
+    import zipfile
+    _, prefix, dirpath = run
+    ck = {"w": torch.arange(12.0), "sp": torch.eye(3).to_sparse(), "epoch": 2}
+    aplugin = S3AsyncLightningCheckpoint(region, endpoint=endpoint)
+    aplugin.save_checkpoint(ck, dirpath + "s.ckpt")
+    got = aplugin.load_checkpoint(dirpath + "s.ckpt")
+    assert (aplugin.in_place_saves, aplugin.stream_saves) == (0, 1)
+    aplugin.teardown()
+    assert torch.equal(got["w"], ck["w"]) and got["epoch"] == 2
+    assert torch.equal(got["sp"].to_dense(), torch.eye(3))
+    body = s3.get_object(Bucket=bucket, Key=prefix + "s.ckpt")["Body"].read()
+    with zipfile.ZipFile(io.BytesIO(body)) as z:
+        assert z.testzip() is None
+
+
 def test_async_plugin_removes_off_the_callers_thread(region, endpoint, s3, bucket, run):
     """remove_checkpoint returns before its DELETE could have been answered: the fault proxy
     holds the DELETE for 2 s after it arrives, and the call had returned before that."""
