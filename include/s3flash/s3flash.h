@@ -225,6 +225,20 @@ struct s3f_client_options {
      * s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Processes sharing a cache_dir
      * should use one block size (blocks of another size are never used). */
     uint64_t cache_block_bytes;
+
+    /* ---- S3 Express One Zone directory buckets (NAME--ZONE-ID--x-s3; docs/CONFIGURATION.md)
+     * are recognised from the name: their requests go to the zonal endpoint
+     * https://BUCKET.s3express-ZONE-ID.REGION.amazonaws.com (a custom endpoint still wins)
+     * and are signed with session credentials from CreateSession, cached per bucket and
+     * refreshed in the background. ---- */
+    /* 1: ask for ReadOnly sessions (a client that only reads: GET, HEAD, listings; writes
+     * are refused by S3 with AccessDenied). 0: ReadWrite sessions. */
+    int express_read_only;
+    /* 1: sign directory-bucket requests with the caller's own credentials (no CreateSession;
+     * slower, every request is authorised by IAM); -1: sessions; 0: from
+     * AWS_S3_DISABLE_EXPRESS_SESSION_AUTH=true, the profile's
+     * s3_disable_express_session_auth = true, else sessions. */
+    int disable_express_session_auth;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials

@@ -224,7 +224,9 @@ enum s3f_status s3f__credentials_signing_key(struct s3f__credentials_snapshot *s
 
 struct s3f__credentials_provider {
     /* immutable after creation */
-    struct s3f__chain_settings *settings; /* NULL for a static provider */
+    struct s3f__chain_settings *settings; /* NULL for a static or a fetch_fn provider */
+    s3f__credentials_fetch_fn fetch;      /* a fetch_fn provider's (S3 Express sessions) */
+    void *fetch_ud;
     int64_t refresh_window_s;
     int64_t usable_margin_s;
     const struct s3f__logger *logger;
@@ -362,6 +364,29 @@ out:
     return st;
 }
 
+enum s3f_status s3f__credentials_provider_new_fn(s3f__credentials_fetch_fn fetch, void *ud,
+                                                 uint32_t refresh_window_s,
+                                                 const struct s3f__logger *logger,
+                                                 struct s3f__credentials_provider **out,
+                                                 struct s3f_error *err) {
+    *out = NULL;
+    if (!fetch)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no fetch function");
+    struct s3f__credentials_provider *p;
+    enum s3f_status st = provider_alloc(&p, err);
+    if (st)
+        return st;
+    p->fetch = fetch;
+    p->fetch_ud = ud;
+    if (refresh_window_s)
+        p->refresh_window_s = refresh_window_s;
+    if (p->usable_margin_s > p->refresh_window_s)
+        p->usable_margin_s = p->refresh_window_s;
+    p->logger = logger;
+    *out = p;
+    return S3F_OK;
+}
+
 static int64_t lifetime_of(const struct s3f__credentials_snapshot *s) {
     int64_t l = s->creds.expiration - s->fetched_at;
     return l > 0 ? l : 0;
@@ -394,7 +419,8 @@ static enum s3f_status fetch_unlocked(struct s3f__credentials_provider *p, int o
     memset(fresh, 0, sizeof(*fresh));
     s3f_error_clear(ferr);
     *chosen = -1;
-    enum s3f_status st = s3f__chain_run(p->settings, only, fresh, chosen, ferr);
+    enum s3f_status st = p->fetch ? p->fetch(p->fetch_ud, fresh, ferr)
+                                  : s3f__chain_run(p->settings, only, fresh, chosen, ferr);
     if (st == S3F_OK)
         s3f__log(p->logger, S3F_LOG_DEBUG, "credentials: from %s%s", fresh->source,
                  fresh->expiration ? " (temporary)" : "");
@@ -429,11 +455,16 @@ static enum s3f_status fetch_done(struct s3f__credentials_provider *p, enum s3f_
 
 static void *refresher_main(void *arg);
 
+/* A provider whose credentials never change (no refresher, nothing to invalidate). */
+static bool is_static(const struct s3f__credentials_provider *p) {
+    return !p->settings && !p->fetch;
+}
+
 /* Under the lock: start the refresher if this process has none (lazily, with the first
  * temporary snapshot; again in a forked child). A failure is logged; requests then fetch
  * in the foreground once the credentials are no longer usable. */
 static void ensure_refresher(struct s3f__credentials_provider *p) {
-    if (!p->settings || p->synced.stop ||
+    if (is_static(p) || p->synced.stop ||
         (p->synced.thread_started && p->synced.thread_pid == getpid()))
         return;
     p->synced.thread_started = false;
@@ -557,7 +588,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
     for (;;) {
         int64_t now = s3f__wall_time_s();
         struct s3f__credentials_snapshot *cur = p->synced.current;
-        if (cur && (!p->settings || (!p->synced.invalid && snapshot_usable(p, cur, now)))) {
+        if (cur && (is_static(p) || (!p->synced.invalid && snapshot_usable(p, cur, now)))) {
             if (cur->creds.expiration)
                 ensure_refresher(p);
             *out = snapshot_ref(cur);
@@ -611,7 +642,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
 }
 
 void s3f__credentials_invalidate(struct s3f__credentials_provider *p, uint64_t generation) {
-    if (!p || !p->settings)
+    if (!p || is_static(p))
         return;
     pthread_mutex_lock(&p->lock);
     if (p->synced.current && p->synced.current->generation == generation &&
@@ -625,7 +656,7 @@ void s3f__credentials_invalidate(struct s3f__credentials_provider *p, uint64_t g
 }
 
 void s3f__credentials_refresh_now(struct s3f__credentials_provider *p) {
-    if (!p || !p->settings)
+    if (!p || is_static(p))
         return;
     pthread_mutex_lock(&p->lock);
     p->synced.kick = true;
