@@ -550,6 +550,20 @@ bool express_handle(struct conn *c)
         create_session(c);
         return true;
     }
+    if (r->key_len == 0 && (r->method == M_PUT || r->method == M_DELETE) && !r->q_delete) {
+        /* CreateBucket, DeleteBucket: the control endpoint's, signed with the caller's own
+         * credentials for s3express (no session) */
+        struct hdrval akid, service;
+        bool signs;
+        if (r->s3session_token.n ||
+            !parse_authorization(r->authorization, &akid, &service, "host", &signs) ||
+            !hv_eq(service, "s3express")) {
+            deny(c, "AccessDenied", "Bucket operations of directory buckets are signed with "
+                 "your own credentials for s3express.", &g_xc.denied);
+            return true;
+        }
+        return false;
+    }
     if (!check_session(c))
         return true;
     if (r->key_len == 0 && r->method == M_GET && !r->q_location && !r->q_uploads) {

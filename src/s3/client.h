@@ -203,6 +203,9 @@ struct s3f__s3_request {
      * attempt may take in all, connection included (0: none beyond the stall timeout). */
     int max_attempts;
     uint32_t timeout_ms;
+    /* S3 Express: a bucket operation of the regional control endpoint (CreateBucket,
+     * DeleteBucket of a directory bucket), signed with the caller's credentials */
+    bool s3express_control;
     /* private: the executor's state */
     struct s3f__s3_call call;
 };

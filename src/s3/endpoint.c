@@ -349,6 +349,10 @@ bool s3f__bucket_is_directory(const char *bucket) {
     return bucket && (has_suffix(bucket, "--x-s3") || has_suffix(bucket, "--xa-s3"));
 }
 
+int s3f_bucket_is_directory(const char *bucket) {
+    return s3f__bucket_is_directory(bucket);
+}
+
 bool s3f__directory_bucket_zone(const char *bucket, char *zone, size_t cap) {
     if (!s3f__bucket_is_directory(bucket))
         return false;

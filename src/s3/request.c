@@ -77,6 +77,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     struct s3f__endpoint ep;
     memset(&ep, 0, sizeof(ep));
     struct s3f__endpoint_params ep_params = s3f__client_endpoint_params(c, r->bucket);
+    ep_params.use_s3express_control_endpoint = r->s3express_control;
     st = s3f__endpoint_resolve(&ep_params, &ep, err);
     if (st) {
         if (err) {
