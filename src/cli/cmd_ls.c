@@ -42,6 +42,8 @@ int cli_cmd_ls(struct cli_ctx *ctx) {
     struct s3f_client *c = cli_client(ctx);
     if (!c)
         return CLI_EXIT_FAIL;
+    if (s3f_bucket_is_directory(bucket)) /* unordered listings: sorted before shown */
+        return cli_express_ls(ctx, c, uri, bucket, prefix, recursive, page_size);
 
     /* Without --recursive, names are shown relative to the "directory" of the prefix
      * (everything up to its last '/'), as aws s3 ls does. */
