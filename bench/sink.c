@@ -87,6 +87,8 @@ static void usage(FILE *f)
             "                      RenameObject, If-None-Match; GET /?sink-stats and\n"
             "                      POST /?sink-revoke-sessions for tests\n"
             "  --session-seconds N lifetime of a session's credentials (default 300)\n"
+            "  --revoke-after N    revoke every session once, after N requests were let\n"
+            "                      through with one (tests: a revoked session)\n"
             "  --express-like      --express with a same-zone store's limits: --conn-rate 80M\n"
             "                      --first-byte-ms 3 --first-byte-p99-ms 5\n"
             "                      --first-byte-min-ms 2, and per bucket (--prefix-depth 0)\n"
@@ -244,6 +246,8 @@ static int parse_args(int argc, char **argv)
                 g_opt.trace_file = val;
             else if (!strcmp(a, "--session-seconds") && opt_num(val, 1, 1LL << 31, &v))
                 g_opt.session_seconds = v;
+            else if (!strcmp(a, "--revoke-after") && opt_num(val, 1, LLONG_MAX, &v))
+                g_opt.revoke_after = (uint64_t)v;
             else {
                 fprintf(stderr, "s3flash-sink: bad option or value: %s %s\n", a, val);
                 return -1;

@@ -89,6 +89,8 @@ struct opts {
     /* --express (sink_express.c): directory-bucket semantics and session authentication */
     bool express;
     int64_t session_seconds;               /* lifetime of a CreateSession's credentials */
+    uint64_t revoke_after;                 /* --revoke-after N: revoke all sessions once,
+                                              after N requests a session let through */
 };
 extern struct opts g_opt;
 
@@ -232,6 +234,7 @@ struct req {
     struct hdrval delimiter, cont_token, start_after, max_keys;
     struct hdrval s3session_token, security_token, authorization, session_mode;
     struct hdrval write_offset, rename_source, if_none_match;
+    time_t head_t; /* when the head arrived: sessions are checked as of then (as AWS does) */
     bool has_part_number;
     uint64_t part_number;
     bool has_cl, has_te, te_chunked, aws_chunked, expect_continue, conn_close,

@@ -23,7 +23,11 @@
  *     one step (If-None-Match: * refuses an existing destination with 412).
  *   - If-None-Match: * on PutObject and CompleteMultipartUpload: 412 when the key exists.
  *   - The sink's own requests (no bucket): GET /?sink-stats returns its counters as text
- *     lines "name value"; POST /?sink-revoke-sessions revokes every session (tests).
+ *     lines "name value"; POST /?sink-revoke-sessions revokes every session, as does
+ *     --revoke-after N once N requests were let through (tests).
+ *   - A session is checked as of the request head's arrival (a long upload signed with a
+ *     session that expires while its body arrives is accepted, as AWS authenticates the
+ *     request when it starts).
  */
 #include "sink.h"
 
@@ -50,8 +54,8 @@ static struct {
 
 /* the counters GET /?sink-stats reports */
 static struct {
-    atomic_uint_fast64_t create_session, expired, invalid, denied, renames, appends, copies,
-        deletes, lists, puts, gets;
+    atomic_uint_fast64_t create_session, readonly, expired, invalid, denied, renames,
+        appends, copies, deletes, lists, puts, gets, admitted;
 } g_xc;
 
 bool express_init(void)
@@ -181,6 +185,8 @@ static void create_session(struct conn *c)
         g_xs.used++;
     pthread_mutex_unlock(&g_xs.mu);
     atomic_fetch_add(&g_xc.create_session, 1);
+    if (ro)
+        atomic_fetch_add(&g_xc.readonly, 1);
     iso_time(s.expires, exp, sizeof(exp));
     struct ob x;
     xml_begin(&x, c->w);
@@ -190,6 +196,14 @@ static void create_session(struct conn *c)
                   "<Expiration>%s</Expiration></Credentials></CreateSessionResult>",
               s.token, secret, s.akid, exp);
     respond_xml(c, 200, x.overflow ? 0 : x.len, false);
+}
+
+static void revoke_all(void)
+{
+    pthread_mutex_lock(&g_xs.mu);
+    for (uint32_t i = 0; i < g_xs.used; i++)
+        g_xs.tab[i].revoked = true;
+    pthread_mutex_unlock(&g_xs.mu);
 }
 
 /* The session checks of a request on a bucket; false when it was refused (answered). */
@@ -235,7 +249,7 @@ static bool check_session(struct conn *c)
              &g_xc.invalid);
         return false;
     }
-    if (time(NULL) >= s.expires) {
+    if (r->head_t >= s.expires) { /* as of the request's head: AWS authenticates it */
         deny(c, "ExpiredToken", "The provided token has expired.", &g_xc.expired);
         return false;
     }
@@ -252,6 +266,8 @@ static bool check_session(struct conn *c)
         deny(c, "AccessDenied", "A ReadOnly session cannot write.", &g_xc.denied);
         return false;
     }
+    if (atomic_fetch_add(&g_xc.admitted, 1) + 1 == g_opt.revoke_after)
+        revoke_all(); /* --revoke-after: this one passes, the next ones do not */
     return true;
 }
 
@@ -516,11 +532,12 @@ static void handle_stats(struct conn *c)
     xml_begin(&x, c->w);
     x.len = 0; /* plain text, not XML */
     ob_printf(&x,
-              "create_session %" PRIu64 "\nexpired %" PRIu64 "\ninvalid %" PRIu64
+              "create_session %" PRIu64 "\nreadonly %" PRIu64 "\nexpired %" PRIu64
+              "\ninvalid %" PRIu64
               "\ndenied %" PRIu64 "\nrenames %" PRIu64 "\nappends %" PRIu64 "\ncopies %" PRIu64
               "\ndeletes %" PRIu64 "\nlists %" PRIu64 "\nputs %" PRIu64 "\ngets %" PRIu64 "\n",
-              (uint64_t)g_xc.create_session, (uint64_t)g_xc.expired, (uint64_t)g_xc.invalid,
-              (uint64_t)g_xc.denied, (uint64_t)g_xc.renames, (uint64_t)g_xc.appends,
+              (uint64_t)g_xc.create_session, (uint64_t)g_xc.readonly, (uint64_t)g_xc.expired,
+              (uint64_t)g_xc.invalid, (uint64_t)g_xc.denied, (uint64_t)g_xc.renames, (uint64_t)g_xc.appends,
               (uint64_t)g_xc.copies, (uint64_t)g_xc.deletes, (uint64_t)g_xc.lists,
               (uint64_t)g_xc.puts, (uint64_t)g_xc.gets);
     respond_xml(c, 200, x.len, false);
@@ -537,10 +554,7 @@ bool express_handle(struct conn *c)
             return true;
         }
         if (r->q_sink_revoke && r->method == M_POST) {
-            pthread_mutex_lock(&g_xs.mu);
-            for (uint32_t i = 0; i < g_xs.used; i++)
-                g_xs.tab[i].revoked = true;
-            pthread_mutex_unlock(&g_xs.mu);
+            revoke_all();
             respond_empty(c, 200, false, NULL);
             return true;
         }

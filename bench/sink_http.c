@@ -302,6 +302,8 @@ static int parse_head(struct conn *c, size_t hdr_end)
     }
     if (r->has_te && !r->te_chunked)
         return 501; /* only plain "chunked" is understood */
+    if (g_opt.express)
+        r->head_t = time(NULL);
     return 0;
 }
 
