@@ -22,6 +22,7 @@ from . import _s3flash
 from ._checkpoint import parse_s3_uri
 from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
+from ._config import is_directory_bucket
 from ._reader import (S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol,
                       SequentialS3Reader)
 
@@ -74,12 +75,28 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str,
                  page_size: int) -> Iterator[S3BucketKeyData]:
     """Objects under the prefix, one ListObjectsV2 page at a time (yields after each page)."""
     token: Optional[str] = None
+    if is_directory_bucket(bucket):
+        # S3 Express lists in no order: every page first, then in key order, so that every
+        # worker and rank sees the same items at the same indices
+        yield from sorted(_list_all(client, bucket, prefix, page_size), key=lambda o: o.key)
+        return
     while True:
         objects, token = _list_page(client, bucket, prefix, token, page_size)
         for key, size, _mtime, etag, _cls in objects:
             yield S3BucketKeyData(bucket, key, size, etag)
         if not token:
             return
+
+
+def _list_all(client: S3Client, bucket: str, prefix: str,
+              page_size: int) -> List[S3BucketKeyData]:
+    out: List[S3BucketKeyData] = []
+    token: Optional[str] = None
+    while True:
+        objects, token = _list_page(client, bucket, prefix, token, page_size)
+        out.extend(S3BucketKeyData(bucket, k, size, etag) for k, size, _m, etag, _c in objects)
+        if not token:
+            return out
 
 
 class _DatasetReader(SequentialS3Reader):
