@@ -163,8 +163,8 @@ static void s3_like(void)
 /* --express-like: a directory bucket in the client's zone (bench/README.md). */
 static void express_like(void)
 {
+    s3_like(); /* the same connections; then a same-zone store's latency and rates */
     g_opt.express = true;
-    g_opt.conn_send_rate = g_opt.conn_recv_rate = 80.0 * 1048576;
     g_opt.fb_median_ms = 3;
     g_opt.fb_p99_ms = 5;
     g_opt.fb_min_ms = 2;

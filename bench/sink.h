@@ -351,6 +351,8 @@ __attribute__((format(printf, 2, 3))) void ob_printf(struct ob *b, const char *f
 void ob_xml(struct ob *b, const char *s, size_t n);
 void xml_begin(struct ob *x, struct worker *w);
 void respond_xml(struct conn *c, int status, size_t xlen, bool echo_cks);
+/* A ListBucketResult's start in w->xml: the bucket's Name and the request's Prefix. */
+void list_result_begin(struct conn *c, struct ob *x);
 void respond_error(struct conn *c, int status, const char *code, const char *msg);
 void respond_empty(struct conn *c, int status, bool echo_cks, const char *etag);
 void object_etag(const char *name, size_t n, uint64_t size, uint64_t ver, uint32_t nparts,

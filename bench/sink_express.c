@@ -384,12 +384,7 @@ static void handle_list(struct conn *c)
             i++;
     }
     struct ob x;
-    xml_begin(&x, c->w);
-    ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
-    ob_xml(&x, r->bucket, r->bucket_len);
-    ob_str(&x, "</Name><Prefix>");
-    ob_xml(&x, r->prefix.p, r->prefix.n);
-    ob_str(&x, "</Prefix>");
+    list_result_begin(c, &x);
     if (r->delimiter.n)
         ob_str(&x, "<Delimiter>/</Delimiter>");
     ob_printf(&x, "<MaxKeys>%" PRIu64 "</MaxKeys>", max_keys);

@@ -436,16 +436,22 @@ static void handle_delete_objects(struct conn *c)
     respond_xml(c, 200, x.len, false);
 }
 
+void list_result_begin(struct conn *c, struct ob *x)
+{
+    struct req *r = &c->rq;
+    xml_begin(x, c->w);
+    ob_str(x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
+    ob_xml(x, r->bucket, r->bucket_len);
+    ob_str(x, "</Name><Prefix>");
+    ob_xml(x, r->prefix.p, r->prefix.n);
+    ob_str(x, "</Prefix>");
+}
+
 static void handle_list(struct conn *c)
 {
     struct req *r = &c->rq;
     struct ob x;
-    xml_begin(&x, c->w);
-    ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
-    ob_xml(&x, r->bucket, r->bucket_len);
-    ob_str(&x, "</Name><Prefix>");
-    ob_xml(&x, r->prefix.p, r->prefix.n);
-    ob_str(&x, "</Prefix>");
+    list_result_begin(c, &x);
     if (r->q_list_type2)
         ob_str(&x, "<KeyCount>0</KeyCount>");
     else

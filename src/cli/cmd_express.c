@@ -61,6 +61,25 @@ static int starts_with(const char *s, const char *p) {
     return strncmp(s, p, strlen(p)) == 0;
 }
 
+struct collect {
+    const char *prefix; /* the names kept start with it */
+    struct ls_lines pres, objs;
+};
+
+static int collect_page(void *ud, const struct s3f_list_page *page) {
+    struct collect *k = ud;
+    for (size_t i = 0; i < page->n_common_prefixes; i++)
+        if (starts_with(page->common_prefixes[i], k->prefix) &&
+            ls_add(&k->pres, page->common_prefixes[i], 0, 0) != 0)
+            return -1;
+    for (size_t i = 0; i < page->n_objects; i++) {
+        const struct s3f_list_entry *e = &page->objects[i];
+        if (starts_with(e->key, k->prefix) && ls_add(&k->objs, e->key, e->size, e->last_modified))
+            return -1;
+    }
+    return 0;
+}
+
 int cli_express_ls(struct cli_ctx *ctx, struct s3f_client *c, const char *uri,
                    const char *bucket, const char *prefix, int recursive, int page_size) {
     (void)ctx;
@@ -73,71 +92,24 @@ int cli_express_ls(struct cli_ctx *ctx, struct s3f_client *c, const char *uri,
     }
     char dir[CLI_KEY_MAX];
     snprintf(dir, sizeof(dir), "%.*s", (int)(recursive ? strlen(prefix) : strip), prefix);
-    struct ls_lines pres = {0}, objs = {0};
-    char *token = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st = S3F_OK;
-    for (;;) {
-        struct s3f_list_options lo;
-        memset(&lo, 0, sizeof(lo));
-        lo.prefix = dir[0] ? dir : NULL;
-        lo.delimiter = recursive ? NULL : "/";
-        lo.continuation_token = token;
-        lo.max_keys = page_size;
-        struct s3f_list_page *page = NULL;
-        st = s3f_list_objects_v2(c, bucket, &lo, &page, &err);
-        free(token);
-        token = NULL;
-        if (st != S3F_OK)
-            break;
-        for (size_t i = 0; i < page->n_common_prefixes && st == S3F_OK; i++)
-            if (starts_with(page->common_prefixes[i], prefix) &&
-                ls_add(&pres, page->common_prefixes[i], 0, 0) != 0)
-                st = S3F_ERR_NO_MEMORY;
-        for (size_t i = 0; i < page->n_objects && st == S3F_OK; i++) {
-            const struct s3f_list_entry *e = &page->objects[i];
-            if (starts_with(e->key, prefix) && ls_add(&objs, e->key, e->size, e->last_modified))
-                st = S3F_ERR_NO_MEMORY;
-        }
-        if (st == S3F_OK && page->is_truncated) {
-            if (page->next_continuation_token && page->next_continuation_token[0]) {
-                if (!(token = strdup(page->next_continuation_token)))
-                    st = S3F_ERR_NO_MEMORY;
-            } else {
-                st = S3F_ERR_BAD_RESPONSE;
-                cli_error_set(&err, st, "ListObjectsV2", uri,
-                              "truncated listing without a continuation token");
-            }
-        }
-        s3f_list_page_free(page);
-        if (st != S3F_OK || !token)
-            break;
-    }
-    free(token);
-    if (st == S3F_ERR_NO_MEMORY)
-        cli_error_set(&err, st, "ListObjectsV2", uri, "out of memory");
-    if (st == S3F_OK) {
-        qsort(pres.v, pres.n, sizeof(*pres.v), by_name);
-        qsort(objs.v, objs.n, sizeof(*objs.v), by_name);
-        for (size_t i = 0; i < pres.n; i++)
-            if (i == 0 || strcmp(pres.v[i].name, pres.v[i - 1].name) != 0)
-                printf("%27sPRE %s\n", "", pres.v[i].name + strip);
-        for (size_t i = 0; i < objs.n; i++) {
-            char when[32];
-            cli_format_time(objs.v[i].mtime, 0, when, sizeof(when));
-            printf("%s %10" PRIu64 " %s\n", when, objs.v[i].size, objs.v[i].name + strip);
+    struct collect k = {.prefix = prefix};
+    int rc = cli_list_pages(c, uri, bucket, dir, recursive ? NULL : "/", page_size,
+                            collect_page, &k);
+    if (rc == CLI_EXIT_OK) {
+        qsort(k.pres.v, k.pres.n, sizeof(*k.pres.v), by_name);
+        qsort(k.objs.v, k.objs.n, sizeof(*k.objs.v), by_name);
+        for (size_t i = 0; i < k.pres.n; i++)
+            if (i == 0 || strcmp(k.pres.v[i].name, k.pres.v[i - 1].name) != 0)
+                printf("%27sPRE %s\n", "", k.pres.v[i].name + strip);
+        for (size_t i = 0; i < k.objs.n; i++) {
+            struct s3f_list_entry e = {.key = k.objs.v[i].name, .size = k.objs.v[i].size,
+                                       .last_modified = k.objs.v[i].mtime};
+            cli_ls_print_object(&e, strip);
         }
     }
-    ls_free(&pres);
-    ls_free(&objs);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        return cli_exit_for(st);
-    }
-    return CLI_EXIT_OK;
+    ls_free(&k.pres);
+    ls_free(&k.objs);
+    return rc;
 }
 
 /* ---- mv: RenameObject ------------------------------------------------------------------ */
