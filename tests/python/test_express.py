@@ -148,3 +148,20 @@ def test_rename_and_append(xsink):
     assert info["size"] == 4
     with pytest.raises(s3flash.S3Exception):
         c.native.append_object(BUCKET, "log", 2, b"late")  # InvalidWriteOffset
+
+
+def test_fsspec_mv_renames_within_directory_bucket(xsink):
+    from s3flash.fsspec import S3FlashFileSystem
+    fs = S3FlashFileSystem(endpoint_url=xsink.endpoint, region="us-west-2")
+    fs.pipe_file(f"{BUCKET}/fs/a.txt", b"A")
+    for i in range(3):
+        fs.pipe_file(f"{BUCKET}/fs/tree/{i}", str(i).encode())
+    before = xsink.stats()
+    fs.mv(f"{BUCKET}/fs/a.txt", f"{BUCKET}/fs/b.txt")
+    fs.mv(f"{BUCKET}/fs/tree", f"{BUCKET}/fs/moved", recursive=True)
+    after = xsink.stats()
+    assert after["renames"] - before["renames"] == 4
+    assert after["copies"] == before["copies"] and after["deletes"] == before["deletes"]
+    assert fs.cat_file(f"{BUCKET}/fs/b.txt") == b"A"
+    assert not fs.exists(f"{BUCKET}/fs/a.txt")
+    assert sorted(fs.find(f"{BUCKET}/fs/moved")) == [f"{BUCKET}/fs/moved/{i}" for i in range(3)]
