@@ -224,7 +224,8 @@ enum s3f_status s3f__credentials_signing_key(struct s3f__credentials_snapshot *s
 
 struct s3f__credentials_provider {
     /* immutable after creation */
-    struct s3f__chain_settings *settings; /* NULL for a static or a fetch_fn provider */
+    struct s3f__chain_settings *settings; /* NULL for a static provider (empty, never
+                                           * read, for a fetch_fn provider) */
     s3f__credentials_fetch_fn fetch;      /* a fetch_fn provider's (S3 Express sessions) */
     void *fetch_ud;
     int64_t refresh_window_s;
@@ -376,6 +377,13 @@ enum s3f_status s3f__credentials_provider_new_fn(s3f__credentials_fetch_fn fetch
     enum s3f_status st = provider_alloc(&p, err);
     if (st)
         return st;
+    /* empty settings: every "!p->settings" (a static provider) test stays false for it */
+    if (!(p->settings = calloc(1, sizeof(*p->settings)))) {
+        s3f__credentials_provider_free(p);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+    }
+    p->settings->cancel = &p->cancel;
+    p->settings->logger = logger;
     p->fetch = fetch;
     p->fetch_ud = ud;
     if (refresh_window_s)
@@ -455,16 +463,11 @@ static enum s3f_status fetch_done(struct s3f__credentials_provider *p, enum s3f_
 
 static void *refresher_main(void *arg);
 
-/* A provider whose credentials never change (no refresher, nothing to invalidate). */
-static bool is_static(const struct s3f__credentials_provider *p) {
-    return !p->settings && !p->fetch;
-}
-
 /* Under the lock: start the refresher if this process has none (lazily, with the first
  * temporary snapshot; again in a forked child). A failure is logged; requests then fetch
  * in the foreground once the credentials are no longer usable. */
 static void ensure_refresher(struct s3f__credentials_provider *p) {
-    if (is_static(p) || p->synced.stop ||
+    if (!p->settings || p->synced.stop ||
         (p->synced.thread_started && p->synced.thread_pid == getpid()))
         return;
     p->synced.thread_started = false;
@@ -588,7 +591,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
     for (;;) {
         int64_t now = s3f__wall_time_s();
         struct s3f__credentials_snapshot *cur = p->synced.current;
-        if (cur && (is_static(p) || (!p->synced.invalid && snapshot_usable(p, cur, now)))) {
+        if (cur && (!p->settings || (!p->synced.invalid && snapshot_usable(p, cur, now)))) {
             if (cur->creds.expiration)
                 ensure_refresher(p);
             *out = snapshot_ref(cur);
@@ -642,7 +645,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
 }
 
 void s3f__credentials_invalidate(struct s3f__credentials_provider *p, uint64_t generation) {
-    if (!p || is_static(p))
+    if (!p || !p->settings)
         return;
     pthread_mutex_lock(&p->lock);
     if (p->synced.current && p->synced.current->generation == generation &&
@@ -656,7 +659,7 @@ void s3f__credentials_invalidate(struct s3f__credentials_provider *p, uint64_t g
 }
 
 void s3f__credentials_refresh_now(struct s3f__credentials_provider *p) {
-    if (!p || is_static(p))
+    if (!p || !p->settings)
         return;
     pthread_mutex_lock(&p->lock);
     p->synced.kick = true;
