@@ -31,7 +31,7 @@
 uint8_t *g_pat;
 struct opts g_opt = {.bind_addr = "127.0.0.1", .threads = 2, .max_conns = 1024,
                      .max_objects = 1000000, .max_uploads = 4096, .recv_buf = 256u << 10,
-                     .prefix_depth = 1, .prefix_burst_ms = 100};
+                     .prefix_depth = 1, .prefix_burst_ms = 100, .session_seconds = 300};
 atomic_bool g_stop;
 atomic_int g_nconns;
 char g_last_modified[64];
@@ -80,6 +80,19 @@ static void usage(FILE *f)
             "                      bucket)\n"
             "  --prefix-burst-ms MS  requests a prefix may save up, in ms of its rate\n"
             "                      (default 100; at least 1 request)\n"
+            "S3 Express One Zone (directory buckets; bench/sink_express.c):\n"
+            "  --express           sessions (CreateSession, x-amz-s3session-token checked,\n"
+            "                      expired: 403 ExpiredToken), unordered ListObjectsV2 with\n"
+            "                      '/'-only delimiters, appends (x-amz-write-offset-bytes),\n"
+            "                      RenameObject, If-None-Match; GET /?sink-stats and\n"
+            "                      POST /?sink-revoke-sessions for tests\n"
+            "  --session-seconds N lifetime of a session's credentials (default 300)\n"
+            "  --revoke-after N    revoke every session once, after N requests were let\n"
+            "                      through with one (tests: a revoked session)\n"
+            "  --express-like      --express with a same-zone store's limits: --conn-rate 80M\n"
+            "                      --first-byte-ms 3 --first-byte-p99-ms 5\n"
+            "                      --first-byte-min-ms 2, and per bucket (--prefix-depth 0)\n"
+            "                      200000 GET and 100000 PUT requests/s\n"
             "  --trace FILE        every 100 ms a line: ms, connections open, connections\n"
             "                      with a request in progress, body bytes in, bytes out\n"
             "  --verbose           log every request to stderr\n"
@@ -147,6 +160,19 @@ static void s3_like(void)
     g_opt.prefix_put_rate = 3500;
 }
 
+/* --express-like: a directory bucket in the client's zone (bench/README.md). */
+static void express_like(void)
+{
+    s3_like(); /* the same connections; then a same-zone store's latency and rates */
+    g_opt.express = true;
+    g_opt.fb_median_ms = 3;
+    g_opt.fb_p99_ms = 5;
+    g_opt.fb_min_ms = 2;
+    g_opt.prefix_depth = 0;
+    g_opt.prefix_get_rate = 200000;
+    g_opt.prefix_put_rate = 100000;
+}
+
 static int parse_args(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -163,6 +189,10 @@ static int parse_args(int argc, char **argv)
             g_opt.keep_checksums = true;
         } else if (!strcmp(a, "--s3-like")) {
             s3_like();
+        } else if (!strcmp(a, "--express")) {
+            g_opt.express = true;
+        } else if (!strcmp(a, "--express-like")) {
+            express_like();
         } else if (i + 1 < argc) {
             const char *val = argv[++i];
             uint64_t b;
@@ -214,6 +244,10 @@ static int parse_args(int argc, char **argv)
                 ;
             else if (!strcmp(a, "--trace"))
                 g_opt.trace_file = val;
+            else if (!strcmp(a, "--session-seconds") && opt_num(val, 1, 1LL << 31, &v))
+                g_opt.session_seconds = v;
+            else if (!strcmp(a, "--revoke-after") && opt_num(val, 1, LLONG_MAX, &v))
+                g_opt.revoke_after = (uint64_t)v;
             else {
                 fprintf(stderr, "s3flash-sink: bad option or value: %s %s\n", a, val);
                 return -1;
@@ -270,7 +304,8 @@ int main(int argc, char **argv)
 
     g_pat = malloc(2 * (size_t)PAT_PERIOD);
     g_up.slots = calloc(g_opt.max_uploads, sizeof(*g_up.slots));
-    if (!g_pat || !g_up.slots || !objmap_init() || !limits_init()) {
+    if (!g_pat || !g_up.slots || !objmap_init() || !limits_init() ||
+        !express_init()) {
         fprintf(stderr, "s3flash-sink: out of memory\n");
         goto out;
     }
@@ -393,6 +428,7 @@ stop:
         fprintf(stderr, "s3flash-sink: %" PRIu64 " requests, %" PRIu64 " body bytes in, %" PRIu64
                         " body bytes out\n", nreq, bin, bout);
         limits_report();
+        express_report(stderr);
     }
 out:
     if (ws)
@@ -419,6 +455,7 @@ out:
     ck_free();
     pool_free();
     limits_free();
+    express_free();
     free(g_pat);
     return rc;
 }

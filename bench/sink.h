@@ -10,6 +10,9 @@
  *                 request rates per key prefix (503 SlowDown), the --trace of connections
  *   sink_store.c  what the sink remembers: the object map, multipart uploads, whole-object
  *                 checksums and, in store mode, the bytes (a pool of reusable buffers)
+ *   sink_express.c --express: S3 Express One Zone directory buckets (CreateSession and its
+ *                 session tokens, unordered ListObjectsV2, appends, RenameObject,
+ *                 If-None-Match, the sink's counters)
  * See sink.c for what the sink is and bench/README.md for the protocol subset.
  */
 #ifndef S3FLASH_BENCH_SINK_H
@@ -83,6 +86,11 @@ struct opts {
     int prefix_depth;                      /* a prefix: the key up to its Nth '/' */
     double prefix_burst_ms;                /* per-prefix bucket depth, in ms of its rate */
     const char *trace_file;                /* --trace: connections and bytes every 100 ms */
+    /* --express (sink_express.c): directory-bucket semantics and session authentication */
+    bool express;
+    int64_t session_seconds;               /* lifetime of a CreateSession's credentials */
+    uint64_t revoke_after;                 /* --revoke-after N: revoke all sessions once,
+                                              after N requests a session let through */
 };
 extern struct opts g_opt;
 
@@ -185,6 +193,20 @@ int upload_complete(const char *id, size_t idlen, const char *k, size_t n, const
 void ck_set(const char *k, size_t n, const char *hdr);
 void ck_get(const char *k, size_t n, char *out, size_t cap);
 void ck_free(void);
+/* --express: all keys of a bucket (name "bucket/...": `bp` = "bucket/", bn its length) whose
+ * key starts with prefix, each given to fn with its size and its map hash (the order of an
+ * unordered listing). */
+typedef void (*objmap_each_fn)(void *ud, const char *k, size_t n, uint64_t size, uint64_t h);
+void objmap_each(const char *bp, size_t bn, const char *prefix, size_t pn, objmap_each_fn fn,
+                 void *ud);
+/* Moves src to dst in one step under both shards' locks (RenameObject). 404: no src; 412:
+ * dst exists and no_overwrite. */
+int objmap_rename(const char *src, size_t sn, const char *dst, size_t dn, bool no_overwrite);
+/* Appends: the object's size must be `offset` (0: it may be absent); in store mode the new
+ * bytes `add` (taken over) are added after the old ones. 400 InvalidWriteOffset, 404, 507,
+ * or 0 with *size the new size. */
+int objmap_append(const char *k, size_t n, uint64_t offset, uint64_t len, struct seg *add,
+                  uint64_t *size, uint64_t *ver);
 
 /* ---- sink_limits.c: S3-like limits ---- */
 /* A token bucket: rate per second, up to burst saved; tokens may go below 0 (debt). */
@@ -217,7 +239,13 @@ struct req {
     const char *name; /* "bucket/key" (map key) */
     size_t name_len;
     bool q_uploads, q_delete, q_location, q_list_type2, q_other;
-    struct hdrval upload_id, prefix, start_after, token, max_keys;
+    bool q_session, q_rename, q_sink_stats, q_sink_revoke; /* --express */
+    struct hdrval upload_id, prefix;
+    /* --express: listing parameters (decoded), session and signature, appends, renames */
+    struct hdrval delimiter, cont_token, start_after, max_keys;
+    struct hdrval s3session_token, security_token, authorization, session_mode;
+    struct hdrval write_offset, rename_source, if_none_match;
+    time_t head_t; /* when the head arrived: sessions are checked as of then (as AWS does) */
     bool has_part_number;
     uint64_t part_number;
     bool has_cl, has_te, te_chunked, aws_chunked, expect_continue, conn_close,
@@ -322,8 +350,34 @@ void limits_stats(void);
 bool conn_sleep(struct conn *c, uint64_t until);
 
 /* ---- sink_s3.c: the S3 protocol ---- */
+/* A bounded output buffer: overflow is remembered, never written past. */
+struct ob {
+    char *p;
+    size_t len, cap;
+    bool overflow;
+};
+void ob_put(struct ob *b, const char *s, size_t n);
+void ob_str(struct ob *b, const char *s);
+__attribute__((format(printf, 2, 3))) void ob_printf(struct ob *b, const char *fmt, ...);
+void ob_xml(struct ob *b, const char *s, size_t n);
+void xml_begin(struct ob *x, struct worker *w);
+void respond_xml(struct conn *c, int status, size_t xlen, bool echo_cks);
+/* A ListBucketResult's start in w->xml: the bucket's Name and the request's Prefix. */
+void list_result_begin(struct conn *c, struct ob *x);
+void respond_error(struct conn *c, int status, const char *code, const char *msg);
+void respond_empty(struct conn *c, int status, bool echo_cks, const char *etag);
+void object_etag(const char *name, size_t n, uint64_t size, uint64_t ver, uint32_t nparts,
+                 char out[48]);
 void finish_request(struct conn *c);
 void fail_request_msg(struct conn *c, int status, const char *code, const char *msg);
 void fail_request(struct conn *c, int status);
+
+/* ---- sink_express.c: --express ---- */
+bool express_init(void);
+void express_free(void);
+/* Handles the request if it is an Express one (CreateSession, the sink's counters, session
+ * checks, listings, appends, renames, If-None-Match): true when it answered it. */
+bool express_handle(struct conn *c);
+void express_report(FILE *f);
 
 #endif

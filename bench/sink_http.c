@@ -139,12 +139,22 @@ static void parse_query(struct conn *c, const char *q, size_t n)
             r->q_list_type2 = val.n == 1 && val.p[0] == '2';
         else if (hv_eq(name, "prefix"))
             r->prefix = val;
+        else if (hv_eq(name, "delimiter"))
+            r->delimiter = val;
+        else if (hv_eq(name, "continuation-token"))
+            r->cont_token = val;
         else if (hv_eq(name, "start-after") || hv_eq(name, "marker"))
             r->start_after = val;
-        else if (hv_eq(name, "continuation-token"))
-            r->token = val;
         else if (hv_eq(name, "max-keys"))
             r->max_keys = val;
+        else if (hv_eq(name, "session"))
+            r->q_session = true;
+        else if (hv_eq(name, "renameObject"))
+            r->q_rename = true;
+        else if (hv_eq(name, "sink-stats"))
+            r->q_sink_stats = true;
+        else if (hv_eq(name, "sink-revoke-sessions"))
+            r->q_sink_revoke = true;
         else if (name.n)
             r->q_other = true;
         q = amp + 1;
@@ -231,6 +241,20 @@ static int parse_head(struct conn *c, size_t hdr_end)
             r->if_match = val;
         } else if (hv_eq(name, "x-amz-copy-source")) {
             r->copy_source = val;
+        } else if (hv_eq(name, "x-amz-s3session-token")) {
+            r->s3session_token = val;
+        } else if (hv_eq(name, "x-amz-security-token")) {
+            r->security_token = val;
+        } else if (hv_eq(name, "authorization")) {
+            r->authorization = val;
+        } else if (hv_eq(name, "x-amz-create-session-mode")) {
+            r->session_mode = val;
+        } else if (hv_eq(name, "x-amz-write-offset-bytes")) {
+            r->write_offset = val;
+        } else if (hv_eq(name, "x-amz-rename-source")) {
+            r->rename_source = val;
+        } else if (hv_eq(name, "if-none-match")) {
+            r->if_none_match = val;
         } else if (hv_eq(name, "x-amz-decoded-content-length")) {
             r->has_decoded_len = parse_u64(val.p, val.n, &r->decoded_len);
         } else if (name.n > 15 && strncasecmp(name.p, "x-amz-checksum-", 15) == 0) {
@@ -267,14 +291,19 @@ static int parse_head(struct conn *c, size_t hdr_end)
     r->name_len = nl;
     if (qm)
         parse_query(c, qm + 1, (size_t)(te - qm - 1));
-    if (r->prefix.n) {
-        /* decoded in place: decoding never lengthens, and nothing else reads these bytes */
-        char *pp = c->in + (r->prefix.p - c->in);
-        size_t n = pct_decode(pp, r->prefix.n, pp);
-        r->prefix = (struct hdrval){pp, n};
+    /* decoded in place: decoding never lengthens, and nothing else reads these bytes */
+    struct hdrval *decode[] = {&r->prefix, &r->delimiter, &r->cont_token, &r->start_after};
+    for (size_t i = 0; i < sizeof(decode) / sizeof(decode[0]); i++) {
+        if (decode[i]->n) {
+            char *pp = c->in + (decode[i]->p - c->in);
+            size_t n = pct_decode(pp, decode[i]->n, pp);
+            *decode[i] = (struct hdrval){pp, n};
+        }
     }
     if (r->has_te && !r->te_chunked)
         return 501; /* only plain "chunked" is understood */
+    if (g_opt.express)
+        r->head_t = time(NULL);
     return 0;
 }
 

@@ -5,14 +5,8 @@
  */
 #include "sink.h"
 
-/* ---- output buffer (bounded; overflow is remembered, never written past) ---- */
-struct ob {
-    char *p;
-    size_t len, cap;
-    bool overflow;
-};
-
-static void ob_put(struct ob *b, const char *s, size_t n)
+/* ---- output buffer (bounded; overflow is remembered, never written past; sink.h) ---- */
+void ob_put(struct ob *b, const char *s, size_t n)
 {
     if (n == 0) /* s may be NULL (an absent list prefix): memcpy must not see it */
         return;
@@ -24,12 +18,12 @@ static void ob_put(struct ob *b, const char *s, size_t n)
     b->len += n;
 }
 
-static void ob_str(struct ob *b, const char *s)
+void ob_str(struct ob *b, const char *s)
 {
     ob_put(b, s, strlen(s));
 }
 
-__attribute__((format(printf, 2, 3))) static void ob_printf(struct ob *b, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) void ob_printf(struct ob *b, const char *fmt, ...)
 {
     va_list ap;
     if (b->overflow)
@@ -44,7 +38,7 @@ __attribute__((format(printf, 2, 3))) static void ob_printf(struct ob *b, const 
 }
 
 /* Appends s XML-escaped. */
-static void ob_xml(struct ob *b, const char *s, size_t n)
+void ob_xml(struct ob *b, const char *s, size_t n)
 {
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
@@ -74,6 +68,7 @@ static const char *reason(int status)
     case 204: return "No Content";
     case 206: return "Partial Content";
     case 400: return "Bad Request";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 411: return "Length Required";
@@ -162,12 +157,12 @@ static void respond_xml2(struct conn *c, int status, size_t xlen, bool echo_cks,
     c->out_len = b.len;
 }
 
-static void respond_xml(struct conn *c, int status, size_t xlen, bool echo_cks)
+void respond_xml(struct conn *c, int status, size_t xlen, bool echo_cks)
 {
     respond_xml2(c, status, xlen, echo_cks, NULL);
 }
 
-static void xml_begin(struct ob *x, struct worker *w)
+void xml_begin(struct ob *x, struct worker *w)
 {
     x->p = w->xml;
     x->len = 0;
@@ -197,12 +192,12 @@ static void respond_error2(struct conn *c, int status, const char *code, const c
     respond_xml2(c, status, x.overflow ? 0 : x.len, false, extra);
 }
 
-static void respond_error(struct conn *c, int status, const char *code, const char *msg)
+void respond_error(struct conn *c, int status, const char *code, const char *msg)
 {
     respond_error2(c, status, code, msg, NULL);
 }
 
-static void respond_empty(struct conn *c, int status, bool echo_cks, const char *etag)
+void respond_empty(struct conn *c, int status, bool echo_cks, const char *etag)
 {
     struct ob b;
     begin_head(c, &b, status, 0);
@@ -216,7 +211,7 @@ static void respond_empty(struct conn *c, int status, bool echo_cks, const char 
 
 /* The ETag body (no quotes) of an object: stable for (name, size) outside store mode; in store
  * mode the version (a new one for every write) changes it too. "-N" for N parts. */
-static void object_etag(const char *name, size_t n, uint64_t size, uint64_t ver,
+void object_etag(const char *name, size_t n, uint64_t size, uint64_t ver,
                         uint32_t nparts, char out[48])
 {
     fake_etag(name, n, size ^ (ver * 0x9e3779b97f4a7c15ULL), out);
@@ -441,34 +436,30 @@ static void handle_delete_objects(struct conn *c)
     respond_xml(c, 200, x.len, false);
 }
 
-/* A query value percent-decoded into out (at most cap bytes); its length. */
-static size_t url_decode(struct hdrval v, char *out, size_t cap)
+void list_result_begin(struct conn *c, struct ob *x)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < v.n && n < cap; i++) {
-        int hi, lo;
-        if (v.p[i] == '%' && i + 2 < v.n &&
-            (hi = hexval(v.p[i + 1])) >= 0 && (lo = hexval(v.p[i + 2])) >= 0) {
-            out[n++] = (char)(hi * 16 + lo);
-            i += 2;
-        } else {
-            out[n++] = v.p[i] == '+' ? ' ' : v.p[i];
-        }
-    }
-    return n;
+    struct req *r = &c->rq;
+    xml_begin(x, c->w);
+    ob_str(x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
+    ob_xml(x, r->bucket, r->bucket_len);
+    ob_str(x, "</Name><Prefix>");
+    ob_xml(x, r->prefix.p, r->prefix.n);
+    ob_str(x, "</Prefix>");
 }
 
 #define LIST_PAGE_MAX 100 /* keys per page: what OUT_CAP holds with room to spare */
 
 /* ListObjects(V2) of the objects the sink remembers (PUT or completed; with --store, the
  * ones it keeps), LIST_PAGE_MAX keys a page at most, in byte order. Continuation tokens
- * are the last key of the page. */
+ * are the last key of the page. The query's values arrive percent-decoded (sink_http.c). */
 static void handle_list(struct conn *c)
 {
     struct req *r = &c->rq;
-    char prefix[1024], after[1024];
-    size_t pn = url_decode(r->prefix, prefix, sizeof(prefix));
-    size_t an = url_decode(r->token.n ? r->token : r->start_after, after, sizeof(after));
+    const char *prefix = r->prefix.p;
+    size_t pn = r->prefix.n;
+    struct hdrval afterv = r->cont_token.n ? r->cont_token : r->start_after;
+    const char *after = afterv.p;
+    size_t an = afterv.n;
     uint64_t max = LIST_PAGE_MAX;
     if (r->max_keys.n && parse_u64(r->max_keys.p, r->max_keys.n, &max) && max > LIST_PAGE_MAX)
         max = LIST_PAGE_MAX;
@@ -481,12 +472,7 @@ static void handle_list(struct conn *c)
         n--;
     }
     struct ob x;
-    xml_begin(&x, c->w);
-    ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
-    ob_xml(&x, r->bucket, r->bucket_len);
-    ob_str(&x, "</Name><Prefix>");
-    ob_xml(&x, prefix, pn);
-    ob_str(&x, "</Prefix>");
+    list_result_begin(c, &x);
     if (r->q_list_type2)
         ob_printf(&x, "<KeyCount>%zu</KeyCount>", n);
     else
@@ -660,6 +646,8 @@ void finish_request(struct conn *c)
         respond_error(c, 503, "SlowDown", "Please reduce your request rate.");
         return;
     }
+    if (express_handle(c)) /* --express: sessions, listings, appends, renames */
+        return;
     if (r->bucket_len == 0) {
         if (r->method == M_GET || r->method == M_HEAD) {
             struct ob x;

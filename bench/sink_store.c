@@ -414,6 +414,144 @@ bool objmap_del(const char *k, size_t n)
     return o != NULL;
 }
 
+void objmap_each(const char *bp, size_t bn, const char *prefix, size_t pn, objmap_each_fn fn,
+                 void *ud)
+{
+    for (int i = 0; i < NSHARDS; i++) {
+        struct shard *s = &g_shards[i];
+        pthread_mutex_lock(&s->mu);
+        for (size_t j = 0; j <= s->mask; j++)
+            for (struct obj *o = s->tab[j]; o; o = o->next)
+                if (o->klen >= bn + pn && memcmp(o->key, bp, bn) == 0 &&
+                    (pn == 0 || memcmp(o->key + bn, prefix, pn) == 0))
+                    fn(ud, o->key + bn, o->klen - bn, o->size, o->hash);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Locks the shards of two hashes in a fixed order (one lock when they are the same). */
+static void lock2(struct shard *a, struct shard *b)
+{
+    if (a == b) {
+        pthread_mutex_lock(&a->mu);
+    } else if (a < b) {
+        pthread_mutex_lock(&a->mu);
+        pthread_mutex_lock(&b->mu);
+    } else {
+        pthread_mutex_lock(&b->mu);
+        pthread_mutex_lock(&a->mu);
+    }
+}
+
+static void unlock2(struct shard *a, struct shard *b)
+{
+    pthread_mutex_unlock(&a->mu);
+    if (a != b)
+        pthread_mutex_unlock(&b->mu);
+}
+
+int objmap_rename(const char *src, size_t sn, const char *dst, size_t dn, bool no_overwrite)
+{
+    uint64_t hs = hash_bytes(src, sn, 0), hd = hash_bytes(dst, dn, 0);
+    struct shard *ss = &g_shards[hs >> 58], *sd = &g_shards[hd >> 58];
+    struct obj *fresh = malloc(sizeof(struct obj) + dn), *drop = NULL;
+    if (!fresh)
+        return 500;
+    int rc = 0;
+    lock2(ss, sd);
+    struct obj **ps = objmap_slot(ss, hs, src, sn);
+    if (!*ps) {
+        rc = 404;
+        drop = fresh;
+        goto out;
+    }
+    struct obj **pd = objmap_slot(sd, hd, dst, dn);
+    if (*pd && no_overwrite) {
+        rc = 412;
+        drop = fresh;
+        goto out;
+    }
+    if (*pd == *ps) { /* renamed onto itself */
+        drop = fresh;
+        goto out;
+    }
+    struct obj *o = *ps;
+    *ps = o->next;
+    ss->count--;
+    *fresh = *o;
+    fresh->hash = hd;
+    fresh->klen = (uint32_t)dn;
+    memcpy(fresh->key, dst, dn);
+    pd = objmap_slot(sd, hd, dst, dn); /* the unlink above may have moved it */
+    if (*pd) { /* replaced: the old destination goes */
+        struct obj *old = *pd;
+        fresh->next = old->next;
+        *pd = fresh;
+        drop = old;
+        atomic_fetch_sub(&g_nobjs, 1);
+    } else {
+        fresh->next = NULL;
+        *pd = fresh;
+        sd->count++;
+    }
+    free(o);
+out:
+    unlock2(ss, sd);
+    if (drop && drop != fresh)
+        blob_unref(drop->data);
+    free(drop);
+    return rc;
+}
+
+int objmap_append(const char *k, size_t n, uint64_t offset, uint64_t len, struct seg *add,
+                  uint64_t *size, uint64_t *ver)
+{
+    uint64_t h = hash_bytes(k, n, 0);
+    struct shard *s = &g_shards[h >> 58];
+    struct blob *nb = NULL, *old = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    struct obj **pp = objmap_slot(s, h, k, n);
+    bool existed = *pp != NULL;
+    uint64_t cur = existed ? (*pp)->size : 0;
+    if (cur != offset) { /* absent: only offset 0 creates it */
+        rc = 400;
+        goto out;
+    }
+    if (g_opt.store_max) { /* one new segment: the old bytes, then the new */
+        uint64_t cap;
+        uint8_t *p = buf_get(cur + len ? cur + len : 1, &cap);
+        if (!p || !(nb = blob_new(1))) {
+            buf_put(p, cap);
+            rc = 507;
+            goto out;
+        }
+        struct blob *ob = *pp ? (*pp)->data : NULL;
+        for (uint32_t i = 0; ob && i < ob->nseg; i++)
+            memcpy(p + ob->seg[i].start, ob->seg[i].p, (size_t)ob->seg[i].len);
+        if (len)
+            memcpy(p + cur, add->p, (size_t)len);
+        nb->seg[0] = (struct seg){.p = p, .len = cur + len, .cap = cap, .start = 0};
+        nb->size = cur + len;
+    }
+    *size = cur + len;
+    if (*pp) {
+        (*pp)->size = cur + len;
+        (*pp)->ver = g_opt.store_max ? atomic_fetch_add(&g_ver, 1) + 1 : 0;
+        *ver = (*pp)->ver;
+        old = (*pp)->data;
+        (*pp)->data = nb;
+        nb = NULL;
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    blob_unref(old);
+    if (rc == 0 && !existed) /* a new object (offset 0): put as a whole */
+        if (!objmap_put(k, n, len, 0, nb, ver) && g_opt.store_max)
+            rc = 507;
+    return rc;
+}
+
 /* Looks the object up; unknown keys whose last "size-" is followed by digits only (to the end)
  * have that size (not in store mode: there only what was written exists). False: no such
  * key. data: as for objmap_get. */

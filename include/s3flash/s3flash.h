@@ -231,6 +231,20 @@ struct s3f_client_options {
      * s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Processes sharing a cache_dir
      * should use one block size (blocks of another size are never used). */
     uint64_t cache_block_bytes;
+
+    /* ---- S3 Express One Zone directory buckets (NAME--ZONE-ID--x-s3; docs/CONFIGURATION.md)
+     * are recognised from the name: their requests go to the zonal endpoint
+     * https://BUCKET.s3express-ZONE-ID.REGION.amazonaws.com (a custom endpoint still wins)
+     * and are signed with session credentials from CreateSession, cached per bucket and
+     * refreshed in the background. ---- */
+    /* 1: ask for ReadOnly sessions (a client that only reads: GET, HEAD, listings; writes
+     * are refused by S3 with AccessDenied). 0: ReadWrite sessions. */
+    int express_read_only;
+    /* 1: sign directory-bucket requests with the caller's own credentials (no CreateSession;
+     * slower, every request is authorised by IAM); -1: sessions; 0: from
+     * AWS_S3_DISABLE_EXPRESS_SESSION_AUTH=true, the profile's
+     * s3_disable_express_session_auth = true, else sessions. */
+    int disable_express_session_auth;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials
@@ -389,6 +403,30 @@ S3F_API enum s3f_status s3f_copy_object(struct s3f_client *c, const char *src_bu
                                 const char *src_key, const char *dst_bucket,
                                 const char *dst_key, struct s3f_object_info *info,
                                 struct s3f_error *err);
+
+/* S3 Express One Zone directory buckets only (docs/CONFIGURATION.md).
+ * Append `len` bytes (at most 5 GiB) to the object, whose size must be `offset` (0 creates
+ * it): PutObject with x-amz-write-offset-bytes and the CRC32C of the bytes. Another size is
+ * S3F_ERR_S3 with code InvalidWriteOffset (nothing written). An attempt whose response was
+ * lost is reconciled with a HEAD (size offset + len: done). `info` (optional) receives the
+ * new size and ETag. A general purpose bucket answers as its server does (S3: the header is
+ * not supported). */
+S3F_API enum s3f_status s3f_append_object(struct s3f_client *c, const char *bucket,
+                                  const char *key, uint64_t offset, const void *data,
+                                  size_t len, struct s3f_object_info *info,
+                                  struct s3f_error *err);
+/* Rename src_key to dst_key within the directory bucket in one atomic request
+ * (RenameObject: no copy, no moment without the object; the object keeps its metadata and
+ * checksums). if_none_match "*": fail with S3F_ERR_PRECONDITION_FAILED when dst_key exists;
+ * NULL replaces it. No source: S3F_ERR_NOT_FOUND. A general purpose bucket:
+ * S3F_ERR_UNSUPPORTED (copy and delete instead). */
+S3F_API enum s3f_status s3f_rename_object(struct s3f_client *c, const char *bucket,
+                                  const char *src_key, const char *dst_key,
+                                  const char *if_none_match, struct s3f_error *err);
+/* Whether `bucket` is an S3 Express One Zone directory bucket (its name ends in --x-s3,
+ * or --xa-s3 for an access point): its listings are not in key order, its delimiter is
+ * "/" only, and it has s3f_append_object and s3f_rename_object. */
+S3F_API int s3f_bucket_is_directory(const char *bucket);
 
 /* Delete many keys. Batches of at most 1000 per DeleteObjects request, with Content-MD5.
  * `failed` (optional) receives how many keys S3 reported as not deleted; the first such

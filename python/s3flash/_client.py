@@ -46,6 +46,9 @@ def _native_client(region: Optional[str], endpoint: Optional[str],
         cache_dir=None if config.cache_dir is None else str(config.cache_dir),
         cache_max_bytes=config.cache_max_bytes,
         cache_min_free_bytes=config.cache_min_free_bytes,
+        express_read_only=config.express_read_only,
+        disable_express_session_auth=(0 if config.disable_express_session_auth is None
+                                      else 1 if config.disable_express_session_auth else -1),
     )
 
 

@@ -8,6 +8,12 @@ from typing import Optional
 MiB = 1024 * 1024
 
 
+def is_directory_bucket(bucket: str) -> bool:
+    """Whether ``bucket`` is an S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3, or
+    --xa-s3 for its access points): its listings come in no key order."""
+    return bucket.endswith("--x-s3") or bucket.endswith("--xa-s3")
+
+
 @dataclass(frozen=True)
 class S3ClientConfig:
     """Configurable parameters of the S3 client (same fields as s3torchconnector's).
@@ -42,6 +48,13 @@ class S3ClientConfig:
         cache_max_bytes: bound of the cache's files (0: 10 GiB); least recently used
             blocks are evicted beyond it.
         cache_min_free_bytes: free space the cache leaves on its file system (0: 5%).
+        express_read_only: S3 Express One Zone directory buckets (NAME--ZONE--x-s3, which
+            need no setting: recognised from the name, as s3torchconnector does) get
+            ReadOnly sessions from CreateSession: for clients that only read (datasets,
+            checkpoint loads).
+        disable_express_session_auth: True signs directory-bucket requests with the
+            caller's own credentials instead of sessions (None: the environment's
+            AWS_S3_DISABLE_EXPRESS_SESSION_AUTH, the profile's, else sessions).
     """
 
     throughput_target_gbps: float = 10.0
@@ -63,6 +76,8 @@ class S3ClientConfig:
     cache_dir: Optional[str] = None
     cache_max_bytes: int = 0
     cache_min_free_bytes: int = 0
+    express_read_only: bool = False
+    disable_express_session_auth: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if not (5 * MiB <= self.part_size <= 5 * 1024 * MiB):

@@ -23,6 +23,7 @@ from . import _s3flash
 from ._checkpoint import parse_s3_uri
 from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
+from ._config import is_directory_bucket
 from ._reader import (S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol,
                       SequentialS3Reader)
 
@@ -83,6 +84,11 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str, page_size: int,
     ahead: the next page is requested (on a thread, the GIL released while it waits) as
     soon as this one arrived, while this one's objects are consumed and fetched."""
     token: Optional[str] = None
+    if is_directory_bucket(bucket):
+        # S3 Express lists in no order: every page first, then in key order, so that every
+        # worker and rank sees the same items at the same indices
+        yield from sorted(_list_all(client, bucket, prefix, page_size), key=lambda o: o.key)
+        return
     if not ahead:
         while True:
             objects, token = _list_page(client, bucket, prefix, token, page_size)
@@ -107,6 +113,17 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str, page_size: int,
         if nxt is not None:
             nxt.cancel()
         pool.shutdown(wait=False)
+
+
+def _list_all(client: S3Client, bucket: str, prefix: str,
+              page_size: int) -> List[S3BucketKeyData]:
+    out: List[S3BucketKeyData] = []
+    token: Optional[str] = None
+    while True:
+        objects, token = _list_page(client, bucket, prefix, token, page_size)
+        out.extend(S3BucketKeyData(bucket, k, size, etag) for k, size, _m, etag, _c in objects)
+        if not token:
+            return out
 
 
 class _DatasetReader(SequentialS3Reader):

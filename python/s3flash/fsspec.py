@@ -38,6 +38,7 @@ from fsspec.utils import isfilelike, stringify_path
 from . import _s3flash
 from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
+from ._config import is_directory_bucket
 from ._reader import S3Reader
 from ._writer import S3Writer
 
@@ -623,6 +624,29 @@ class S3FlashFileSystem(AbstractFileSystem):
             if self.isdir(path1):
                 return  # a directory of a recursive copy: nothing to create
             raise
+
+    def mv(self, path1: Any, path2: Any, recursive: bool = False,
+           maxdepth: Optional[int] = None, **kwargs: Any) -> None:
+        """Within one S3 Express directory bucket (NAME--ZONE--x-s3): each object renamed
+        by RenameObject (atomic, no copy, never absent); elsewhere copy then delete, as
+        fsspec does."""
+        if isinstance(path1, str) and isinstance(path2, str) and path1 != path2:
+            b1, k1 = self.split_path(path1)
+            b2, k2 = self.split_path(path2)
+            if b1 == b2 and is_directory_bucket(b1) and k1 and k2:
+                if self.isfile(path1):
+                    if k2.endswith("/") or self.isdir(path2):
+                        k2 = k2.rstrip("/") + "/" + k1.rsplit("/", 1)[-1]
+                    self._native.rename_object(b1, k1, k2)
+                    return
+                if recursive:
+                    src = k1.rstrip("/") + "/"
+                    dst = k2.rstrip("/") + "/"
+                    for p in self.find(path1, maxdepth=maxdepth):
+                        key = self.split_path(p)[1]
+                        self._native.rename_object(b1, key, dst + key[len(src):])
+                    return
+        super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kwargs)
 
     def invalidate_cache(self, path: Optional[str] = None) -> None:
         """Nothing is cached: every call asks the server."""

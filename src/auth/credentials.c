@@ -224,7 +224,10 @@ enum s3f_status s3f__credentials_signing_key(struct s3f__credentials_snapshot *s
 
 struct s3f__credentials_provider {
     /* immutable after creation */
-    struct s3f__chain_settings *settings; /* NULL for a static provider */
+    struct s3f__chain_settings *settings; /* NULL for a static provider (empty, never
+                                           * read, for a fetch_fn provider) */
+    s3f__credentials_fetch_fn fetch;      /* a fetch_fn provider's (S3 Express sessions) */
+    void *fetch_ud;
     int64_t refresh_window_s;
     int64_t usable_margin_s;
     const struct s3f__logger *logger;
@@ -384,6 +387,36 @@ out:
     return st;
 }
 
+enum s3f_status s3f__credentials_provider_new_fn(s3f__credentials_fetch_fn fetch, void *ud,
+                                                 uint32_t refresh_window_s,
+                                                 const struct s3f__logger *logger,
+                                                 struct s3f__credentials_provider **out,
+                                                 struct s3f_error *err) {
+    *out = NULL;
+    if (!fetch)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no fetch function");
+    struct s3f__credentials_provider *p;
+    enum s3f_status st = provider_alloc(&p, err);
+    if (st)
+        return st;
+    /* empty settings: every "!p->settings" (a static provider) test stays false for it */
+    if (!(p->settings = calloc(1, sizeof(*p->settings)))) {
+        s3f__credentials_provider_free(p);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+    }
+    p->settings->cancel = &p->cancel;
+    p->settings->logger = logger;
+    p->fetch = fetch;
+    p->fetch_ud = ud;
+    if (refresh_window_s)
+        p->refresh_window_s = refresh_window_s;
+    if (p->usable_margin_s > p->refresh_window_s)
+        p->usable_margin_s = p->refresh_window_s;
+    p->logger = logger;
+    *out = p;
+    return S3F_OK;
+}
+
 static int64_t lifetime_of(const struct s3f__credentials_snapshot *s) {
     int64_t l = s->creds.expiration - s->fetched_at;
     return l > 0 ? l : 0;
@@ -416,7 +449,8 @@ static enum s3f_status fetch_unlocked(struct s3f__credentials_provider *p, int o
     memset(fresh, 0, sizeof(*fresh));
     s3f_error_clear(ferr);
     *chosen = -1;
-    enum s3f_status st = s3f__chain_run(p->settings, only, fresh, chosen, ferr);
+    enum s3f_status st = p->fetch ? p->fetch(p->fetch_ud, fresh, ferr)
+                                  : s3f__chain_run(p->settings, only, fresh, chosen, ferr);
     if (st == S3F_OK)
         s3f__log(p->logger, S3F_LOG_DEBUG, "credentials: from %s%s", fresh->source,
                  fresh->expiration ? " (temporary)" : "");

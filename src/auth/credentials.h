@@ -206,6 +206,40 @@ enum s3f_status s3f__credentials_get(struct s3f__credentials_provider *p,
 uint64_t s3f__credentials_provider_fetch_count(struct s3f__credentials_provider *p);
 uint64_t s3f__credentials_provider_background_count(struct s3f__credentials_provider *p);
 
+/* A provider whose credentials come from `fetch` (S3 Express sessions: CreateSession):
+ * cached, refreshed in the background and invalidated exactly as the chain's temporary
+ * credentials are (see above); `fetch` runs on the provider's refresher thread (or the
+ * caller's, when no thread can be started) and must fill *out with credentials that carry
+ * an expiration, or return an error with err filled. `ud` must outlive the provider.
+ * `refresh_window_s` 0: 300 s. Free with s3f__credentials_provider_free. */
+typedef enum s3f_status (*s3f__credentials_fetch_fn)(void *ud, struct s3f__credentials *out,
+                                                     struct s3f_error *err);
+enum s3f_status s3f__credentials_provider_new_fn(s3f__credentials_fetch_fn fetch, void *ud,
+                                                 uint32_t refresh_window_s,
+                                                 const struct s3f__logger *logger,
+                                                 struct s3f__credentials_provider **out,
+                                                 struct s3f_error *err);
+
+/* S3 Express One Zone's CreateSession, as one blocking GET (its own libcurl handle, never
+ * the client's I/O threads, so a request waiting for a session cannot starve the request
+ * that makes it): the caller has built and signed the request (url, headers "Name: value",
+ * at most 7, wiped after use by the caller). A 200's CreateSessionResult/Credentials become
+ * *out (source `source`); an error document gives S3F_ERR_ACCESS_DENIED (403),
+ * S3F_ERR_NOT_FOUND (404) or S3F_ERR_CREDENTIALS with S3's code, message and request id in
+ * err; transport failures S3F_ERR_CREDENTIALS naming what failed. */
+struct s3f__session_fetch {
+    const char *url;
+    const char *headers[8];
+    const char *resource;     /* "s3://bucket", for errors */
+    const char *source;       /* credentials' source, "s3express" */
+    const char *ca_bundle;    /* NULL: the system store */
+    uint32_t connect_timeout_ms, timeout_ms; /* 0: 2000 ms, 5000 ms */
+    const struct s3f__logger *logger;
+};
+enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *f,
+                                               struct s3f__credentials *out,
+                                               struct s3f_error *err);
+
 /* Stop the refresher (a credential_process it runs is killed), free the provider and drop
  * its snapshot (wiped once the last holder releases it). No call may be in flight. NULL ok. */
 void s3f__credentials_provider_free(struct s3f__credentials_provider *p);

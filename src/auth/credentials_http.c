@@ -31,7 +31,7 @@ static void curl_init(void) {
 struct http_request {
     const char *method;        /* "GET", "PUT" (empty body), "POST" */
     const char *url;
-    const char *headers[4];    /* "Name: value", NULL-terminated; may hold secrets */
+    const char *headers[8];    /* "Name: value", NULL-terminated; may hold secrets */
     const char *body;          /* POST only */
     size_t body_len;
     uint32_t connect_timeout_ms;
@@ -212,13 +212,14 @@ static void backoff(int attempt) {
 
 /* ---- web identity (STS AssumeRoleWithWebIdentity) ------------------------------------------ */
 
+/* STS's AssumeRoleWithWebIdentityResult and S3 Express's CreateSessionResult alike */
 enum sts_field { F_AKID, F_SECRET, F_TOKEN, F_EXPIRATION, F_CODE, F_MESSAGE, F_REQUEST_ID, F_N };
 
 static const char *const sts_suffixes[F_N] = {
-    [F_AKID] = "/AssumeRoleWithWebIdentityResult/Credentials/AccessKeyId",
-    [F_SECRET] = "/AssumeRoleWithWebIdentityResult/Credentials/SecretAccessKey",
-    [F_TOKEN] = "/AssumeRoleWithWebIdentityResult/Credentials/SessionToken",
-    [F_EXPIRATION] = "/AssumeRoleWithWebIdentityResult/Credentials/Expiration",
+    [F_AKID] = "Result/Credentials/AccessKeyId",
+    [F_SECRET] = "Result/Credentials/SecretAccessKey",
+    [F_TOKEN] = "Result/Credentials/SessionToken",
+    [F_EXPIRATION] = "Result/Credentials/Expiration",
     [F_CODE] = "/Error/Code",
     [F_MESSAGE] = "/Error/Message",
     [F_REQUEST_ID] = "/RequestId",
@@ -798,5 +799,75 @@ out:
     s3f__wipe_free(token);
     s3f__wipe_free(token_hdr);
     free(role);
+    return st;
+}
+
+/* ---- S3 Express One Zone: CreateSession --------------------------------------------------- */
+
+enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *f,
+                                               struct s3f__credentials *out,
+                                               struct s3f_error *err) {
+    memset(out, 0, sizeof(*out));
+    struct s3f__chain_settings s;
+    memset(&s, 0, sizeof(s));
+    s.ca_bundle = (char *)f->ca_bundle;
+    s.logger = f->logger;
+    struct http_request rq = {
+        .method = "GET",
+        .url = f->url,
+        .connect_timeout_ms = f->connect_timeout_ms ? f->connect_timeout_ms : 2000,
+        .timeout_ms = f->timeout_ms ? f->timeout_ms : 5000,
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(rq.headers) - 1 && f->headers[i]; i++)
+        rq.headers[i] = f->headers[i];
+    struct http_response rs;
+    response_init(&rs);
+    struct sts_doc doc;
+    memset(&doc, 0, sizeof(doc));
+    char why[CURL_ERROR_SIZE + 64];
+    enum s3f_status st = http_perform(&s, &rq, &rs, why, sizeof(why));
+    if (st) {
+        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
+                            "CreateSession", f->resource, "%s", why);
+        goto out;
+    }
+    int parsed = sts_parse(&doc, rs.body.data, rs.body.len);
+    if (rs.status != 200) {
+        const char *code = doc.fields[F_CODE];
+        const char *msg = doc.fields[F_MESSAGE];
+        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, "CreateSession", f->resource,
+                            "%s", msg && *msg ? msg : "S3 refused to create a session");
+        if (err) {
+            err->http_status = (int)rs.status;
+            s3f__strlcpy(err->code, code ? code : "", sizeof(err->code));
+            s3f__strlcpy(err->request_id,
+                         doc.fields[F_REQUEST_ID] ? doc.fields[F_REQUEST_ID] : "",
+                         sizeof(err->request_id));
+            if (rs.status == 403)
+                err->status = st = S3F_ERR_ACCESS_DENIED;
+            else if (rs.status == 404)
+                err->status = st = S3F_ERR_NO_SUCH_BUCKET;
+        }
+        goto out;
+    }
+    int64_t exp;
+    if (parsed != 0 || !doc.fields[F_AKID] || !doc.fields[F_SECRET] || !doc.fields[F_TOKEN] ||
+        !doc.fields[F_EXPIRATION]) {
+        st = s3f__error_set(err, doc.oom ? S3F_ERR_NO_MEMORY : S3F_ERR_BAD_RESPONSE,
+                            "CreateSession", f->resource,
+                            "the CreateSession response has no complete Credentials element");
+        goto out;
+    }
+    if (s3f__time_parse(s3f__trim(doc.fields[F_EXPIRATION]), &exp) != 0) {
+        st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "CreateSession", f->resource,
+                            "the CreateSession response's Expiration is not an ISO-8601 time");
+        goto out;
+    }
+    if (s3f__credentials_set(out, s3f__trim(doc.fields[F_AKID]), s3f__trim(doc.fields[F_SECRET]),
+                             s3f__trim(doc.fields[F_TOKEN]), exp, f->source))
+        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
+out:
+    sts_doc_cleanup(&doc);
+    response_cleanup(&rs);
     return st;
 }

@@ -190,6 +190,22 @@ int cli_cmd_rm(struct cli_ctx *ctx);
 int cli_cmd_mv(struct cli_ctx *ctx);
 int cli_cmd_sync(struct cli_ctx *ctx);
 int cli_cmd_cat(struct cli_ctx *ctx);
+int cli_cmd_append(struct cli_ctx *ctx); /* cmd_express.c */
+/* mv within one directory bucket: RenameObject per object (cmd_express.c). `keys` NULL:
+ * the one object src_key -> dst_key; else every keys[i] under src_prefix, renamed to
+ * dst_prefix + the rest. */
+int cli_express_rename(struct cli_ctx *ctx, const char *bucket, const char *src_key,
+                       const char *dst_key);
+/* ListObjectsV2 of bucket/prefix page after page (continuation tokens), each page given to
+ * on_page (nonzero: out of memory, stop); errors reported naming uri. Returns the exit
+ * status (cmd_ls.c). cli_ls_print_object prints one object line of ls. */
+int cli_list_pages(struct s3f_client *c, const char *uri, const char *bucket,
+                   const char *prefix, const char *delimiter, int page_size,
+                   int (*on_page)(void *ud, const struct s3f_list_page *page), void *ud);
+void cli_ls_print_object(const struct s3f_list_entry *e, size_t strip);
+/* ls of a directory bucket: every page collected, then sorted (cmd_express.c). */
+int cli_express_ls(struct cli_ctx *ctx, struct s3f_client *c, const char *uri,
+                   const char *bucket, const char *prefix, int recursive, int page_size);
 int cli_cmd_mb(struct cli_ctx *ctx);
 int cli_cmd_rb(struct cli_ctx *ctx);
 int cli_cmd_stat(struct cli_ctx *ctx);

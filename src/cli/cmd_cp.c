@@ -89,6 +89,26 @@ static int cp_recursive(struct cli_ctx *ctx, bool move, const char *src, const c
             goto out;
         }
     }
+    if (s3src && s3f_bucket_is_directory(sb))
+        cli_entries_sort(&entries); /* an unordered listing: objects in key order */
+    if (move && s3src && s3dst && strcmp(sb, db) == 0 && s3f_bucket_is_directory(sb)) {
+        /* within one directory bucket: each object renamed (RenameObject) */
+        for (size_t i = 0; i < entries.n && !oom; i++) {
+            char *from = cli_strcat2(prefix, entries.items[i].rel);
+            char *to = cli_strcat2(dprefix, entries.items[i].rel);
+            if (!from || !to)
+                oom = 1;
+            else if (cli_express_rename(ctx, sb, from, to) != CLI_EXIT_OK)
+                rc = CLI_EXIT_FAIL;
+            free(from);
+            free(to);
+        }
+        if (oom) {
+            cli_errorf("out of memory");
+            rc = CLI_EXIT_FAIL;
+        }
+        goto out;
+    }
     for (size_t i = 0; i < entries.n && !oom; i++) {
         const struct cli_entry *e = &entries.items[i];
         if (s3dst) {
@@ -225,6 +245,8 @@ static int cp_or_mv(struct cli_ctx *ctx, bool move) {
         }
         if (move && strcmp(sb, db) == 0 && strcmp(sk, dk) == 0)
             return cli_usage_error(ctx->cmd, "cannot move %s onto itself", src);
+        if (move && strcmp(sb, db) == 0 && s3f_bucket_is_directory(sb))
+            return cli_express_rename(ctx, sb, sk, dk); /* one RenameObject */
         return cp_one(ctx, move, CLI_JOB_COPY, sb, sk, db, dk);
     }
 

@@ -164,7 +164,9 @@ static const struct cli_command commands[] = {
     {"mv", "SRC DST [--recursive] [--exclude PATTERN] [--include PATTERN] [--dryrun]",
      "Move local -> S3, S3 -> local or S3 -> S3 (server side).",
      "Copies as cp does, then deletes each source (the local file, or the object with\n"
-     "DeleteObject) once its copy succeeded: a failed copy keeps its source. With\n"
+     "DeleteObject) once its copy succeeded: a failed copy keeps its source. Within one\n"
+     "S3 Express directory bucket (NAME--ZONE--x-s3) each object is renamed instead, in\n"
+     "one atomic request (RenameObject: no copy, never a moment without it). With\n"
      "--recursive many objects are in flight; a failed one is reported, the others go\n"
      "on, and the exit status is 1.",
      mv_opts, 2, 2, cli_cmd_mv},
@@ -184,6 +186,14 @@ static const struct cli_command commands[] = {
      "filtered by --exclude/--include, then deleted with DeleteObjects in batches of 1000.",
      rm_opts, 1, 1, cli_cmd_rm},
     {"cat", "s3://bucket/key", "Write an object to stdout.", NULL, no_opts, 1, 1, cli_cmd_cat},
+    {"append", "SRC s3://bucket/key", "Append a file or stdin ('-') to an object of a "
+     "directory bucket.",
+     "S3 Express One Zone directory buckets (NAME--ZONE--x-s3) only: the bytes go after the\n"
+     "object's current end (PutObject with x-amz-write-offset-bytes; a missing object is\n"
+     "created), in requests of at most 64 MiB; each request adds one of the object's\n"
+     "10,000 parts. Another writer that appended meanwhile makes it fail with\n"
+     "InvalidWriteOffset, with nothing of that request written.",
+     no_opts, 2, 2, cli_cmd_append},
     {"stat", "s3://bucket/key", "Show an object's metadata (HeadObject).",
      "Prints size, etag, last-modified, content-type and the checksums the server stores.",
      no_opts, 1, 1, cli_cmd_stat},
@@ -248,6 +258,11 @@ void cli_client_options(const struct cli_ctx *ctx, struct s3f_client_options *op
             : 0;
     if (a->set[OPT_DEBUG])
         opts->log_level = S3F_LOG_DEBUG; /* log_fn NULL: the library writes to stderr */
+    /* the commands that only read ask directory buckets for ReadOnly sessions */
+    static const char *const readers[] = {"ls", "cat", "stat"};
+    for (size_t i = 0; ctx->cmd && i < sizeof(readers) / sizeof(readers[0]); i++)
+        if (strcmp(ctx->cmd->name, readers[i]) == 0)
+            opts->express_read_only = 1;
     cli_engine_apply(ctx, opts);
 }
 

@@ -39,6 +39,8 @@ struct s3f_client *client_get(ClientObject *self) {
     o.cache_dir = self->cache_dir;
     o.cache_max_bytes = self->cache_max_bytes;
     o.cache_min_free_bytes = self->cache_min_free_bytes;
+    o.express_read_only = self->express_read_only;
+    o.disable_express_session_auth = self->disable_express_session_auth;
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_client *c = NULL;
@@ -59,19 +61,20 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                              "memory_limit", "max_inflight_requests", "io_threads",
                              "max_connections", "checksum", "ca_bundle", "tls_insecure",
                              "requester_pays", "cache_dir", "cache_max_bytes",
-                             "cache_min_free_bytes", NULL};
+                             "cache_min_free_bytes", "express_read_only",
+                             "disable_express_session_auth", NULL};
     const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
                *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL,
                *cache_dir = NULL;
-    int fps = 0, anon = 0, attempts = 0, insecure = 0, payer = 0;
+    int fps = 0, anon = 0, attempts = 0, insecure = 0, payer = 0, xro = 0, xdisable = 0;
     double gbps = 0;
     unsigned long long part = 0, mem = 0, cache_max = 0, cache_free = 0;
     unsigned int inflight = 0, io = 0, conns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKK", kwlist, &region,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpi", kwlist, &region,
                                      &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
                                      &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
                                      &checksum, &ca_bundle, &insecure, &payer, &cache_dir,
-                                     &cache_max, &cache_free))
+                                     &cache_max, &cache_free, &xro, &xdisable))
         return -1;
     if (self->initialized) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
@@ -104,6 +107,8 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     self->max_attempts = attempts;
     self->tls_insecure = insecure;
     self->requester_pays = payer;
+    self->express_read_only = xro;
+    self->disable_express_session_auth = xdisable;
     self->gbps = gbps;
     self->part_size = part;
     self->memory_limit = mem;
@@ -203,6 +208,47 @@ static PyObject *Client_delete_bucket(ClientObject *self, PyObject *args) {
 
 /* copy_object(src_bucket, src_key, dst_bucket, dst_key) -> info: server-side CopyObject
  * (at most 5 GiB). */
+static PyObject *Client_rename_object(ClientObject *self, PyObject *args) {
+    const char *bucket, *sk, *dk, *inm = NULL;
+    if (!PyArg_ParseTuple(args, "sss|z:rename_object", &bucket, &sk, &dk, &inm))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_rename_object(c, bucket, sk, dk, inm, &err);
+    Py_END_ALLOW_THREADS
+    if (st)
+        return raise_s3(st, &err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
+    const char *bucket, *key;
+    unsigned long long offset;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "ssKy*:append_object", &bucket, &key, &offset, &data))
+        return NULL;
+    struct s3f_client *c = client_get(self);
+    if (!c) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = s3f_append_object(c, bucket, key, offset, data.buf, (size_t)data.len, &info, &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (st)
+        return raise_s3(st, &err);
+    return info_to_dict(&info);
+}
+
 static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
     const char *sb, *sk, *db, *dk;
     if (!PyArg_ParseTuple(args, "ssss:copy_object", &sb, &sk, &db, &dk))
@@ -913,6 +959,12 @@ static PyMethodDef Client_methods[] = {
     {"create_bucket", (PyCFunction)Client_create_bucket, METH_VARARGS, "create_bucket(bucket)"},
     {"delete_bucket", (PyCFunction)Client_delete_bucket, METH_VARARGS,
      "delete_bucket(bucket)\nDeleteBucket (the bucket must be empty)."},
+    {"rename_object", (PyCFunction)Client_rename_object, METH_VARARGS,
+     "rename_object(bucket, src_key, dst_key, if_none_match=None)\n"
+     "RenameObject (directory buckets): one atomic request, no copy."},
+    {"append_object", (PyCFunction)Client_append_object, METH_VARARGS,
+     "append_object(bucket, key, offset, data) -> dict\n"
+     "Append (directory buckets): PutObject with x-amz-write-offset-bytes = offset."},
     {"copy_object", (PyCFunction)Client_copy_object, METH_VARARGS,
      "copy_object(src_bucket, src_key, dst_bucket, dst_key) -> dict\nServer-side CopyObject."},
     {"delete_objects", (PyCFunction)Client_delete_objects, METH_VARARGS,

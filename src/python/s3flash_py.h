@@ -37,6 +37,7 @@ typedef struct {
     unsigned long forks_seen;  /* how many times a fork was detected (tests) */
     char *region, *endpoint, *profile, *akid, *secret, *token, *ca_bundle;
     int initialized, force_path_style, anonymous, max_attempts, tls_insecure, requester_pays;
+    int express_read_only, disable_express_session_auth; /* S3 Express One Zone */
     enum s3f_checksum_algorithm checksum;
     double gbps;
     unsigned long long part_size, memory_limit;

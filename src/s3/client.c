@@ -158,6 +158,21 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
         goto oom;
     if (opts->tls_insecure)
         s3f__log(&c->logger, S3F_LOG_WARN, "TLS certificate verification is disabled");
+    c->connect_timeout_ms = opts->connect_timeout_ms;
+
+    /* S3 Express One Zone sessions (AWS SDKs: AWS_S3_DISABLE_EXPRESS_SESSION_AUTH, the
+     * profile's s3_disable_express_session_auth) */
+    c->express_read_only = opts->express_read_only != 0;
+    if (opts->disable_express_session_auth)
+        c->express_session_auth_disabled = opts->disable_express_session_auth > 0;
+    else if (env("AWS_S3_DISABLE_EXPRESS_SESSION_AUTH"))
+        c->express_session_auth_disabled =
+            strcasecmp(env("AWS_S3_DISABLE_EXPRESS_SESSION_AUTH"), "true") == 0;
+    else if (cfg_get(c, "s3_disable_express_session_auth"))
+        c->express_session_auth_disabled =
+            strcasecmp(cfg_get(c, "s3_disable_express_session_auth"), "true") == 0;
+    if ((st = s3f__express_new(c, err)))
+        goto fail;
 
     /* credentials */
     c->anonymous = opts->anonymous != 0;
@@ -210,6 +225,7 @@ void s3f__s3_client_free(struct s3f_client *c) {
     if (!c)
         return;
     s3f__http_pool_free(c->http);
+    s3f__express_free(c); /* the sessions' refreshers sign with c->creds */
     s3f__credentials_provider_free(c->creds);
     s3f__aws_config_free(c->config);
     free(c->region);
@@ -261,5 +277,6 @@ struct s3f__endpoint_params s3f__client_endpoint_params(const struct s3f_client 
         .use_fips = c->use_fips,
         .use_dual_stack = c->use_dual_stack,
         .accelerate = c->accelerate,
+        .disable_s3express_session_auth = c->express_session_auth_disabled,
     };
 }

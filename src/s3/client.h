@@ -35,6 +35,7 @@ struct s3f__retry_bucket {
 };
 
 struct s3f__xfer_engine; /* the transfer engine's own (src/xfer/xfer.h) */
+struct s3f__express;     /* S3 Express sessions per directory bucket (express.c) */
 
 struct s3f_client {
     struct s3f__logger logger;
@@ -46,6 +47,12 @@ struct s3f_client {
     bool requester_pays;      /* x-amz-request-payer: requester on every request */
     int max_attempts;
     char *ca_bundle;
+    uint32_t connect_timeout_ms;
+    /* S3 Express One Zone (express.c): the sessions of the directory buckets used, the mode
+     * CreateSession asks for, and whether sessions are used at all */
+    struct s3f__express *express;
+    bool express_read_only;
+    bool express_session_auth_disabled;
     struct s3f__aws_config *config;           /* may be NULL when no files exist */
     struct s3f__credentials_provider *creds;  /* NULL when anonymous */
     struct s3f__http_pool *http;
@@ -139,6 +146,7 @@ struct s3f__s3_call {
     bool prep_failed;               /* this attempt could not be built; err says why */
     int idem;                       /* enum s3f__idem_class of the request */
     uint64_t creds_generation;      /* credentials snapshot that signed this attempt */
+    struct s3f__credentials_provider *creds_provider; /* ...and its provider (a session's) */
     bool token_resent;              /* re-sent once after ExpiredToken & co. */
     /* parked while the refresher fetches credentials (none usable: expired, or the server
      * rejected the token): re-queued by it, never waiting on an I/O thread */
@@ -200,6 +208,9 @@ struct s3f__s3_request {
      * attempt may take in all, connection included (0: none beyond the stall timeout). */
     int max_attempts;
     uint32_t timeout_ms;
+    /* S3 Express: a bucket operation of the regional control endpoint (CreateBucket,
+     * DeleteBucket of a directory bucket), signed with the caller's credentials */
+    bool s3express_control;
     /* private: the executor's state */
     struct s3f__s3_call call;
 };
@@ -237,6 +248,18 @@ struct s3f__s3_response_head {
 /* The head of the response `r` is receiving now: call from its sink (I/O thread), where
  * the head has been parsed and checked before the first body byte. */
 void s3f__s3_response_head(const struct s3f__s3_request *r, struct s3f__s3_response_head *out);
+
+/* S3 Express sessions (express.c): the table is created with the client and freed with it;
+ * s3f__express_provider returns (creating it on first use) the credentials provider of a
+ * directory bucket's sessions, owned by the table. Thread-safe. */
+enum s3f_status s3f__express_new(struct s3f_client *c, struct s3f_error *err);
+void s3f__express_free(struct s3f_client *c);
+enum s3f_status s3f__express_provider(struct s3f_client *c, const char *bucket,
+                                      struct s3f__credentials_provider **out,
+                                      struct s3f_error *err);
+/* Whether an error code answered to a session's request means "create a new session and
+ * send it again once": ExpiredToken, TokenRefreshRequired, InvalidToken, AccessDenied. */
+bool s3f__express_session_rejected(const char *code);
 
 /* "s3://bucket/key" into buf. */
 void s3f__s3_resource(char *buf, size_t len, const char *bucket, const char *key);

@@ -343,12 +343,95 @@ static enum s3f_status set_aws(struct s3f__endpoint *out, const char *host, cons
     return set_result(out, true, host, host, path, path_style, signing_region);
 }
 
+/* ---- S3 Express One Zone (AWS, "Directory bucket naming rules" and "Regional and Zonal
+ * endpoints for directory buckets"; the rule set's S3Express branch) ---- */
+bool s3f__bucket_is_directory(const char *bucket) {
+    return bucket && (has_suffix(bucket, "--x-s3") || has_suffix(bucket, "--xa-s3"));
+}
+
+int s3f_bucket_is_directory(const char *bucket) {
+    return s3f__bucket_is_directory(bucket);
+}
+
+bool s3f__directory_bucket_zone(const char *bucket, char *zone, size_t cap) {
+    if (!s3f__bucket_is_directory(bucket))
+        return false;
+    size_t n = strlen(bucket) - (has_suffix(bucket, "--x-s3") ? 6 : 7);
+    /* the zone id is the last "--"-separated field before the suffix: use1-az4, usw2-az12,
+     * use1-lax1-az1 (Local Zones); at least one '-', a-z 0-9 and '-' only */
+    size_t i = n;
+    while (i >= 2 && !(bucket[i - 1] == '-' && bucket[i - 2] == '-'))
+        i--;
+    if (i < 3) /* no base name before it */
+        return false;
+    size_t zl = n - i;
+    if (zl < 3 || zl >= cap || bucket[i] == '-' || bucket[n - 1] == '-' ||
+        !memchr(bucket + i, '-', zl))
+        return false;
+    for (size_t j = i; j < n; j++) {
+        char c = bucket[j];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+            return false;
+    }
+    memcpy(zone, bucket + i, zl);
+    zone[zl] = '\0';
+    return true;
+}
+
+/* The signing name s3express (the control endpoint and the zonal one alike) and whether
+ * requests are signed with a session's credentials (sigv4-s3express). */
+static enum s3f_status express_mark(struct s3f__endpoint *out, bool session) {
+    free(out->signing_name);
+    out->signing_name = s3f__strdup("s3express");
+    out->s3express = true;
+    out->s3express_session = session;
+    return out->signing_name ? S3F_OK : S3F_ERR_NO_MEMORY;
+}
+
+/* An AWS endpoint of S3 Express: the zonal endpoint BUCKET.s3express[-fips]-ZONE
+ * [.dualstack].REGION.SUFFIX (virtual-hosted only), or the regional control endpoint
+ * s3express-control[-fips][.dualstack].REGION.SUFFIX[/BUCKET] (path style).
+ * S3F_ERR_INVALID_ARGUMENT: no zone id in the bucket's name. */
+static enum s3f_status express_aws(const struct s3f__endpoint_params *p, const char *bucket,
+                                   const struct partition *part, const char *region,
+                                   struct s3f__endpoint *out) {
+    char host[512], zone[64];
+    const char *fips = p->use_fips ? "-fips" : "";
+    const char *ds = p->use_dual_stack ? ".dualstack" : "";
+    enum s3f_status st;
+    if (p->use_s3express_control_endpoint) {
+        snprintf(host, sizeof(host), "s3express-control%s%s.%s.%s", fips, ds, region,
+                 part->dns_suffix);
+        struct s3f__buf path;
+        s3f__buf_init(&path, 4096);
+        st = S3F_OK;
+        if (bucket && !(st = s3f__buf_append(&path, "/", 1)))
+            st = s3f__uri_encode(&path, bucket, strlen(bucket), false);
+        if (!st)
+            st = set_aws(out, host, bucket ? path.data : "", bucket != NULL, region);
+        s3f__buf_cleanup(&path);
+    } else {
+        if (!s3f__directory_bucket_zone(bucket, zone, sizeof(zone)))
+            return S3F_ERR_INVALID_ARGUMENT;
+        snprintf(host, sizeof(host), "%s.s3express%s-%s%s.%s.%s", bucket, fips, zone, ds,
+                 region, part->dns_suffix);
+        st = set_aws(out, host, "", false, region);
+    }
+    if (!st)
+        st = express_mark(out, bucket && !p->use_s3express_control_endpoint &&
+                                   !p->disable_s3express_session_auth);
+    if (st)
+        s3f__endpoint_cleanup(out);
+    return st;
+}
+
 static enum s3f_status oom(struct s3f_error *err, const char *resource) {
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, resource, "out of memory");
 }
 
 enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                                       struct s3f__endpoint *out, struct s3f_error *err) {
+    enum s3f_status st_express;
     if (!out)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL, "no output endpoint");
     memset(out, 0, sizeof(*out));
@@ -370,16 +453,9 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                               "ARN buckets are not supported: %s (access points, Outposts, "
                               "Object Lambda and Multi-Region Access Points need ARN support)",
                               bucket);
-    if (bucket && (has_suffix(bucket, "--x-s3") || has_suffix(bucket, "--xa-s3")))
-        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
-                              "S3 Express One Zone directory buckets are not supported: %s",
-                              bucket);
     if (bucket && strlen(bucket) >= 50 && has_suffix(bucket, "--op-s3"))
         return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
                               "S3 on Outposts bucket aliases are not supported: %s", bucket);
-    if (p->use_s3express_control_endpoint)
-        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
-                              "the S3 Express One Zone control endpoint is not supported");
     if (p->use_object_lambda_endpoint)
         return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
                               "S3 Object Lambda endpoints are not supported");
@@ -428,6 +504,27 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
 
     if (strlen(region) > 128)
         goto bad_region;
+    bool express = bucket && s3f__bucket_is_directory(bucket);
+    if (express || p->use_s3express_control_endpoint) {
+        if (express && !s3f__bucket_dns_compatible(bucket, false))
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                                  "S3Express bucket name is not a valid virtual hostable name.");
+        if (p->accelerate)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
+                                  "S3Express does not support S3 Accelerate.");
+        if (!custom) {
+            if (!valid_host_label(region, false))
+                goto bad_region;
+            st_express = express_aws(p, bucket, part, region, out);
+            if (st_express == S3F_ERR_INVALID_ARGUMENT)
+                return s3f__error_set(err, st_express, OP, resource,
+                                      "Unrecognized S3Express bucket name format.");
+            if (st_express == S3F_ERR_NO_MEMORY)
+                return oom(err, resource);
+            return S3F_OK;
+        }
+        /* a custom endpoint wins: addressed as any bucket there, signed for s3express */
+    }
     bool global = strcmp(region, "aws-global") == 0;
     const char *r1 = global ? "us-east-1" : region; /* region in FIPS/dual-stack hosts */
     /* The legacy global endpoint s3.amazonaws.com: aws-global, or us-east-1 when asked. */
@@ -555,6 +652,9 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
     }
 
 done:
+    if (!st && (express || p->use_s3express_control_endpoint))
+        st = express_mark(out, express && !p->use_s3express_control_endpoint &&
+                                   !p->disable_s3express_session_auth);
     if (st) {
         s3f__endpoint_cleanup(out);
         if (st == S3F_ERR_NO_MEMORY)

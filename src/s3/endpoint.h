@@ -3,9 +3,11 @@
  * Follows the S3 endpoint rule set of the AWS SDKs (checked case by case against botocore's
  * endpoint-rules test suite in tests/vectors/s3/endpoint-tests.json) for what s3flash
  * supports: AWS partitions, regional and us-east-1 global endpoints, FIPS, dual-stack,
- * Transfer Acceleration, virtual-hosted and path-style addressing, custom endpoints.
- * ARN buckets (access points, Outposts, Object Lambda, Multi-Region Access Points), Outposts
- * bucket aliases and S3 Express One Zone are refused with S3F_ERR_UNSUPPORTED. */
+ * Transfer Acceleration, virtual-hosted and path-style addressing, custom endpoints, and S3
+ * Express One Zone: directory buckets (NAME--ZONE--x-s3, access points --xa-s3) on their
+ * zonal endpoints and the regional control endpoint (s3express-control).
+ * ARN buckets (access points, Outposts, Object Lambda, Multi-Region Access Points) and
+ * Outposts bucket aliases are refused with S3F_ERR_UNSUPPORTED. */
 #ifndef S3F_S3_ENDPOINT_H
 #define S3F_S3_ENDPOINT_H
 
@@ -22,10 +24,14 @@ struct s3f__endpoint_params {
     bool use_dual_stack;
     bool accelerate;
     bool use_global_endpoint; /* us-east-1 -> s3.amazonaws.com (legacy global endpoint) */
-    /* Not supported, present so that a request for them fails loudly (S3F_ERR_UNSUPPORTED)
+    /* Not supported, present so that a request for it fails loudly (S3F_ERR_UNSUPPORTED)
      * instead of resolving to a plain S3 URL. */
     bool use_object_lambda_endpoint;
+    /* S3 Express: bucket operations (CreateBucket, DeleteBucket, ListDirectoryBuckets...) go
+     * to the regional control endpoint; DisableS3ExpressSessionAuth signs zonal requests
+     * with the caller's own credentials instead of a session's. */
     bool use_s3express_control_endpoint;
+    bool disable_s3express_session_auth;
 };
 
 struct s3f__endpoint {
@@ -38,7 +44,9 @@ struct s3f__endpoint {
     bool path_style;      /* the bucket is in the path (false when there is no bucket) */
     bool tls;             /* https */
     char *signing_region; /* SigV4 scope region ("us-east-1" for aws-global) */
-    char *signing_name;   /* SigV4 service name: "s3" */
+    char *signing_name;   /* SigV4 service name: "s3", "s3express" */
+    bool s3express;       /* a directory bucket or the S3 Express control endpoint */
+    bool s3express_session; /* signed with a CreateSession session (sigv4-s3express) */
 };
 
 /* Resolve `p` into `out` (which is overwritten; free its strings with
@@ -48,7 +56,7 @@ struct s3f__endpoint {
  *                             Accelerate + path style, dual-stack + custom endpoint, ...)
  *   S3F_ERR_INVALID_URI       the custom endpoint is not an http(s) URL (never echoed when it
  *                             carries user:password@)
- *   S3F_ERR_UNSUPPORTED       ARN buckets, Outposts aliases, S3 Express, Object Lambda
+ *   S3F_ERR_UNSUPPORTED       ARN buckets, Outposts aliases, Object Lambda
  *   S3F_ERR_NO_MEMORY */
 enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                                       struct s3f__endpoint *out, struct s3f_error *err);
@@ -76,6 +84,11 @@ char *s3f__endpoint_object_path(const struct s3f__endpoint *e, const char *key);
  * 3+ bytes, lowercase, not an IPv4 address, and a valid DNS label (allow_dots: a dot-separated
  * series of labels) of a-z 0-9 - not starting or ending with '-'. NULL gives false. */
 bool s3f__bucket_name_valid(const char *name, bool strict);
+/* S3 Express One Zone: whether the name is a directory bucket's (ends in --x-s3, or --xa-s3
+ * for its access points), and its Availability Zone id ("use1-az4" of
+ * "data--use1-az4--x-s3") into zone (cap bytes); false when it has none. */
+bool s3f__bucket_is_directory(const char *bucket);
+bool s3f__directory_bucket_zone(const char *bucket, char *zone, size_t cap);
 bool s3f__bucket_dns_compatible(const char *name, bool allow_dots);
 
 #endif /* S3F_S3_ENDPOINT_H */

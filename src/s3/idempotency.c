@@ -23,7 +23,9 @@ static const struct {
     {"ListMultipartUploads", S3F__IDEM_IDEMPOTENT},
     {"ListObjectsV2", S3F__IDEM_IDEMPOTENT},
     {"ListParts", S3F__IDEM_IDEMPOTENT},
-    {"PutObject", S3F__IDEM_IDEMPOTENT},               /* CONDITIONAL with If-None-Match */
+    {"PutObject", S3F__IDEM_IDEMPOTENT},               /* CONDITIONAL with If-None-Match,
+                                                        * RECONCILE as an append */
+    {"RenameObject", S3F__IDEM_RECONCILE},             /* repeat: NoSuchKey (source gone) */
     {"UploadPart", S3F__IDEM_IDEMPOTENT},
     {"UploadPartCopy", S3F__IDEM_IDEMPOTENT},
 };
@@ -40,9 +42,12 @@ enum s3f__idem_class s3f__idempotency(const char *operation) {
 enum s3f__idem_class s3f__idempotency_of(const struct s3f__s3_request *r) {
     enum s3f__idem_class c = s3f__idempotency(r->operation);
     if (c == S3F__IDEM_IDEMPOTENT)
-        for (size_t i = 0; i < r->n_headers; i++)
+        for (size_t i = 0; i < r->n_headers; i++) {
+            if (strcasecmp(r->headers[i].name, "x-amz-write-offset-bytes") == 0)
+                return S3F__IDEM_RECONCILE; /* an append: a repeat finds the object grown */
             if (strcasecmp(r->headers[i].name, "if-none-match") == 0)
                 return S3F__IDEM_CONDITIONAL;
+        }
     return c;
 }
 

@@ -246,7 +246,9 @@ enum s3f_status s3f_put_object(struct s3f_client *c, const char *bucket, const c
     if ((st = s3f__op_checksum_start(opts->checksum, &ck, "PutObject", err)))
         return st;
     /* without MD5 (a FIPS host) the integrity check Content-MD5 asked for is a CRC32C */
-    bool md5 = opts->content_md5 && s3f__md5_available();
+    /* directory buckets take no Content-MD5 (AWS, "Data protection in directory buckets":
+     * CRC32, CRC32C... instead): a CRC32C stands in, as on a FIPS host */
+    bool md5 = opts->content_md5 && s3f__md5_available() && !s3f__bucket_is_directory(bucket);
     if (opts->content_md5 && !md5 && ck.alg == S3F_CHECKSUM_NONE)
         (void)s3f__checksum_init(&ck, S3F_CHECKSUM_CRC32C);
     s3f__checksum_update(&ck, data, len);
@@ -337,11 +339,11 @@ enum s3f_status s3f_delete_objects(struct s3f_client *c, const char *bucket,
         s3f__buf_reset(&body);
         if ((st = s3f__xml_build_delete(keys + off, n, true, &body, err)))
             break;
-        /* S3 requires Content-MD5 or an x-amz-checksum-* here; on a FIPS host (no MD5)
-         * send the CRC32C of the body */
+        /* S3 requires Content-MD5 or an x-amz-checksum-* here; on a FIPS host (no MD5) or a
+         * directory bucket (no Content-MD5) send the CRC32C of the body */
         uint8_t md5[16];
         char md5_b64[25], crc_b64[9];
-        bool use_md5 = s3f__md5_available();
+        bool use_md5 = s3f__md5_available() && !s3f__bucket_is_directory(bucket);
         if (use_md5 && s3f__md5(body.data, body.len, md5)) {
             st = s3f__error_set(err, s3f__crypto_status(), "DeleteObjects", bucket,
                                 "MD5 failed (OpenSSL)");

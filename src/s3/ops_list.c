@@ -72,8 +72,23 @@ enum s3f_status s3f_create_bucket(struct s3f_client *c, const char *bucket,
     s3f__buf_init(&body, 4096);
     struct s3f__s3_request r;
     s3f__op_request_init(&r, "CreateBucket", "PUT", bucket, NULL);
-    /* us-east-1 takes no LocationConstraint; a custom endpoint may know no AWS region */
-    if (strcmp(c->region, "us-east-1") != 0 && !c->endpoint_url) {
+    char zone[64];
+    if (s3f__directory_bucket_zone(bucket, zone, sizeof(zone))) {
+        /* a directory bucket: on the control endpoint, in its Availability Zone (AWS,
+         * CreateBucket: Location Type AvailabilityZone, Bucket Type Directory) */
+        r.s3express_control = true;
+        if (s3f__buf_appendf(&body,
+                             "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/"
+                             "2006-03-01/\"><Location><Name>%s</Name><Type>AvailabilityZone"
+                             "</Type></Location><Bucket><DataRedundancy>SingleAvailabilityZone"
+                             "</DataRedundancy><Type>Directory</Type></Bucket>"
+                             "</CreateBucketConfiguration>",
+                             zone)) {
+            s3f__buf_cleanup(&body);
+            return s3f__op_oom(err, "CreateBucket");
+        }
+    } else if (strcmp(c->region, "us-east-1") != 0 && !c->endpoint_url) {
+        /* us-east-1 takes no LocationConstraint; a custom endpoint may know no AWS region */
         if (s3f__buf_appendf(&body,
                              "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/"
                              "2006-03-01/\"><LocationConstraint>%s</LocationConstraint>"
@@ -122,5 +137,6 @@ enum s3f_status s3f_delete_bucket(struct s3f_client *c, const char *bucket,
         return st;
     struct s3f__s3_request r;
     s3f__op_request_init(&r, "DeleteBucket", "DELETE", bucket, NULL);
+    r.s3express_control = s3f__bucket_is_directory(bucket); /* the control endpoint */
     return s3f__s3_execute(c, &r, err);
 }

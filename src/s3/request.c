@@ -43,6 +43,8 @@ static void log_request(struct s3f_client *c, const struct s3f__s3_request *r, c
             s3f__log(&c->logger, S3F_LOG_TRACE, "   authorization: <redacted>");
         else if (strncasecmp(h->data, "x-amz-security-token:", 21) == 0)
             s3f__log(&c->logger, S3F_LOG_TRACE, "   x-amz-security-token: <redacted>");
+        else if (strncasecmp(h->data, "x-amz-s3session-token:", 22) == 0)
+            s3f__log(&c->logger, S3F_LOG_TRACE, "   x-amz-s3session-token: <redacted>");
         else
             s3f__log(&c->logger, S3F_LOG_TRACE, "   %s", h->data);
     }
@@ -77,6 +79,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     struct s3f__endpoint ep;
     memset(&ep, 0, sizeof(ep));
     struct s3f__endpoint_params ep_params = s3f__client_endpoint_params(c, r->bucket);
+    ep_params.use_s3express_control_endpoint = r->s3express_control;
     st = s3f__endpoint_resolve(&ep_params, &ep, err);
     if (st) {
         if (err) {
@@ -97,7 +100,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     }
 
     /* the headers the request carries, signed in full */
-    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 5];
+    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 6];
     size_t nh = 0;
     hdrs[nh++] = (struct s3f__header){"host", ep.host};
     for (size_t i = 0; i < r->n_headers; i++)
@@ -128,8 +131,14 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     }
     if (!c->anonymous) {
         /* an immutable snapshot: no provider runs here while usable credentials exist;
-         * without one the request parks (this may be an I/O thread: it must not wait) */
-        st = s3f__credentials_acquire_or_park(c->creds, &snap, w, parked, err);
+         * without one the request parks (this may be an I/O thread: it must not wait);
+         * a directory bucket's zonal requests sign with its session's (express.c) */
+        struct s3f__credentials_provider *prov = c->creds;
+        st = S3F_OK;
+        if (ep.s3express_session)
+            st = s3f__express_provider(c, r->bucket, &prov, err);
+        if (st == S3F_OK)
+            st = s3f__credentials_acquire_or_park(prov, &snap, w, parked, err);
         if (st == S3F_OK && *parked)
             goto out;
         if (st) {
@@ -155,9 +164,17 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .payload_hash = payload_hash,
         };
         r->call.creds_generation = snap->generation;
+        r->call.creds_provider = prov;
         struct s3f__sigv4_credentials sc = {snap->creds.access_key_id,
                                             snap->creds.secret_access_key,
                                             snap->creds.session_token};
+        if (ep.s3express_session) { /* the session token: its own header, signed */
+            sc.session_token = NULL;
+            hdrs[nh++] = (struct s3f__header){"x-amz-s3session-token", snap->creds.session_token};
+            sreq.n_headers = nh;
+            if ((st = add_header(&hl, "x-amz-s3session-token", snap->creds.session_token)))
+                goto oom;
+        }
         struct s3f__sigv4_config cfg = {
             .region = ep.signing_region ? ep.signing_region : c->region,
             .service = ep.signing_name ? ep.signing_name : "s3",
@@ -293,6 +310,8 @@ static bool token_rejected(const struct s3f_client *c, const struct s3f__s3_call
     static const char *const codes[] = {"ExpiredToken", "TokenRefreshRequired", "InvalidToken"};
     if (c->anonymous || !c->creds || k->token_resent || !last->code[0])
         return false;
+    if (k->creds_provider && k->creds_provider != c->creds) /* a directory bucket's session */
+        return s3f__express_session_rejected(last->code);
     for (size_t i = 0; i < S3F_ARRAY_LEN(codes); i++)
         if (strcmp(last->code, codes[i]) == 0)
             return true;
@@ -520,7 +539,8 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
          * once, now (no backoff, no retry token: this is not a server fault) */
         s3f__log(&c->logger, S3F_LOG_INFO, "%s %s: %s; re-sending with new credentials",
                  r->operation, k->resource, last.code);
-        s3f__credentials_invalidate(c->creds, k->creds_generation);
+        s3f__credentials_invalidate(k->creds_provider ? k->creds_provider : c->creds,
+                                    k->creds_generation);
         k->token_resent = true;
         k->attempt++;
         k->max_attempts++;

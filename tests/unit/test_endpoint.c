@@ -14,13 +14,16 @@
  *    signing scope and ARN validation, and a wrong guess would send credentials to the wrong
  *    service. Bucket names cannot contain ':', so no plain bucket is mistaken for an ARN.
  *  - Outposts bucket aliases ("...--op-s3", 50+ bytes): S3 on Outposts, as above.
- *  - S3 Express One Zone ("--x-s3" / "--xa-s3" directory buckets, UseS3ExpressControlEndpoint):
- *    needs CreateSession credentials and the sigv4-s3express scheme; not implemented yet.
+ * S3 Express One Zone cases (directory buckets "--x-s3" / "--xa-s3", the control endpoint,
+ * DisableS3ExpressSessionAuth) are supported: their URL, signing region and name
+ * ("s3express") must match, and the endpoint's s3express_session flag must be set exactly
+ * when the suite's auth scheme is "sigv4-s3express" (signed with CreateSession's session
+ * credentials) rather than "sigv4".
  *  - UseObjectLambdaEndpoint: only WriteGetObjectResponse uses it; s3flash never sends it.
  * Parameters read but without effect on supported cases (they only steer the unsupported
  * features above, or are operation context that does not change the URL):
  *  UseArnRegion, DisableAccessPoints, DisableMultiRegionAccessPoints,
- *  DisableS3ExpressSessionAuth, Key, Prefix, CopySource.
+ *  Key, Prefix, CopySource.
  * Any other parameter appearing in the suite fails the test, so that a new rule input is not
  * silently ignored. */
 #include <stdlib.h>
@@ -33,7 +36,6 @@
 static const char *const ignored_params[] = {"UseArnRegion",
                                              "DisableAccessPoints",
                                              "DisableMultiRegionAccessPoints",
-                                             "DisableS3ExpressSessionAuth",
                                              "Key",
                                              "Prefix",
                                              "CopySource"};
@@ -42,7 +44,8 @@ static const char *const known_params[] = {"Region",           "Bucket",
                                            "UseFIPS",          "UseDualStack",
                                            "Accelerate",       "UseGlobalEndpoint",
                                            "UseObjectLambdaEndpoint",
-                                           "UseS3ExpressControlEndpoint"};
+                                           "UseS3ExpressControlEndpoint",
+                                           "DisableS3ExpressSessionAuth"};
 
 static bool in_list(const char *s, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -61,24 +64,25 @@ static const char *unsupported_feature(const struct vj *params, const struct vj 
     const char *bucket = vj_str(params, "Bucket");
     if (bucket && strncmp(bucket, "arn:", 4) == 0)
         return "ARN bucket";
-    if (bucket && (ends_with(bucket, "--x-s3") || ends_with(bucket, "--xa-s3")))
-        return "S3 Express bucket";
     if (bucket && strlen(bucket) >= 50 && ends_with(bucket, "--op-s3"))
         return "Outposts alias";
-    if (vj_bool(params, "UseS3ExpressControlEndpoint"))
-        return "S3 Express control";
     if (vj_bool(params, "UseObjectLambdaEndpoint"))
         return "Object Lambda";
     const struct vj *ep = vj_get(expect, "endpoint");
     const struct vj *props = vj_get(ep, "properties");
-    if (vj_get(props, "backend"))
+    const char *backend = vj_str(props, "backend");
+    if (vj_get(props, "backend") && !(backend && strcmp(backend, "S3Express") == 0))
         return "other backend";
     const struct vj *schemes = vj_get(props, "authSchemes");
     if (schemes && schemes->type == VJ_ARRAY)
         for (size_t i = 0; i < schemes->n; i++) {
             const char *name = vj_str(schemes->items[i], "name");
             const char *sn = vj_str(schemes->items[i], "signingName");
-            if ((name && strcmp(name, "sigv4") != 0) || (sn && strcmp(sn, "s3") != 0))
+            bool express = sn && strcmp(sn, "s3express") == 0 &&
+                           (!name || strcmp(name, "sigv4") == 0 ||
+                            strcmp(name, "sigv4-s3express") == 0);
+            if (!express &&
+                ((name && strcmp(name, "sigv4") != 0) || (sn && strcmp(sn, "s3") != 0)))
                 return "other auth scheme";
         }
     return NULL;
@@ -88,6 +92,10 @@ static const char *unsupported_feature(const struct vj *params, const struct vj 
 static const char *supported_category(const struct vj *params, const struct vj *expect) {
     if (vj_get(expect, "error"))
         return "validation error";
+    const char *bk = vj_str(params, "Bucket");
+    if (vj_bool(params, "UseS3ExpressControlEndpoint") ||
+        (bk && (ends_with(bk, "--x-s3") || ends_with(bk, "--xa-s3"))))
+        return "S3 Express";
     if (vj_str(params, "Endpoint"))
         return "custom endpoint";
     if (!vj_str(params, "Bucket"))
@@ -162,6 +170,7 @@ static bool run_case(size_t idx, const struct vj *tc) {
         .use_global_endpoint = vj_bool(params, "UseGlobalEndpoint"),
         .use_object_lambda_endpoint = vj_bool(params, "UseObjectLambdaEndpoint"),
         .use_s3express_control_endpoint = vj_bool(params, "UseS3ExpressControlEndpoint"),
+        .disable_s3express_session_auth = vj_bool(params, "DisableS3ExpressSessionAuth"),
     };
     struct s3f__endpoint e;
     struct s3f_error err;
@@ -216,6 +225,11 @@ static bool run_case(size_t idx, const struct vj *tc) {
             } else if (s0 && (!vj_str(s0, "signingName") ||
                               strcmp(vj_str(s0, "signingName"), e.signing_name) != 0)) {
                 snprintf(why, sizeof(why), "signing name: got %s", e.signing_name);
+            } else if (s0 && e.s3express_session !=
+                                 (vj_str(s0, "name") &&
+                                  strcmp(vj_str(s0, "name"), "sigv4-s3express") == 0)) {
+                snprintf(why, sizeof(why), "s3express_session %d for auth scheme %s",
+                         e.s3express_session, vj_str(s0, "name"));
             } else if (s0 && !vj_bool(s0, "disableDoubleEncoding")) {
                 snprintf(why, sizeof(why), "S3 signs with single encoding");
             } else {
@@ -453,8 +467,10 @@ static void test_errors(void) {
         {{.region = "", .bucket = "b"}, S3F_ERR_INVALID_ARGUMENT, "region must be set"},
         {{.region = "us-east-1", .bucket = "arn:aws:s3:us-west-2:123456789012:accesspoint:x"},
          S3F_ERR_UNSUPPORTED, "ARN buckets are not supported: arn:aws:s3"},
-        {{.region = "us-east-1", .bucket = "b--use1-az4--x-s3"}, S3F_ERR_UNSUPPORTED,
-         "S3 Express"},
+        {{.region = "us-east-1", .bucket = "b--useaz4--x-s3"}, S3F_ERR_INVALID_ARGUMENT,
+         "Unrecognized S3Express bucket name format."},
+        {{.region = "us-east-1", .bucket = "--use1-az4--x-s3"}, S3F_ERR_INVALID_ARGUMENT,
+         "S3Express"},
         {{.region = "us-east-1", .bucket = "b", .use_object_lambda_endpoint = true},
          S3F_ERR_UNSUPPORTED, "Object Lambda"},
         {{.region = "us-east-1", .bucket = "b.b", .accelerate = true},
@@ -534,8 +550,80 @@ static void test_bucket_names(void) {
     CHECK(!s3f__bucket_name_valid(big, false));
 }
 
+/* S3 Express cases the suite does not cover. AWS, "Directory bucket naming rules": names are
+ * base-name--zone-id--x-s3 (zone ids like use1-az4; Local Zones: usw2-lax1-az1); "Regional
+ * and Zonal endpoints for directory buckets": zonal endpoints are virtual-hosted only; a
+ * custom endpoint (the loopback sink, an IP: path style) still wins, signed for s3express
+ * with the session. */
+static void test_express(void) {
+    char zone[64];
+    CHECK(s3f__directory_bucket_zone("data--use1-az4--x-s3", zone, sizeof(zone)));
+    CHECK_STR(zone, "use1-az4");
+    CHECK(s3f__directory_bucket_zone("my--ckpt--usw2-lax1-az1--x-s3", zone, sizeof(zone)));
+    CHECK_STR(zone, "usw2-lax1-az1");
+    CHECK(s3f__directory_bucket_zone("ap--use1-az4--xa-s3", zone, sizeof(zone)));
+    CHECK_STR(zone, "use1-az4");
+    CHECK(!s3f__directory_bucket_zone("data--useaz4--x-s3", zone, sizeof(zone)));
+    CHECK(!s3f__directory_bucket_zone("data-use1-az4-x-s3", zone, sizeof(zone)));
+    CHECK(!s3f__directory_bucket_zone("data--use1-az4--x-s3", zone, 5));
+    CHECK(s3f__bucket_is_directory("d--use1-az4--x-s3"));
+    CHECK(!s3f__bucket_is_directory("plain-bucket"));
+    CHECK(!s3f__bucket_name_valid("d--use1-az4--x-s3", true)); /* not a general-purpose name */
+
+    struct {
+        struct s3f__endpoint_params p;
+        const char *url, *host;
+        bool path_style, session;
+    } cases[] = {
+        {{.region = "us-west-2", .bucket = "ckpt--usw2-lax1-az1--x-s3"},
+         "https://ckpt--usw2-lax1-az1--x-s3.s3express-usw2-lax1-az1.us-west-2.amazonaws.com",
+         "ckpt--usw2-lax1-az1--x-s3.s3express-usw2-lax1-az1.us-west-2.amazonaws.com", false,
+         true},
+        /* path style is not offered by zonal endpoints: the AWS URL stays virtual-hosted */
+        {{.region = "us-east-1", .bucket = "d--use1-az4--x-s3", .force_path_style = true},
+         "https://d--use1-az4--x-s3.s3express-use1-az4.us-east-1.amazonaws.com",
+         "d--use1-az4--x-s3.s3express-use1-az4.us-east-1.amazonaws.com", false, true},
+        {{.region = "us-east-1", .bucket = "d--use1-az4--x-s3",
+          .endpoint_url = "http://127.0.0.1:9000"},
+         "http://127.0.0.1:9000/d--use1-az4--x-s3", "127.0.0.1:9000", true, true},
+        {{.region = "us-east-1", .bucket = "d--use1-az4--x-s3",
+          .endpoint_url = "http://localhost:9000", .force_path_style = true},
+         "http://localhost:9000/d--use1-az4--x-s3", "localhost:9000", true, true},
+        {{.region = "us-east-1", .bucket = "d--use1-az4--x-s3",
+          .endpoint_url = "http://127.0.0.1:9000", .disable_s3express_session_auth = true},
+         "http://127.0.0.1:9000/d--use1-az4--x-s3", "127.0.0.1:9000", true, false},
+        {{.region = "eu-north-1", .bucket = "d--eun1-az1--x-s3",
+          .use_s3express_control_endpoint = true},
+         "https://s3express-control.eu-north-1.amazonaws.com/d--eun1-az1--x-s3",
+         "s3express-control.eu-north-1.amazonaws.com", true, false},
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(cases); i++) {
+        struct s3f__endpoint e;
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        CHECK_INT(s3f__endpoint_resolve(&cases[i].p, &e, &err), S3F_OK);
+        if (e.url) {
+            CHECK_STR(e.url, cases[i].url);
+            CHECK_STR(e.host, cases[i].host);
+            CHECK_STR(e.signing_name, "s3express");
+            CHECK(e.s3express);
+            CHECK_INT(e.path_style, cases[i].path_style);
+            CHECK_INT(e.s3express_session, cases[i].session);
+        }
+        s3f__endpoint_cleanup(&e);
+    }
+    /* a plain bucket is not affected */
+    struct s3f__endpoint e;
+    struct s3f__endpoint_params pp = {.region = "us-east-1", .bucket = "plain"};
+    CHECK_INT(s3f__endpoint_resolve(&pp, &e, NULL), S3F_OK);
+    CHECK_STR(e.signing_name, "s3");
+    CHECK(!e.s3express && !e.s3express_session);
+    s3f__endpoint_cleanup(&e);
+}
+
 int main(void) {
     RUN(test_vectors);
+    RUN(test_express);
     RUN(test_custom_endpoints);
     RUN(test_object_urls);
     RUN(test_partitions);
