@@ -139,3 +139,42 @@ def test_parallel_ops_on_last_keys_with_fewer_threads(mount_factory, s3, bucket,
     assert names == ([] if op == "unlink" else sorted(f"g{i}" for i in range(n)))
     left = s3.list_objects_v2(Bucket=bucket, Prefix=pfx).get("Contents", [])
     assert len(left) == (0 if op == "unlink" else n)
+
+
+def test_mount_on_a_dev_fd_descriptor(cli_path, rgw, s3, bucket, tmp_path):
+    """`s3flash mount SRC /dev/fd/N`: the caller (a CSI driver) opened /dev/fuse and
+    mounted it; the daemon serves the descriptor it inherits."""
+    import ctypes
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    s3.put_object(Bucket=bucket, Key="ll-fd/a", Body=b"through a descriptor")
+    mp = tmp_path / "fdmount"
+    mp.mkdir()
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0,default_permissions".encode()
+    if libc.mount(b"s3flash", str(mp).encode(), b"fuse.s3flash", 0, opts) != 0:
+        os.close(fd)
+        pytest.skip(f"mount(2) of /dev/fuse: {os.strerror(ctypes.get_errno())}")
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/ll-fd/",
+              f"/dev/fd/{fd}", [], region=rgw.region, log_path=str(tmp_path / "fd.log"))
+    proc = subprocess.Popen(m.argv(), env=m.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(fd,))
+    os.close(fd)
+    try:
+        got = subprocess.run([sys.executable, "-c",
+                              f"print(open({str(mp / 'a')!r}).read())"],
+                             capture_output=True, text=True, timeout=DEADLINE_S)
+        assert got.stdout.strip() == "through a descriptor", got
+        assert os.listdir(mp) == ["a"]
+    finally:
+        subprocess.run(["umount", str(mp)], capture_output=True, timeout=30)
+        try:
+            rc = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait(30)
+        if _connection_id(mp) is not None:
+            force_unmount(str(mp))
+    assert rc == 0, proc.stdout.read().decode(errors="replace")
