@@ -692,16 +692,9 @@ void mnt_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
     struct mnt_fs *fs = fuse_req_userdata(req);
-    if (fs->o.read_only) {
-        fuse_reply_err(req, EROFS);
+    char *path = mnt_req_path_rw(req, fs, parent, name);
+    if (!path)
         return;
-    }
-    int e;
-    char *path = mnt_path_at(fs, parent, name, &e);
-    if (!path) {
-        fuse_reply_err(req, e);
-        return;
-    }
     struct attr a;
     int rc = mnt_resolve(fs, path, &a, 0);
     if (rc == 0)
@@ -741,16 +734,9 @@ void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 
 void mnt_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
     struct mnt_fs *fs = fuse_req_userdata(req);
-    if (fs->o.read_only) {
-        fuse_reply_err(req, EROFS);
+    char *path = mnt_req_path_rw(req, fs, parent, name);
+    if (!path)
         return;
-    }
-    int e;
-    char *path = mnt_path_at(fs, parent, name, &e);
-    if (!path) {
-        fuse_reply_err(req, e);
-        return;
-    }
     char *dkey = NULL;
     struct attr a;
     int rc = mnt_resolve(fs, path, &a, 0);

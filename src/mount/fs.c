@@ -139,12 +139,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         fuse_reply_err(req, strlen(name) > MNT_NAME_MAX ? ENAMETOOLONG : ENOENT);
         return;
     }
-    int e;
-    char *path = mnt_path_at(fs, parent, name, &e);
-    if (!path) {
-        fuse_reply_err(req, e);
+    char *path = mnt_req_path_at(req, fs, parent, name);
+    if (!path)
         return;
-    }
     struct attr a;
     int rc = mnt_resolve(fs, path, &a, 0);
     if (rc == -ENOENT && fs->o.negative_ttl_s > 0) {

@@ -149,6 +149,7 @@ void mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
                      const struct attr *a);
 
 /* ---- inode.c (fs->mu held unless said) ---- */
+uint32_t mnt_hash_str(const char *s); /* any lock */
 int mnt_inodes_init(struct mnt_fs *fs);
 void mnt_inodes_free(struct mnt_fs *fs);
 struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino);
@@ -247,6 +248,10 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
 
 /* The path of `name` in the directory inode `parent` (NULL with *err set). */
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);
+/* mnt_path_at for a request: on failure, the error is the reply (and NULL returned). */
+char *mnt_req_path_at(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name);
+/* The same for a request that changes the bucket: EROFS on a read-only mount. */
+char *mnt_req_path_rw(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name);
 /* The path of inode `ino` (NULL with *err set: ENOENT when unknown). */
 char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err);
 

@@ -42,8 +42,8 @@ struct note {
     char name[];
 };
 
-static uint32_t hash_str(const char *s) {
-    uint32_t h = 2166136261u;
+uint32_t mnt_hash_str(const char *s) {
+    uint32_t h = 2166136261u; /* FNV-1a */
     for (; *s; s++)
         h = (h ^ (uint8_t)*s) * 16777619u;
     return h;
@@ -61,7 +61,7 @@ struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
 }
 
 struct inode *mnt_inode_current(struct mnt_fs *fs, const char *path) {
-    for (struct inode *in = fs->path_hash[hash_str(path) % INO_BUCKETS]; in;
+    for (struct inode *in = fs->path_hash[mnt_hash_str(path) % INO_BUCKETS]; in;
          in = in->path_next)
         if (strcmp(in->path, path) == 0)
             return in;
@@ -69,7 +69,7 @@ struct inode *mnt_inode_current(struct mnt_fs *fs, const char *path) {
 }
 
 static void path_link(struct mnt_fs *fs, struct inode *in) {
-    uint32_t b = hash_str(in->path) % INO_BUCKETS;
+    uint32_t b = mnt_hash_str(in->path) % INO_BUCKETS;
     in->path_next = fs->path_hash[b];
     fs->path_hash[b] = in;
     in->current = 1;
@@ -78,7 +78,7 @@ static void path_link(struct mnt_fs *fs, struct inode *in) {
 static void path_unlink(struct mnt_fs *fs, struct inode *in) {
     if (!in->current)
         return;
-    for (struct inode **pp = &fs->path_hash[hash_str(in->path) % INO_BUCKETS]; *pp;
+    for (struct inode **pp = &fs->path_hash[mnt_hash_str(in->path) % INO_BUCKETS]; *pp;
          pp = &(*pp)->path_next) {
         if (*pp == in) {
             *pp = in->path_next;
@@ -260,6 +260,22 @@ char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *e
     pthread_mutex_unlock(&fs->mu);
     *err = !in ? ENOENT : in->a.kind != K_DIR ? ENOTDIR : !p ? ENOMEM : 0;
     return *err ? (free(p), NULL) : p;
+}
+
+char *mnt_req_path_at(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
+    int e;
+    char *p = mnt_path_at(fs, parent, name, &e);
+    if (!p)
+        fuse_reply_err(req, e);
+    return p;
+}
+
+char *mnt_req_path_rw(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
+    if (fs->o.read_only) {
+        fuse_reply_err(req, EROFS);
+        return NULL;
+    }
+    return mnt_req_path_at(req, fs, parent, name);
 }
 
 /* ---- the notifier ------------------------------------------------------------------- */

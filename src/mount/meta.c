@@ -40,12 +40,6 @@ struct meta {
     uint64_t dchg;                   /* ... of a name in it (directories) */
 };
 
-static uint32_t hash_str(const char *s) {
-    uint32_t h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
 
 static int64_t meta_bytes(const struct meta *m) {
     return (int64_t)(sizeof(*m) + strlen(m->path) + 1 + 16);
@@ -89,7 +83,7 @@ static void lru_front(struct mnt_fs *fs, struct meta *m) {
 }
 
 static void meta_evict(struct mnt_fs *fs, struct meta *m) {
-    for (struct meta **pp = &fs->meta[hash_str(m->path) % META_BUCKETS]; *pp;
+    for (struct meta **pp = &fs->meta[mnt_hash_str(m->path) % META_BUCKETS]; *pp;
          pp = &(*pp)->next) {
         if (*pp == m) {
             *pp = m->next;
@@ -123,7 +117,7 @@ void mnt_mem_reclaim(struct mnt_fs *fs) {
 }
 
 struct meta *mnt_meta_find(struct mnt_fs *fs, const char *path) {
-    for (struct meta *m = fs->meta[hash_str(path) % META_BUCKETS]; m; m = m->next)
+    for (struct meta *m = fs->meta[mnt_hash_str(path) % META_BUCKETS]; m; m = m->next)
         if (strcmp(m->path, path) == 0)
             return m;
     return NULL;
@@ -142,7 +136,7 @@ static struct meta *meta_get(struct mnt_fs *fs, const char *path) {
         free(m);
         return NULL;
     }
-    uint32_t b = hash_str(path) % META_BUCKETS;
+    uint32_t b = mnt_hash_str(path) % META_BUCKETS;
     m->next = fs->meta[b];
     fs->meta[b] = m;
     lru_front(fs, m);
@@ -200,32 +194,33 @@ static void bump_dir(struct mnt_fs *fs, const char *path) {
         fs->evicted_gen = fs->gen; /* no entry to carry it: every older fill is refused */
 }
 
-void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
-                     int64_t mtime, const char *etag) {
+/* A change of `path` by the mount (fs->mu held): a new generation for it and its
+ * directory, the listings above dropped. Its entry, or NULL (then evicted_gen carries
+ * the generation). */
+static struct meta *change_begin(struct mnt_fs *fs, const char *path) {
     fs->gen++;
     struct meta *m = meta_get(fs, path);
-    if (m) {
-        meta_store(fs, m, kind, size, mtime, etag);
+    if (m)
         m->chg = fs->gen;
-    } else if (fs->gen > fs->evicted_gen) {
+    else if (fs->gen > fs->evicted_gen)
         fs->evicted_gen = fs->gen;
-    }
     bump_dir(fs, path);
     mnt_listings_drop_above(fs, path);
+    return m;
+}
+
+void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
+                     int64_t mtime, const char *etag) {
+    struct meta *m = change_begin(fs, path);
+    if (m)
+        meta_store(fs, m, kind, size, mtime, etag);
     mnt_mem_reclaim(fs);
 }
 
 void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
-    fs->gen++;
-    struct meta *m = meta_get(fs, path);
-    if (m) {
+    struct meta *m = change_begin(fs, path);
+    if (m)
         m->expires = 0; /* looked up again */
-        m->chg = fs->gen;
-    } else if (fs->gen > fs->evicted_gen) {
-        fs->evicted_gen = fs->gen;
-    }
-    bump_dir(fs, path);
-    mnt_listings_drop_above(fs, path);
     mnt_mem_reclaim(fs);
 }
 

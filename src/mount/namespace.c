@@ -77,12 +77,9 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
         fuse_reply_err(req, fs->o.read_only ? EROFS : EPERM);
         return;
     }
-    int e;
-    char *path = mnt_path_at(fs, parent, name, &e);
-    if (!path) {
-        fuse_reply_err(req, e);
+    char *path = mnt_req_path_at(req, fs, parent, name);
+    if (!path)
         return;
-    }
     char *key = NULL;
     pthread_mutex_lock(&fs->mu);
     int busy = mnt_writer_busy(fs, path);

@@ -208,12 +208,9 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         fuse_reply_err(req, ENOTSUP);
         return;
     }
-    int e;
-    char *path = mnt_path_at(fs, parent, name, &e);
-    if (!path) {
-        fuse_reply_err(req, e);
+    char *path = mnt_req_path_at(req, fs, parent, name);
+    if (!path)
         return;
-    }
     struct attr a;
     int rc = mnt_parent_ok(fs, path);
     if (rc == 0) {
