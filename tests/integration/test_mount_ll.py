@@ -1,8 +1,9 @@
 """The two ways `s3flash mount` wedged itself on the path API (issue 19), against RGW.
 
-- A rename two directories up with both TTLs 0: the handler used to stat() a directory of
-  its own mount (to learn a node id) while the kernel held the rename's destination
-  directory locked, and waited for ever.
+- A rename two directories up with both TTLs 0, or with the default TTL while the server's
+  DELETE takes longer than it (the fault proxy delays it): the handler used to stat() a
+  directory of its own mount (to learn a node id) while the kernel held the rename's
+  destination directory locked, and waited for ever.
 - More parallel unlinks of the last keys of their directories than worker threads: each
   worker waited for a GETATTR of its own stat() that no free worker could serve.
 
@@ -20,6 +21,7 @@ import time
 
 import pytest
 
+from faults import faultproxy_factory  # noqa: F401 (a fixture)
 from mountutil import Mount, force_unmount, mount_supported
 
 DEADLINE_S = 30
@@ -81,8 +83,8 @@ def mount_factory(cli_path, rgw, tmp_path):
         pytest.skip(why)
     mounts = []
 
-    def make(source, options):
-        m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, source,
+    def make(source, options, endpoint=None):
+        m = Mount(cli_path, endpoint or rgw.endpoint, rgw.access_key, rgw.secret_key, source,
                   tmp_path / f"m{len(mounts)}", options, region=rgw.region,
                   log_path=str(tmp_path / f"m{len(mounts)}.log"))
         mounts.append(m)
@@ -115,6 +117,26 @@ def test_rename_two_levels_up_with_ttls_0(mount_factory, s3, bucket):
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket,
                                                         Prefix="ll-mv/")["Contents"])
     assert keys == ["ll-mv/a/f", "ll-mv/a/x"]
+
+
+def test_rename_two_levels_up_while_delete_outlasts_the_ttl(mount_factory, s3, rgw, bucket,
+                                                            faultproxy_factory):
+    """The same deadlock with the default TTL (1 s): the server's DELETE of the source (a
+    large file's is slow) takes longer than the TTL, so the kernel's entries have expired
+    when the handler looks at the emptied directories."""
+    from urllib.parse import urlparse
+    u = urlparse(rgw.endpoint)
+    proxy = faultproxy_factory(u.hostname, u.port)
+    s3.put_object(Bucket=bucket, Key="ll-mv2/a/b/c/f", Body=b"f")
+    s3.put_object(Bucket=bucket, Key="ll-mv2/a/x", Body=b"x")
+    m = mount_factory(f"{bucket}/ll-mv2/", ["--allow-rename", "--allow-delete"],
+                      endpoint=proxy.endpoint)
+    assert os.path.isfile(os.path.join(m.dir, "a/b/c/f"))
+    proxy.set_faults([{"match": {"method": "DELETE"}, "action": "delay", "seconds": 2.5}])
+    _run_all(m, [f"import os; os.rename({os.path.join(m.dir, 'a/b/c/f')!r}, "
+                 f"{os.path.join(m.dir, 'a/f')!r})"])
+    assert proxy.stats()["faults_total"] >= 1
+    assert sorted(os.listdir(os.path.join(m.dir, "a"))) == ["f", "x"]
 
 
 @pytest.mark.parametrize("op", ["unlink", "rename"])
