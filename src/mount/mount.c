@@ -1,7 +1,8 @@
 /*
  * The daemon of `s3flash mount`: start-up checks, going to the background, logging,
- * signals and the FUSE session. The file system itself is fs.c; see mount.h for what this
- * folder may call.
+ * signals and the FUSE session (libfuse's low-level API: fuse_session_new, mounted on a
+ * directory or served on a /dev/fd/N descriptor the caller mounted). The file system
+ * itself is fs.h and the files it lists; see mount.h for what this folder may call.
  *
  * Start-up order matters. The process forks first (unless --foreground), before any thread
  * exists: the child creates the client, checks the bucket with one LIST, mounts, and only
@@ -9,7 +10,7 @@
  * printed on the terminal by the parent with exit status 1. SIGINT, SIGTERM and SIGHUP are
  * blocked while the client starts its threads (so they never land there) and then handled
  * by libfuse's handlers, which end the session: the loop returns, the file system is
- * unmounted and the uploads still open are aborted.
+ * unmounted, the notifier thread stops and the uploads still open are aborted.
  */
 #define FUSE_USE_VERSION 314
 #include <fuse3/fuse_lowlevel.h>
