@@ -391,6 +391,10 @@ void mnt_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     struct mnt_fs *fs = fuse_req_userdata(req);
     struct dh *d = (struct dh *)(uintptr_t)fi->fh;
     if (d) {
+        /* the kernel sends releasedir after the last readdir's reply; taking d->mu makes
+         * that order visible to the sanitizers too */
+        pthread_mutex_lock(&d->mu);
+        pthread_mutex_unlock(&d->mu);
         pthread_mutex_lock(&fs->mu);
         if (d->prev)
             d->prev->next = d->next;

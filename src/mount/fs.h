@@ -21,7 +21,7 @@
  * NEVER RE-ENTER: no handler makes a system call on a path inside its own mount, and no
  * handler calls fuse_lowlevel_notify_* (the kernel may hold a directory lock that the
  * invalidation needs until this very request is answered). Invalidations are queued for
- * the notifier thread (inode.c), which serves no request, with node ids the daemon knows.
+ * the notifier threads (inode.c), which serve no request, with node ids the daemon knows.
  */
 #ifndef S3FLASH_MOUNT_FS_H
 #define S3FLASH_MOUNT_FS_H
@@ -37,6 +37,8 @@
 #include "mount.h"
 
 enum kind { K_MISSING = 0, K_FILE = 1, K_DIR = 2 };
+
+#define MNT_NOTIFIERS 4 /* threads sending the kernel's invalidations */
 
 struct attr {
     enum kind kind;
@@ -98,12 +100,12 @@ struct mnt_fs {
     size_t n_listings;
     struct fh *readers;       /* open read handles (read.c) */
     struct dh *dirs;          /* open directory handles (dir.c) */
-    /* notifier (inode.c) */
-    pthread_t notifier;
-    int notifier_running, notifier_stop;
+    /* notifiers (inode.c) */
+    pthread_t notifiers[MNT_NOTIFIERS];
+    size_t n_notifiers;
+    int notifier_stop;
     pthread_cond_t notes_cv, notes_done_cv;
-    uint64_t notes_queued, notes_done;
-    struct note *notes_head, *notes_tail;
+    struct note *notes_head, *notes_tail, *notes_busy;
     size_t n_notes;
 };
 
@@ -165,13 +167,15 @@ void mnt_inode_detach(struct mnt_fs *fs, const char *path);
 void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to);
 void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen);
 /* Queue the kernel's invalidation of `name` in directory `dir_path` (dropped when the
- * kernel does not know the directory): its sequence number, 0 when not queued. */
-uint64_t mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name);
-/* Queue the invalidation of an inode's attributes and pages (0: not queued). */
-uint64_t mnt_notify_inode(struct mnt_fs *fs, struct inode *in);
-/* Wait (fs->mu held; NOTIFY_WAIT_S at most) until the notes up to `seq` were sent. Never
- * for a note on a directory the kernel holds locked for the calling request. */
-void mnt_notify_wait(struct mnt_fs *fs, uint64_t seq);
+ * kernel does not know the directory). `wait`: the caller will pass the result (NULL: not
+ * queued) to mnt_notify_wait. */
+struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
+                              int wait);
+/* Queue the invalidation of an inode's attributes and pages (as above). */
+struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait);
+/* Wait (fs->mu held; NOTIFY_WAIT_S at most) until the note was sent. Never for a note on
+ * a directory the kernel holds locked for the calling request. */
+void mnt_notify_wait(struct mnt_fs *fs, struct note *n);
 int mnt_notifier_start(struct mnt_fs *fs); /* not under fs->mu */
 void mnt_notifier_stop(struct mnt_fs *fs); /* not under fs->mu */
 

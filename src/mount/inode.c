@@ -1,5 +1,5 @@
 /*
- * The inode table and the notifier thread (see fs.h for the lock order).
+ * The inode table and the notifier threads (see fs.h for the lock order).
  *
  * Invariants (fs->mu guards all of it):
  * - Node ids are never reused (a 64-bit counter from 2; the root is 1 and lives as long
@@ -14,9 +14,10 @@
  *   each readdirplus entry with a node id add one; forget takes them back) or a handle is
  *   open on it (nopen); then it is freed at once. The table's memory is charged to the
  *   mount's account (meta.c).
- * - The notifier thread is the only caller of fuse_lowlevel_notify_inval_entry: handlers
- *   queue (parent node id, name) pairs, bounded (past the bound an invalidation is
- *   dropped and the TTLs tell the kernel instead), in order (notes_done only grows).
+ * - The notifier threads (MNT_NOTIFIERS, serving no request) are the only callers of
+ *   fuse_lowlevel_notify_inval_*: handlers queue (node id, name) notes, bounded (past the
+ *   bound an invalidation is dropped and the TTLs tell the kernel instead). A note stuck
+ *   on a directory lock holds one notifier; the others go on with the queue.
  *   A handler may wait for its own notes, for NOTIFY_WAIT_S at most and never for one
  *   whose directory the kernel holds locked for that handler (rename's two directories):
  *   so the kernel has dropped the entry when unlink returns, and a note stuck behind a
@@ -34,9 +35,11 @@
 #define NOTIFY_WAIT_S 2
 
 struct note {
-    struct note *next;
-    uint64_t seq;
-    int inode;            /* invalidate the inode `parent` (its attributes and pages) */
+    struct note *next;        /* fs->notes_head queue */
+    struct note *busy_next;   /* fs->notes_busy: being sent */
+    int busy, done;
+    int waiters;              /* a handler waits for it: it frees it */
+    int inode;                /* invalidate the inode `parent` (its attributes and pages) */
     fuse_ino_t parent;
     size_t len;
     char name[];
@@ -154,6 +157,11 @@ void mnt_inodes_free(struct mnt_fs *fs) {
     while (fs->notes_head) {
         struct note *n = fs->notes_head;
         fs->notes_head = n->next;
+        free(n);
+    }
+    while (fs->notes_busy) { /* none once the notifiers have stopped */
+        struct note *n = fs->notes_busy;
+        fs->notes_busy = n->busy_next;
         free(n);
     }
     pthread_cond_destroy(&fs->notes_cv);
@@ -278,20 +286,22 @@ char *mnt_req_path_rw(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, cons
     return mnt_req_path_at(req, fs, parent, name);
 }
 
-/* ---- the notifier ------------------------------------------------------------------- */
+/* ---- the notifiers ------------------------------------------------------------------ */
 
-static uint64_t note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, const char *name) {
-    if (!fs->notifier_running || fs->n_notes >= NOTES_MAX)
-        return 0; /* the TTLs will tell */
+/* Take a note for the queue; `wait`: the caller will wait for it (mnt_notify_wait), which
+ * keeps it alive until then. NULL when not queued. */
+static struct note *note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, const char *name,
+                               int wait) {
+    if (!fs->n_notifiers || fs->notifier_stop || fs->n_notes >= NOTES_MAX)
+        return NULL; /* the TTLs will tell */
     size_t len = strlen(name);
-    struct note *n = malloc(sizeof(*n) + len + 1);
+    struct note *n = calloc(1, sizeof(*n) + len + 1);
     if (!n)
-        return 0;
-    n->seq = ++fs->notes_queued;
-    n->next = NULL;
+        return NULL;
     n->inode = inode;
     n->parent = ino;
     n->len = len;
+    n->waiters = wait ? 1 : 0;
     memcpy(n->name, name, len + 1);
     if (fs->notes_tail)
         fs->notes_tail->next = n;
@@ -300,31 +310,35 @@ static uint64_t note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, const c
     fs->notes_tail = n;
     fs->n_notes++;
     pthread_cond_signal(&fs->notes_cv);
-    return n->seq;
+    return n;
 }
 
-uint64_t mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name) {
+struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
+                              int wait) {
     struct inode *dir = mnt_inode_current(fs, dir_path);
     if (!dir || !dir->nlookup)
-        return 0; /* the kernel does not hold it */
-    return note_queue(fs, 0, dir->ino, name);
+        return NULL; /* the kernel does not hold it */
+    return note_queue(fs, 0, dir->ino, name, wait);
 }
 
-uint64_t mnt_notify_inode(struct mnt_fs *fs, struct inode *in) {
+struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait) {
     if (!in->nlookup)
-        return 0;
-    return note_queue(fs, 1, in->ino, "");
+        return NULL;
+    return note_queue(fs, 1, in->ino, "", wait);
 }
 
-void mnt_notify_wait(struct mnt_fs *fs, uint64_t seq) {
-    if (!seq)
+void mnt_notify_wait(struct mnt_fs *fs, struct note *n) {
+    if (!n)
         return;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += NOTIFY_WAIT_S;
-    while (fs->notes_done < seq && fs->notifier_running)
+    while (!n->done && !fs->notifier_stop)
         if (pthread_cond_timedwait(&fs->notes_done_cv, &fs->mu, &until) == ETIMEDOUT)
             break;
+    n->waiters--;
+    if (n->done)
+        free(n); /* else the notifier frees it when done (or mnt_inodes_free) */
 }
 
 static void *notifier_main(void *arg) {
@@ -340,9 +354,13 @@ static void *notifier_main(void *arg) {
         if (!fs->notes_head)
             fs->notes_tail = NULL;
         fs->n_notes--;
+        n->next = NULL;
+        n->busy = 1;
+        n->busy_next = fs->notes_busy;
+        fs->notes_busy = n;
         pthread_mutex_unlock(&fs->mu);
-        /* may wait for the kernel's lock of the directory, held by a request this thread
-         * does not serve: that request ends without us */
+        /* may wait for the kernel's lock of a directory, held by a request no notifier
+         * serves: that request ends without us, and the other notifiers go on meanwhile */
         int rc = n->inode ? fuse_lowlevel_notify_inval_inode(fs->se, n->parent, 0, 0)
                           : fuse_lowlevel_notify_inval_entry(fs->se, n->parent, n->name, n->len);
         if (rc && rc != -ENOENT)
@@ -350,9 +368,16 @@ static void *notifier_main(void *arg) {
                     n->inode ? "inode" : "entry", n->name, (unsigned long long)n->parent,
                     strerror(-rc));
         pthread_mutex_lock(&fs->mu);
-        fs->notes_done = n->seq;
+        for (struct note **pp = &fs->notes_busy; *pp; pp = &(*pp)->busy_next) {
+            if (*pp == n) {
+                *pp = n->busy_next;
+                break;
+            }
+        }
+        n->done = 1;
         pthread_cond_broadcast(&fs->notes_done_cv);
-        free(n);
+        if (!n->waiters)
+            free(n);
     }
     pthread_mutex_unlock(&fs->mu);
     return NULL;
@@ -361,20 +386,27 @@ static void *notifier_main(void *arg) {
 int mnt_notifier_start(struct mnt_fs *fs) {
     pthread_mutex_lock(&fs->mu);
     fs->notifier_stop = 0;
-    int rc = pthread_create(&fs->notifier, NULL, notifier_main, fs);
-    fs->notifier_running = rc == 0;
+    int rc = 0;
+    while (fs->n_notifiers < MNT_NOTIFIERS) {
+        rc = pthread_create(&fs->notifiers[fs->n_notifiers], NULL, notifier_main, fs);
+        if (rc)
+            break;
+        fs->n_notifiers++;
+    }
     pthread_mutex_unlock(&fs->mu);
-    return rc ? -rc : 0;
+    return fs->n_notifiers ? 0 : -rc;
 }
 
 void mnt_notifier_stop(struct mnt_fs *fs) {
     pthread_mutex_lock(&fs->mu);
-    int running = fs->notifier_running;
     fs->notifier_stop = 1;
-    fs->notifier_running = 0;
     pthread_cond_broadcast(&fs->notes_cv);
     pthread_cond_broadcast(&fs->notes_done_cv);
+    size_t n = fs->n_notifiers;
     pthread_mutex_unlock(&fs->mu);
-    if (running)
-        pthread_join(fs->notifier, NULL);
+    for (size_t i = 0; i < n; i++)
+        pthread_join(fs->notifiers[i], NULL);
+    pthread_mutex_lock(&fs->mu);
+    fs->n_notifiers = 0;
+    pthread_mutex_unlock(&fs->mu);
 }

@@ -10,7 +10,7 @@
  * printed on the terminal by the parent with exit status 1. SIGINT, SIGTERM and SIGHUP are
  * blocked while the client starts its threads (so they never land there) and then handled
  * by libfuse's handlers, which end the session: the loop returns, the file system is
- * unmounted, the notifier thread stops and the uploads still open are aborted.
+ * unmounted, the notifier threads stop and the uploads still open are aborted.
  */
 #define FUSE_USE_VERSION 314
 #include <fuse3/fuse_lowlevel.h>
@@ -414,7 +414,7 @@ int mnt_run(const struct mnt_options *in) {
     if (!fd_mount)
         raise_read_ahead(o.mountpoint, MNT_READ_AHEAD_KIB);
     if (mnt_fs_start(fs, se) != 0) {
-        fail("cannot start the notifier thread");
+        fail("cannot start the notifier threads");
         goto out;
     }
     if (fuse_set_signal_handlers(se) != 0) {

@@ -66,7 +66,7 @@ struct mnt_fs;
  * copies and deletes (each its own buffer pool). NULL when out of memory. */
 struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client,
                           struct s3f_client *wclient);
-/* The session is mounted: start the notifier thread (kernel invalidations). 0 or -errno. */
+/* The session is mounted: start the notifier threads (kernel invalidations). 0 or -errno. */
 int mnt_fs_start(struct mnt_fs *fs, struct fuse_session *se);
 /* Stop the notifier, abort uploads still open (no object), close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);

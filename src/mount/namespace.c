@@ -10,8 +10,9 @@
  *   gone at once: its entry in the daemon is expired and the kernel's entry of it is
  *   invalidated through the notifier (inode.c), by node id, never by a path. The handler
  *   waits (bounded) for those invalidations except the ones of a directory the kernel
- *   holds locked for this very request (rename's source and destination directories):
- *   those are sent once the rename has returned.
+ *   holds locked for this very request (unlink's directory, rename's source and
+ *   destination directories): those are queued only once the request is answered, so
+ *   that the notifier never waits behind a request that waits for it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,15 +23,34 @@
 
 #include "fs.h"
 
+/* Invalidations of entries in directories the kernel holds locked for the request: they
+ * are queued once the request has been answered (else the notifier would wait behind
+ * them for that very request, and every note after them with it). */
+struct deferred {
+    size_t n;
+    char dir[2][PATH_MAX];
+    char name[2][MNT_NAME_MAX + 1];
+};
+
+static void deferred_send(struct mnt_fs *fs, const struct deferred *d) {
+    if (!d->n)
+        return;
+    pthread_mutex_lock(&fs->mu);
+    for (size_t i = 0; i < d->n; i++)
+        mnt_notify_entry(fs, d->dir[i], d->name[i], 0);
+    pthread_mutex_unlock(&fs->mu);
+}
+
 /* After the key `path` was deleted: each directory above it that nothing keeps any more
  * is gone (one LIST of max-keys 1 per directory checked, from the nearest up, stopping at
  * the first that has a key). `locked1`/`locked2`: directories the kernel holds locked for
- * the calling request (NULL: none), whose invalidations are not waited for. */
+ * the calling request (NULL: none), whose invalidations go to `later`. */
 static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const char *locked1,
-                                   const char *locked2) {
+                                   const char *locked2, struct deferred *later) {
     char dir[PATH_MAX];
     mnt_parent_of(path, dir);
-    uint64_t wait_seq = 0;
+    struct note *wait[16];
+    size_t n_wait = 0;
     while (strcmp(dir, "/") != 0) {
         pthread_mutex_lock(&fs->mu);
         int kept = mnt_localdir_find(fs, dir) || mnt_holds_local(fs, dir);
@@ -54,21 +74,28 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
             break;
         char up[PATH_MAX];
         mnt_parent_of(dir, up);
-        pthread_mutex_lock(&fs->mu);
-        mnt_meta_expire(fs, dir); /* looked up again: missing, or a file it shadowed */
-        uint64_t seq = mnt_notify_entry(fs, up, strrchr(dir, '/') + 1);
+        const char *name = strrchr(dir, '/') + 1;
         int locked = (locked1 && strcmp(up, locked1) == 0) ||
                      (locked2 && strcmp(up, locked2) == 0);
-        if (seq && !locked)
-            wait_seq = seq;
+        if (locked && later->n < 2 && strlen(name) <= MNT_NAME_MAX) {
+            strcpy(later->dir[later->n], up);
+            strcpy(later->name[later->n], name);
+            later->n++;
+        }
+        pthread_mutex_lock(&fs->mu);
+        mnt_meta_expire(fs, dir); /* looked up again: missing, or a file it shadowed */
+        if (!locked) {
+            struct note *n = mnt_notify_entry(fs, up, name, n_wait < 16);
+            if (n && n_wait < 16)
+                wait[n_wait++] = n;
+        }
         pthread_mutex_unlock(&fs->mu);
         strcpy(dir, up);
     }
-    if (wait_seq) {
-        pthread_mutex_lock(&fs->mu);
-        mnt_notify_wait(fs, wait_seq);
-        pthread_mutex_unlock(&fs->mu);
-    }
+    pthread_mutex_lock(&fs->mu);
+    for (size_t i = 0; i < n_wait; i++)
+        mnt_notify_wait(fs, wait[i]);
+    pthread_mutex_unlock(&fs->mu);
 }
 
 void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
@@ -81,6 +108,8 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
     if (!path)
         return;
     char *key = NULL;
+    struct deferred later;
+    later.n = 0;
     pthread_mutex_lock(&fs->mu);
     int busy = mnt_writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
@@ -111,9 +140,10 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
     pthread_mutex_unlock(&fs->mu);
     char dir[PATH_MAX];
     mnt_parent_of(path, dir);
-    forget_emptied_parents(fs, path, dir, NULL);
+    forget_emptied_parents(fs, path, dir, NULL, &later);
 out:
     fuse_reply_err(req, rc ? -rc : 0);
+    deferred_send(fs, &later);
     free(key);
     free(path);
 }
@@ -123,6 +153,8 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     struct mnt_fs *fs = fuse_req_userdata(req);
     int rc = 0, e;
     char *from = NULL, *to = NULL, *src = NULL, *dst = NULL;
+    struct deferred later;
+    later.n = 0;
     if (fs->o.read_only || !fs->o.allow_rename) {
         rc = fs->o.read_only ? -EROFS : -EPERM;
         goto out;
@@ -208,9 +240,10 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     char from_dir[PATH_MAX], to_dir[PATH_MAX];
     mnt_parent_of(from, from_dir);
     mnt_parent_of(to, to_dir);
-    forget_emptied_parents(fs, from, from_dir, to_dir);
+    forget_emptied_parents(fs, from, from_dir, to_dir, &later);
 out:
     fuse_reply_err(req, rc ? -rc : 0);
+    deferred_send(fs, &later);
     free(src);
     free(dst);
     free(from);

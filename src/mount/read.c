@@ -223,6 +223,8 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h) {
+    pthread_mutex_lock(&h->mu); /* after the last read (the kernel's order, made visible) */
+    pthread_mutex_unlock(&h->mu);
     pthread_mutex_lock(&fs->mu);
     reader_unlist(fs, h);
     pthread_mutex_unlock(&fs->mu);

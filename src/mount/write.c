@@ -167,14 +167,14 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
 
 /* The upload of `h` failed (fs->mu held): the name is looked up again, and an inode that
  * was being overwritten in place is its old version again, in the kernel too (which
- * truncated it at the open). Returns the invalidation to wait for (0: none). */
-static uint64_t upload_failed(struct mnt_fs *fs, struct fh *h) {
+ * truncated it at the open). Returns the invalidation to wait for when `wait` (or NULL). */
+static struct note *upload_failed(struct mnt_fs *fs, struct fh *h, int wait) {
     writer_unlist(fs, h);
     mnt_meta_expire(fs, h->path);
     if (!h->in || !h->in_place)
-        return 0;
+        return NULL;
     h->in->a = h->prev;
-    return mnt_notify_inode(fs, h->in);
+    return mnt_notify_inode(fs, h->in, wait);
 }
 
 /* A writer whose open never reached the caller: no object. */
@@ -182,7 +182,7 @@ static void writer_abandon(struct mnt_fs *fs, struct fh *h) {
     s3f_writer_abort(h->w);
     h->w = NULL;
     pthread_mutex_lock(&fs->mu);
-    upload_failed(fs, h);
+    upload_failed(fs, h, 0);
     pthread_mutex_unlock(&fs->mu);
     mnt_fh_free(fs, h);
 }
@@ -296,7 +296,7 @@ static int finish_upload(struct mnt_fs *fs, struct fh *h) {
         }
         mnt_promote_parents(fs, h->path);
     } else {
-        mnt_notify_wait(fs, upload_failed(fs, h));
+        mnt_notify_wait(fs, upload_failed(fs, h, 1));
     }
     pthread_mutex_unlock(&fs->mu);
     return h->status;
@@ -334,7 +334,7 @@ void mnt_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
         rc = h->status;
         __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&fs->mu);
-        mnt_notify_wait(fs, upload_failed(fs, h));
+        mnt_notify_wait(fs, upload_failed(fs, h, 1));
         pthread_mutex_unlock(&fs->mu);
         goto out;
     }
@@ -352,9 +352,11 @@ void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     struct mnt_fs *fs = fuse_req_userdata(req);
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
     int rc = 0;
-    if (h && h->is_write) {
+    if (h) {
+        /* under h->mu even for a reader: release (which takes it) comes after, in the
+         * kernel's order, and the sanitizers see it */
         pthread_mutex_lock(&h->mu);
-        if (process_of(fuse_req_ctx(req)->pid) == h->opener) {
+        if (h->is_write && process_of(fuse_req_ctx(req)->pid) == h->opener) {
             if (h->written > 0)
                 rc = finish_upload(fs, h);
             else
@@ -369,9 +371,10 @@ void mnt_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file
     struct mnt_fs *fs = fuse_req_userdata(req);
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
     int rc = 0;
-    if (h && h->is_write) {
+    if (h) {
         pthread_mutex_lock(&h->mu);
-        rc = finish_upload(fs, h);
+        if (h->is_write)
+            rc = finish_upload(fs, h);
         pthread_mutex_unlock(&h->mu);
     }
     fuse_reply_err(req, rc ? -rc : 0);
