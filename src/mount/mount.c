@@ -1,7 +1,8 @@
 /*
  * The daemon of `s3flash mount`: start-up checks, going to the background, logging,
- * signals and the FUSE session. The file system itself is fs.c; see mount.h for what this
- * folder may call.
+ * signals and the FUSE session (libfuse's low-level API: fuse_session_new, mounted on a
+ * directory or served on a /dev/fd/N descriptor the caller mounted). The file system
+ * itself is fs.h and the files it lists; see mount.h for what this folder may call.
  *
  * Start-up order matters. The process forks first (unless --foreground), before any thread
  * exists: the child creates the client, checks the bucket with one LIST, mounts, and only
@@ -9,10 +10,10 @@
  * printed on the terminal by the parent with exit status 1. SIGINT, SIGTERM and SIGHUP are
  * blocked while the client starts its threads (so they never land there) and then handled
  * by libfuse's handlers, which end the session: the loop returns, the file system is
- * unmounted and the uploads still open are aborted.
+ * unmounted, the notifier threads stop and the uploads still open are aborted.
  */
 #define FUSE_USE_VERSION 314
-#include <fuse3/fuse.h>
+#include <fuse3/fuse_lowlevel.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -324,21 +325,28 @@ int mnt_run(const struct mnt_options *in) {
     int rc = 1;
     struct s3f_client *client = NULL, *wclient = NULL;
     struct mnt_fs *fs = NULL;
-    struct fuse *f = NULL;
+    struct fuse_session *se = NULL;
     int mounted = 0;
 
     if (!o.memory_target_bytes)
         o.memory_target_bytes = default_memory_target();
     /* What counts outside the buffer pools comes off the target first: FUSE's buffers,
      * about 3 MiB a worker thread (a request of up to 1 MiB received, the 1 MiB reply of a
-     * read, malloc's slack), and 16 MiB for the process, libcurl's buffers and the metadata
-     * cache. The default number of threads is one per 16 MiB of the target, 4..16. */
+     * read, malloc's slack), 12 MiB for the process and libcurl's buffers, and the
+     * metadata budget (the inode table, metadata and listing caches, counted and evicted
+     * by fs: a sixteenth of the target, 4 MiB..1 GiB). The default number of threads is
+     * one per 16 MiB of the target, 4..16. */
     unsigned threads = o.max_threads;
     if (!threads) {
         uint64_t t = o.memory_target_bytes / (16ull << 20);
         threads = t < 4 ? 4 : t > 16 ? 16 : (unsigned)t;
     }
-    uint64_t fixed = (16ull << 20) + (uint64_t)threads * (3ull << 20);
+    o.metadata_budget_bytes = o.memory_target_bytes / 16;
+    if (o.metadata_budget_bytes < (4ull << 20))
+        o.metadata_budget_bytes = 4ull << 20;
+    if (o.metadata_budget_bytes > (1ull << 30))
+        o.metadata_budget_bytes = 1ull << 30;
+    uint64_t fixed = (12ull << 20) + o.metadata_budget_bytes + (uint64_t)threads * (3ull << 20);
     uint64_t rest = o.memory_target_bytes > fixed ? o.memory_target_bytes - fixed : 0;
     /* The rest: two buffer pools of 7/16 each, the readers' (read-ahead windows) and the
      * writers' (parts being filled and sent), so that open readers never make a writer
@@ -398,22 +406,25 @@ int mnt_run(const struct mnt_options *in) {
              shown, o.allow_other ? ",allow_other" : "", o.read_only ? ",ro" : "");
     char *argv[] = {"s3flash", "-o", fsopt, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
-    f = fuse_new(&args, &mnt_fs_ops, sizeof(mnt_fs_ops), fs);
+    se = fuse_session_new(&args, &mnt_ll_ops, sizeof(mnt_ll_ops), fs);
     fuse_opt_free_args(&args);
-    if (!f) {
+    if (!se) {
         fail("cannot set up the FUSE session (see the messages above)");
         goto out;
     }
-    if (fuse_mount(f, o.mountpoint) != 0) {
+    if (fuse_session_mount(se, o.mountpoint) != 0) {
         fail("cannot mount on %s (is /dev/fuse there, fuse3 installed, and the directory "
              "not mounted already?)",
              o.mountpoint);
         goto out;
     }
     mounted = 1;
-    if (!on_fd) /* the mounting process knows where */
+    if (!on_fd)
         raise_read_ahead(o.mountpoint, MNT_READ_AHEAD_KIB);
-    struct fuse_session *se = fuse_get_session(f);
+    if (mnt_fs_start(fs, se) != 0) {
+        fail("cannot start the notifier threads");
+        goto out;
+    }
     if (fuse_set_signal_handlers(se) != 0) {
         fail("cannot install the signal handlers");
         goto out;
@@ -445,7 +456,7 @@ int mnt_run(const struct mnt_options *in) {
     }
     fuse_loop_cfg_set_max_threads(lc, threads);
     fuse_loop_cfg_set_clone_fd(lc, 0);
-    int lr = fuse_loop_mt(f, lc);
+    int lr = fuse_session_loop_mt(se, lc);
     fuse_loop_cfg_destroy(lc);
     fuse_remove_signal_handlers(se);
     /* libfuse's signal handler leaves the signal's number as the loop's result */
@@ -455,12 +466,13 @@ int mnt_run(const struct mnt_options *in) {
         mnt_log(S3F_LOG_ERROR, "the FUSE session ended with an error (%d)", lr);
     mnt_log(S3F_LOG_INFO, "unmounting %s", o.mountpoint);
 out:
-    if (f) {
+    if (se) {
         if (mounted)
-            fuse_unmount(f);
-        fuse_destroy(f);
+            fuse_session_unmount(se);
     }
-    mnt_fs_free(fs);
+    mnt_fs_free(fs); /* stops the notifier before the session goes */
+    if (se)
+        fuse_session_destroy(se);
     s3f_client_free(wclient);
     s3f_client_free(client);
     if (report_fd >= 0)

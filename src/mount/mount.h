@@ -2,9 +2,10 @@
  * s3flash mount: a bucket (or a prefix of one) as a FUSE file system (libfuse3).
  *
  * What this folder owns: the daemon of `s3flash mount` (mount.c: start-up checks, going to
- * the background, logging, signals, the FUSE session) and the file system itself (fs.c:
- * every operation, the metadata cache, the open file and directory handles). The
- * behaviour is specified in docs/SEMANTICS.md; change both together.
+ * the background, logging, signals, the FUSE session) and the file system itself, on
+ * libfuse's low-level API (fs.h lists its files, the lock order and the rule that no
+ * handler re-enters the mount). The behaviour is specified in docs/SEMANTICS.md; change
+ * both together.
  *
  * What it may call: the public <s3flash/s3flash.h> API (readers, writers, listings, HEAD,
  * copy, delete) and libfuse3, nothing of the library's internals. The CLI (src/cli/
@@ -46,6 +47,8 @@ struct mnt_options {
     unsigned max_threads;    /* 0: one per 16 MiB of memory_target, 4..16 */
     uint64_t part_size_bytes; /* 0: the client's default (8 MiB) */
     int page_size;           /* keys per LIST page, 0: 1000 (tests use small pages) */
+    uint64_t metadata_budget_bytes; /* the inode table, metadata and listing caches: set
+                                       by mnt_run from memory_target (0: 8 MiB) */
 };
 
 /* Mount and serve until unmounted or signalled. Returns the process exit status: 0, or 1
@@ -54,19 +57,22 @@ struct mnt_options {
 int mnt_run(const struct mnt_options *opts);
 
 /* ---- between mount.c and fs.c ---- */
-struct fuse_operations;
-extern const struct fuse_operations mnt_fs_ops;
+struct fuse_lowlevel_ops;
+struct fuse_session;
+extern const struct fuse_lowlevel_ops mnt_ll_ops;
 
 struct mnt_fs;
 /* The file system's state; `client` serves reads, listings and HEADs, `wclient` writers,
  * copies and deletes (each its own buffer pool). NULL when out of memory. */
 struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *client,
                           struct s3f_client *wclient);
-/* Abort uploads still open (no object) and close readers, free. */
+/* The session is mounted: start the notifier threads (kernel invalidations). 0 or -errno. */
+int mnt_fs_start(struct mnt_fs *fs, struct fuse_session *se);
+/* Stop the notifier, abort uploads still open (no object), close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);
 
-/* The kernel's read-ahead of the mount, set in sysfs by mount.c: the size of fs.c's
- * max_readahead and max_write (op_init: 1 MiB), the largest FUSE request. */
+/* The kernel's read-ahead of the mount: fs.c's max_readahead (op_init, every mount) and
+ * max_write, and what mount.c writes to sysfs when it may (root). */
 #define MNT_READ_AHEAD_KIB 1024u
 
 /* Log through the daemon's sink (log file, syslog or stderr). */

@@ -1,0 +1,797 @@
+/*
+ * Directories: the listing cache, local directories (mkdir), opendir/readdir(plus),
+ * releasedir, mkdir and rmdir.
+ *
+ * Invariants:
+ * - readdir streams: a directory handle holds one LIST page (at most --page-size names),
+ *   the files held back for the next page, and, for the listing cache, a copy of the
+ *   listing that is given up once it passes LISTING_MAX_ENTRIES or a quarter of the
+ *   memory budget. A listing of any size is served in bounded memory.
+ * - An entry handed out by readdirplus with a node id is a kernel reference on that inode
+ *   (nlookup + 1, taken only once the entry fits in the reply). Past the memory budget,
+ *   and for a name the mount changed after the page was asked for, the entry goes out
+ *   without a node id (the kernel then looks it up when it needs it).
+ * - The listing cache (fs->listings, fs->mu) holds complete listings only, charged to the
+ *   memory account; a listing that started before a change in its directory is not kept.
+ * - struct dh is used by one request at a time (d->mu); d->mu is taken before fs->mu.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs.h"
+
+#define LISTINGS_MAX 64             /* directories whose listing is kept */
+#define LISTING_MAX_ENTRIES 100000  /* a larger directory is listed every time */
+
+struct localdir {
+    struct localdir *next;
+    char *path;
+};
+
+struct dent {
+    char *name;
+    struct attr a;
+    int no_id;            /* changed by the mount after its page was asked for */
+};
+
+struct listing {
+    struct listing *next;
+    char *path;
+    struct dent *ents;
+    size_t n;
+    double expires;
+    int64_t bytes;        /* charged to the memory account */
+};
+
+struct dh {
+    pthread_mutex_t mu;
+    fuse_ino_t ino;
+    char *path, *dkey;
+    struct dent *ents;
+    size_t n, cap;
+    uint64_t base;        /* global index of ents[0] */
+    char *token;
+    int started, listing_done, complete;
+    int from_cache;
+    uint64_t list_gen0;   /* generation when the listing started */
+    struct dent *all;     /* the listing so far, for the listing cache */
+    size_t n_all, cap_all;
+    uint64_t all_bytes;
+    int all_over;
+    struct dent *held;    /* files a directory of the same name on the next page shadows */
+    size_t n_held, cap_held;
+    char **extra;         /* local directories and files being written, from opendir */
+    int *extra_seen;
+    enum kind *extra_kind;
+    size_t n_extra;
+    struct dh *prev, *next;   /* in fs->dirs */
+};
+
+/* ---- local directories (fs->mu held) ---------------------------------------------- */
+
+struct localdir *mnt_localdir_find(struct mnt_fs *fs, const char *path) {
+    for (struct localdir *d = fs->localdirs; d; d = d->next)
+        if (strcmp(d->path, path) == 0)
+            return d;
+    return NULL;
+}
+
+void mnt_localdir_remove(struct mnt_fs *fs, const char *path) {
+    for (struct localdir **pp = &fs->localdirs; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->path, path) == 0) {
+            struct localdir *d = *pp;
+            *pp = d->next;
+            free(d->path);
+            free(d);
+            return;
+        }
+    }
+}
+
+void mnt_localdirs_free(struct mnt_fs *fs) {
+    while (fs->localdirs) {
+        struct localdir *d = fs->localdirs;
+        fs->localdirs = d->next;
+        free(d->path);
+        free(d);
+    }
+}
+
+int mnt_holds_local(struct mnt_fs *fs, const char *dir) {
+    for (struct localdir *d = fs->localdirs; d; d = d->next)
+        if (mnt_is_under(dir, d->path))
+            return 1;
+    for (struct fh *h = fs->writers; h; h = h->next_writer)
+        if (mnt_is_under(dir, h->path))
+            return 1;
+    return 0;
+}
+
+/* ---- entries and the listing cache ------------------------------------------------- */
+
+static void dents_free(struct dent *e, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(e[i].name);
+    free(e);
+}
+
+/* Append a copy of `name` with its attributes to a growing array (first allocation
+ * `first` entries, doubling; never past `max`). -ENOMEM on failure (the array is left as
+ * it was). */
+static int dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, size_t max,
+                        const char *name, size_t len, const struct attr *a, int no_id) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : first;
+        struct dent *e = c > max ? NULL : realloc(*v, c * sizeof(*e));
+        if (!e)
+            return -ENOMEM;
+        *v = e;
+        *cap = c;
+    }
+    char *s = strndup(name, len);
+    if (!s)
+        return -ENOMEM;
+    (*v)[*n].name = s;
+    (*v)[*n].a = *a;
+    (*v)[*n].no_id = no_id;
+    (*n)++;
+    return 0;
+}
+
+static void listing_free(struct mnt_fs *fs, struct listing *l) {
+    mnt_mem_charge(fs, -l->bytes);
+    dents_free(l->ents, l->n);
+    free(l->path);
+    free(l);
+    fs->n_listings--;
+}
+
+void mnt_listings_drop_above(struct mnt_fs *fs, const char *path) {
+    for (struct listing **pp = &fs->listings; *pp;) {
+        struct listing *l = *pp;
+        if (strcmp(l->path, "/") == 0 || mnt_is_under(l->path, path)) {
+            *pp = l->next;
+            listing_free(fs, l);
+        } else {
+            pp = &l->next;
+        }
+    }
+}
+
+void mnt_listings_trim(struct mnt_fs *fs) {
+    while (fs->listings && fs->mem_used > fs->mem_budget) {
+        struct listing **pp = &fs->listings;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        struct listing *l = *pp;
+        *pp = NULL;
+        listing_free(fs, l);
+    }
+}
+
+/* Keep a complete listing (takes `ents`; fs->mu held). */
+static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, size_t n,
+                        uint64_t bytes) {
+    struct listing *l = calloc(1, sizeof(*l));
+    if (!l || !(l->path = strdup(path))) {
+        free(l);
+        dents_free(ents, n);
+        return;
+    }
+    l->ents = ents;
+    l->n = n;
+    l->expires = mnt_now() + fs->o.metadata_ttl_s;
+    l->bytes = (int64_t)(bytes + sizeof(*l) + strlen(path) + 1);
+    for (struct listing **pp = &fs->listings; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->path, path) == 0) {
+            struct listing *old = *pp;
+            *pp = old->next;
+            listing_free(fs, old);
+            break;
+        }
+    }
+    l->next = fs->listings;
+    fs->listings = l;
+    fs->n_listings++;
+    mnt_mem_charge(fs, l->bytes);
+    if (fs->n_listings > LISTINGS_MAX) {
+        struct listing **pp = &fs->listings;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        struct listing *last = *pp;
+        *pp = NULL;
+        listing_free(fs, last);
+    }
+    mnt_mem_reclaim(fs);
+}
+
+/* ---- directory handles ------------------------------------------------------------- */
+
+static void dh_reset(struct dh *d) {
+    for (size_t i = 0; i < d->n; i++)
+        free(d->ents[i].name);
+    d->n = 0;
+    dents_free(d->all, d->n_all);
+    d->all = NULL;
+    d->n_all = d->cap_all = 0;
+    d->all_bytes = 0;
+    d->all_over = 0;
+    dents_free(d->held, d->n_held);
+    d->held = NULL;
+    d->n_held = d->cap_held = 0;
+    d->from_cache = 0;
+    d->base = 0;
+    free(d->token);
+    d->token = NULL;
+    d->started = d->listing_done = d->complete = 0;
+    for (size_t i = 0; i < d->n_extra; i++)
+        d->extra_seen[i] = 0;
+}
+
+static void dh_free(struct dh *d) {
+    if (!d)
+        return;
+    dh_reset(d);
+    free(d->ents);
+    for (size_t i = 0; i < d->n_extra; i++)
+        free(d->extra[i]);
+    free(d->extra);
+    free(d->extra_seen);
+    free(d->extra_kind);
+    free(d->path);
+    free(d->dkey);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+void mnt_dirs_free(struct mnt_fs *fs) {
+    while (fs->dirs) {
+        struct dh *d = fs->dirs;
+        fs->dirs = d->next;
+        dh_free(d);
+    }
+    while (fs->listings) {
+        struct listing *l = fs->listings;
+        fs->listings = l->next;
+        listing_free(fs, l);
+    }
+}
+
+/* Record an entry for the listing cache (best effort: once an entry cannot be kept, or
+ * the copy passes a quarter of the memory budget, the listing is not cached). */
+static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
+                    const struct attr *a) {
+    if (d->all_over)
+        return;
+    d->all_bytes += sizeof(struct dent) + len + 1 + 16;
+    if (d->all_bytes > fs->mem_budget / 4 ||
+        dents_append(&d->all, &d->n_all, &d->cap_all, 256, LISTING_MAX_ENTRIES, name, len, a,
+                     0)) {
+        dents_free(d->all, d->n_all);
+        d->all = NULL;
+        d->n_all = d->cap_all = 0;
+        d->all_over = 1;
+    }
+}
+
+static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a,
+                   int no_id) {
+    int rc = dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a, no_id);
+    if (rc)
+        return rc;
+    const char *s = d->ents[d->n - 1].name;
+    for (size_t i = 0; i < d->n_extra; i++)
+        if (!d->extra_seen[i] && strcmp(d->extra[i], s) == 0)
+            d->extra_seen[i] = 1;
+    return 0;
+}
+
+/* Add the name below `dir` that leads to `path` to d->extra (once): `kind` when `path` is
+ * a child of `dir`, else a directory. */
+static void dh_extra(struct dh *d, const char *dir, const char *path, enum kind kind) {
+    const char *name = path + (strcmp(dir, "/") == 0 ? 1 : strlen(dir) + 1);
+    const char *slash = strchr(name, '/');
+    size_t len = slash ? (size_t)(slash - name) : strlen(name);
+    for (size_t i = 0; i < d->n_extra; i++)
+        if (strlen(d->extra[i]) == len && memcmp(d->extra[i], name, len) == 0)
+            return;
+    if ((d->extra[d->n_extra] = strndup(name, len)))
+        d->extra_kind[d->n_extra++] = slash ? K_DIR : kind;
+}
+
+void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    int e;
+    char *path = mnt_path_of(fs, ino, &e);
+    if (!path) {
+        fuse_reply_err(req, e);
+        return;
+    }
+    struct attr a;
+    int rc = mnt_resolve(fs, path, &a, 0);
+    if (rc || a.kind != K_DIR) {
+        free(path);
+        fuse_reply_err(req, rc ? -rc : ENOTDIR);
+        return;
+    }
+    struct dh *d = calloc(1, sizeof(*d));
+    if (!d) {
+        free(path);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    d->ino = ino;
+    d->path = path;
+    d->dkey = strcmp(path, "/") == 0 ? strdup(fs->prefix) : mnt_key_of(fs, path, "/");
+    if (!d->dkey)
+        goto nomem;
+    pthread_mutex_lock(&fs->mu);
+    size_t n = 0;
+    for (struct localdir *l = fs->localdirs; l; l = l->next)
+        n += mnt_is_under(path, l->path);
+    for (struct fh *h = fs->writers; h; h = h->next_writer)
+        n += mnt_is_under(path, h->path);
+    d->extra = calloc(n + 1, sizeof(*d->extra));
+    d->extra_seen = calloc(n + 1, sizeof(*d->extra_seen));
+    d->extra_kind = calloc(n + 1, sizeof(*d->extra_kind));
+    int cached_rc = 0;
+    if (d->extra && d->extra_seen && d->extra_kind) {
+        /* local directories and files being written, and the directories that hold them
+         * deeper down (they exist whatever S3 lists: their keys may all be gone) */
+        for (struct localdir *l = fs->localdirs; l; l = l->next)
+            if (mnt_is_under(path, l->path))
+                dh_extra(d, path, l->path, K_DIR);
+        for (struct fh *h = fs->writers; h; h = h->next_writer)
+            if (mnt_is_under(path, h->path))
+                dh_extra(d, path, h->path, K_FILE);
+        for (struct listing *l = fs->listings; l; l = l->next) {
+            if (strcmp(l->path, path) != 0)
+                continue;
+            if (l->expires > mnt_now()) {
+                for (size_t i = 0; i < l->n && cached_rc == 0; i++)
+                    cached_rc = dh_push(d, l->ents[i].name, strlen(l->ents[i].name),
+                                        &l->ents[i].a, 0);
+                d->started = d->listing_done = d->from_cache = 1;
+            }
+            break;
+        }
+    }
+    if (d->extra && d->extra_seen && d->extra_kind && !cached_rc) {
+        d->next = fs->dirs;
+        if (fs->dirs)
+            fs->dirs->prev = d;
+        fs->dirs = d;
+        pthread_mutex_unlock(&fs->mu);
+        fi->fh = (uint64_t)(uintptr_t)d;
+        fi->cache_readdir = 0;
+        if (fuse_reply_open(req, fi) != 0) {
+            pthread_mutex_lock(&fs->mu);
+            if (fs->dirs == d)
+                fs->dirs = d->next;
+            if (d->prev)
+                d->prev->next = d->next;
+            if (d->next)
+                d->next->prev = d->prev;
+            pthread_mutex_unlock(&fs->mu);
+            dh_free(d);
+        }
+        return;
+    }
+    pthread_mutex_unlock(&fs->mu);
+nomem:
+    dh_free(d);
+    fuse_reply_err(req, ENOMEM);
+}
+
+void mnt_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    struct dh *d = (struct dh *)(uintptr_t)fi->fh;
+    if (d) {
+        /* the kernel sends releasedir after the last readdir's reply; taking d->mu makes
+         * that order visible to the sanitizers too */
+        pthread_mutex_lock(&d->mu);
+        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_lock(&fs->mu);
+        if (d->prev)
+            d->prev->next = d->next;
+        else if (fs->dirs == d)
+            fs->dirs = d->next;
+        if (d->next)
+            d->next->prev = d->prev;
+        pthread_mutex_unlock(&fs->mu);
+        dh_free(d);
+    }
+    fuse_reply_err(req, 0);
+}
+
+/* ---- one LIST page ----------------------------------------------------------------- */
+
+struct fetch {
+    struct mnt_fs *fs;
+    struct dh *d;
+    uint64_t gen0;
+    const struct s3f_list_page *page;
+};
+
+/* Was `name` of the directory changed by the mount after the page was asked for? Then
+ * the page's attributes of it are not handed to the kernel with a node id. */
+static int changed_after(struct fetch *f, const char *name, size_t len) {
+    char *cp = mnt_child_path(f->d->path, name, len);
+    int changed = !cp || mnt_meta_changed_since(f->fs, cp, f->gen0);
+    free(cp);
+    return changed;
+}
+
+/* Hand out the file `name` (fs->mu held): to the caller, to the listing cache and to the
+ * metadata cache; a file being written there shows its bytes so far. */
+static int emit_file(struct fetch *f, const char *name, size_t len, struct attr *a) {
+    struct dh *d = f->d;
+    dh_keep(f->fs, d, name, len, a);
+    char *cp = mnt_child_path(d->path, name, len);
+    struct fh *w = cp ? mnt_writer_find(f->fs, cp) : NULL;
+    if (w) {
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+        a->mtime = w->opened;
+        a->etag[0] = 0;
+    } else if (cp) {
+        mnt_meta_fill(f->fs, cp, K_FILE, a->size, a->mtime, a->etag, f->gen0);
+    }
+    free(cp);
+    return dh_push(d, name, len, a, !w && changed_after(f, name, len));
+}
+
+static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a) {
+    return dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a, 0);
+}
+
+static int on_page_name(void *user, const char *name, size_t len,
+                        const struct s3f_list_entry *obj, int hold) {
+    struct fetch *f = user;
+    struct attr a;
+    memset(&a, 0, sizeof(a));
+    if (!obj) {
+        a.kind = K_DIR;
+        int rc = dh_push(f->d, name, len, &a, 0);
+        dh_keep(f->fs, f->d, name, len, &a);
+        char *cp = mnt_child_path(f->d->path, name, len);
+        if (cp)
+            mnt_meta_fill(f->fs, cp, K_DIR, 0, 0, NULL, f->gen0);
+        free(cp);
+        return rc;
+    }
+    a.kind = K_FILE;
+    a.size = obj->size;
+    a.mtime = obj->last_modified;
+    snprintf(a.etag, sizeof(a.etag), "%s", obj->etag ? obj->etag : "");
+    return hold ? dh_hold(f->d, name, len, &a) : emit_file(f, name, len, &a);
+}
+
+/* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
+static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
+    for (size_t i = 0; i < d->n; i++)
+        free(d->ents[i].name);
+    d->base += d->n;
+    d->n = 0;
+    struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
+                                  .continuation_token = d->token,
+                                  .max_keys = fs->o.page_size};
+    pthread_mutex_lock(&fs->mu);
+    uint64_t gen0 = fs->gen;
+    pthread_mutex_unlock(&fs->mu);
+    if (!d->started)
+        d->list_gen0 = gen0;
+    struct s3f_list_page *page = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("readdir", d->path, &err);
+        return st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
+    }
+    d->started = 1;
+    struct fetch f = {.fs = fs, .d = d, .gen0 = gen0, .page = page};
+    const char *last = mnt_page_last(page, d->dkey);
+    int rc = 0;
+    pthread_mutex_lock(&fs->mu);
+    size_t n_prev = d->n_held;
+    struct dent *prev = d->held;
+    d->held = NULL;
+    d->n_held = d->cap_held = 0;
+    for (size_t i = 0; i < n_prev; i++) {
+        struct dent *e = &prev[i];
+        size_t len = strlen(e->name);
+        if (rc || mnt_page_has_dir(page, d->dkey, e->name, len))
+            continue; /* shadowed by its directory */
+        if (last && strncmp(last, e->name, len) == 0)
+            rc = dh_hold(d, e->name, len, &e->a);
+        else
+            rc = emit_file(&f, e->name, len, &e->a);
+    }
+    dents_free(prev, n_prev);
+    if (rc == 0)
+        rc = mnt_page_walk(page, d->dkey, on_page_name, &f);
+    pthread_mutex_unlock(&fs->mu);
+    free(d->token);
+    d->token = NULL;
+    if (page->is_truncated && page->next_continuation_token) {
+        d->token = strdup(page->next_continuation_token);
+        if (!d->token)
+            rc = -ENOMEM;
+    } else {
+        d->listing_done = 1;
+        if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
+            pthread_mutex_lock(&fs->mu);
+            if (!mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
+                listing_put(fs, d->path, d->all, d->n_all, d->all_bytes);
+                d->all = NULL;
+                d->n_all = d->cap_all = 0;
+            }
+            pthread_mutex_unlock(&fs->mu);
+        }
+    }
+    s3f_list_page_free(page);
+    return rc;
+}
+
+/* The attributes of the file being written at dir/name, if one is (takes fs->mu). */
+static void writer_attr(struct mnt_fs *fs, const char *dir, const char *name, struct attr *a) {
+    char *cp = mnt_child_path(dir, name, strlen(name));
+    if (!cp)
+        return;
+    pthread_mutex_lock(&fs->mu);
+    struct fh *w = mnt_writer_find(fs, cp);
+    if (w) {
+        a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
+        a->mtime = w->opened;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    free(cp);
+}
+
+/* ---- readdir, readdirplus ---------------------------------------------------------- */
+
+struct reply {
+    fuse_req_t req;
+    struct mnt_fs *fs;
+    struct dh *d;
+    int plus;
+    char *buf;
+    size_t size, used;
+};
+
+/* A d_ino for an entry handed out without a node id (never 0: readdir(3) skips those). */
+static fuse_ino_t name_ino(const char *name) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *name; name++)
+        h = (h ^ (uint8_t)*name) * 1099511628211ull;
+    return (fuse_ino_t)(h | (1ull << 63));
+}
+
+/* Add one entry to the reply: 0, or 1 when it does not fit. */
+static int add_entry(struct reply *r, const char *name, const struct attr *a, int no_id,
+                     fuse_ino_t self, off_t next) {
+    size_t need = r->plus ? fuse_add_direntry_plus(r->req, NULL, 0, name, NULL, 0)
+                          : fuse_add_direntry(r->req, NULL, 0, name, NULL, 0);
+    if (r->used + need > r->size)
+        return 1;
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    fuse_ino_t ino = self;
+    if (!self && r->plus && !no_id) {
+        char *cp = mnt_child_path(r->d->path, name, strlen(name));
+        pthread_mutex_lock(&r->fs->mu);
+        if (cp && r->fs->mem_used < r->fs->mem_budget) {
+            struct inode *in = mnt_inode_get(r->fs, cp, a);
+            if (in) {
+                in->nlookup++;
+                e.ino = ino = in->ino;
+                if (in->a.kind == K_FILE && in->a.etag[0] && a->etag[0] &&
+                    strcmp(in->a.etag, a->etag) != 0)
+                    e.ino = 0; /* cannot happen: mnt_inode_get gave that version */
+            }
+        }
+        pthread_mutex_unlock(&r->fs->mu);
+        free(cp);
+    }
+    mnt_fill_stat(r->fs, a, ino ? ino : name_ino(name), &e.attr);
+    e.attr_timeout = e.entry_timeout = r->fs->o.metadata_ttl_s;
+    if (r->plus)
+        r->used += fuse_add_direntry_plus(r->req, r->buf + r->used, r->size - r->used, name,
+                                          &e, next);
+    else
+        r->used += fuse_add_direntry(r->req, r->buf + r->used, r->size - r->used, name,
+                                     &e.attr, next);
+    return 0;
+}
+
+static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                           struct fuse_file_info *fi, int plus) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    struct dh *d = (struct dh *)(uintptr_t)fi->fh;
+    if (!d) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
+    struct reply r = {.req = req, .fs = fs, .d = d, .plus = plus, .size = size};
+    r.buf = malloc(size ? size : 1);
+    if (!r.buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    struct attr da = {.kind = K_DIR};
+    int rc = 0;
+    pthread_mutex_lock(&d->mu);
+    if (offset == 0) {
+        if (add_entry(&r, ".", &da, 1, ino, 1))
+            goto out;
+        offset = 1;
+    }
+    if (offset == 1) {
+        if (add_entry(&r, "..", &da, 1, FUSE_ROOT_ID, 2))
+            goto out;
+        offset = 2;
+    }
+    uint64_t g = (uint64_t)offset - 2;
+    if ((g < d->base || (g == 0 && d->started)) && !(d->from_cache && d->base == 0))
+        dh_reset(d);
+    int emitted = 0;
+    for (;;) {
+        while (g < d->base + d->n) {
+            const struct dent *e = &d->ents[g - d->base];
+            if (add_entry(&r, e->name, &e->a, e->no_id, 0, (off_t)(g + 3)))
+                goto out;
+            emitted = 1;
+            g++;
+        }
+        if (d->complete)
+            break;
+        if (d->listing_done) {
+            for (size_t i = 0; i < d->n; i++)
+                free(d->ents[i].name);
+            d->base += d->n;
+            d->n = 0;
+            for (size_t i = 0; i < d->n_extra && rc == 0; i++) {
+                if (d->extra_seen[i])
+                    continue;
+                struct attr a = {.kind = d->extra_kind[i], .mtime = (int64_t)time(NULL)};
+                if (a.kind == K_FILE)
+                    writer_attr(fs, d->path, d->extra[i], &a);
+                rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a, 0);
+            }
+            d->complete = 1;
+            if (rc)
+                break;
+            continue;
+        }
+        if (emitted)
+            break; /* hand what we have to the caller before the next page */
+        rc = dh_fetch(fs, d);
+        if (rc)
+            break;
+    }
+out:
+    pthread_mutex_unlock(&d->mu);
+    if (rc && r.used == 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_buf(req, r.buf, r.used);
+    free(r.buf);
+}
+
+void mnt_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi) {
+    readdir_common(req, ino, size, off, fi, 0);
+}
+
+void mnt_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                        struct fuse_file_info *fi) {
+    readdir_common(req, ino, size, off, fi, 1);
+}
+
+/* ---- mkdir, rmdir ------------------------------------------------------------------ */
+
+void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    char *path = mnt_req_path_rw(req, fs, parent, name);
+    if (!path)
+        return;
+    struct attr a;
+    int rc = mnt_resolve(fs, path, &a, 0);
+    if (rc == 0)
+        rc = -EEXIST;
+    else if (rc == -ENOENT)
+        rc = mnt_parent_ok(fs, path);
+    struct localdir *d = NULL;
+    if (rc == 0) {
+        d = calloc(1, sizeof(*d));
+        if (!d || !(d->path = strdup(path))) {
+            free(d);
+            d = NULL;
+            rc = -ENOMEM;
+        }
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&fs->mu);
+        if (mnt_localdir_find(fs, path)) {
+            rc = -EEXIST;
+            free(d->path);
+            free(d);
+        } else {
+            d->next = fs->localdirs;
+            fs->localdirs = d;
+            mnt_meta_expire(fs, path);
+        }
+        pthread_mutex_unlock(&fs->mu);
+    }
+    if (rc) {
+        fuse_reply_err(req, -rc);
+    } else {
+        struct attr da = {.kind = K_DIR};
+        mnt_reply_entry(req, fs, path, &da);
+    }
+    free(path);
+}
+
+void mnt_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    char *path = mnt_req_path_rw(req, fs, parent, name);
+    if (!path)
+        return;
+    char *dkey = NULL;
+    struct attr a;
+    int rc = mnt_resolve(fs, path, &a, 0);
+    if (rc)
+        goto out;
+    if (a.kind != K_DIR) {
+        rc = -ENOTDIR;
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    int local = mnt_localdir_find(fs, path) != NULL;
+    int busy = mnt_holds_local(fs, path);
+    pthread_mutex_unlock(&fs->mu);
+    if (busy) {
+        rc = -ENOTEMPTY;
+        goto out;
+    }
+    dkey = mnt_key_of(fs, path, "/");
+    if (!dkey) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    struct s3f_list_options lo = {.prefix = dkey, .max_keys = 2};
+    struct s3f_list_page *page = NULL;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("rmdir", path, &err);
+        rc = -mnt_errno_of(st, 0);
+        goto out;
+    }
+    int marker = 0, others = 0;
+    for (size_t i = 0; i < page->n_objects; i++) {
+        if (strcmp(page->objects[i].key, dkey) == 0)
+            marker = 1;
+        else
+            others = 1;
+    }
+    others |= page->n_common_prefixes > 0;
+    s3f_list_page_free(page);
+    rc = others ? -ENOTEMPTY : marker ? -EPERM : !local ? -ENOENT : 0;
+    if (rc == 0) {
+        pthread_mutex_lock(&fs->mu);
+        mnt_localdir_remove(fs, path);
+        mnt_meta_change(fs, path, K_MISSING, 0, 0, NULL);
+        mnt_inode_detach(fs, path);
+        pthread_mutex_unlock(&fs->mu);
+    }
+out:
+    fuse_reply_err(req, rc ? -rc : 0);
+    free(dkey);
+    free(path);
+}

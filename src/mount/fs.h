@@ -1,0 +1,262 @@
+/*
+ * The file system of `s3flash mount`, on libfuse3's low-level API: what its files share.
+ * docs/SEMANTICS.md is the contract; docs/ARCHITECTURE.md ("The mount") the overview.
+ *
+ * Files, each owning one part of the state (their opening comments give the invariants):
+ *   fs.c         the ops table, init, lookup/forget/getattr/setattr/statfs, new/free
+ *   inode.c      the inode table (node id <-> path, the version an inode is, lookup
+ *                counts) and the notifier thread that sends the kernel's invalidations
+ *   meta.c       the metadata cache (path -> kind, size, mtime, ETag), resolve(), the
+ *                generations, and the memory account of the inode table and both caches
+ *   dir.c        directories: the listing cache, opendir/readdir(plus), mkdir, rmdir
+ *   read.c       open for reading, read, release of readers
+ *   write.c      create, open for writing, write, flush, fsync, release of writers
+ *   namespace.c  unlink and rename, and the directories they leave empty
+ *   listing.c    a LIST page's names (no FUSE: fuzzed on its own)
+ *
+ * LOCK ORDER (the only one): a handle's mutex (struct fh / struct dh), then fs->mu. Never
+ * the other way round; fs->mu is never held across a request to S3 or a call into the
+ * kernel (fuse_reply_*, fuse_lowlevel_notify_*).
+ *
+ * NEVER RE-ENTER: no handler makes a system call on a path inside its own mount, and no
+ * handler calls fuse_lowlevel_notify_* (the kernel may hold a directory lock that the
+ * invalidation needs until this very request is answered). Invalidations are queued for
+ * the notifier threads (inode.c), which serve no request, with node ids the daemon knows.
+ */
+#ifndef S3FLASH_MOUNT_FS_H
+#define S3FLASH_MOUNT_FS_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse3/fuse_lowlevel.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "listing.h"
+#include "mount.h"
+
+enum kind { K_MISSING = 0, K_FILE = 1, K_DIR = 2 };
+
+#define MNT_NOTIFIERS 4 /* threads sending the kernel's invalidations */
+
+struct attr {
+    enum kind kind;
+    uint64_t size;
+    int64_t mtime;
+    char etag[128];
+};
+
+/* An inode: one version of one file, or one directory (inode.c). */
+struct inode {
+    fuse_ino_t ino;
+    struct inode *ino_next;   /* fs->ino_hash chain */
+    struct inode *path_next;  /* fs->path_hash chain, while current */
+    char *path;               /* "/" or "/a/b" (a file's changes with rename) */
+    struct attr a;            /* the version this inode is (files), kind (directories) */
+    uint64_t nlookup;         /* the kernel's references (lookup, create, readdirplus) */
+    unsigned nopen;           /* open handles */
+    int current;              /* the inode the path resolves to now (in fs->path_hash) */
+    char open_etag[128];      /* ETag at the last open for reading with the page cache */
+    unsigned n_stale;         /* read handles of a version replaced in place (write.c) */
+};
+
+struct meta;
+struct localdir;
+struct listing;
+struct fh;
+struct dh;
+struct note;
+
+struct mnt_fs {
+    struct mnt_options o;
+    char *bucket, *prefix;
+    struct s3f_client *c;     /* readers, listings, HEADs */
+    struct s3f_client *cw;    /* writers, copies, deletes */
+    uint64_t part_size;
+    int64_t start_time;
+    struct fuse_session *se;
+    pthread_mutex_t mu;       /* everything below */
+    /* inode table (inode.c) */
+    struct inode **ino_hash, **path_hash;
+    size_t n_inodes;
+    fuse_ino_t next_ino;
+    /* metadata cache (meta.c): LRU list, most recent first */
+    struct meta **meta;
+    struct meta *lru_head, *lru_tail;
+    size_t n_meta;
+    /* memory account (meta.c): inode table, metadata and listing caches, directory
+     * handles' listing copies; never above mem_budget after an insert */
+    uint64_t mem_used, mem_budget;
+    /* generations (meta.c): bumped by every change the mount makes */
+    uint64_t gen;
+    uint64_t evicted_gen;     /* the highest change generation of an evicted entry */
+    /* directories made by mkdir, files open for writing (write.c) */
+    struct localdir *localdirs;
+    struct fh *writers;
+    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers */
+    uint64_t writer_reserved, writer_budget;
+    struct listing *listings; /* most recent first (dir.c) */
+    size_t n_listings;
+    struct fh *readers;       /* open read handles (read.c) */
+    struct dh *dirs;          /* open directory handles (dir.c) */
+    /* notifiers (inode.c) */
+    pthread_t notifiers[MNT_NOTIFIERS];
+    size_t n_notifiers;
+    int notifier_stop;
+    pthread_cond_t notes_cv, notes_done_cv;
+    struct note *notes_head, *notes_tail, *notes_busy;
+    size_t n_notes;
+};
+
+/* An open file (read.c, write.c). */
+struct fh {
+    pthread_mutex_t mu;
+    int is_write;
+    int rdwr;                 /* read handle opened O_RDWR: writes get EBADF */
+    struct inode *in;         /* holds a reference (in->nopen) */
+    char *path, *key;
+    struct s3f_reader *r;
+    uint64_t size;            /* read handles: the version's size and mtime */
+    int64_t mtime;
+    char etag[128];
+    int direct;               /* read handles: not in the page cache */
+    int stale;                /* read handles: their inode was overwritten in place */
+    /* write handles */
+    struct s3f_writer *w;
+    uint64_t written;
+    int done, status;
+    pid_t opener;
+    int64_t opened;
+    uint64_t reserved;
+    int listed, closed;
+    int in_place;             /* writing over its inode's version (open with O_TRUNC) */
+    struct attr prev;         /* ... which was this one */
+    struct fh *next_writer;
+    struct fh *rd_prev, *rd_next;
+};
+
+/* ---- fs.c ---- */
+int mnt_errno_of(enum s3f_status st, int open_handle);
+double mnt_now(void);
+char *mnt_key_of(const struct mnt_fs *fs, const char *path, const char *suffix);
+char *mnt_child_path(const char *dir, const char *name, size_t name_len);
+void mnt_parent_of(const char *path, char *out); /* out[PATH_MAX] */
+int mnt_is_under(const char *dir, const char *path);
+void mnt_fill_stat(const struct mnt_fs *fs, const struct attr *a, fuse_ino_t ino,
+                   struct stat *st);
+/* Reply to a request that makes `path` (with attributes `a`) known to the kernel: a new
+ * reference on its inode (created when needed). */
+void mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
+                     const struct attr *a);
+
+/* ---- inode.c (fs->mu held unless said) ---- */
+uint32_t mnt_hash_str(const char *s); /* any lock */
+int mnt_inodes_init(struct mnt_fs *fs);
+void mnt_inodes_free(struct mnt_fs *fs);
+struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino);
+struct inode *mnt_inode_current(struct mnt_fs *fs, const char *path);
+/* The current inode of `path` for the version `a`: the current one when it is that
+ * version, else a new one (the old one stays for its references). NULL: out of memory. */
+struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct attr *a);
+/* A new inode, current for `path` from now on (create: a new version). */
+struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struct attr *a);
+/* The path no longer resolves to its inode (unlink, rename's source). */
+void mnt_inode_detach(struct mnt_fs *fs, const char *path);
+/* Rename: the inode of `from` becomes the current one of `to`. */
+void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to);
+void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen);
+/* Queue the kernel's invalidation of `name` in directory `dir_path` (dropped when the
+ * kernel does not know the directory). `wait`: the caller will pass the result (NULL: not
+ * queued) to mnt_notify_wait. */
+struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
+                              int wait);
+/* Queue the invalidation of an inode's attributes and pages (as above). */
+struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait);
+/* Wait (fs->mu held; NOTIFY_WAIT_S at most) until the note was sent. Never for a note on
+ * a directory the kernel holds locked for the calling request. */
+void mnt_notify_wait(struct mnt_fs *fs, struct note *n);
+int mnt_notifier_start(struct mnt_fs *fs); /* not under fs->mu */
+void mnt_notifier_stop(struct mnt_fs *fs); /* not under fs->mu */
+
+/* ---- meta.c ---- */
+int mnt_meta_init(struct mnt_fs *fs);
+void mnt_meta_free(struct mnt_fs *fs);
+/* fs->mu held: */
+struct meta *mnt_meta_find(struct mnt_fs *fs, const char *path);
+int mnt_meta_lookup(struct mnt_fs *fs, const char *path, struct attr *a); /* fresh: 1 */
+/* A fill from S3 (HEAD, LIST) that started at generation `gen0`: not stored over a
+ * change the mount made since. */
+void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
+                   int64_t mtime, const char *etag, uint64_t gen0);
+/* A change made by the mount: stored, generation bumped for the name and its directory,
+ * listings above dropped. kind K_MISSING with expire: the name is looked up again. */
+void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
+                     int64_t mtime, const char *etag);
+void mnt_meta_expire(struct mnt_fs *fs, const char *path);
+/* Has the mount changed `path` since `gen0`? */
+int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
+/* Has a change been made in directory `dir` since `gen0`? */
+int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0);
+void mnt_mem_charge(struct mnt_fs *fs, int64_t bytes); /* + charge, - release */
+void mnt_mem_reclaim(struct mnt_fs *fs);               /* evict down to the budget */
+/* not under fs->mu: */
+int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh);
+int mnt_parent_ok(struct mnt_fs *fs, const char *path);
+
+/* ---- dir.c ---- */
+void mnt_listings_drop_above(struct mnt_fs *fs, const char *path); /* fs->mu held */
+void mnt_listings_trim(struct mnt_fs *fs);                         /* fs->mu held */
+void mnt_dirs_free(struct mnt_fs *fs);
+struct localdir *mnt_localdir_find(struct mnt_fs *fs, const char *path);
+void mnt_localdir_remove(struct mnt_fs *fs, const char *path);
+int mnt_holds_local(struct mnt_fs *fs, const char *dir);
+void mnt_localdirs_free(struct mnt_fs *fs);
+void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void mnt_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi);
+void mnt_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                        struct fuse_file_info *fi);
+void mnt_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void mnt_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+
+/* ---- read.c ---- */
+void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                 struct fuse_file_info *fi);
+void mnt_reader_release(struct mnt_fs *fs, struct fh *h);
+void mnt_readers_free(struct mnt_fs *fs);
+struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path);
+void mnt_fh_free(struct mnt_fs *fs, struct fh *h); /* not under fs->mu */
+
+/* ---- write.c ---- */
+struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path);
+int mnt_writer_busy(struct mnt_fs *fs, const char *path); /* fs->mu held; may wait on it */
+void mnt_promote_parents(struct mnt_fs *fs, const char *path);
+int mnt_open_writer(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
+                    struct fuse_file_info *fi);
+void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                   struct fuse_file_info *fi);
+void mnt_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                  struct fuse_file_info *fi);
+void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void mnt_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void mnt_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void mnt_writers_free(struct mnt_fs *fs);
+
+/* ---- namespace.c ---- */
+void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                   const char *newname, unsigned int flags);
+
+/* The path of `name` in the directory inode `parent` (NULL with *err set). */
+char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);
+/* mnt_path_at for a request: on failure, the error is the reply (and NULL returned). */
+char *mnt_req_path_at(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name);
+/* The same for a request that changes the bucket: EROFS on a read-only mount. */
+char *mnt_req_path_rw(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name);
+/* The path of inode `ino` (NULL with *err set: ENOENT when unknown). */
+char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err);
+
+#endif /* S3FLASH_MOUNT_FS_H */

@@ -1,0 +1,412 @@
+/*
+ * The inode table and the notifier threads (see fs.h for the lock order).
+ *
+ * Invariants (fs->mu guards all of it):
+ * - Node ids are never reused (a 64-bit counter from 2; the root is 1 and lives as long
+ *   as the mount), so an id the kernel still holds always names the inode it was given
+ *   for, and an invalidation sent late can only miss, never hit another inode.
+ * - An inode is one version of a file (its ETag and size) or one directory. A path
+ *   resolves to at most one "current" inode (fs->path_hash); when a lookup finds another
+ *   version under the path, a new inode becomes current and the old one stays, with its
+ *   own attributes and the kernel's page cache of it, for the handles and references
+ *   that hold it (an open handle keeps its version).
+ * - An inode lives while the kernel holds a reference (nlookup: lookup, create, mkdir and
+ *   each readdirplus entry with a node id add one; forget takes them back) or a handle is
+ *   open on it (nopen); then it is freed at once. The table's memory is charged to the
+ *   mount's account (meta.c).
+ * - The notifier threads (MNT_NOTIFIERS, serving no request) are the only callers of
+ *   fuse_lowlevel_notify_inval_*: handlers queue (node id, name) notes, bounded (past the
+ *   bound an invalidation is dropped and the TTLs tell the kernel instead). A note stuck
+ *   on a directory lock holds one notifier; the others go on with the queue.
+ *   A handler may wait for its own notes, for NOTIFY_WAIT_S at most and never for one
+ *   whose directory the kernel holds locked for that handler (rename's two directories):
+ *   so the kernel has dropped the entry when unlink returns, and a note stuck behind a
+ *   lock held by another request delays, never wedges.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs.h"
+
+#define INO_BUCKETS 65536u
+#define NOTES_MAX 4096u
+#define NOTIFY_WAIT_S 2
+
+struct note {
+    struct note *next;        /* fs->notes_head queue */
+    struct note *busy_next;   /* fs->notes_busy: being sent */
+    int busy, done;
+    int waiters;              /* a handler waits for it: it frees it */
+    int inode;                /* invalidate the inode `parent` (its attributes and pages) */
+    fuse_ino_t parent;
+    size_t len;
+    char name[];
+};
+
+uint32_t mnt_hash_str(const char *s) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static int64_t inode_bytes(const struct inode *in) {
+    return (int64_t)(sizeof(*in) + strlen(in->path) + 1 + 32);
+}
+
+struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
+    for (struct inode *in = fs->ino_hash[ino % INO_BUCKETS]; in; in = in->ino_next)
+        if (in->ino == ino)
+            return in;
+    return NULL;
+}
+
+struct inode *mnt_inode_current(struct mnt_fs *fs, const char *path) {
+    for (struct inode *in = fs->path_hash[mnt_hash_str(path) % INO_BUCKETS]; in;
+         in = in->path_next)
+        if (strcmp(in->path, path) == 0)
+            return in;
+    return NULL;
+}
+
+static void path_link(struct mnt_fs *fs, struct inode *in) {
+    uint32_t b = mnt_hash_str(in->path) % INO_BUCKETS;
+    in->path_next = fs->path_hash[b];
+    fs->path_hash[b] = in;
+    in->current = 1;
+}
+
+static void path_unlink(struct mnt_fs *fs, struct inode *in) {
+    if (!in->current)
+        return;
+    for (struct inode **pp = &fs->path_hash[mnt_hash_str(in->path) % INO_BUCKETS]; *pp;
+         pp = &(*pp)->path_next) {
+        if (*pp == in) {
+            *pp = in->path_next;
+            break;
+        }
+    }
+    in->path_next = NULL;
+    in->current = 0;
+}
+
+static void inode_free(struct mnt_fs *fs, struct inode *in) {
+    path_unlink(fs, in);
+    for (struct inode **pp = &fs->ino_hash[in->ino % INO_BUCKETS]; *pp; pp = &(*pp)->ino_next) {
+        if (*pp == in) {
+            *pp = in->ino_next;
+            break;
+        }
+    }
+    mnt_mem_charge(fs, -inode_bytes(in));
+    fs->n_inodes--;
+    free(in->path);
+    free(in);
+}
+
+static struct inode *inode_new(struct mnt_fs *fs, fuse_ino_t ino, const char *path,
+                               const struct attr *a) {
+    struct inode *in = calloc(1, sizeof(*in));
+    if (!in || !(in->path = strdup(path))) {
+        free(in);
+        return NULL;
+    }
+    in->ino = ino;
+    in->a = *a;
+    in->ino_next = fs->ino_hash[ino % INO_BUCKETS];
+    fs->ino_hash[ino % INO_BUCKETS] = in;
+    fs->n_inodes++;
+    mnt_mem_charge(fs, inode_bytes(in));
+    return in;
+}
+
+int mnt_inodes_init(struct mnt_fs *fs) {
+    pthread_cond_init(&fs->notes_cv, NULL);
+    pthread_cond_init(&fs->notes_done_cv, NULL);
+    fs->ino_hash = calloc(INO_BUCKETS, sizeof(*fs->ino_hash));
+    fs->path_hash = calloc(INO_BUCKETS, sizeof(*fs->path_hash));
+    if (!fs->ino_hash || !fs->path_hash)
+        return -ENOMEM;
+    mnt_mem_charge(fs, 2 * (int64_t)INO_BUCKETS * (int64_t)sizeof(void *));
+    fs->next_ino = FUSE_ROOT_ID + 1;
+    struct attr root = {.kind = K_DIR};
+    struct inode *in = inode_new(fs, FUSE_ROOT_ID, "/", &root);
+    if (!in)
+        return -ENOMEM;
+    in->nlookup = 1; /* the kernel's root: never forgotten */
+    path_link(fs, in);
+    return 0;
+}
+
+void mnt_inodes_free(struct mnt_fs *fs) {
+    if (fs->ino_hash) {
+        for (uint32_t i = 0; i < INO_BUCKETS; i++) {
+            struct inode *in = fs->ino_hash[i];
+            while (in) {
+                struct inode *n = in->ino_next;
+                free(in->path);
+                free(in);
+                in = n;
+            }
+        }
+    }
+    free(fs->ino_hash);
+    free(fs->path_hash);
+    while (fs->notes_head) {
+        struct note *n = fs->notes_head;
+        fs->notes_head = n->next;
+        free(n);
+    }
+    while (fs->notes_busy) { /* none once the notifiers have stopped */
+        struct note *n = fs->notes_busy;
+        fs->notes_busy = n->busy_next;
+        free(n);
+    }
+    pthread_cond_destroy(&fs->notes_cv);
+    pthread_cond_destroy(&fs->notes_done_cv);
+}
+
+/* May the inode be taken as the version `a` of its path? */
+static int same_version(const struct inode *in, const struct attr *a) {
+    if (in->a.kind != a->kind)
+        return 0;
+    if (a->kind == K_DIR)
+        return 1;
+    /* being written (no ETag yet), or the same object */
+    if (!in->a.etag[0] || !a->etag[0])
+        return 1;
+    return strcmp(in->a.etag, a->etag) == 0;
+}
+
+struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct attr *a) {
+    struct inode *cur = mnt_inode_current(fs, path);
+    if (cur && same_version(cur, a)) {
+        if (a->kind == K_FILE && !cur->a.etag[0] && a->etag[0])
+            cur->a = *a; /* the object the written file became */
+        return cur;
+    }
+    struct inode *in = inode_new(fs, fs->next_ino, path, a);
+    if (!in)
+        return NULL;
+    fs->next_ino++;
+    if (cur)
+        path_unlink(fs, cur); /* the old version stays for its references */
+    path_link(fs, in);
+    if (cur && !cur->nlookup && !cur->nopen)
+        inode_free(fs, cur);
+    return in;
+}
+
+struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struct attr *a) {
+    struct inode *in = inode_new(fs, fs->next_ino, path, a);
+    if (!in)
+        return NULL;
+    fs->next_ino++;
+    mnt_inode_detach(fs, path);
+    path_link(fs, in);
+    return in;
+}
+
+void mnt_inode_detach(struct mnt_fs *fs, const char *path) {
+    struct inode *in = mnt_inode_current(fs, path);
+    if (!in || in->ino == FUSE_ROOT_ID)
+        return;
+    path_unlink(fs, in);
+    if (!in->nlookup && !in->nopen)
+        inode_free(fs, in);
+}
+
+void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
+    mnt_inode_detach(fs, to);
+    struct inode *in = mnt_inode_current(fs, from);
+    if (!in)
+        return;
+    char *p = strdup(to);
+    if (!p) {
+        mnt_inode_detach(fs, from);
+        return;
+    }
+    path_unlink(fs, in);
+    mnt_mem_charge(fs, -inode_bytes(in));
+    free(in->path);
+    in->path = p;
+    mnt_mem_charge(fs, inode_bytes(in));
+    path_link(fs, in);
+}
+
+void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen) {
+    if (in->ino == FUSE_ROOT_ID)
+        return;
+    in->nlookup = in->nlookup > nlookup ? in->nlookup - nlookup : 0;
+    in->nopen = in->nopen > nopen ? in->nopen - nopen : 0;
+    if (!in->nlookup && !in->nopen)
+        inode_free(fs, in);
+}
+
+char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err) {
+    pthread_mutex_lock(&fs->mu);
+    struct inode *in = mnt_inode_find(fs, ino);
+    char *p = in ? strdup(in->path) : NULL;
+    pthread_mutex_unlock(&fs->mu);
+    *err = !in ? ENOENT : !p ? ENOMEM : 0;
+    return p;
+}
+
+char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err) {
+    size_t len = strlen(name);
+    if (len > MNT_NAME_MAX) {
+        *err = ENAMETOOLONG;
+        return NULL;
+    }
+    pthread_mutex_lock(&fs->mu);
+    struct inode *in = mnt_inode_find(fs, parent);
+    char *p = NULL;
+    if (in && in->a.kind == K_DIR)
+        p = mnt_child_path(in->path, name, len);
+    pthread_mutex_unlock(&fs->mu);
+    *err = !in ? ENOENT : in->a.kind != K_DIR ? ENOTDIR : !p ? ENOMEM : 0;
+    return *err ? (free(p), NULL) : p;
+}
+
+char *mnt_req_path_at(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
+    int e;
+    char *p = mnt_path_at(fs, parent, name, &e);
+    if (!p)
+        fuse_reply_err(req, e);
+    return p;
+}
+
+char *mnt_req_path_rw(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
+    if (fs->o.read_only) {
+        fuse_reply_err(req, EROFS);
+        return NULL;
+    }
+    return mnt_req_path_at(req, fs, parent, name);
+}
+
+/* ---- the notifiers ------------------------------------------------------------------ */
+
+/* Take a note for the queue; `wait`: the caller will wait for it (mnt_notify_wait), which
+ * keeps it alive until then. NULL when not queued. */
+static struct note *note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, const char *name,
+                               int wait) {
+    if (!fs->n_notifiers || fs->notifier_stop || fs->n_notes >= NOTES_MAX)
+        return NULL; /* the TTLs will tell */
+    size_t len = strlen(name);
+    struct note *n = calloc(1, sizeof(*n) + len + 1);
+    if (!n)
+        return NULL;
+    n->inode = inode;
+    n->parent = ino;
+    n->len = len;
+    n->waiters = wait ? 1 : 0;
+    memcpy(n->name, name, len + 1);
+    if (fs->notes_tail)
+        fs->notes_tail->next = n;
+    else
+        fs->notes_head = n;
+    fs->notes_tail = n;
+    fs->n_notes++;
+    pthread_cond_signal(&fs->notes_cv);
+    return n;
+}
+
+struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
+                              int wait) {
+    struct inode *dir = mnt_inode_current(fs, dir_path);
+    if (!dir || !dir->nlookup)
+        return NULL; /* the kernel does not hold it */
+    return note_queue(fs, 0, dir->ino, name, wait);
+}
+
+struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait) {
+    if (!in->nlookup)
+        return NULL;
+    return note_queue(fs, 1, in->ino, "", wait);
+}
+
+void mnt_notify_wait(struct mnt_fs *fs, struct note *n) {
+    if (!n)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += NOTIFY_WAIT_S;
+    while (!n->done && !fs->notifier_stop)
+        if (pthread_cond_timedwait(&fs->notes_done_cv, &fs->mu, &until) == ETIMEDOUT)
+            break;
+    n->waiters--;
+    if (n->done)
+        free(n); /* else the notifier frees it when done (or mnt_inodes_free) */
+}
+
+static void *notifier_main(void *arg) {
+    struct mnt_fs *fs = arg;
+    pthread_mutex_lock(&fs->mu);
+    for (;;) {
+        while (!fs->notes_head && !fs->notifier_stop)
+            pthread_cond_wait(&fs->notes_cv, &fs->mu);
+        if (fs->notifier_stop)
+            break;
+        struct note *n = fs->notes_head;
+        fs->notes_head = n->next;
+        if (!fs->notes_head)
+            fs->notes_tail = NULL;
+        fs->n_notes--;
+        n->next = NULL;
+        n->busy = 1;
+        n->busy_next = fs->notes_busy;
+        fs->notes_busy = n;
+        pthread_mutex_unlock(&fs->mu);
+        /* may wait for the kernel's lock of a directory, held by a request no notifier
+         * serves: that request ends without us, and the other notifiers go on meanwhile */
+        int rc = n->inode ? fuse_lowlevel_notify_inval_inode(fs->se, n->parent, 0, 0)
+                          : fuse_lowlevel_notify_inval_entry(fs->se, n->parent, n->name, n->len);
+        if (rc && rc != -ENOENT)
+            mnt_log(S3F_LOG_DEBUG, "invalidate %s '%s' of node %llu: %s",
+                    n->inode ? "inode" : "entry", n->name, (unsigned long long)n->parent,
+                    strerror(-rc));
+        pthread_mutex_lock(&fs->mu);
+        for (struct note **pp = &fs->notes_busy; *pp; pp = &(*pp)->busy_next) {
+            if (*pp == n) {
+                *pp = n->busy_next;
+                break;
+            }
+        }
+        n->done = 1;
+        pthread_cond_broadcast(&fs->notes_done_cv);
+        if (!n->waiters)
+            free(n);
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return NULL;
+}
+
+int mnt_notifier_start(struct mnt_fs *fs) {
+    pthread_mutex_lock(&fs->mu);
+    fs->notifier_stop = 0;
+    int rc = 0;
+    while (fs->n_notifiers < MNT_NOTIFIERS) {
+        rc = pthread_create(&fs->notifiers[fs->n_notifiers], NULL, notifier_main, fs);
+        if (rc)
+            break;
+        fs->n_notifiers++;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return fs->n_notifiers ? 0 : -rc;
+}
+
+void mnt_notifier_stop(struct mnt_fs *fs) {
+    pthread_mutex_lock(&fs->mu);
+    fs->notifier_stop = 1;
+    pthread_cond_broadcast(&fs->notes_cv);
+    pthread_cond_broadcast(&fs->notes_done_cv);
+    size_t n = fs->n_notifiers;
+    pthread_mutex_unlock(&fs->mu);
+    for (size_t i = 0; i < n; i++)
+        pthread_join(fs->notifiers[i], NULL);
+    pthread_mutex_lock(&fs->mu);
+    fs->n_notifiers = 0;
+    pthread_mutex_unlock(&fs->mu);
+}

@@ -1,0 +1,251 @@
+/*
+ * Names: unlink, rename, and the directories they leave empty.
+ *
+ * Invariants:
+ * - The object changes in S3 first (DeleteObject; CopyObject then DeleteObject); the
+ *   caches and the inode table follow under fs->mu: the name's generation is bumped, the
+ *   listings above it dropped, the unlinked name's inode detached (its handles keep it),
+ *   a renamed file's inode moved to the new name (it is the same version).
+ * - A directory that no key, local directory or file being written keeps any more is
+ *   gone at once: its entry in the daemon is expired and the kernel's entry of it is
+ *   invalidated through the notifier (inode.c), by node id, never by a path. The handler
+ *   waits (bounded) for those invalidations except the ones of a directory the kernel
+ *   holds locked for this very request (unlink's directory, rename's source and
+ *   destination directories): those are queued only once the request is answered, so
+ *   that the notifier never waits behind a request that waits for it.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs.h"
+
+/* Invalidations of entries in directories the kernel holds locked for the request: they
+ * are queued once the request has been answered (else the notifier would wait behind
+ * them for that very request, and every note after them with it). */
+struct deferred {
+    size_t n;
+    char dir[2][PATH_MAX];
+    char name[2][MNT_NAME_MAX + 1];
+};
+
+static void deferred_send(struct mnt_fs *fs, const struct deferred *d) {
+    if (!d->n)
+        return;
+    pthread_mutex_lock(&fs->mu);
+    for (size_t i = 0; i < d->n; i++)
+        mnt_notify_entry(fs, d->dir[i], d->name[i], 0);
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* After the key `path` was deleted: each directory above it that nothing keeps any more
+ * is gone (one LIST of max-keys 1 per directory checked, from the nearest up, stopping at
+ * the first that has a key). `locked1`/`locked2`: directories the kernel holds locked for
+ * the calling request (NULL: none), whose invalidations go to `later`. */
+static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const char *locked1,
+                                   const char *locked2, struct deferred *later) {
+    char dir[PATH_MAX];
+    mnt_parent_of(path, dir);
+    struct note *wait[16];
+    size_t n_wait = 0;
+    while (strcmp(dir, "/") != 0) {
+        pthread_mutex_lock(&fs->mu);
+        int kept = mnt_localdir_find(fs, dir) || mnt_holds_local(fs, dir);
+        pthread_mutex_unlock(&fs->mu);
+        if (kept)
+            break;
+        char *dkey = mnt_key_of(fs, dir, "/");
+        if (!dkey)
+            break;
+        struct s3f_list_options lo = {.prefix = dkey, .max_keys = 1};
+        struct s3f_list_page *page = NULL;
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
+        free(dkey);
+        if (st != S3F_OK)
+            break; /* the TTLs will tell */
+        int empty = page->n_objects == 0 && page->n_common_prefixes == 0;
+        s3f_list_page_free(page);
+        if (!empty)
+            break;
+        char up[PATH_MAX];
+        mnt_parent_of(dir, up);
+        const char *name = strrchr(dir, '/') + 1;
+        int locked = (locked1 && strcmp(up, locked1) == 0) ||
+                     (locked2 && strcmp(up, locked2) == 0);
+        if (locked && later->n < 2 && strlen(name) <= MNT_NAME_MAX) {
+            strcpy(later->dir[later->n], up);
+            strcpy(later->name[later->n], name);
+            later->n++;
+        }
+        pthread_mutex_lock(&fs->mu);
+        mnt_meta_expire(fs, dir); /* looked up again: missing, or a file it shadowed */
+        if (!locked) {
+            struct note *n = mnt_notify_entry(fs, up, name, n_wait < 16);
+            if (n && n_wait < 16)
+                wait[n_wait++] = n;
+        }
+        pthread_mutex_unlock(&fs->mu);
+        strcpy(dir, up);
+    }
+    pthread_mutex_lock(&fs->mu);
+    for (size_t i = 0; i < n_wait; i++)
+        mnt_notify_wait(fs, wait[i]);
+    pthread_mutex_unlock(&fs->mu);
+}
+
+void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    if (fs->o.read_only || !fs->o.allow_delete) {
+        fuse_reply_err(req, fs->o.read_only ? EROFS : EPERM);
+        return;
+    }
+    char *path = mnt_req_path_at(req, fs, parent, name);
+    if (!path)
+        return;
+    char *key = NULL;
+    struct deferred later;
+    later.n = 0;
+    pthread_mutex_lock(&fs->mu);
+    int busy = mnt_writer_busy(fs, path);
+    pthread_mutex_unlock(&fs->mu);
+    struct attr a;
+    int rc = busy ? -EBUSY : mnt_resolve(fs, path, &a, 0);
+    if (rc)
+        goto out;
+    if (a.kind == K_DIR) {
+        rc = -EISDIR;
+        goto out;
+    }
+    key = mnt_key_of(fs, path, "");
+    if (!key) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_delete_object(fs->cw, fs->bucket, key, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("unlink", path, &err);
+        rc = -mnt_errno_of(st, 0);
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    mnt_meta_change(fs, path, K_MISSING, 0, 0, NULL);
+    mnt_inode_detach(fs, path);
+    pthread_mutex_unlock(&fs->mu);
+    char dir[PATH_MAX];
+    mnt_parent_of(path, dir);
+    forget_emptied_parents(fs, path, dir, NULL, &later);
+out:
+    fuse_reply_err(req, rc ? -rc : 0);
+    deferred_send(fs, &later);
+    free(key);
+    free(path);
+}
+
+void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                   const char *newname, unsigned int flags) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    int rc = 0, e;
+    char *from = NULL, *to = NULL, *src = NULL, *dst = NULL;
+    struct deferred later;
+    later.n = 0;
+    if (fs->o.read_only || !fs->o.allow_rename) {
+        rc = fs->o.read_only ? -EROFS : -EPERM;
+        goto out;
+    }
+    if (flags & RENAME_EXCHANGE) {
+        rc = -EINVAL;
+        goto out;
+    }
+    from = mnt_path_at(fs, parent, name, &e);
+    to = from ? mnt_path_at(fs, newparent, newname, &e) : NULL;
+    if (!to) {
+        rc = -e;
+        goto out;
+    }
+    struct attr a, b;
+    rc = mnt_resolve(fs, from, &a, 0);
+    if (rc)
+        goto out;
+    if (a.kind == K_DIR) {
+        rc = -ENOTSUP;
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    int busy = mnt_writer_busy(fs, from) || mnt_writer_busy(fs, to);
+    pthread_mutex_unlock(&fs->mu);
+    if (busy) {
+        rc = -EBUSY;
+        goto out;
+    }
+    rc = mnt_resolve(fs, to, &b, 0);
+    if (rc == 0) {
+        rc = b.kind == K_DIR ? -EISDIR
+             : (flags & RENAME_NOREPLACE) ? -EEXIST
+             : !fs->o.allow_overwrite ? -EPERM : 0;
+        if (rc)
+            goto out;
+    } else if (rc != -ENOENT) {
+        goto out;
+    }
+    rc = 0;
+    if (strcmp(from, to) == 0)
+        goto out;
+    src = mnt_key_of(fs, from, "");
+    dst = mnt_key_of(fs, to, "");
+    if (!src || !dst) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    struct s3f_copy_options co = {.src_if_match = a.etag[0] ? a.etag : NULL};
+    struct s3f_object_info info;
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_copy(fs->cw, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("rename (copy)", from, &err);
+        rc = st == S3F_ERR_NOT_FOUND ? -ENOENT : -mnt_errno_of(st, 1);
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    int64_t mtime = info.last_modified ? info.last_modified : (int64_t)time(NULL);
+    uint64_t size = info.size ? info.size : a.size;
+    mnt_meta_change(fs, to, K_FILE, size, mtime, info.etag);
+    mnt_promote_parents(fs, to);
+    /* the copy is the same bytes under a new ETag (multipart copies get another): the
+     * moved inode becomes that object */
+    mnt_inode_move(fs, from, to);
+    struct inode *in = mnt_inode_current(fs, to);
+    if (in && in->a.kind == K_FILE) {
+        in->a.size = size;
+        in->a.mtime = mtime;
+        snprintf(in->a.etag, sizeof(in->a.etag), "%s", info.etag);
+    }
+    pthread_mutex_unlock(&fs->mu);
+    st = s3f_delete_object(fs->cw, fs->bucket, src, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("rename (delete of the source)", from, &err);
+        rc = -EIO;
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    mnt_meta_change(fs, from, K_MISSING, 0, 0, NULL);
+    pthread_mutex_unlock(&fs->mu);
+    char from_dir[PATH_MAX], to_dir[PATH_MAX];
+    mnt_parent_of(from, from_dir);
+    mnt_parent_of(to, to_dir);
+    forget_emptied_parents(fs, from, from_dir, to_dir, &later);
+out:
+    fuse_reply_err(req, rc ? -rc : 0);
+    deferred_send(fs, &later);
+    free(src);
+    free(dst);
+    free(from);
+    free(to);
+}

@@ -1,0 +1,244 @@
+/*
+ * Reads: open for reading, read, and the end of a read handle.
+ *
+ * Invariants:
+ * - A read handle reads one version: the ETag and size of the inode it was opened on
+ *   (O_DIRECT: of a fresh lookup), and every GET carries If-Match. An inode is one
+ *   version, so its page cache is kept across opens (keep_cache) while that ETag is the
+ *   one of the inode's previous open.
+ * - The one case where an inode changes version is an overwrite in place (open with
+ *   O_TRUNC of a file the kernel already knows: the kernel sends OPEN on that inode, not
+ *   CREATE). Then its read handles are stale (fh->stale, inode->n_stale): the inode's
+ *   attributes go out with a 0 s timeout while any is open, so the kernel asks again,
+ *   with the handle, before a read past the size it holds. An open of another version on
+ *   an inode with an open page-cache reader reads around the page cache (direct_io).
+ * - Each handle has its own s3f_reader, used under its mutex (fh->mu); any number of
+ *   handles read at once. The handle holds a reference on its inode (nopen).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs.h"
+
+struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path) {
+    struct fh *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    pthread_mutex_init(&h->mu, NULL);
+    h->path = strdup(path);
+    h->key = mnt_key_of(fs, path, "");
+    if (!h->path || !h->key) {
+        free(h->path);
+        free(h->key);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return NULL;
+    }
+    h->in = in;
+    return h;
+}
+
+void mnt_fh_free(struct mnt_fs *fs, struct fh *h) {
+    if (!h)
+        return;
+    if (h->in) {
+        pthread_mutex_lock(&fs->mu);
+        mnt_inode_unref(fs, h->in, 0, 1);
+        pthread_mutex_unlock(&fs->mu);
+    }
+    pthread_mutex_destroy(&h->mu);
+    free(h->path);
+    free(h->key);
+    free(h);
+}
+
+/* Take a handle's reference on the inode `ino` (NULL when the kernel forgot it). */
+static struct inode *inode_open(struct mnt_fs *fs, fuse_ino_t ino, struct attr *a) {
+    pthread_mutex_lock(&fs->mu);
+    struct inode *in = mnt_inode_find(fs, ino);
+    if (in) {
+        in->nopen++;
+        *a = in->a;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return in;
+}
+
+static void reader_unlist(struct mnt_fs *fs, struct fh *h) {
+    if (h->rd_prev)
+        h->rd_prev->rd_next = h->rd_next;
+    else if (fs->readers == h)
+        fs->readers = h->rd_next;
+    if (h->rd_next)
+        h->rd_next->rd_prev = h->rd_prev;
+    h->rd_prev = h->rd_next = NULL;
+    if (h->stale && h->in && h->in->n_stale)
+        h->in->n_stale--;
+    h->stale = 0;
+}
+
+void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    int acc = fi->flags & O_ACCMODE;
+    int trunc = (fi->flags & O_TRUNC) != 0;
+    int e;
+    char *path = mnt_path_of(fs, ino, &e);
+    if (!path) {
+        fuse_reply_err(req, e);
+        return;
+    }
+    struct attr ia, a;
+    struct inode *in = inode_open(fs, ino, &ia);
+    struct fh *h = NULL;
+    int rc = 0;
+    if (!in) {
+        rc = -ENOENT;
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    int busy = mnt_writer_busy(fs, path);
+    pthread_mutex_unlock(&fs->mu);
+    if (busy) {
+        rc = -EBUSY;
+        goto out;
+    }
+    if (acc == O_WRONLY || (acc == O_RDWR && trunc)) {
+        if (fs->o.read_only)
+            rc = -EROFS;
+        else if ((rc = mnt_resolve(fs, path, &a, 0)) == 0)
+            rc = a.kind == K_DIR ? -EISDIR
+                 : (!fs->o.allow_overwrite || !trunc) ? -EPERM : 0;
+        if (rc == 0) {
+            rc = mnt_open_writer(req, fs, in, path, fi); /* replies on success */
+            if (rc == 0)
+                in = NULL; /* the writer holds the reference */
+        }
+        goto out;
+    }
+    int direct = (fi->flags & O_DIRECT) != 0;
+    a = ia;
+    if (direct || a.kind != K_FILE || !a.etag[0]) {
+        rc = mnt_resolve(fs, path, &a, direct);
+        if (rc)
+            goto out;
+    }
+    if (a.kind == K_DIR) {
+        rc = -EISDIR;
+        goto out;
+    }
+    h = mnt_fh_new(fs, in, path);
+    if (!h) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    in = NULL; /* the handle holds the reference */
+    h->rdwr = acc == O_RDWR;
+    h->size = a.size;
+    h->mtime = a.mtime;
+    struct s3f_reader_options ro = {.known = a.etag[0] != 0, .known_size = a.size,
+                                    .known_etag = a.etag};
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_reader_open(fs->c, fs->bucket, h->key, &ro, &h->r, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("open", path, &err);
+        rc = -mnt_errno_of(st, 0);
+        goto out;
+    }
+    snprintf(h->etag, sizeof(h->etag), "%s", s3f_reader_info(h->r)->etag);
+    int keep = 0;
+    pthread_mutex_lock(&fs->mu);
+    /* another version open on this inode with the page cache: read around it */
+    int other = 0;
+    for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
+        other = o->in == h->in && !o->direct && strcmp(o->etag, h->etag) != 0;
+    if (other) {
+        direct = 1;
+        keep = 1;
+    } else if (!direct) {
+        keep = h->in->open_etag[0] && strcmp(h->in->open_etag, h->etag) == 0;
+        snprintf(h->in->open_etag, sizeof(h->in->open_etag), "%s", h->etag);
+    }
+    h->direct = direct;
+    h->rd_next = fs->readers;
+    if (fs->readers)
+        fs->readers->rd_prev = h;
+    fs->readers = h;
+    pthread_mutex_unlock(&fs->mu);
+    fi->keep_cache = keep;
+    fi->direct_io = direct;
+    fi->fh = (uint64_t)(uintptr_t)h;
+    if (fuse_reply_open(req, fi) != 0)
+        mnt_reader_release(fs, h); /* interrupted: no release will come */
+    free(path);
+    return;
+out:
+    if (h) {
+        s3f_reader_close(h->r);
+        mnt_fh_free(fs, h);
+    }
+    if (in) {
+        pthread_mutex_lock(&fs->mu);
+        mnt_inode_unref(fs, in, 0, 1);
+        pthread_mutex_unlock(&fs->mu);
+    }
+    if (rc)
+        fuse_reply_err(req, -rc);
+    free(path);
+}
+
+void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                 struct fuse_file_info *fi) {
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (!h || h->is_write || !h->r) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    size_t n = 0;
+    pthread_mutex_lock(&h->mu);
+    enum s3f_status st = s3f_reader_pread(h->r, buf, size, (uint64_t)off, &n, &err);
+    pthread_mutex_unlock(&h->mu);
+    if (st != S3F_OK) {
+        mnt_log_error("read", h->path, &err);
+        fuse_reply_err(req, mnt_errno_of(st, 1));
+    } else {
+        fuse_reply_buf(req, buf, n);
+    }
+    free(buf);
+}
+
+void mnt_reader_release(struct mnt_fs *fs, struct fh *h) {
+    pthread_mutex_lock(&h->mu); /* after the last read (the kernel's order, made visible) */
+    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_lock(&fs->mu);
+    reader_unlist(fs, h);
+    pthread_mutex_unlock(&fs->mu);
+    s3f_reader_close(h->r);
+    h->r = NULL;
+    mnt_fh_free(fs, h);
+}
+
+void mnt_readers_free(struct mnt_fs *fs) {
+    while (fs->readers) {
+        struct fh *h = fs->readers;
+        fs->readers = h->rd_next;
+        s3f_reader_close(h->r);
+        h->in = NULL; /* the inode table goes with the mount */
+        mnt_fh_free(fs, h);
+    }
+}

@@ -1,0 +1,415 @@
+/*
+ * Writes and uploads: create, open for writing, write, flush, fsync, release.
+ *
+ * Invariants:
+ * - At most one writer per path (fs->writers, fs->mu); a path being written resolves to
+ *   the writer's attributes (its bytes so far), never to S3's object.
+ * - create makes a new inode (the new version) current for the path: handles of the
+ *   version it replaces keep theirs. An overwrite in place (OPEN with O_TRUNC of an inode
+ *   the kernel holds) writes on that inode; its read handles become stale (read.c).
+ * - Writers never use the page cache (direct_io): their bytes reach the inode's pages
+ *   only as the object they became, read back.
+ * - Every open writer holds 2 x part size of the writers' pool (writer_reserved <=
+ *   writer_budget), returned when its upload completes or fails.
+ * - A handle's fields are changed under its mutex (fh->mu, taken before fs->mu); `done`
+ *   and `written` are also read atomically by others under fs->mu.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "fs.h"
+
+struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path) {
+    for (struct fh *h = fs->writers; h; h = h->next_writer)
+        if (strcmp(h->path, path) == 0)
+            return h;
+    return NULL;
+}
+
+static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
+    if (!h->listed)
+        return;
+    for (struct fh **pp = &fs->writers; *pp; pp = &(*pp)->next_writer) {
+        if (*pp == h) {
+            *pp = h->next_writer;
+            break;
+        }
+    }
+    h->listed = 0;
+    fs->writer_reserved -= h->reserved;
+    h->reserved = 0;
+    pthread_cond_broadcast(&fs->released);
+}
+
+/* Is `path` being written (fs->mu held)? A file its opener has closed but whose upload
+ * completes at release (an empty one: the kernel sends release just after close returns)
+ * is waited for, up to 5 s, so that a rename or open right after close (rsync's temporary
+ * file) finds the object. */
+int mnt_writer_busy(struct mnt_fs *fs, const char *path) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    for (;;) {
+        struct fh *h = mnt_writer_find(fs, path);
+        if (!h)
+            return 0;
+        if (!__atomic_load_n(&h->closed, __ATOMIC_RELAXED) ||
+            __atomic_load_n(&h->written, __ATOMIC_RELAXED) > 0)
+            return 1; /* open, or written since by another process holding it */
+        if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
+            return mnt_writer_find(fs, path) != NULL;
+    }
+}
+
+/* The process (thread group) of the thread `tid` that FUSE names as the caller, from
+ * /proc (not inside the mount); `tid` itself when that cannot be read. */
+static pid_t process_of(pid_t tid) {
+    char name[64], line[256];
+    snprintf(name, sizeof(name), "/proc/%d/status", (int)tid);
+    FILE *f = fopen(name, "re");
+    if (!f)
+        return tid;
+    pid_t tgid = tid;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "Tgid:", 5) == 0) {
+            tgid = (pid_t)strtol(line + 5, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return tgid > 0 ? tgid : tid;
+}
+
+/* A new object at `path` (fs->mu held): the local directories above it are now prefixes
+ * in S3, no longer local. */
+void mnt_promote_parents(struct mnt_fs *fs, const char *path) {
+    char dir[PATH_MAX];
+    mnt_parent_of(path, dir);
+    while (strcmp(dir, "/") != 0) {
+        mnt_localdir_remove(fs, dir);
+        mnt_meta_change(fs, dir, K_DIR, 0, 0, NULL);
+        char up[PATH_MAX];
+        mnt_parent_of(dir, up);
+        strcpy(dir, up);
+    }
+}
+
+/* Open a write handle on `path` for inode `in` (whose nopen reference the handle takes
+ * over on success). The checks of create/open are the caller's. 0 or -errno; the caller
+ * replies. */
+static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
+                       struct fuse_file_info *fi) {
+    struct fh *h = mnt_fh_new(fs, NULL, path);
+    if (!h)
+        return -ENOMEM;
+    h->is_write = 1;
+    h->opener = process_of(fuse_req_ctx(req)->pid);
+    h->opened = (int64_t)time(NULL);
+    pthread_mutex_lock(&fs->mu);
+    if (mnt_writer_find(fs, path)) {
+        pthread_mutex_unlock(&fs->mu);
+        mnt_fh_free(fs, h);
+        return -EBUSY;
+    }
+    uint64_t need = 2 * fs->part_size;
+    if (fs->writer_reserved + need > fs->writer_budget) {
+        uint64_t held = fs->writer_reserved;
+        pthread_mutex_unlock(&fs->mu);
+        mnt_log(S3F_LOG_WARN, "open %s for writing: ENOMEM (%llu bytes of write buffers "
+                "held by open files, the memory target allows %llu)", path,
+                (unsigned long long)held, (unsigned long long)fs->writer_budget);
+        mnt_fh_free(fs, h);
+        return -ENOMEM;
+    }
+    struct s3f_upload_options uo = {.part_size_bytes = fs->o.part_size_bytes};
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_writer_open(fs->cw, fs->bucket, h->key, &uo, &h->w, &err);
+    if (st != S3F_OK) {
+        pthread_mutex_unlock(&fs->mu);
+        mnt_log_error("open for writing", path, &err);
+        mnt_fh_free(fs, h);
+        return -mnt_errno_of(st, 0);
+    }
+    h->in = in;
+    h->reserved = need;
+    fs->writer_reserved += need;
+    h->listed = 1;
+    h->next_writer = fs->writers;
+    fs->writers = h;
+    /* the inode is being written: its open readers hold a version being replaced */
+    for (struct fh *o = fs->readers; o; o = o->rd_next) {
+        if (o->in == in && !o->direct && !o->stale) {
+            o->stale = 1;
+            in->n_stale++;
+        }
+    }
+    h->in_place = in->a.etag[0] != 0;
+    h->prev = in->a;
+    in->a.kind = K_FILE;
+    in->a.size = 0;
+    in->a.mtime = h->opened;
+    in->a.etag[0] = 0;
+    in->open_etag[0] = 0;
+    mnt_meta_expire(fs, path);
+    pthread_mutex_unlock(&fs->mu);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->direct_io = 1;
+    fi->keep_cache = 0;
+    return 0;
+}
+
+/* The upload of `h` failed (fs->mu held): the name is looked up again, and an inode that
+ * was being overwritten in place is its old version again, in the kernel too (which
+ * truncated it at the open). Returns the invalidation to wait for when `wait` (or NULL). */
+static struct note *upload_failed(struct mnt_fs *fs, struct fh *h, int wait) {
+    writer_unlist(fs, h);
+    mnt_meta_expire(fs, h->path);
+    if (!h->in || !h->in_place)
+        return NULL;
+    h->in->a = h->prev;
+    return mnt_notify_inode(fs, h->in, wait);
+}
+
+/* A writer whose open never reached the caller: no object. */
+static void writer_abandon(struct mnt_fs *fs, struct fh *h) {
+    s3f_writer_abort(h->w);
+    h->w = NULL;
+    pthread_mutex_lock(&fs->mu);
+    upload_failed(fs, h, 0);
+    pthread_mutex_unlock(&fs->mu);
+    mnt_fh_free(fs, h);
+}
+
+int mnt_open_writer(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
+                    struct fuse_file_info *fi) {
+    int rc = writer_open(req, fs, in, path, fi);
+    if (rc)
+        return rc;
+    if (fuse_reply_open(req, fi) != 0)
+        writer_abandon(fs, (struct fh *)(uintptr_t)fi->fh);
+    return 0;
+}
+
+void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                   struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    if (fs->o.read_only) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    if (!S_ISREG(mode) && (mode & S_IFMT)) {
+        fuse_reply_err(req, ENOTSUP);
+        return;
+    }
+    char *path = mnt_req_path_at(req, fs, parent, name);
+    if (!path)
+        return;
+    struct attr a;
+    int rc = mnt_parent_ok(fs, path);
+    if (rc == 0) {
+        rc = mnt_resolve(fs, path, &a, 0);
+        if (rc == 0) {
+            pthread_mutex_lock(&fs->mu);
+            int busy = a.kind != K_DIR && !(fi->flags & O_EXCL) && mnt_writer_busy(fs, path);
+            pthread_mutex_unlock(&fs->mu);
+            rc = a.kind == K_DIR ? -EISDIR
+                 : (fi->flags & O_EXCL) ? -EEXIST
+                 : busy ? -EBUSY
+                 : (!fs->o.allow_overwrite || !(fi->flags & O_TRUNC)) ? -EPERM : 0;
+        } else if (rc == -ENOENT) {
+            rc = 0;
+        }
+    }
+    struct inode *in = NULL;
+    if (rc == 0) {
+        /* a new inode: handles of a version this one replaces keep theirs */
+        struct attr wa = {.kind = K_FILE, .mtime = (int64_t)time(NULL)};
+        pthread_mutex_lock(&fs->mu);
+        in = mnt_inode_replace(fs, path, &wa);
+        if (in)
+            in->nopen++;
+        pthread_mutex_unlock(&fs->mu);
+        rc = in ? writer_open(req, fs, in, path, fi) : -ENOMEM;
+        if (rc && in) {
+            pthread_mutex_lock(&fs->mu);
+            mnt_inode_unref(fs, in, 0, 1);
+            pthread_mutex_unlock(&fs->mu);
+        }
+    }
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        free(path);
+        return;
+    }
+    struct fuse_entry_param ep;
+    memset(&ep, 0, sizeof(ep));
+    pthread_mutex_lock(&fs->mu);
+    in->nlookup++;
+    ep.ino = in->ino;
+    mnt_fill_stat(fs, &in->a, in->ino, &ep.attr);
+    pthread_mutex_unlock(&fs->mu);
+    ep.attr_timeout = ep.entry_timeout = fs->o.metadata_ttl_s;
+    if (fuse_reply_create(req, &ep, fi) != 0) {
+        pthread_mutex_lock(&fs->mu);
+        mnt_inode_unref(fs, in, 1, 0);
+        pthread_mutex_unlock(&fs->mu);
+        writer_abandon(fs, (struct fh *)(uintptr_t)fi->fh);
+    }
+    free(path);
+}
+
+/* Complete (or, after a failure, abort) the upload of a write handle; h->mu held. Returns
+ * 0 or -errno; the result is kept for later calls. */
+static int finish_upload(struct mnt_fs *fs, struct fh *h) {
+    if (h->done)
+        return h->status;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    if (h->w) {
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        enum s3f_status st = s3f_writer_close(h->w, &info, &err);
+        h->w = NULL;
+        if (st != S3F_OK) {
+            mnt_log_error("upload", h->path, &err);
+            h->status = -mnt_errno_of(st, 1);
+        }
+    }
+    pthread_mutex_lock(&fs->mu);
+    writer_unlist(fs, h);
+    if (h->status == 0) {
+        int64_t now = (int64_t)time(NULL);
+        mnt_meta_change(fs, h->path, K_FILE, h->written, now, info.etag);
+        if (h->in) {
+            h->in->a.kind = K_FILE;
+            h->in->a.size = h->written;
+            h->in->a.mtime = now;
+            snprintf(h->in->a.etag, sizeof(h->in->a.etag), "%s", info.etag);
+        }
+        mnt_promote_parents(fs, h->path);
+    } else {
+        mnt_notify_wait(fs, upload_failed(fs, h, 1));
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return h->status;
+}
+
+void mnt_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                  struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (!h || !h->is_write) {
+        fuse_reply_err(req, EBADF);
+        return;
+    }
+    pthread_mutex_lock(&h->mu);
+    int rc;
+    if (h->done) {
+        rc = h->status ? h->status : -EINVAL; /* failed upload: its errno; completed: EINVAL */
+        goto out;
+    }
+    if (off < 0 || (uint64_t)off != h->written) {
+        mnt_log(S3F_LOG_WARN, "write %s at offset %lld: EINVAL (out of order; the next "
+                "write must be at %llu)", h->path, (long long)off,
+                (unsigned long long)h->written);
+        rc = -EINVAL;
+        goto out;
+    }
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_writer_write(h->w, buf, size, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("write", h->path, &err);
+        s3f_writer_abort(h->w);
+        h->w = NULL;
+        h->status = -mnt_errno_of(st, 1);
+        rc = h->status;
+        __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&fs->mu);
+        mnt_notify_wait(fs, upload_failed(fs, h, 1));
+        pthread_mutex_unlock(&fs->mu);
+        goto out;
+    }
+    __atomic_store_n(&h->written, h->written + size, __ATOMIC_RELAXED);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&h->mu);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_write(req, size);
+}
+
+void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    int rc = 0;
+    if (h) {
+        /* under h->mu even for a reader: release (which takes it) comes after, in the
+         * kernel's order, and the sanitizers see it */
+        pthread_mutex_lock(&h->mu);
+        if (h->is_write && process_of(fuse_req_ctx(req)->pid) == h->opener) {
+            if (h->written > 0)
+                rc = finish_upload(fs, h);
+            else
+                __atomic_store_n(&h->closed, 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+    fuse_reply_err(req, rc ? -rc : 0);
+}
+
+void mnt_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    int rc = 0;
+    if (h) {
+        pthread_mutex_lock(&h->mu);
+        if (h->is_write)
+            rc = finish_upload(fs, h);
+        pthread_mutex_unlock(&h->mu);
+    }
+    fuse_reply_err(req, rc ? -rc : 0);
+}
+
+void mnt_op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+    if (h && h->is_write) {
+        pthread_mutex_lock(&h->mu);
+        finish_upload(fs, h);
+        pthread_mutex_unlock(&h->mu);
+        mnt_fh_free(fs, h);
+    } else if (h) {
+        mnt_reader_release(fs, h);
+    }
+    fuse_reply_err(req, 0);
+}
+
+void mnt_writers_free(struct mnt_fs *fs) {
+    size_t aborted = 0;
+    pthread_mutex_lock(&fs->mu);
+    struct fh *list = fs->writers;
+    fs->writers = NULL;
+    pthread_mutex_unlock(&fs->mu);
+    /* the session has ended: no operation runs or will run on these handles */
+    while (list) {
+        struct fh *h = list;
+        list = h->next_writer;
+        s3f_writer_abort(h->w); /* the daemon is ending: no half-written object */
+        h->in = NULL;
+        mnt_fh_free(fs, h);
+        aborted++;
+    }
+    if (aborted)
+        mnt_log(S3F_LOG_WARN, "unmounted with %zu file(s) still open for writing: their "
+                "uploads were aborted (no object created)", aborted);
+}
