@@ -21,12 +21,14 @@ costs a test ~2 s, never the suite.
 Needs root, /dev/fuse and fusermount3 (skipped otherwise), and RGW (the fixtures).
 """
 
+import sys
 import urllib.parse
 import uuid
 
 import pytest
 
 from faults import faultproxy_factory  # noqa: F401 (a fixture)
+from helpers import wait_for
 from mountutil import Mount, Watchdog, mount_supported
 
 pytestmark = pytest.mark.skipif(mount_supported() is not None,
@@ -125,3 +127,51 @@ def test_parallel_last_keys_more_than_threads(s3, bucket, mounted, op):
         want = [f"g{i}" for i in range(n)]
     assert wd.listdir(d) == want
     assert _keys(s3, bucket, pfx) == want
+
+
+# ---- generations, not timestamps: a fill that started before a change is not stored --------
+
+def test_stale_list_across_a_close_keeps_the_new_file(s3, bucket, rgw, mounted, tmp_path,
+                                                       faultproxy_factory):  # noqa: F811
+    """A readdir's LIST answered by the server before a file of the same directory is closed
+    (uploaded), and delivered to the mount after the close (the proxy holds the response):
+    the listing must not be stored over the close. With --metadata-ttl 60 a stale listing
+    would hide the new file for a minute."""
+    u = urllib.parse.urlsplit(rgw.endpoint)
+    proxy = faultproxy_factory(u.hostname, u.port)
+    pfx = f"sf-{uuid.uuid4().hex[:8]}/"
+    _put(s3, bucket, pfx, ["old"])
+    m, wd = mounted(bucket, pfx, ["--metadata-ttl", "60", "--negative-metadata-ttl", "60"],
+                    endpoint=proxy.endpoint)
+    d = m.dir
+    opened, go = tmp_path / "opened", tmp_path / "go"
+    # the writer: create "new", write, say so, wait for the go, close (the upload)
+    writer = wd.start([sys.executable, "-c", f"""
+import os, sys, time
+fd = os.open({d + '/new'!r}, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+os.write(fd, b"new bytes")
+open({str(opened)!r}, "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+    time.sleep(0.01)
+os.close(fd)
+"""], what="create, write and close M/new")
+    wait_for(lambda: opened.exists() or writer.proc.poll() is not None, 20, "the writer")
+    assert opened.exists(), f"the writer failed: {wd.wait([writer])}"
+    # the next LIST's answer is held 4 s after the server has computed it
+    proxy.set_faults([{"match": {"method": "GET", "query": "list-type=2", "nth": 1},
+                       "action": "stall", "direction": "response", "at": 0, "seconds": 4}])
+    lister = wd.start(["ls", "-a", d], what="ls M (its LIST held by the proxy)")
+
+    def listed():
+        return [e for e in proxy.stats()["log"]
+                if e.get("action") == "stall" and e.get("acted") is not None]
+    wait_for(lambda: listed() or lister.proc.poll() is not None, 20,
+             "the server's answer to the readdir's LIST")
+    assert listed(), f"no LIST was held: {wd.wait([lister])}, {proxy.stats()['log']}"
+    go.touch()
+    wd.wait([writer, lister], what="the close and the held readdir")
+    assert writer.rc == 0, writer
+    assert s3.get_object(Bucket=bucket, Key=pfx + "new")["Body"].read() == b"new bytes"
+    assert wd.listdir(d) == ["new", "old"]
+    assert wd.read(f"{d}/new") == b"new bytes"
