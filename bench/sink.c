@@ -34,6 +34,7 @@ struct opts g_opt = {.bind_addr = "127.0.0.1", .threads = 2, .max_conns = 1024,
                      .prefix_depth = 1, .prefix_burst_ms = 100};
 atomic_bool g_stop;
 atomic_int g_nconns;
+atomic_uint_fast64_t g_synth_pages;
 char g_last_modified[64];
 char g_last_modified_iso[64];
 uint32_t g_salt;
@@ -85,6 +86,11 @@ static void usage(FILE *f)
             "  --verbose           log every request to stderr\n"
             "  --quiet             no statistics at exit\n"
             "  --help              this text\n"
+            "  --synth-list BUCKET/PREFIX:N  ListObjectsV2 of BUCKET with a prefix under\n"
+            "                      PREFIX lists N synthetic keys PREFIXk<7 digits>-size-<S>\n"
+            "                      (S = 1 + (i * 2654435761 mod 2^32) mod 8192; pages of up to\n"
+            "                      max-keys, as many as one response holds), which HEAD and\n"
+            "                      GET serve as any size-N key (not with --store)\n"
             "Objects put are remembered by size; unknown keys ending in size-N have N bytes\n"
             "(not with --store: there only the objects written exist).\n"
             "SIGINT or SIGTERM stops it and prints byte and request counts; SIGUSR1 prints\n"
@@ -214,6 +220,13 @@ static int parse_args(int argc, char **argv)
                 ;
             else if (!strcmp(a, "--trace"))
                 g_opt.trace_file = val;
+            else if (!strcmp(a, "--synth-list") && strrchr(val, ':') &&
+                     strchr(val, '/') && strchr(val, '/') < strrchr(val, ':') &&
+                     opt_num(strrchr(val, ':') + 1, 1, 100000000, &v)) {
+                g_opt.synth_name = val;
+                g_opt.synth_name_len = (size_t)(strrchr(val, ':') - val);
+                g_opt.synth_n = (uint64_t)v;
+            }
             else {
                 fprintf(stderr, "s3flash-sink: bad option or value: %s %s\n", a, val);
                 return -1;
@@ -392,6 +405,9 @@ stop:
                     g_pool.held, g_pool.pooled, g_pool.peak, g_opt.store_max);
         fprintf(stderr, "s3flash-sink: %" PRIu64 " requests, %" PRIu64 " body bytes in, %" PRIu64
                         " body bytes out\n", nreq, bin, bout);
+        if (g_opt.synth_n)
+            fprintf(stderr, "s3flash-sink: synth-list: %" PRIu64 " pages served\n",
+                    (uint64_t)atomic_load(&g_synth_pages));
         limits_report();
     }
 out:

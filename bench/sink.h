@@ -83,11 +83,16 @@ struct opts {
     int prefix_depth;                      /* a prefix: the key up to its Nth '/' */
     double prefix_burst_ms;                /* per-prefix bucket depth, in ms of its rate */
     const char *trace_file;                /* --trace: connections and bytes every 100 ms */
+    /* --synth-list BUCKET/PREFIX:N: N synthetic keys listed under BUCKET/PREFIX (sink_s3.c) */
+    const char *synth_name; /* "BUCKET/PREFIX" */
+    size_t synth_name_len;
+    uint64_t synth_n;
 };
 extern struct opts g_opt;
 
 extern atomic_bool g_stop;
 extern atomic_int g_nconns;
+extern atomic_uint_fast64_t g_synth_pages; /* ListObjectsV2 pages of --synth-list served */
 extern char g_last_modified[64]; /* HTTP date of the sink's start, the Last-Modified of all */
 extern char g_last_modified_iso[64];
 extern uint32_t g_salt;
@@ -206,7 +211,7 @@ struct req {
     const char *name; /* "bucket/key" (map key) */
     size_t name_len;
     bool q_uploads, q_delete, q_location, q_list_type2, q_other;
-    struct hdrval upload_id, prefix;
+    struct hdrval upload_id, prefix, continuation_token, start_after, max_keys;
     bool has_part_number;
     uint64_t part_number;
     bool has_cl, has_te, te_chunked, aws_chunked, expect_continue, conn_close,

@@ -139,6 +139,12 @@ static void parse_query(struct conn *c, const char *q, size_t n)
             r->q_list_type2 = val.n == 1 && val.p[0] == '2';
         else if (hv_eq(name, "prefix"))
             r->prefix = val;
+        else if (hv_eq(name, "continuation-token"))
+            r->continuation_token = val;
+        else if (hv_eq(name, "start-after"))
+            r->start_after = val;
+        else if (hv_eq(name, "max-keys"))
+            r->max_keys = val;
         else if (name.n)
             r->q_other = true;
         q = amp + 1;
@@ -266,6 +272,11 @@ static int parse_head(struct conn *c, size_t hdr_end)
         char *pp = c->in + (r->prefix.p - c->in);
         size_t n = pct_decode(pp, r->prefix.n, pp);
         r->prefix = (struct hdrval){pp, n};
+    }
+    if (r->start_after.n) {
+        char *pp = c->in + (r->start_after.p - c->in);
+        size_t n = pct_decode(pp, r->start_after.n, pp);
+        r->start_after = (struct hdrval){pp, n};
     }
     if (r->has_te && !r->te_chunked)
         return 501; /* only plain "chunked" is understood */
