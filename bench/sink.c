@@ -90,7 +90,7 @@ static void usage(FILE *f)
             "                      PREFIX lists N synthetic keys PREFIXk<7 digits>-size-<S>\n"
             "                      (S = 1 + (i * 2654435761 mod 2^32) mod 8192; pages of up to\n"
             "                      max-keys, as many as one response holds), which HEAD and\n"
-            "                      GET serve as any size-N key (not with --store)\n"
+            "                      GET serve as any size-N key (also with --store)\n"
             "Objects put are remembered by size; unknown keys ending in size-N have N bytes\n"
             "(not with --store: there only the objects written exist).\n"
             "SIGINT or SIGTERM stops it and prints byte and request counts; SIGUSR1 prints\n"

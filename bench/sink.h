@@ -211,7 +211,7 @@ struct req {
     const char *name; /* "bucket/key" (map key) */
     size_t name_len;
     bool q_uploads, q_delete, q_location, q_list_type2, q_other;
-    struct hdrval upload_id, prefix, continuation_token, start_after, max_keys;
+    struct hdrval upload_id, prefix, continuation_token, start_after, max_keys, delimiter;
     bool has_part_number;
     uint64_t part_number;
     bool has_cl, has_te, te_chunked, aws_chunked, expect_continue, conn_close,

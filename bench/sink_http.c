@@ -145,6 +145,8 @@ static void parse_query(struct conn *c, const char *q, size_t n)
             r->start_after = val;
         else if (hv_eq(name, "max-keys"))
             r->max_keys = val;
+        else if (hv_eq(name, "delimiter"))
+            r->delimiter = val;
         else if (name.n)
             r->q_other = true;
         q = amp + 1;

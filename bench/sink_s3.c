@@ -486,8 +486,28 @@ static bool synth_list(struct conn *c)
     size_t bn = (size_t)(slash - g_opt.synth_name);
     size_t pn = g_opt.synth_name_len - bn - 1;
     if (!g_opt.synth_n || !r->q_list_type2 || r->bucket_len != bn ||
-        memcmp(r->bucket, g_opt.synth_name, bn) || r->prefix.n < pn ||
-        memcmp(r->prefix.p, slash + 1, pn))
+        memcmp(r->bucket, g_opt.synth_name, bn))
+        return false;
+    if (r->prefix.n < pn && !memcmp(r->prefix.p, slash + 1, r->prefix.n) && r->delimiter.n) {
+        /* a shorter prefix with a delimiter (a client looking for PREFIX's directory): its
+         * common prefix, PREFIX up to the delimiter after the asked prefix (only "/") */
+        const char *d = memchr(slash + 1 + r->prefix.n, '/', pn - r->prefix.n);
+        size_t cn = d ? (size_t)(d - slash) : pn;
+        struct ob x;
+        xml_begin(&x, c->w);
+        ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
+        ob_xml(&x, r->bucket, r->bucket_len);
+        ob_str(&x, "</Name><Prefix>");
+        ob_xml(&x, r->prefix.p, r->prefix.n);
+        ob_str(&x, "</Prefix><CommonPrefixes><Prefix>");
+        ob_xml(&x, slash + 1, cn);
+        ob_str(&x, "</Prefix></CommonPrefixes><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>"
+                   "<IsTruncated>false</IsTruncated></ListBucketResult>");
+        atomic_fetch_add(&g_synth_pages, 1);
+        respond_xml(c, 200, x.overflow ? 0 : x.len, false);
+        return true;
+    }
+    if (r->prefix.n < pn || memcmp(r->prefix.p, slash + 1, pn))
         return false;
     uint64_t max = 1000, i = 0;
     if (r->max_keys.n && (!parse_u64(r->max_keys.p, r->max_keys.n, &max) || max > 1000))
