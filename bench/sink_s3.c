@@ -441,6 +441,18 @@ static void handle_delete_objects(struct conn *c)
     respond_xml(c, 200, x.len, false);
 }
 
+/* A ListBucketResult's opening, up to and with the echoed <Prefix>. */
+static void list_begin(struct ob *x, struct conn *c)
+{
+    const struct req *r = &c->rq;
+    xml_begin(x, c->w);
+    ob_str(x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
+    ob_xml(x, r->bucket, r->bucket_len);
+    ob_str(x, "</Name><Prefix>");
+    ob_xml(x, r->prefix.p, r->prefix.n);
+    ob_str(x, "</Prefix>");
+}
+
 /* ---- --synth-list: N keys that exist only as a formula ---- */
 
 static uint64_t synth_size(uint64_t i)
@@ -482,10 +494,12 @@ static uint64_t synth_after(const char *key, size_t n)
 static bool synth_list(struct conn *c)
 {
     struct req *r = &c->rq;
+    if (!g_opt.synth_n)
+        return false;
     const char *slash = memchr(g_opt.synth_name, '/', g_opt.synth_name_len);
     size_t bn = (size_t)(slash - g_opt.synth_name);
     size_t pn = g_opt.synth_name_len - bn - 1;
-    if (!g_opt.synth_n || !r->q_list_type2 || r->bucket_len != bn ||
+    if (!r->q_list_type2 || r->bucket_len != bn ||
         memcmp(r->bucket, g_opt.synth_name, bn))
         return false;
     if (r->prefix.n < pn && !memcmp(r->prefix.p, slash + 1, r->prefix.n) && r->delimiter.n) {
@@ -494,12 +508,8 @@ static bool synth_list(struct conn *c)
         const char *d = memchr(slash + 1 + r->prefix.n, '/', pn - r->prefix.n);
         size_t cn = d ? (size_t)(d - slash) : pn;
         struct ob x;
-        xml_begin(&x, c->w);
-        ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
-        ob_xml(&x, r->bucket, r->bucket_len);
-        ob_str(&x, "</Name><Prefix>");
-        ob_xml(&x, r->prefix.p, r->prefix.n);
-        ob_str(&x, "</Prefix><CommonPrefixes><Prefix>");
+        list_begin(&x, c);
+        ob_str(&x, "<CommonPrefixes><Prefix>");
         ob_xml(&x, slash + 1, cn);
         ob_str(&x, "</Prefix></CommonPrefixes><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>"
                    "<IsTruncated>false</IsTruncated></ListBucketResult>");
@@ -538,12 +548,7 @@ static bool synth_list(struct conn *c)
         end = last; /* every key name is unique past its digits: at most one matches */
     }
     struct ob x;
-    xml_begin(&x, c->w);
-    ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
-    ob_xml(&x, r->bucket, r->bucket_len);
-    ob_str(&x, "</Name><Prefix>");
-    ob_xml(&x, r->prefix.p, r->prefix.n);
-    ob_str(&x, "</Prefix>");
+    list_begin(&x, c);
     uint64_t n = 0;
     /* room kept for the tail: IsTruncated, the next token, the closing tags */
     while (i < end && n < max && x.cap - x.len > 512) {
@@ -577,12 +582,7 @@ static void handle_list(struct conn *c)
         return;
     struct req *r = &c->rq;
     struct ob x;
-    xml_begin(&x, c->w);
-    ob_str(&x, "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>");
-    ob_xml(&x, r->bucket, r->bucket_len);
-    ob_str(&x, "</Name><Prefix>");
-    ob_xml(&x, r->prefix.p, r->prefix.n);
-    ob_str(&x, "</Prefix>");
+    list_begin(&x, c);
     if (r->q_list_type2)
         ob_str(&x, "<KeyCount>0</KeyCount>");
     else
