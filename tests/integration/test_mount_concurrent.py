@@ -4,7 +4,7 @@ fault proxy (requests delayed at random, DELETEs past the 1 s TTL), with TTLs 0 
 default; a result the rules forbid, or a wedged mount (the watchdog of mountutil.py aborts
 its connection), fails the test.
 
-    S3FLASH_CONCURRENT_SEEDS=1,2,3   the seeds (default 1,2)
+    S3FLASH_CONCURRENT_SEEDS=1,2,3   the seeds (default 1,2; 1 under ASan: build-asan)
     S3FLASH_CONCURRENT_OPS=N         operations per process (default 20)
 
 A failure prints every record (start..end, worker, operation, result) in time order, with
@@ -30,7 +30,9 @@ pytestmark = pytest.mark.skipif(mount_supported() is not None,
 
 HERE = Path(__file__).resolve().parent
 WORKERS = 6
-SEEDS = [int(s) for s in os.environ.get("S3FLASH_CONCURRENT_SEEDS", "1,2").split(",")]
+SEEDS = [int(s) for s in os.environ.get(
+    "S3FLASH_CONCURRENT_SEEDS",
+    "1" if "asan" in os.environ.get("S3FLASH_BUILD_DIR", "") else "1,2").split(",")]
 OPS = int(os.environ.get("S3FLASH_CONCURRENT_OPS", "20"))
 TTLS = {"ttl0": ["--metadata-ttl", "0", "--negative-metadata-ttl", "0"], "ttl-default": []}
 
@@ -56,7 +58,7 @@ def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factor
               tmp_path / "m", ["--allow-delete", "--allow-overwrite", "--allow-rename",
                                *TTLS[ttl]], region=rgw.region,
               log_path=str(tmp_path / "m.log")).start()
-    wd = Watchdog(m, bound_s=90)
+    wd = Watchdog(m, bound_s=45)
     outs = [tmp_path / f"w{i}.json" for i in range(WORKERS)]
     try:
         try:
@@ -68,8 +70,10 @@ def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factor
             done = []
             for o in outs:
                 for p in (o, Path(str(o) + ".tmp")):
-                    if p.exists():
+                    try:
                         done += json.loads(p.read_text())
+                    except (OSError, ValueError):   # none yet, or cut by the kill
+                        pass
             done.sort(key=lambda r: r["start"])
             raise AssertionError(f"{e}\nseed {seed} {ttl}: what the workers had done:\n"
                                  + "\n".join(describe(r) for r in done[-60:])) from None
