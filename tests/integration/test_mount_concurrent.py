@@ -58,7 +58,7 @@ def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factor
               tmp_path / "m", ["--allow-delete", "--allow-overwrite", "--allow-rename",
                                *TTLS[ttl]], region=rgw.region,
               log_path=str(tmp_path / "m.log")).start()
-    wd = Watchdog(m, bound_s=45)
+    wd = Watchdog(m, bound_s=60)
     outs = [tmp_path / f"w{i}.json" for i in range(WORKERS)]
     try:
         try:
