@@ -34,6 +34,7 @@ struct opts g_opt = {.bind_addr = "127.0.0.1", .threads = 2, .max_conns = 1024,
                      .prefix_depth = 1, .prefix_burst_ms = 100, .session_seconds = 300};
 atomic_bool g_stop;
 atomic_int g_nconns;
+atomic_uint_fast64_t g_synth_pages;
 char g_last_modified[64];
 char g_last_modified_iso[64];
 uint32_t g_salt;
@@ -98,6 +99,11 @@ static void usage(FILE *f)
             "  --verbose           log every request to stderr\n"
             "  --quiet             no statistics at exit\n"
             "  --help              this text\n"
+            "  --synth-list BUCKET/PREFIX:N  ListObjectsV2 of BUCKET with a prefix under\n"
+            "                      PREFIX lists N synthetic keys PREFIXk<7 digits>-size-<S>\n"
+            "                      (S = 1 + (i * 2654435761 mod 2^32) mod 8192; pages of up to\n"
+            "                      max-keys, as many as one response holds), which HEAD and\n"
+            "                      GET serve as any size-N key (also with --store)\n"
             "Objects put are remembered by size; unknown keys ending in size-N have N bytes\n"
             "(not with --store: there only the objects written exist).\n"
             "SIGINT or SIGTERM stops it and prints byte and request counts; SIGUSR1 prints\n"
@@ -248,6 +254,13 @@ static int parse_args(int argc, char **argv)
                 g_opt.session_seconds = v;
             else if (!strcmp(a, "--revoke-after") && opt_num(val, 1, LLONG_MAX, &v))
                 g_opt.revoke_after = (uint64_t)v;
+            else if (!strcmp(a, "--synth-list") && strrchr(val, ':') &&
+                     strchr(val, '/') && strchr(val, '/') < strrchr(val, ':') &&
+                     opt_num(strrchr(val, ':') + 1, 1, 100000000, &v)) {
+                g_opt.synth_name = val;
+                g_opt.synth_name_len = (size_t)(strrchr(val, ':') - val);
+                g_opt.synth_n = (uint64_t)v;
+            }
             else {
                 fprintf(stderr, "s3flash-sink: bad option or value: %s %s\n", a, val);
                 return -1;
@@ -427,6 +440,9 @@ stop:
                     g_pool.held, g_pool.pooled, g_pool.peak, g_opt.store_max);
         fprintf(stderr, "s3flash-sink: %" PRIu64 " requests, %" PRIu64 " body bytes in, %" PRIu64
                         " body bytes out\n", nreq, bin, bout);
+        if (g_opt.synth_n)
+            fprintf(stderr, "s3flash-sink: synth-list: %" PRIu64 " pages served\n",
+                    (uint64_t)atomic_load(&g_synth_pages));
         limits_report();
         express_report(stderr);
     }

@@ -91,11 +91,16 @@ struct opts {
     int64_t session_seconds;               /* lifetime of a CreateSession's credentials */
     uint64_t revoke_after;                 /* --revoke-after N: revoke all sessions once,
                                               after N requests a session let through */
+    /* --synth-list BUCKET/PREFIX:N: N synthetic keys listed under BUCKET/PREFIX (sink_s3.c) */
+    const char *synth_name; /* "BUCKET/PREFIX" */
+    size_t synth_name_len;
+    uint64_t synth_n;
 };
 extern struct opts g_opt;
 
 extern atomic_bool g_stop;
 extern atomic_int g_nconns;
+extern atomic_uint_fast64_t g_synth_pages; /* ListObjectsV2 pages of --synth-list served */
 extern char g_last_modified[64]; /* HTTP date of the sink's start, the Last-Modified of all */
 extern char g_last_modified_iso[64];
 extern uint32_t g_salt;

@@ -300,6 +300,11 @@ static int parse_head(struct conn *c, size_t hdr_end)
             *decode[i] = (struct hdrval){pp, n};
         }
     }
+    if (r->start_after.n) {
+        char *pp = c->in + (r->start_after.p - c->in);
+        size_t n = pct_decode(pp, r->start_after.n, pp);
+        r->start_after = (struct hdrval){pp, n};
+    }
     if (r->has_te && !r->te_chunked)
         return 501; /* only plain "chunked" is understood */
     if (g_opt.express)

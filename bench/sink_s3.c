@@ -447,6 +447,129 @@ void list_result_begin(struct conn *c, struct ob *x)
     ob_str(x, "</Prefix>");
 }
 
+/* ---- --synth-list: N keys that exist only as a formula ---- */
+
+static uint64_t synth_size(uint64_t i)
+{
+    return 1 + ((i * UINT64_C(2654435761)) & 0xffffffffu) % 8192;
+}
+
+/* The key (no bucket) of synthetic object i into out (KEY_MAX); returns its length. */
+static size_t synth_key(uint64_t i, char *out, size_t cap)
+{
+    const char *pfx = memchr(g_opt.synth_name, '/', g_opt.synth_name_len) + 1;
+    size_t pn = g_opt.synth_name_len - (size_t)(pfx - g_opt.synth_name);
+    int n = snprintf(out, cap, "%.*sk%07" PRIu64 "-size-%" PRIu64, (int)pn, pfx, i,
+                     synth_size(i));
+    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+}
+
+/* The first synthetic index whose key sorts after `key` (start-after, continuation). */
+static uint64_t synth_after(const char *key, size_t n)
+{
+    uint64_t lo = 0, hi = g_opt.synth_n;
+    char k[KEY_MAX];
+    while (lo < hi) { /* keys sort by index: fixed-width digits after one prefix */
+        uint64_t mid = lo + (hi - lo) / 2;
+        size_t kn = synth_key(mid, k, sizeof(k));
+        size_t m = kn < n ? kn : n;
+        int c = memcmp(k, key, m);
+        if (c < 0 || (c == 0 && kn <= n))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ListObjectsV2 of the --synth-list bucket and a prefix under its PREFIX: a page of the keys
+ * that start with the prefix, as many as max-keys asks (default 1000) and one response
+ * holds (S3 too may answer fewer than max-keys with IsTruncated). True when answered. */
+static bool synth_list(struct conn *c)
+{
+    struct req *r = &c->rq;
+    if (!g_opt.synth_n)
+        return false;
+    const char *slash = memchr(g_opt.synth_name, '/', g_opt.synth_name_len);
+    size_t bn = (size_t)(slash - g_opt.synth_name);
+    size_t pn = g_opt.synth_name_len - bn - 1;
+    if (!r->q_list_type2 || r->bucket_len != bn ||
+        memcmp(r->bucket, g_opt.synth_name, bn))
+        return false;
+    if (r->prefix.n < pn && !memcmp(r->prefix.p, slash + 1, r->prefix.n) && r->delimiter.n) {
+        /* a shorter prefix with a delimiter (a client looking for PREFIX's directory): its
+         * common prefix, PREFIX up to the delimiter after the asked prefix (only "/") */
+        const char *d = memchr(slash + 1 + r->prefix.n, '/', pn - r->prefix.n);
+        size_t cn = d ? (size_t)(d - slash) : pn;
+        struct ob x;
+        list_result_begin(c, &x);
+        ob_str(&x, "<CommonPrefixes><Prefix>");
+        ob_xml(&x, slash + 1, cn);
+        ob_str(&x, "</Prefix></CommonPrefixes><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>"
+                   "<IsTruncated>false</IsTruncated></ListBucketResult>");
+        atomic_fetch_add(&g_synth_pages, 1);
+        respond_xml(c, 200, x.overflow ? 0 : x.len, false);
+        return true;
+    }
+    if (r->prefix.n < pn || memcmp(r->prefix.p, slash + 1, pn))
+        return false;
+    uint64_t max = 1000, i = 0;
+    if (r->max_keys.n && (!parse_u64(r->max_keys.p, r->max_keys.n, &max) || max > 1000))
+        max = 1000;
+    char k[KEY_MAX], after[KEY_MAX];
+    if (r->cont_token.n) {
+        if (!parse_u64(r->cont_token.p, r->cont_token.n, &i)) {
+            respond_error(c, 400, "InvalidArgument", "The continuation token is not valid.");
+            return true;
+        }
+    } else if (r->start_after.n && r->start_after.n < sizeof(after)) {
+        memcpy(after, r->start_after.p, r->start_after.n);
+        i = synth_after(after, r->start_after.n);
+    }
+    /* a longer prefix: the keys that start with it are one index range (by the sort) */
+    uint64_t end = g_opt.synth_n;
+    if (r->prefix.n > pn) {
+        uint64_t first = synth_after(r->prefix.p, r->prefix.n);
+        size_t kn = first > 0 ? synth_key(first - 1, k, sizeof(k)) : 0;
+        if (first > 0 && kn == r->prefix.n && !memcmp(k, r->prefix.p, kn))
+            first--; /* the prefix is a whole key */
+        uint64_t last = first;
+        while (last < end && (kn = synth_key(last, k, sizeof(k))) >= r->prefix.n &&
+               !memcmp(k, r->prefix.p, r->prefix.n) && last - first < 2)
+            last++;
+        if (i < first)
+            i = first;
+        end = last; /* every key name is unique past its digits: at most one matches */
+    }
+    struct ob x;
+    list_result_begin(c, &x);
+    uint64_t n = 0;
+    /* room kept for the tail: IsTruncated, the next token, the closing tags */
+    while (i < end && n < max && x.cap - x.len > 512) {
+        size_t kn = synth_key(i, k, sizeof(k));
+        char etag[48], name[KEY_MAX + 256];
+        int nn = snprintf(name, sizeof(name), "%.*s/%.*s", (int)bn, g_opt.synth_name, (int)kn, k);
+        object_etag(name, nn > 0 ? (size_t)nn : 0, synth_size(i), 0, 0, etag);
+        ob_str(&x, "<Contents><Key>");
+        ob_xml(&x, k, kn);
+        ob_printf(&x, "</Key><LastModified>%s</LastModified><ETag>&quot;%s&quot;</ETag>"
+                      "<Size>%" PRIu64 "</Size><StorageClass>STANDARD</StorageClass></Contents>",
+                  g_last_modified_iso, etag, synth_size(i));
+        i++;
+        n++;
+    }
+    ob_printf(&x, "<KeyCount>%" PRIu64 "</KeyCount><MaxKeys>%" PRIu64 "</MaxKeys>", n, max);
+    if (i < end)
+        ob_printf(&x, "<IsTruncated>true</IsTruncated><NextContinuationToken>%" PRIu64
+                      "</NextContinuationToken>", i);
+    else
+        ob_str(&x, "<IsTruncated>false</IsTruncated>");
+    ob_str(&x, "</ListBucketResult>");
+    atomic_fetch_add(&g_synth_pages, 1);
+    respond_xml(c, 200, x.overflow ? 0 : x.len, false);
+    return true;
+}
+
 #define LIST_PAGE_MAX 100 /* keys per page: what OUT_CAP holds with room to spare */
 
 /* ListObjects(V2) of the objects the sink remembers (PUT or completed; with --store, the
@@ -454,6 +577,8 @@ void list_result_begin(struct conn *c, struct ob *x)
  * are the last key of the page. The query's values arrive percent-decoded (sink_http.c). */
 static void handle_list(struct conn *c)
 {
+    if (synth_list(c))
+        return;
     struct req *r = &c->rq;
     const char *prefix = r->prefix.p;
     size_t pn = r->prefix.n;

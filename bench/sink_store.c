@@ -553,7 +553,8 @@ out:
 }
 
 /* Looks the object up; unknown keys whose last "size-" is followed by digits only (to the end)
- * have that size (not in store mode: there only what was written exists). False: no such
+ * have that size (not in store mode, except under --synth-list: there only what was written
+ * exists). False: no such
  * key. data: as for objmap_get. */
 bool object_size(const char *k, size_t n, uint64_t *size, uint32_t *nparts,
                         uint64_t *ver, struct blob **data)
@@ -563,7 +564,9 @@ bool object_size(const char *k, size_t n, uint64_t *size, uint32_t *nparts,
     *ver = 0;
     if (objmap_get(k, n, size, nparts, ver, data))
         return true;
-    if (g_opt.store_max)
+    /* store mode: only what was written exists, and the --synth-list keys */
+    if (g_opt.store_max && !(g_opt.synth_n && n > g_opt.synth_name_len &&
+                             !memcmp(k, g_opt.synth_name, g_opt.synth_name_len)))
         return false;
     for (size_t i = n; i >= 5; i--) {
         if (memcmp(k + i - 5, "size-", 5) == 0) {

@@ -6,7 +6,8 @@
 # into a clean Debian 12 root, the drop-in flow against the same RGW; the CSI driver's image
 # root, scripts/csi-image.sh), then runs the C tests again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
 # (tests/torture) and the Python tests of the C paths with the extension built that way, then
-# the unit tests and the engine's threaded C integration tests under ThreadSanitizer, fuzzes
+# the unit tests, the engine's threaded C integration tests and a fast subset of the mount's
+# tests under ThreadSanitizer, fuzzes
 # every parser for a bounded time (tests/fuzz/run.sh), and stops the servers.
 # The steps that wait on the network run their test files on several workers at once
 # (pytest-xdist, one module and its bucket a worker); the clean root is made and the fuzzers
@@ -16,6 +17,8 @@
 #   tests/run.sh --quick    the edit loop: build, unit and integration tests, no sanitizers,
 #                           no Python package, no wheel, no fuzzing
 #   S3FLASH_TEST_JOBS=N     pytest workers of the network-bound steps (default 4; 0: serial)
+#   tests/run.sh tsan-mount only the mount's tests under ThreadSanitizer (build-tsan), against
+#                           the RGW of S3FLASH_TEST_* (source /var/tmp/rgw.env first)
 #   S3FLASH_SKIP_ASAN=1     skip the ASan+UBSan pass
 #   S3FLASH_SKIP_TSAN=1     skip the ThreadSanitizer pass
 #   S3FLASH_SKIP_WHEEL=1    skip the wheel test (scripts/wheel-test.sh)
@@ -30,8 +33,9 @@ quick=0
 for a in "$@"; do
     case "$a" in
         --quick) quick=1 ;;
+        tsan-mount) ;;   # below, once the builder is defined
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "tests/run.sh: unknown argument $a (--quick, --help)" >&2; exit 2 ;;
+        *) echo "tests/run.sh: unknown argument $a (--quick, tsan-mount, --help)" >&2; exit 2 ;;
     esac
 done
 # the network-bound pytest steps run their files on this many workers (pytest-xdist,
@@ -102,6 +106,38 @@ build() { # build DIR [meson args...]
     fi
     ninja -C "$dir" -j2
 }
+
+# s3flash mount under ThreadSanitizer (needs build-tsan): the daemon's threads (FUSE workers,
+# the engine's I/O threads, uploads at close) through a chosen fast subset of the mount's
+# tests; halt_on_error=0 so a report does not kill a mount mid-test, and every report lands in
+# a file under a fresh directory, which must stay empty
+tsan_mount() {
+    local logs rc=0
+    logs=$(mktemp -d /tmp/s3flash-tsan-mount.XXXXXX)
+    local sel="round_trip or rename_needs or mkdir_is_local or readdir_streams or"
+    sel="$sel replaced_mid_read or sigterm or fusermount_u or close_on_another"
+    TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 log_path=$logs/tsan" \
+        S3FLASH_BUILD_DIR="$root/build-tsan" S3FLASH_CONCURRENT_SEEDS=1 python3 -m pytest -q \
+        -p no:cacheprovider tests/integration/test_mount.py -k "$sel" || rc=1
+    TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 log_path=$logs/tsan" \
+        S3FLASH_BUILD_DIR="$root/build-tsan" S3FLASH_CONCURRENT_SEEDS=1 python3 -m pytest -q \
+        -p no:cacheprovider tests/integration/test_mount_deadlock.py \
+        tests/integration/test_mount_concurrent.py || rc=1
+    if compgen -G "$logs/tsan*" >/dev/null; then
+        echo "ThreadSanitizer reports of s3flash mount:" >&2
+        cat "$logs"/tsan* >&2
+        return 1
+    fi
+    rm -rf "$logs"
+    return $rc
+}
+if [ "${1:-}" = tsan-mount ]; then
+    : "${S3FLASH_TEST_ENDPOINT:?source /var/tmp/rgw.env (the RGW to test against) first}"
+    build build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug -Dpython=disabled
+    tsan_mount
+    echo "the mount's ThreadSanitizer step passed"
+    exit 0
+fi
 
 # RGW needs a real disk for bluestore (direct I/O), not tmpfs.
 rgw_dir=$(mktemp -d /var/tmp/s3flash-rgw.XXXXXX)
@@ -216,6 +252,10 @@ if [ "${S3FLASH_SKIP_TSAN:-0}" != 1 ]; then
         tests/integration/test_janitor_deadline.py tests/integration/test_progress_blocking.py \
         tests/integration/test_lost_responses.py tests/integration/test_credentials_refresh.py \
         --deselect tests/integration/test_credentials_refresh.py::test_slow_process_expiring_during_upload
+    # the mount's daemon under ThreadSanitizer: a fast subset of the mount tests (~1-2 min)
+    # with every report written to a file (a daemon in the background has no stderr); any
+    # report fails the step
+    step tsan-mount tsan_mount
 fi
 if [ $fuzz = 1 ]; then
     bg_wait fuzz

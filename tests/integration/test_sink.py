@@ -842,3 +842,45 @@ def test_store_gets_while_overwritten(store):
             t.join()
     assert not bad, bad[:3]
     req(store, "DELETE", "/bkt/s/hot")
+
+
+def test_synth_list_pages(tmp_path):
+    """--synth-list: N deterministic keys in ListObjectsV2 pages (continuation tokens,
+    max-keys, a longer prefix), each served by HEAD and GET with its listed size and ETag."""
+    s = Sink(tmp_path, "--threads", "1", "--synth-list", "syn/p/:1234")
+    try:
+        keys, sizes, etags, token, pages = [], {}, {}, None, 0
+        while True:
+            q = "/syn?list-type=2&prefix=p/&max-keys=500" + \
+                (f"&continuation-token={token}" if token else "")
+            r, doc = req(s, "GET", q)
+            assert r.status == 200, doc
+            pages += 1
+            text = doc.decode()
+            for k, etag, size in re.findall(
+                    r"<Key>([^<]*)</Key><LastModified>[^<]*</LastModified>"
+                    r"<ETag>&quot;([0-9a-f]+)&quot;</ETag><Size>(\d+)</Size>", text):
+                keys.append(k)
+                sizes[k], etags[k] = int(size), etag
+            assert int(xml_field(doc, "KeyCount")) <= 500
+            if "<IsTruncated>true</IsTruncated>" not in text:
+                break
+            token = xml_field(doc, "NextContinuationToken")
+        assert len(keys) == 1234 and keys == sorted(keys) and len(set(keys)) == 1234
+        assert keys[7] == f"p/k0000007-size-{sizes[keys[7]]}"
+        assert pages >= 3
+        for k in (keys[0], keys[777], keys[-1]):
+            r, body = req(s, "GET", f"/syn/{k}")
+            assert r.status == 200 and len(body) == sizes[k]
+            assert r.getheader("ETag").strip('"') == etags[k]
+        r, doc = req(s, "GET", f"/syn?list-type=2&prefix={keys[5]}/")   # a "directory"
+        assert int(xml_field(doc, "KeyCount")) == 0
+        r, doc = req(s, "GET", f"/syn?list-type=2&prefix={keys[5]}")
+        assert re.findall(r"<Key>([^<]*)</Key>", doc.decode()) == [keys[5]]
+        r, doc = req(s, "GET", f"/syn?list-type=2&prefix=p/&start-after={keys[1231]}")
+        assert re.findall(r"<Key>([^<]*)</Key>", doc.decode()) == keys[1232:]
+        r, doc = req(s, "GET", "/syn?list-type=2&prefix=other/")
+        assert int(xml_field(doc, "KeyCount")) == 0
+    finally:
+        assert s.stop() == 0
+    assert re.search(r"synth-list: \d+ pages served", s.stderr), s.stderr
