@@ -107,7 +107,7 @@ def bucket(s3, request):
 # that other tests' CPU on this 2-core machine does not count against the link.
 SERIAL_MODULES = {
     "test_link_fill", "test_link_fill_sink", "test_sink_limits", "test_slow_link",
-    "test_mount_perf", "test_control_lane", "test_netns",
+    "test_mount_perf", "test_control_lane", "test_netns", "test_cli_many",
 }
 
 
