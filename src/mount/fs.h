@@ -68,6 +68,12 @@ struct fh;
 struct dh;
 struct note;
 
+/* A rename in flight (namespace.c): no writer opens either name until it is done. */
+struct renaming {
+    struct renaming *next;
+    const char *from, *to;
+};
+
 struct mnt_fs {
     struct mnt_options o;
     char *bucket, *prefix;
@@ -101,6 +107,7 @@ struct mnt_fs {
     size_t n_listings;
     struct fh *readers;       /* open read handles (read.c) */
     struct dh *dirs;          /* open directory handles (dir.c) */
+    struct renaming *renaming; /* renames in flight (namespace.c) */
     /* notifiers (inode.c) */
     pthread_t notifiers[MNT_NOTIFIERS];
     size_t n_notifiers;
@@ -257,6 +264,9 @@ void mnt_writers_free(struct mnt_fs *fs);
 void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags);
+
+/* Is `path` the source or target of a rename in flight? (fs->mu held) */
+int mnt_renaming(struct mnt_fs *fs, const char *path);
 
 /* The path of `name` in the directory inode `parent` (NULL with *err set). */
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);

@@ -148,6 +148,13 @@ out:
     free(path);
 }
 
+int mnt_renaming(struct mnt_fs *fs, const char *path) {
+    for (struct renaming *r = fs->renaming; r; r = r->next)
+        if (strcmp(r->from, path) == 0 || strcmp(r->to, path) == 0)
+            return 1;
+    return 0;
+}
+
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags) {
     struct mnt_fs *fs = fuse_req_userdata(req);
@@ -155,6 +162,7 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     char *from = NULL, *to = NULL, *src = NULL, *dst = NULL;
     struct deferred later;
     later.n = 0;
+    struct renaming *reserved = NULL;
     if (fs->o.read_only || !fs->o.allow_rename) {
         rc = fs->o.read_only ? -EROFS : -EPERM;
         goto out;
@@ -177,8 +185,18 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
         rc = -ENOTSUP;
         goto out;
     }
+    /* the names are reserved against writers until the rename is done: a writer opened
+     * on the source between the copy and the move would write its new version into the
+     * inode that becomes the target's (and be deleted with the source) */
+    struct renaming self = {.from = from, .to = to};
     pthread_mutex_lock(&fs->mu);
-    int busy = mnt_writer_busy(fs, from) || mnt_writer_busy(fs, to);
+    int busy = mnt_writer_busy(fs, from) || mnt_writer_busy(fs, to) ||
+               mnt_renaming(fs, from) || mnt_renaming(fs, to);
+    if (!busy) {
+        self.next = fs->renaming;
+        fs->renaming = &self;
+        reserved = &self;
+    }
     pthread_mutex_unlock(&fs->mu);
     if (busy) {
         rc = -EBUSY;
@@ -242,6 +260,16 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     mnt_parent_of(to, to_dir);
     forget_emptied_parents(fs, from, from_dir, to_dir, &later);
 out:
+    if (reserved) {
+        pthread_mutex_lock(&fs->mu);
+        for (struct renaming **pp = &fs->renaming; *pp; pp = &(*pp)->next) {
+            if (*pp == reserved) {
+                *pp = reserved->next;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&fs->mu);
+    }
     fuse_reply_err(req, rc ? -rc : 0);
     deferred_send(fs, &later);
     free(src);

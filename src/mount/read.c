@@ -112,6 +112,23 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         else if ((rc = mnt_resolve(fs, path, &a, 0)) == 0)
             rc = a.kind == K_DIR ? -EISDIR
                  : (!fs->o.allow_overwrite || !trunc) ? -EPERM : 0;
+        else if (rc == -ENOENT)
+            rc = -ESTALE; /* unlinked or renamed away since the kernel's lookup: the VFS
+                           * walks the path again (an O_CREAT open then creates it) */
+        if (rc == 0) {
+            /* an inode is one version: while a reader reads this one through the page
+             * cache, the overwrite gets a new inode. The path lets go of this one and the
+             * VFS, told ESTALE, looks the name up again (a new inode) and opens that. */
+            pthread_mutex_lock(&fs->mu);
+            int reading = 0;
+            for (struct fh *o = fs->readers; o && !reading; o = o->rd_next)
+                reading = o->in == in && !o->direct;
+            if (reading && mnt_inode_current(fs, path) == in)
+                mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
+            pthread_mutex_unlock(&fs->mu);
+            if (reading)
+                rc = -ESTALE;
+        }
         if (rc == 0) {
             rc = mnt_open_writer(req, fs, in, path, fi); /* replies on success */
             if (rc == 0)
