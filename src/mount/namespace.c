@@ -6,6 +6,8 @@
  *   caches and the inode table follow under fs->mu: the name's generation is bumped, the
  *   listings above it dropped, the unlinked name's inode detached (its handles keep it),
  *   a renamed file's inode moved to the new name (it is the same version).
+ * - A rename holds both its names in fs->renaming from its busy check until it is done:
+ *   writer_open refuses them (EBUSY), so no writer opens on the inode being moved.
  * - A directory that no key, local directory or file being written keeps any more is
  *   gone at once: its entry in the daemon is expired and the kernel's entry of it is
  *   invalidated through the notifier (inode.c), by node id, never by a path. The handler

@@ -8,7 +8,9 @@
  *   one of the inode's previous open.
  * - The one case where an inode changes version is an overwrite in place (open with
  *   O_TRUNC of a file the kernel already knows: the kernel sends OPEN on that inode, not
- *   CREATE). Then its read handles are stale (fh->stale, inode->n_stale): the inode's
+ *   CREATE). With a page-cache reader open, that open is answered ESTALE after the path
+ *   let go of the inode, so the VFS looks the name up again and writes a new inode. Else
+ *   its (O_DIRECT) read handles are stale (fh->stale, inode->n_stale): the inode's
  *   attributes go out with a 0 s timeout while any is open, so the kernel asks again,
  *   with the handle, before a read past the size it holds. An open of another version on
  *   an inode with an open page-cache reader reads around the page cache (direct_io).
