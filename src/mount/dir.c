@@ -584,7 +584,7 @@ static int add_entry(struct reply *r, const char *name, const struct attr *a, in
     if (!self && r->plus && !no_id) {
         char *cp = mnt_child_path(r->d->path, name, strlen(name));
         pthread_mutex_lock(&r->fs->mu);
-        if (cp && r->fs->mem_used < r->fs->mem_budget) {
+        if (cp && !mnt_inodes_full(r->fs)) {
             struct inode *in = mnt_inode_get(r->fs, cp, a);
             if (in) {
                 in->nlookup++;

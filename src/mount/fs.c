@@ -104,8 +104,8 @@ void mnt_fill_stat(const struct mnt_fs *fs, const struct attr *a, fuse_ino_t ino
     st->st_gid = fs->o.gid;
 }
 
-void mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
-                     const struct attr *a) {
+int mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
+                    const struct attr *a) {
     struct fuse_entry_param e;
     memset(&e, 0, sizeof(e));
     pthread_mutex_lock(&fs->mu);
@@ -113,22 +113,30 @@ void mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
     if (!in) {
         pthread_mutex_unlock(&fs->mu);
         fuse_reply_err(req, ENOMEM);
-        return;
+        return -1;
     }
     in->nlookup++;
     e.ino = in->ino;
     double t = in->n_stale ? 0 : fs->o.metadata_ttl_s;
+    /* Past the memory budget the kernel is asked not to keep the entry: with a zero
+     * entry timeout it drops the dentry at its last use and forgets the inode, so a walk
+     * of a huge directory does not pin an inode per name (the metadata cache still
+     * answers the next lookup of it while it holds the name). */
+    int full = mnt_inodes_full(fs);
+    double et = full ? 0 : fs->o.metadata_ttl_s;
     mnt_fill_stat(fs, a, in->ino, &e.attr);
     pthread_mutex_unlock(&fs->mu);
-    e.attr_timeout = t;
-    e.entry_timeout = fs->o.metadata_ttl_s;
+    e.attr_timeout = et == 0 ? 0 : t;
+    e.entry_timeout = et;
     if (fuse_reply_entry(req, &e) != 0) {
         pthread_mutex_lock(&fs->mu);
         struct inode *again = mnt_inode_find(fs, e.ino);
         if (again)
             mnt_inode_unref(fs, again, 1, 0);
         pthread_mutex_unlock(&fs->mu);
+        return -1;
     }
+    return full ? 0 : 1;
 }
 
 /* ---- lookup, forget, attributes ---------------------------------------------------- */
@@ -151,8 +159,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         fuse_reply_entry(req, &ne);
     } else if (rc) {
         fuse_reply_err(req, -rc);
-    } else {
-        mnt_reply_entry(req, fs, path, &a);
+    } else if (mnt_reply_entry(req, fs, path, &a) == 0) {
+        /* an entry the kernel was asked not to keep: it drops it (and forgets the inode)
+         * when the notifier's invalidation comes, once this reply is used */
+        pthread_mutex_lock(&fs->mu);
+        mnt_notify_entry_at(fs, parent, name);
+        pthread_mutex_unlock(&fs->mu);
     }
     free(path);
 }

@@ -68,6 +68,12 @@ struct fh;
 struct dh;
 struct note;
 
+/* A rename in flight (namespace.c): no writer opens either name until it is done. */
+struct renaming {
+    struct renaming *next;
+    const char *from, *to;
+};
+
 struct mnt_fs {
     struct mnt_options o;
     char *bucket, *prefix;
@@ -88,6 +94,7 @@ struct mnt_fs {
     /* memory account (meta.c): inode table, metadata and listing caches, directory
      * handles' listing copies; never above mem_budget after an insert */
     uint64_t mem_used, mem_budget;
+    uint64_t mem_inodes;      /* the inode table's part of mem_used (freed by forget only) */
     /* generations (meta.c): bumped by every change the mount makes */
     uint64_t gen;
     uint64_t evicted_gen;     /* the highest change generation of an evicted entry */
@@ -100,6 +107,7 @@ struct mnt_fs {
     size_t n_listings;
     struct fh *readers;       /* open read handles (read.c) */
     struct dh *dirs;          /* open directory handles (dir.c) */
+    struct renaming *renaming; /* renames in flight (namespace.c) */
     /* notifiers (inode.c) */
     pthread_t notifiers[MNT_NOTIFIERS];
     size_t n_notifiers;
@@ -146,9 +154,10 @@ int mnt_is_under(const char *dir, const char *path);
 void mnt_fill_stat(const struct mnt_fs *fs, const struct attr *a, fuse_ino_t ino,
                    struct stat *st);
 /* Reply to a request that makes `path` (with attributes `a`) known to the kernel: a new
- * reference on its inode (created when needed). */
-void mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
-                     const struct attr *a);
+ * reference on its inode (created when needed). 1: replied; 0: replied with an entry the
+ * kernel should not keep (past the memory budget); -1: not replied with an entry. */
+int mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
+                    const struct attr *a);
 
 /* ---- inode.c (fs->mu held unless said) ---- */
 uint32_t mnt_hash_str(const char *s); /* any lock */
@@ -166,11 +175,17 @@ void mnt_inode_detach(struct mnt_fs *fs, const char *path);
 /* Rename: the inode of `from` becomes the current one of `to`. */
 void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to);
 void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen);
+/* Are new kernel references past the memory budget? The inode table may take half of it
+ * (the rest is for the caches it would otherwise squeeze out); past that, readdirplus
+ * entries go without node ids and lookups ask the kernel not to keep the entry. */
+int mnt_inodes_full(const struct mnt_fs *fs);
 /* Queue the kernel's invalidation of `name` in directory `dir_path` (dropped when the
  * kernel does not know the directory). `wait`: the caller will pass the result (NULL: not
  * queued) to mnt_notify_wait. */
 struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
                               int wait);
+/* The same for a directory the kernel named in the calling request (a lookup's parent). */
+void mnt_notify_entry_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name);
 /* Queue the invalidation of an inode's attributes and pages (as above). */
 struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait);
 /* Wait (fs->mu held; NOTIFY_WAIT_S at most) until the note was sent. Never for a note on
@@ -249,6 +264,9 @@ void mnt_writers_free(struct mnt_fs *fs);
 void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags);
+
+/* Is `path` the source or target of a rename in flight? (fs->mu held) */
+int mnt_renaming(struct mnt_fs *fs, const char *path);
 
 /* The path of `name` in the directory inode `parent` (NULL with *err set). */
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);

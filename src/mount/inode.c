@@ -56,6 +56,20 @@ static int64_t inode_bytes(const struct inode *in) {
     return (int64_t)(sizeof(*in) + strlen(in->path) + 1 + 32);
 }
 
+/* Charge (or release) an inode's memory: to the account, and to the part of it that only
+ * the kernel's forget gives back. */
+static void inode_charge(struct mnt_fs *fs, int64_t bytes) {
+    mnt_mem_charge(fs, bytes);
+    if (bytes < 0 && (uint64_t)-bytes > fs->mem_inodes)
+        fs->mem_inodes = 0;
+    else
+        fs->mem_inodes += (uint64_t)bytes;
+}
+
+int mnt_inodes_full(const struct mnt_fs *fs) {
+    return fs->mem_used >= fs->mem_budget || fs->mem_inodes >= fs->mem_budget / 2;
+}
+
 struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
     for (struct inode *in = fs->ino_hash[ino % INO_BUCKETS]; in; in = in->ino_next)
         if (in->ino == ino)
@@ -100,7 +114,7 @@ static void inode_free(struct mnt_fs *fs, struct inode *in) {
             break;
         }
     }
-    mnt_mem_charge(fs, -inode_bytes(in));
+    inode_charge(fs, -inode_bytes(in));
     fs->n_inodes--;
     free(in->path);
     free(in);
@@ -118,7 +132,7 @@ static struct inode *inode_new(struct mnt_fs *fs, fuse_ino_t ino, const char *pa
     in->ino_next = fs->ino_hash[ino % INO_BUCKETS];
     fs->ino_hash[ino % INO_BUCKETS] = in;
     fs->n_inodes++;
-    mnt_mem_charge(fs, inode_bytes(in));
+    inode_charge(fs, inode_bytes(in));
     return in;
 }
 
@@ -229,10 +243,10 @@ void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
         return;
     }
     path_unlink(fs, in);
-    mnt_mem_charge(fs, -inode_bytes(in));
+    inode_charge(fs, -inode_bytes(in));
     free(in->path);
     in->path = p;
-    mnt_mem_charge(fs, inode_bytes(in));
+    inode_charge(fs, inode_bytes(in));
     path_link(fs, in);
 }
 
@@ -311,6 +325,10 @@ static struct note *note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, con
     fs->n_notes++;
     pthread_cond_signal(&fs->notes_cv);
     return n;
+}
+
+void mnt_notify_entry_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
+    note_queue(fs, 0, parent, name, 0);
 }
 
 struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,

@@ -6,6 +6,8 @@
  *   caches and the inode table follow under fs->mu: the name's generation is bumped, the
  *   listings above it dropped, the unlinked name's inode detached (its handles keep it),
  *   a renamed file's inode moved to the new name (it is the same version).
+ * - A rename holds both its names in fs->renaming from its busy check until it is done:
+ *   writer_open refuses them (EBUSY), so no writer opens on the inode being moved.
  * - A directory that no key, local directory or file being written keeps any more is
  *   gone at once: its entry in the daemon is expired and the kernel's entry of it is
  *   invalidated through the notifier (inode.c), by node id, never by a path. The handler
@@ -148,6 +150,13 @@ out:
     free(path);
 }
 
+int mnt_renaming(struct mnt_fs *fs, const char *path) {
+    for (struct renaming *r = fs->renaming; r; r = r->next)
+        if (strcmp(r->from, path) == 0 || strcmp(r->to, path) == 0)
+            return 1;
+    return 0;
+}
+
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags) {
     struct mnt_fs *fs = fuse_req_userdata(req);
@@ -155,6 +164,7 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     char *from = NULL, *to = NULL, *src = NULL, *dst = NULL;
     struct deferred later;
     later.n = 0;
+    struct renaming *reserved = NULL;
     if (fs->o.read_only || !fs->o.allow_rename) {
         rc = fs->o.read_only ? -EROFS : -EPERM;
         goto out;
@@ -177,8 +187,18 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
         rc = -ENOTSUP;
         goto out;
     }
+    /* the names are reserved against writers until the rename is done: a writer opened
+     * on the source between the copy and the move would write its new version into the
+     * inode that becomes the target's (and be deleted with the source) */
+    struct renaming self = {.from = from, .to = to};
     pthread_mutex_lock(&fs->mu);
-    int busy = mnt_writer_busy(fs, from) || mnt_writer_busy(fs, to);
+    int busy = mnt_writer_busy(fs, from) || mnt_writer_busy(fs, to) ||
+               mnt_renaming(fs, from) || mnt_renaming(fs, to);
+    if (!busy) {
+        self.next = fs->renaming;
+        fs->renaming = &self;
+        reserved = &self;
+    }
     pthread_mutex_unlock(&fs->mu);
     if (busy) {
         rc = -EBUSY;
@@ -242,6 +262,16 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     mnt_parent_of(to, to_dir);
     forget_emptied_parents(fs, from, from_dir, to_dir, &later);
 out:
+    if (reserved) {
+        pthread_mutex_lock(&fs->mu);
+        for (struct renaming **pp = &fs->renaming; *pp; pp = &(*pp)->next) {
+            if (*pp == reserved) {
+                *pp = reserved->next;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&fs->mu);
+    }
     fuse_reply_err(req, rc ? -rc : 0);
     deferred_send(fs, &later);
     free(src);

@@ -8,7 +8,9 @@
  *   one of the inode's previous open.
  * - The one case where an inode changes version is an overwrite in place (open with
  *   O_TRUNC of a file the kernel already knows: the kernel sends OPEN on that inode, not
- *   CREATE). Then its read handles are stale (fh->stale, inode->n_stale): the inode's
+ *   CREATE). With a page-cache reader open, that open is answered ESTALE after the path
+ *   let go of the inode, so the VFS looks the name up again and writes a new inode. Else
+ *   its (O_DIRECT) read handles are stale (fh->stale, inode->n_stale): the inode's
  *   attributes go out with a 0 s timeout while any is open, so the kernel asks again,
  *   with the handle, before a read past the size it holds. An open of another version on
  *   an inode with an open page-cache reader reads around the page cache (direct_io).
@@ -112,6 +114,23 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         else if ((rc = mnt_resolve(fs, path, &a, 0)) == 0)
             rc = a.kind == K_DIR ? -EISDIR
                  : (!fs->o.allow_overwrite || !trunc) ? -EPERM : 0;
+        else if (rc == -ENOENT)
+            rc = -ESTALE; /* unlinked or renamed away since the kernel's lookup: the VFS
+                           * walks the path again (an O_CREAT open then creates it) */
+        if (rc == 0) {
+            /* an inode is one version: while a reader reads this one through the page
+             * cache, the overwrite gets a new inode. The path lets go of this one and the
+             * VFS, told ESTALE, looks the name up again (a new inode) and opens that. */
+            pthread_mutex_lock(&fs->mu);
+            int reading = 0;
+            for (struct fh *o = fs->readers; o && !reading; o = o->rd_next)
+                reading = o->in == in && !o->direct;
+            if (reading && mnt_inode_current(fs, path) == in)
+                mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
+            pthread_mutex_unlock(&fs->mu);
+            if (reading)
+                rc = -ESTALE;
+        }
         if (rc == 0) {
             rc = mnt_open_writer(req, fs, in, path, fi); /* replies on success */
             if (rc == 0)

@@ -112,7 +112,7 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
     h->opener = process_of(fuse_req_ctx(req)->pid);
     h->opened = (int64_t)time(NULL);
     pthread_mutex_lock(&fs->mu);
-    if (mnt_writer_find(fs, path)) {
+    if (mnt_writer_find(fs, path) || mnt_renaming(fs, path)) {
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -EBUSY;
