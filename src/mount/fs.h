@@ -80,6 +80,7 @@ struct mnt_fs {
     struct s3f_client *c;     /* readers, listings, HEADs */
     struct s3f_client *cw;    /* writers, copies, deletes */
     uint64_t part_size;
+    int directory_bucket;     /* S3 Express directory bucket: unordered LISTs, append, rename */
     int64_t start_time;
     struct fuse_session *se;
     pthread_mutex_t mu;       /* everything below */

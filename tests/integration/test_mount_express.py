@@ -1,0 +1,114 @@
+"""`s3flash mount` of an S3 Express One Zone directory bucket, against the sink's --express
+emulation (bench/sink_express.c: session tokens checked, listings in no order, RenameObject,
+appends). docs/SEMANTICS.md ("Directory buckets") is the contract:
+- rename is one RenameObject (atomic: no CopyObject, no DeleteObject, no moment without
+  the object);
+- readdir reads a directory's whole (unordered) listing and hands it out sorted, the same
+  order and offsets at every call.
+"""
+import os
+
+import pytest
+
+from mountutil import Mount, force_unmount, is_mounted, mount_supported
+from test_express import BUCKET, data, sink_cli, stats
+from test_sink import Sink
+
+
+@pytest.fixture(scope="module")
+def xsink(tmp_path_factory):
+    s = Sink(tmp_path_factory.mktemp("xsink"), "--threads", "2", "--express", "--store", "256M")
+    yield s
+    assert s.stop() == 0, s.stderr
+
+
+@pytest.fixture(scope="module")
+def xcli(cli_path, xsink, tmp_path_factory):
+    return sink_cli(cli_path, xsink, tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture
+def xmount(cli_path, xsink, tmp_path):
+    why = mount_supported()
+    if why:
+        pytest.skip(why)
+    mounts = []
+
+    def make(options, source=BUCKET):
+        m = Mount(cli_path, f"http://127.0.0.1:{xsink.port}", "AKIDEXPRESSTEST",
+                  "express-secret", source, tmp_path / f"m{len(mounts)}", options,
+                  log_path=str(tmp_path / f"m{len(mounts)}.log"))
+        mounts.append(m)
+        return m.start()
+
+    yield make
+    for m in mounts:
+        if m.alive():
+            try:
+                m.stop(timeout=30)
+            except Exception:
+                m.kill()
+        if is_mounted(m.dir):
+            force_unmount(m.dir)
+
+
+def test_rename_is_one_rename_object(xmount, xcli, xsink):
+    payload = data(1 << 20, seed=11)
+    xcli.ok("cp", "-", f"s3://{BUCKET}/mv/a.bin", input=payload)
+    xcli.ok("cp", "-", f"s3://{BUCKET}/mv/old.bin", input=b"old")
+    m = xmount(["--allow-rename", "--allow-overwrite", "--metadata-ttl", "0"])
+    before = stats(xsink)
+    os.rename(f"{m.dir}/mv/a.bin", f"{m.dir}/mv/b.bin")
+    after = stats(xsink)
+    assert after["renames"] - before["renames"] == 1
+    assert after["copies"] == before["copies"] and after["deletes"] == before["deletes"]
+    assert not os.path.exists(f"{m.dir}/mv/a.bin")
+    with open(f"{m.dir}/mv/b.bin", "rb") as f:
+        assert f.read() == payload
+    assert xcli.ok("cat", f"s3://{BUCKET}/mv/b.bin").out == payload
+    assert xcli.run("stat", f"s3://{BUCKET}/mv/a.bin").rc != 0
+    # over an existing file (allowed by --allow-overwrite): still one request
+    before = stats(xsink)
+    os.rename(f"{m.dir}/mv/b.bin", f"{m.dir}/mv/old.bin")
+    after = stats(xsink)
+    assert after["renames"] - before["renames"] == 1
+    assert after["copies"] == before["copies"] and after["deletes"] == before["deletes"]
+    assert xcli.ok("cat", f"s3://{BUCKET}/mv/old.bin").out == payload
+    # the rules of the mount's rename hold: directories are not renamed
+    os.mkdir(f"{m.dir}/mv/d")
+    with pytest.raises(OSError) as e:
+        os.rename(f"{m.dir}/mv/d", f"{m.dir}/mv/e")
+    assert e.value.errno in (95, 38)  # ENOTSUP (EOPNOTSUPP) / ENOSYS never; 95 expected
+
+
+def test_rename_without_overwrite_keeps_the_target(xmount, xcli, xsink):
+    xcli.ok("cp", "-", f"s3://{BUCKET}/nr/a", input=b"a")
+    xcli.ok("cp", "-", f"s3://{BUCKET}/nr/b", input=b"b")
+    m = xmount(["--allow-rename", "--metadata-ttl", "0"])
+    with pytest.raises(PermissionError):
+        os.rename(f"{m.dir}/nr/a", f"{m.dir}/nr/b")
+    assert xcli.ok("cat", f"s3://{BUCKET}/nr/b").out == b"b"
+    assert xcli.ok("cat", f"s3://{BUCKET}/nr/a").out == b"a"
+
+
+def test_readdir_of_unordered_listing_is_complete_sorted_stable(xmount, xcli, xsink):
+    files = [f"shard-{i:03d}" for i in range(150)]
+    for n in files:
+        xcli.ok("cp", "-", f"s3://{BUCKET}/ls/{n}", input=n.encode())
+    # directories, and a file its directory of the same name shadows (on another page)
+    for k in ["ls/sub/x", "ls/zz/y", "ls/shard-077/inner"]:
+        xcli.ok("cp", "-", f"s3://{BUCKET}/{k}", input=b"x")
+    m = xmount(["--metadata-ttl", "0", "--page-size", "7"])
+    want = sorted(set(files) | {"sub", "zz"})
+    seen = []
+    for _ in range(3):
+        names = os.listdir(f"{m.dir}/ls")
+        assert names == want
+        seen.append(names)
+        with os.scandir(f"{m.dir}/ls") as it:
+            kinds = {e.name: e.is_dir() for e in it}
+        assert kinds["sub"] and kinds["zz"] and kinds["shard-077"]
+        assert not kinds["shard-000"]
+    assert seen[0] == seen[1] == seen[2]
+    with open(f"{m.dir}/ls/shard-042", "rb") as f:
+        assert f.read() == b"shard-042"
