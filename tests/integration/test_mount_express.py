@@ -6,7 +6,9 @@ appends). docs/SEMANTICS.md ("Directory buckets") is the contract:
 - readdir reads a directory's whole (unordered) listing and hands it out sorted, the same
   order and offsets at every call.
 """
+import errno
 import os
+import subprocess
 
 import pytest
 
@@ -112,3 +114,54 @@ def test_readdir_of_unordered_listing_is_complete_sorted_stable(xmount, xcli, xs
     assert seen[0] == seen[1] == seen[2]
     with open(f"{m.dir}/ls/shard-042", "rb") as f:
         assert f.read() == b"shard-042"
+
+
+def test_append_through_the_shell(xmount, xcli, xsink):
+    key = f"s3://{BUCKET}/logs/train.log"
+    xcli.ok("cp", "-", key, input=b"step 1\n")
+    m = xmount(["--incremental-upload", "--metadata-ttl", "0"])
+    path = f"{m.dir}/logs/train.log"
+    before = stats(xsink)
+    subprocess.run(["sh", "-c", f"echo 'step 2' >> {path}"], check=True, timeout=30)
+    subprocess.run(["sh", "-c", f"printf 'step 3\\nstep 4\\n' >> {path}"], check=True, timeout=30)
+    after = stats(xsink)
+    assert after["appends"] - before["appends"] == 2
+    assert after["puts"] == before["puts"] and after["copies"] == before["copies"]
+    want = b"step 1\nstep 2\nstep 3\nstep 4\n"
+    assert xcli.ok("cat", key).out == want
+    with open(path, "rb") as f:
+        assert f.read() == want
+    assert os.stat(path).st_size == len(want)
+    # one open, many writes and a part's worth: appended in order, whole
+    big = data(9 << 20, seed=3)
+    with open(path, "ab") as f:
+        for i in range(0, len(big), 1 << 20):
+            f.write(big[i:i + (1 << 20)])
+            f.flush()
+    assert xcli.ok("cat", key).out == want + big
+    # without --incremental-upload, O_APPEND of an existing file is refused as before
+    m2 = xmount(["--metadata-ttl", "0"])
+    r = subprocess.run(["sh", "-c", f"echo x >> {m2.dir}/logs/train.log"], timeout=30,
+                       capture_output=True)
+    assert r.returncode != 0 and b"not permitted" in r.stderr
+
+
+def test_concurrent_append_fails_the_handle(xmount, xcli, xsink):
+    key = f"s3://{BUCKET}/logs/race.log"
+    xcli.ok("cp", "-", key, input=b"a\n")
+    m = xmount(["--incremental-upload", "--metadata-ttl", "0"])
+    fd = os.open(f"{m.dir}/logs/race.log", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"mine\n")
+        # a child that inherits the descriptor and closes it (subprocess does) appends
+        # nothing: only the opener's close does
+        assert xcli.ok("cat", key).out == b"a\n"
+        xcli.ok("append", "-", key, input=b"theirs\n")  # the object grew behind our back
+        with pytest.raises(OSError) as e:
+            os.close(fd)  # the append at the size seen at open: InvalidWriteOffset
+        fd = None
+        assert e.value.errno == errno.EIO
+    finally:
+        if fd is not None:
+            os.close(fd)
+    assert xcli.ok("cat", key).out == b"a\ntheirs\n"

@@ -235,3 +235,8 @@ def test_directory_bucket_names_are_accepted(bucket):
     assert (v.bucket, v.source) == (bucket, f"{bucket}/run1/")
     with pytest.raises(Exception, match="not a bucket name"):
         volume(ctx={"bucketName": "Ckpt--use1-az4--x-s3"})
+    # appends (Mountpoint's spelling) pass to the daemon; a read-only publish drops them
+    v = volume(["incremental-upload"], ctx={"bucketName": bucket})
+    assert v.daemon_flags == ["--incremental-upload"]
+    assert volume(["incremental-upload", "ro"], ctx={"bucketName": bucket}).daemon_flags == [
+        "--read-only"]
