@@ -495,6 +495,22 @@ static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
     }
 }
 
+/* One LIST page of the directory after `token` (NULL: the first). 0 or -errno (logged). */
+static int list_page(struct mnt_fs *fs, struct dh *d, const char *token,
+                     struct s3f_list_page **page) {
+    struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
+                                  .continuation_token = token,
+                                  .max_keys = fs->o.page_size};
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    *page = NULL;
+    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, page, &err);
+    if (st == S3F_OK)
+        return 0;
+    mnt_log_error("readdir", d->path, &err);
+    return st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
+}
+
 /* ---- a directory bucket's whole listing -------------------------------------------- */
 
 /* A directory bucket lists in no order (S3 Express One Zone): a file and the directory
@@ -541,18 +557,9 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
     pthread_mutex_unlock(&fs->mu);
     d->list_gen0 = gen0;
     for (;;) {
-        struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
-                                      .continuation_token = token,
-                                      .max_keys = fs->o.page_size};
         struct s3f_list_page *page = NULL;
-        struct s3f_error err;
-        s3f_error_clear(&err);
-        enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
-        if (st != S3F_OK) {
-            mnt_log_error("readdir", d->path, &err);
-            rc = st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
+        if ((rc = list_page(fs, d, token, &page)))
             break;
-        }
         rc = mnt_page_walk(page, d->dkey, on_collect, &c);
         free(token);
         token = NULL;
@@ -597,26 +604,18 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     d->n = 0;
     if (fs->directory_bucket)
         return dh_fetch_whole(fs, d);
-    struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
-                                  .continuation_token = d->token,
-                                  .max_keys = fs->o.page_size};
     pthread_mutex_lock(&fs->mu);
     uint64_t gen0 = fs->gen;
     pthread_mutex_unlock(&fs->mu);
     if (!d->started)
         d->list_gen0 = gen0;
     struct s3f_list_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
-    if (st != S3F_OK) {
-        mnt_log_error("readdir", d->path, &err);
-        return st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
-    }
+    int rc = list_page(fs, d, d->token, &page);
+    if (rc)
+        return rc;
     d->started = 1;
     struct fetch f = {.fs = fs, .d = d, .gen0 = gen0, .page = page};
     const char *last = mnt_page_last(page, d->dkey);
-    int rc = 0;
     pthread_mutex_lock(&fs->mu);
     size_t n_prev = d->n_held;
     struct dent *prev = d->held;
