@@ -81,10 +81,13 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
     o.allow_delete = a->set[OPT_ALLOW_DELETE] ? 1 : 0;
     o.allow_overwrite = a->set[OPT_ALLOW_OVERWRITE] ? 1 : 0;
     o.allow_rename = a->set[OPT_ALLOW_RENAME] ? 1 : 0;
+    o.incremental_upload = a->set[OPT_INCREMENTAL_UPLOAD] ? 1 : 0;
     o.allow_other = a->set[OPT_ALLOW_OTHER] ? 1 : 0;
-    if (o.read_only && (o.allow_delete || o.allow_overwrite || o.allow_rename))
+    if (o.read_only && (o.allow_delete || o.allow_overwrite || o.allow_rename ||
+                        o.incremental_upload))
         return cli_usage_error(ctx->cmd, "--read-only cannot be combined with --allow-delete, "
-                                         "--allow-overwrite or --allow-rename");
+                                         "--allow-overwrite, --allow-rename or "
+                                         "--incremental-upload");
     unsigned long n;
     o.uid = getuid();
     o.gid = getgid();

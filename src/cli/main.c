@@ -116,7 +116,10 @@ static const struct cli_opt_spec mount_opts[] = {
     {"allow-overwrite", 0, 0, OPT_ALLOW_OVERWRITE, NULL,
      "let open(O_TRUNC) replace existing objects"},
     {"allow-rename", 0, 0, OPT_ALLOW_RENAME, NULL,
-     "let rename move files (server-side copy, then delete: not atomic)"},
+     "let rename move files (server-side copy, then delete: not atomic; one atomic\n"
+     "RenameObject on a directory bucket)"},
+    {"incremental-upload", 0, 0, OPT_INCREMENTAL_UPLOAD, NULL,
+     "directory buckets: open(O_APPEND) of an existing file appends to its object"},
     {"allow-other", 0, 0, OPT_ALLOW_OTHER, NULL, "let other users use the mount"},
     {"uid", 0, 1, OPT_UID, "UID", "owner of every file and directory (default: yours)"},
     {"gid", 0, 1, OPT_GID, "GID", "group of every file and directory (default: yours)"},
@@ -211,7 +214,7 @@ static const struct cli_command commands[] = {
      "--no-verify; then they are deleted unless --keep. See docs/CLI.md.",
      bench_opts, 1, 1, cli_cmd_bench},
     {"mount", "BUCKET[/PREFIX/] DIR [--read-only] [--allow-delete] [--allow-overwrite] "
-              "[--allow-rename] [--cache DIR] [--foreground]",
+              "[--allow-rename] [--incremental-upload] [--cache DIR] [--foreground]",
      "Mount a bucket (or a prefix) as a file system (FUSE).",
      "Reads any object (sequential and random); writes new files sequentially, uploaded\n"
      "while written and visible at close; deletes, overwrites and renames only when\n"

@@ -448,26 +448,152 @@ static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr
     return dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a, 0);
 }
 
+/* Hand out the directory `name` (fs->mu held). */
+static int emit_dir(struct fetch *f, const char *name, size_t len) {
+    struct attr a;
+    memset(&a, 0, sizeof(a));
+    a.kind = K_DIR;
+    int rc = dh_push(f->d, name, len, &a, 0);
+    dh_keep(f->fs, f->d, name, len, &a);
+    char *cp = mnt_child_path(f->d->path, name, len);
+    if (cp)
+        mnt_meta_fill(f->fs, cp, K_DIR, 0, 0, NULL, f->gen0);
+    free(cp);
+    return rc;
+}
+
+/* The attributes of a listed object. */
+static void obj_attr(const struct s3f_list_entry *obj, struct attr *a) {
+    memset(a, 0, sizeof(*a));
+    a->kind = K_FILE;
+    a->size = obj->size;
+    a->mtime = obj->last_modified;
+    snprintf(a->etag, sizeof(a->etag), "%s", obj->etag ? obj->etag : "");
+}
+
 static int on_page_name(void *user, const char *name, size_t len,
                         const struct s3f_list_entry *obj, int hold) {
     struct fetch *f = user;
+    if (!obj)
+        return emit_dir(f, name, len);
     struct attr a;
-    memset(&a, 0, sizeof(a));
-    if (!obj) {
-        a.kind = K_DIR;
-        int rc = dh_push(f->d, name, len, &a, 0);
-        dh_keep(f->fs, f->d, name, len, &a);
-        char *cp = mnt_child_path(f->d->path, name, len);
-        if (cp)
-            mnt_meta_fill(f->fs, cp, K_DIR, 0, 0, NULL, f->gen0);
-        free(cp);
-        return rc;
-    }
-    a.kind = K_FILE;
-    a.size = obj->size;
-    a.mtime = obj->last_modified;
-    snprintf(a.etag, sizeof(a.etag), "%s", obj->etag ? obj->etag : "");
+    obj_attr(obj, &a);
     return hold ? dh_hold(f->d, name, len, &a) : emit_file(f, name, len, &a);
+}
+
+/* The listing is complete: keep it in the listing cache when nothing changed it. */
+static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
+    d->listing_done = 1;
+    if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
+        pthread_mutex_lock(&fs->mu);
+        if (!mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
+            listing_put(fs, d->path, d->all, d->n_all, d->all_bytes);
+            d->all = NULL;
+            d->n_all = d->cap_all = 0;
+        }
+        pthread_mutex_unlock(&fs->mu);
+    }
+}
+
+/* One LIST page of the directory after `token` (NULL: the first). 0 or -errno (logged). */
+static int list_page(struct mnt_fs *fs, struct dh *d, const char *token,
+                     struct s3f_list_page **page) {
+    struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
+                                  .continuation_token = token,
+                                  .max_keys = fs->o.page_size};
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    *page = NULL;
+    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, page, &err);
+    if (st == S3F_OK)
+        return 0;
+    mnt_log_error("readdir", d->path, &err);
+    return st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
+}
+
+/* ---- a directory bucket's whole listing -------------------------------------------- */
+
+/* A directory bucket lists in no order (S3 Express One Zone): a file and the directory
+ * that shadows it may come on different pages, and the order differs from one listing to
+ * the next. Its directories are read whole, every page, into memory bounded by the
+ * memory budget (past it: ENOMEM), then sorted by name, so that readdir's offsets and
+ * order are stable and a shadowed file never shows. */
+struct collect {
+    struct dent *v;
+    size_t n, cap;
+    uint64_t bytes, max;
+};
+
+static int on_collect(void *user, const char *name, size_t len,
+                      const struct s3f_list_entry *obj, int hold) {
+    (void)hold; /* no order: nothing to hold back for the next page */
+    struct collect *c = user;
+    struct attr a;
+    if (obj) {
+        obj_attr(obj, &a);
+    } else {
+        memset(&a, 0, sizeof(a));
+        a.kind = K_DIR;
+    }
+    c->bytes += sizeof(struct dent) + len + 1 + 16;
+    if (c->bytes > c->max)
+        return -ENOMEM;
+    return dents_append(&c->v, &c->n, &c->cap, 256, SIZE_MAX, name, len, &a, 0);
+}
+
+/* By name; a directory before the file of the same name (which it shadows). */
+static int dent_cmp(const void *x, const void *y) {
+    const struct dent *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (int)b->a.kind - (int)a->a.kind;
+}
+
+static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
+    struct collect c = {.max = fs->mem_budget};
+    char *token = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&fs->mu);
+    uint64_t gen0 = fs->gen;
+    pthread_mutex_unlock(&fs->mu);
+    d->list_gen0 = gen0;
+    for (;;) {
+        struct s3f_list_page *page = NULL;
+        if ((rc = list_page(fs, d, token, &page)))
+            break;
+        rc = mnt_page_walk(page, d->dkey, on_collect, &c);
+        free(token);
+        token = NULL;
+        if (rc == 0 && page->is_truncated && page->next_continuation_token) {
+            token = strdup(page->next_continuation_token);
+            if (!token)
+                rc = -ENOMEM;
+        }
+        s3f_list_page_free(page);
+        if (rc || !token)
+            break;
+    }
+    free(token);
+    d->started = 1;
+    if (rc == -ENOMEM && c.bytes > c.max)
+        fprintf(stderr, "s3flash mount: readdir %s: the directory's listing passes the "
+                        "memory budget (--metadata-budget)\n", d->path);
+    if (rc == 0) {
+        qsort(c.v, c.n, sizeof(*c.v), dent_cmp);
+        struct fetch f = {.fs = fs, .d = d, .gen0 = gen0, .page = NULL};
+        pthread_mutex_lock(&fs->mu);
+        for (size_t i = 0; i < c.n && rc == 0; i++) {
+            struct dent *e = &c.v[i];
+            if (i > 0 && strcmp(c.v[i - 1].name, e->name) == 0)
+                continue; /* a file its directory shadows, or a name listed twice */
+            size_t len = strlen(e->name);
+            rc = e->a.kind == K_DIR ? emit_dir(&f, e->name, len)
+                                    : emit_file(&f, e->name, len, &e->a);
+        }
+        pthread_mutex_unlock(&fs->mu);
+    }
+    dents_free(c.v, c.n);
+    dh_listed(fs, d, rc);
+    return rc;
 }
 
 /* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
@@ -476,26 +602,20 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
         free(d->ents[i].name);
     d->base += d->n;
     d->n = 0;
-    struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
-                                  .continuation_token = d->token,
-                                  .max_keys = fs->o.page_size};
+    if (fs->directory_bucket)
+        return dh_fetch_whole(fs, d);
     pthread_mutex_lock(&fs->mu);
     uint64_t gen0 = fs->gen;
     pthread_mutex_unlock(&fs->mu);
     if (!d->started)
         d->list_gen0 = gen0;
     struct s3f_list_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
-    if (st != S3F_OK) {
-        mnt_log_error("readdir", d->path, &err);
-        return st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
-    }
+    int rc = list_page(fs, d, d->token, &page);
+    if (rc)
+        return rc;
     d->started = 1;
     struct fetch f = {.fs = fs, .d = d, .gen0 = gen0, .page = page};
     const char *last = mnt_page_last(page, d->dkey);
-    int rc = 0;
     pthread_mutex_lock(&fs->mu);
     size_t n_prev = d->n_held;
     struct dent *prev = d->held;
@@ -522,16 +642,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
         if (!d->token)
             rc = -ENOMEM;
     } else {
-        d->listing_done = 1;
-        if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
-            pthread_mutex_lock(&fs->mu);
-            if (!mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
-                listing_put(fs, d->path, d->all, d->n_all, d->all_bytes);
-                d->all = NULL;
-                d->n_all = d->cap_all = 0;
-            }
-            pthread_mutex_unlock(&fs->mu);
-        }
+        dh_listed(fs, d, rc);
     }
     s3f_list_page_free(page);
     return rc;

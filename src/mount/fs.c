@@ -411,6 +411,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     pthread_cond_init(&fs->released, NULL);
     fs->mem_budget = opts->metadata_budget_bytes ? opts->metadata_budget_bytes : 8u << 20;
     fs->bucket = strdup(opts->bucket);
+    fs->directory_bucket = s3f_bucket_is_directory(opts->bucket);
     fs->prefix = strdup(opts->prefix ? opts->prefix : "");
     if (!fs->bucket || !fs->prefix || mnt_meta_init(fs) || mnt_inodes_init(fs)) {
         mnt_fs_free(fs);

@@ -80,6 +80,7 @@ struct mnt_fs {
     struct s3f_client *c;     /* readers, listings, HEADs */
     struct s3f_client *cw;    /* writers, copies, deletes */
     uint64_t part_size;
+    int directory_bucket;     /* S3 Express directory bucket: unordered LISTs, append, rename */
     int64_t start_time;
     struct fuse_session *se;
     pthread_mutex_t mu;       /* everything below */
@@ -140,6 +141,11 @@ struct fh {
     int listed, closed;
     int in_place;             /* writing over its inode's version (open with O_TRUNC) */
     struct attr prev;         /* ... which was this one */
+    /* appends (--incremental-upload, directory buckets; write.c) */
+    int append;               /* open(O_APPEND) of an existing object: appends to it */
+    uint64_t apos;            /* the object's size: the next append's write offset */
+    char *abuf;               /* bytes not yet appended (at most part_size) */
+    size_t alen;
     struct fh *next_writer;
     struct fh *rd_prev, *rd_next;
 };
@@ -250,6 +256,7 @@ struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path);
 int mnt_writer_busy(struct mnt_fs *fs, const char *path); /* fs->mu held; may wait on it */
 void mnt_promote_parents(struct mnt_fs *fs, const char *path);
 int mnt_open_writer(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
+                    const struct attr *append,
                     struct fuse_file_info *fi);
 void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                    struct fuse_file_info *fi);

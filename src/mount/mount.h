@@ -34,6 +34,7 @@ struct mnt_options {
     int allow_delete;
     int allow_overwrite;
     int allow_rename;
+    int incremental_upload;  /* directory buckets: open(O_APPEND) appends (write.c) */
     int allow_other;
     uid_t uid;
     gid_t gid;

@@ -227,7 +227,29 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     struct s3f_object_info info;
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_copy(fs->cw, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
+    enum s3f_status st;
+    if (fs->directory_bucket) {
+        /* one RenameObject: atomic, no copy, no moment without the object; the object
+         * keeps its ETag. A target that appeared since the check is not replaced unless
+         * overwrites are allowed. */
+        const char *inm = ((flags & RENAME_NOREPLACE) || !fs->o.allow_overwrite) ? "*" : NULL;
+        st = s3f_rename_object(fs->cw, fs->bucket, src, dst, inm, &err);
+        if (st != S3F_OK) {
+            mnt_log_error("rename", from, &err);
+            rc = st == S3F_ERR_NOT_FOUND             ? -ENOENT
+                 : st == S3F_ERR_PRECONDITION_FAILED ? -EEXIST
+                                                     : -mnt_errno_of(st, 1);
+            goto out;
+        }
+        pthread_mutex_lock(&fs->mu);
+        mnt_meta_change(fs, to, K_FILE, a.size, a.mtime, a.etag);
+        mnt_promote_parents(fs, to);
+        mnt_inode_move(fs, from, to);
+        mnt_meta_change(fs, from, K_MISSING, 0, 0, NULL);
+        pthread_mutex_unlock(&fs->mu);
+        goto emptied;
+    }
+    st = s3f_copy(fs->cw, fs->bucket, src, fs->bucket, dst, &co, &info, &err);
     if (st != S3F_OK) {
         mnt_log_error("rename (copy)", from, &err);
         rc = st == S3F_ERR_NOT_FOUND ? -ENOENT : -mnt_errno_of(st, 1);
@@ -257,6 +279,7 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     pthread_mutex_lock(&fs->mu);
     mnt_meta_change(fs, from, K_MISSING, 0, 0, NULL);
     pthread_mutex_unlock(&fs->mu);
+emptied:;
     char from_dir[PATH_MAX], to_dir[PATH_MAX];
     mnt_parent_of(from, from_dir);
     mnt_parent_of(to, to_dir);

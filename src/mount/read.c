@@ -55,6 +55,7 @@ void mnt_fh_free(struct mnt_fs *fs, struct fh *h) {
     pthread_mutex_destroy(&h->mu);
     free(h->path);
     free(h->key);
+    free(h->abuf);
     free(h);
 }
 
@@ -108,11 +109,15 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         rc = -EBUSY;
         goto out;
     }
-    if (acc == O_WRONLY || (acc == O_RDWR && trunc)) {
+    /* an existing object of a directory bucket opened for appending (--incremental-upload) */
+    int append = (fi->flags & O_APPEND) && !trunc && acc != O_RDONLY &&
+                 fs->o.incremental_upload && fs->directory_bucket;
+    if (acc == O_WRONLY || (acc == O_RDWR && trunc) || append) {
         if (fs->o.read_only)
             rc = -EROFS;
         else if ((rc = mnt_resolve(fs, path, &a, 0)) == 0)
             rc = a.kind == K_DIR ? -EISDIR
+                 : append ? 0
                  : (!fs->o.allow_overwrite || !trunc) ? -EPERM : 0;
         else if (rc == -ENOENT)
             rc = -ESTALE; /* unlinked or renamed away since the kernel's lookup: the VFS
@@ -132,7 +137,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
                 rc = -ESTALE;
         }
         if (rc == 0) {
-            rc = mnt_open_writer(req, fs, in, path, fi); /* replies on success */
+            rc = mnt_open_writer(req, fs, in, path, append ? &a : NULL, fi); /* replies */
             if (rc == 0)
                 in = NULL; /* the writer holds the reference */
         }

@@ -13,6 +13,11 @@
  *   writer_budget), returned when its upload completes or fails.
  * - A handle's fields are changed under its mutex (fh->mu, taken before fs->mu); `done`
  *   and `written` are also read atomically by others under fs->mu.
+ * - An append handle (--incremental-upload, directory buckets) has no s3f_writer: its
+ *   bytes are buffered (at most part_size) and appended with s3f_append_object at offset
+ *   apos, the object's size seen at open plus what this handle appended (a concurrent
+ *   append elsewhere makes the next one fail: InvalidWriteOffset, EIO). written = apos +
+ *   alen.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -104,7 +109,7 @@ void mnt_promote_parents(struct mnt_fs *fs, const char *path) {
  * over on success). The checks of create/open are the caller's. 0 or -errno; the caller
  * replies. */
 static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
-                       struct fuse_file_info *fi) {
+                       const struct attr *append, struct fuse_file_info *fi) {
     struct fh *h = mnt_fh_new(fs, NULL, path);
     if (!h)
         return -ENOMEM;
@@ -130,7 +135,14 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
     struct s3f_upload_options uo = {.part_size_bytes = fs->o.part_size_bytes};
     struct s3f_error err;
     s3f_error_clear(&err);
-    enum s3f_status st = s3f_writer_open(fs->cw, fs->bucket, h->key, &uo, &h->w, &err);
+    enum s3f_status st = S3F_OK;
+    if (append) {
+        h->append = 1;
+        h->apos = h->written = append->size;
+        snprintf(h->etag, sizeof(h->etag), "%s", append->etag);
+    } else {
+        st = s3f_writer_open(fs->cw, fs->bucket, h->key, &uo, &h->w, &err);
+    }
     if (st != S3F_OK) {
         pthread_mutex_unlock(&fs->mu);
         mnt_log_error("open for writing", path, &err);
@@ -150,10 +162,10 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
             in->n_stale++;
         }
     }
-    h->in_place = in->a.etag[0] != 0;
+    h->in_place = !append && in->a.etag[0] != 0;
     h->prev = in->a;
     in->a.kind = K_FILE;
-    in->a.size = 0;
+    in->a.size = h->written;
     in->a.mtime = h->opened;
     in->a.etag[0] = 0;
     in->open_etag[0] = 0;
@@ -188,8 +200,8 @@ static void writer_abandon(struct mnt_fs *fs, struct fh *h) {
 }
 
 int mnt_open_writer(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
-                    struct fuse_file_info *fi) {
-    int rc = writer_open(req, fs, in, path, fi);
+                    const struct attr *append, struct fuse_file_info *fi) {
+    int rc = writer_open(req, fs, in, path, append, fi);
     if (rc)
         return rc;
     if (fuse_reply_open(req, fi) != 0)
@@ -236,7 +248,7 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         if (in)
             in->nopen++;
         pthread_mutex_unlock(&fs->mu);
-        rc = in ? writer_open(req, fs, in, path, fi) : -ENOMEM;
+        rc = in ? writer_open(req, fs, in, path, NULL, fi) : -ENOMEM;
         if (rc && in) {
             pthread_mutex_lock(&fs->mu);
             mnt_inode_unref(fs, in, 0, 1);
@@ -265,14 +277,83 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
     free(path);
 }
 
+/* Append `len` bytes to the object of an append handle at h->apos (h->mu held). 0 or
+ * -errno (logged; the object keeps what was appended before). */
+static int append_send(struct mnt_fs *fs, struct fh *h, const void *data, size_t len) {
+    struct s3f_object_info info;
+    memset(&info, 0, sizeof(info));
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_append_object(fs->cw, fs->bucket, h->key, h->apos, data, len,
+                                           &info, &err);
+    if (st != S3F_OK) {
+        mnt_log_error("append", h->path, &err);
+        return -mnt_errno_of(st, 1);
+    }
+    h->apos += len;
+    if (info.etag[0])
+        snprintf(h->etag, sizeof(h->etag), "%s", info.etag);
+    return 0;
+}
+
+/* An append handle's failure (h->mu held): later writes get `rc`. */
+static int append_failed(struct mnt_fs *fs, struct fh *h, int rc) {
+    h->status = rc;
+    h->alen = 0;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&fs->mu);
+    mnt_notify_wait(fs, upload_failed(fs, h, 1));
+    pthread_mutex_unlock(&fs->mu);
+    return rc;
+}
+
+/* Append what the handle buffered (flush, fsync; h->mu held). 0 or -errno. */
+static int append_flush(struct mnt_fs *fs, struct fh *h) {
+    if (h->done)
+        return h->status;
+    if (h->alen == 0)
+        return 0;
+    int rc = append_send(fs, h, h->abuf, h->alen);
+    if (rc)
+        return append_failed(fs, h, rc);
+    h->alen = 0;
+    return 0;
+}
+
+/* Buffer (or append) a write of an append handle (h->mu held). 0 or -errno. */
+static int append_write(struct mnt_fs *fs, struct fh *h, const char *buf, size_t size) {
+    size_t cap = fs->part_size;
+    if (h->alen && h->alen + size > cap) {
+        int rc = append_flush(fs, h);
+        if (rc)
+            return rc;
+    }
+    if (size >= cap) { /* a whole part: straight from the caller's buffer */
+        int rc = append_send(fs, h, buf, size);
+        return rc ? append_failed(fs, h, rc) : 0;
+    }
+    if (!h->abuf && !(h->abuf = malloc(cap)))
+        return -ENOMEM;
+    memcpy(h->abuf + h->alen, buf, size);
+    h->alen += size;
+    return 0;
+}
+
 /* Complete (or, after a failure, abort) the upload of a write handle; h->mu held. Returns
  * 0 or -errno; the result is kept for later calls. */
 static int finish_upload(struct mnt_fs *fs, struct fh *h) {
     if (h->done)
         return h->status;
+    if (h->append) {
+        int rc = append_flush(fs, h);
+        if (rc)
+            return rc;
+    }
     __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
+    if (h->append)
+        snprintf(info.etag, sizeof(info.etag), "%s", h->etag);
     if (h->w) {
         struct s3f_error err;
         s3f_error_clear(&err);
@@ -316,6 +397,14 @@ void mnt_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
         rc = h->status ? h->status : -EINVAL; /* failed upload: its errno; completed: EINVAL */
         goto out;
     }
+    if (h->append) {
+        /* O_APPEND: every write goes at the end, whatever offset the kernel took from
+         * its idea of the size */
+        rc = append_write(fs, h, buf, size);
+        if (rc == 0)
+            __atomic_store_n(&h->written, h->written + size, __ATOMIC_RELAXED);
+        goto out;
+    }
     if (off < 0 || (uint64_t)off != h->written) {
         mnt_log(S3F_LOG_WARN, "write %s at offset %lld: EINVAL (out of order; the next "
                 "write must be at %llu)", h->path, (long long)off,
@@ -356,7 +445,10 @@ void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         /* under h->mu even for a reader: release (which takes it) comes after, in the
          * kernel's order, and the sanitizers see it */
         pthread_mutex_lock(&h->mu);
-        if (h->is_write && process_of(fuse_req_ctx(req)->pid) == h->opener) {
+        int opener = h->is_write && process_of(fuse_req_ctx(req)->pid) == h->opener;
+        if (opener && h->append) {
+            rc = append_flush(fs, h); /* each close by the opener appends what it wrote */
+        } else if (opener) {
             if (h->written > 0)
                 rc = finish_upload(fs, h);
             else
@@ -374,7 +466,7 @@ void mnt_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file
     if (h) {
         pthread_mutex_lock(&h->mu);
         if (h->is_write)
-            rc = finish_upload(fs, h);
+            rc = h->append ? append_flush(fs, h) : finish_upload(fs, h);
         pthread_mutex_unlock(&h->mu);
     }
     fuse_reply_err(req, rc ? -rc : 0);

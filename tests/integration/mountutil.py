@@ -569,3 +569,16 @@ class Watchdog:
         except Wedged:
             self.mount.kill()
             raise
+
+
+def stop_mounts(mounts, timeout=30):
+    """Test teardown: stop each mount (SIGKILL when it does not stop) and unmount what is
+    still mounted."""
+    for m in mounts:
+        if m.alive():
+            try:
+                m.stop(timeout=timeout)
+            except Exception:
+                m.kill()
+        if is_mounted(m.dir):
+            force_unmount(m.dir)

@@ -225,3 +225,18 @@ def test_cache_dirs_are_private(tmp_path):
     (root / "open").mkdir(mode=0o777)
     os.chmod(root / "open", 0o777)
     assert "refused" in private_dirs(str(root / "open" / "x"), 2)
+
+
+@pytest.mark.parametrize("bucket", ["ckpt--use1-az4--x-s3", "data--usw2-az1--xa-s3"])
+def test_directory_bucket_names_are_accepted(bucket):
+    """S3 Express One Zone directory buckets (and their access points) as bucketName: the
+    mount recognises them from the name (docs/CONFIGURATION.md, "S3 Express One Zone")."""
+    v = volume(ctx={"bucketName": bucket, "prefix": "run1"})
+    assert (v.bucket, v.source) == (bucket, f"{bucket}/run1/")
+    with pytest.raises(Exception, match="not a bucket name"):
+        volume(ctx={"bucketName": "Ckpt--use1-az4--x-s3"})
+    # appends (Mountpoint's spelling) pass to the daemon; a read-only publish drops them
+    v = volume(["incremental-upload"], ctx={"bucketName": bucket})
+    assert v.daemon_flags == ["--incremental-upload"]
+    assert volume(["incremental-upload", "ro"], ctx={"bucketName": bucket}).daemon_flags == [
+        "--read-only"]

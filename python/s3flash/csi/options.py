@@ -34,6 +34,7 @@ _CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # `s3flash mount` flags a PersistentVolume may set: name -> value pattern (None: a switch)
 FLAGS = {
     "allow-delete": None, "allow-overwrite": None, "allow-rename": None,
+    "incremental-upload": None,
     "allow-other": None, "read-only": None, "debug": None,
     "uid": _NUM, "gid": _NUM, "dir-mode": _OCTAL, "file-mode": _OCTAL,
     "metadata-ttl": _SECONDS, "negative-metadata-ttl": _SECONDS,
@@ -146,7 +147,7 @@ class Volume:
         if req.readonly or reader_only:
             flags["read-only"] = None
         if "read-only" in flags:
-            for f in ("allow-delete", "allow-overwrite", "allow-rename"):
+            for f in ("allow-delete", "allow-overwrite", "allow-rename", "incremental-upload"):
                 flags.pop(f, None)  # a read-only publish of a writable volume
         self.read_only = "read-only" in flags
 
