@@ -380,11 +380,11 @@ size_t objmap_list(const char *bucket, size_t bn, const char *prefix, size_t pn,
         for (size_t j = 0; s->tab && j <= s->mask; j++) {
             for (const struct obj *o = s->tab[j]; o; o = o->next) {
                 if (o->klen < bn + 1 + pn || memcmp(o->key, bucket, bn) != 0 ||
-                    o->key[bn] != '/' || memcmp(o->key + bn + 1, prefix, pn) != 0)
+                    o->key[bn] != '/' || (pn && memcmp(o->key + bn + 1, prefix, pn) != 0))
                     continue;
                 const char *k = o->key + bn + 1;
                 size_t kn = o->klen - bn - 1, mn = kn < an ? kn : an;
-                int c = memcmp(k, after, mn);
+                int c = an ? memcmp(k, after, mn) : 0; /* no start: after may be NULL */
                 if (an && (c < 0 || (c == 0 && kn <= an)))
                     continue; /* not after the start */
                 n = list_insert(ents, n, max, o, bn + 1);

@@ -96,8 +96,10 @@ int cli_express_ls(struct cli_ctx *ctx, struct s3f_client *c, const char *uri,
     int rc = cli_list_pages(c, uri, bucket, dir, recursive ? NULL : "/", page_size,
                             collect_page, &k);
     if (rc == CLI_EXIT_OK) {
-        qsort(k.pres.v, k.pres.n, sizeof(*k.pres.v), by_name);
-        qsort(k.objs.v, k.objs.n, sizeof(*k.objs.v), by_name);
+        if (k.pres.n) /* qsort of NULL is undefined even for no element */
+            qsort(k.pres.v, k.pres.n, sizeof(*k.pres.v), by_name);
+        if (k.objs.n)
+            qsort(k.objs.v, k.objs.n, sizeof(*k.objs.v), by_name);
         for (size_t i = 0; i < k.pres.n; i++)
             if (i == 0 || strcmp(k.pres.v[i].name, k.pres.v[i - 1].name) != 0)
                 printf("%27sPRE %s\n", "", k.pres.v[i].name + strip);

@@ -576,9 +576,10 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
     d->started = 1;
     if (rc == -ENOMEM && c.bytes > c.max)
         fprintf(stderr, "s3flash mount: readdir %s: the directory's listing passes the "
-                        "memory budget (--metadata-budget)\n", d->path);
+                        "metadata budget (1/16 of --memory-target)\n", d->path);
     if (rc == 0) {
-        qsort(c.v, c.n, sizeof(*c.v), dent_cmp);
+        if (c.n > 1)
+            qsort(c.v, c.n, sizeof(*c.v), dent_cmp);
         struct fetch f = {.fs = fs, .d = d, .gen0 = gen0, .page = NULL};
         pthread_mutex_lock(&fs->mu);
         for (size_t i = 0; i < c.n && rc == 0; i++) {

