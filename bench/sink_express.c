@@ -372,7 +372,8 @@ static void handle_list(struct conn *c)
         respond_error(c, 500, "InternalError", "Out of memory.");
         goto out;
     }
-    qsort(l.v, l.n, sizeof(*l.v), lent_cmp);
+    if (l.n > 1) /* qsort of NULL is undefined even for no element */
+        qsort(l.v, l.n, sizeof(*l.v), lent_cmp);
     /* continuation token: "HHHHHHHHHHHHHHHH" + the key of the last entry sent */
     size_t i = 0;
     if (r->cont_token.n >= 16) {
