@@ -19,6 +19,8 @@
  *   GET's answer (PF_IDLE_S at most) is dropped: it is served only while the mount would
  *   still answer the listed attributes without asking S3 (as the page cache's bytes of a
  *   version). Everything is dropped when another directory is listed.
+ * - A file's GET answered at the listed ETag refreshes its metadata (as a HEAD would):
+ *   the lookup before its open, past the listing's TTL, then sends nothing.
  * - Locks: pf->mu is a leaf (no other lock is taken under it, no request is made under it).
  *   One thread (the worker) owns the s3f_fetch: it adds and takes; opens wait on pf->cv
  *   for a file in flight (PF_WAIT_S at most, then they read from S3).
@@ -49,6 +51,7 @@ struct pfe {
     void *data;
     size_t len;
     double t;                  /* when it was done */
+    uint64_t gen0;             /* fs->gen when its GET was added */
 };
 
 struct ordent {
@@ -143,10 +146,14 @@ static void *pf_worker(void *arg) {
             char etag[128];
             snprintf(etag, sizeof(etag), "%s", q->etag);
             pthread_mutex_unlock(&p->mu);
+            pthread_mutex_lock(&fs->mu);
+            uint64_t gen0 = fs->gen;
+            pthread_mutex_unlock(&fs->mu);
             struct s3f_error err;
             s3f_error_clear(&err);
             enum s3f_status st = s3f_fetch_add(p->f, fs->bucket, key, etag, p->file_max, &err);
             pthread_mutex_lock(&p->mu);
+            q->gen0 = gen0;
             if (st != S3F_OK) {
                 q->state = PF_FAILED;
                 q->t = mnt_now();
@@ -169,7 +176,9 @@ static void *pf_worker(void *arg) {
         size_t len = 0;
         struct s3f_error err;
         s3f_error_clear(&err);
-        enum s3f_status st = s3f_fetch_take(p->f, &data, &len, NULL, &err);
+        struct s3f_object_info info;
+        memset(&info, 0, sizeof(info));
+        enum s3f_status st = s3f_fetch_take(p->f, &data, &len, &info, &err);
         pthread_mutex_lock(&p->mu);
         /* taken in the order added: the oldest in flight */
         struct pfe *e = NULL;
@@ -186,9 +195,20 @@ static void *pf_worker(void *arg) {
         e->t = mnt_now();
         if (st != S3F_OK)
             free(data);
+        char *fill = st == S3F_OK && !e->dropped ? strdup(e->path) : NULL;
+        uint64_t gen0 = e->gen0;
         if (e->dropped)
             pfe_drop(p, e);
         pthread_cond_broadcast(&p->cv);
+        if (fill) {
+            /* the GET's answer is as fresh as a HEAD's: the open's lookup needs none */
+            pthread_mutex_unlock(&p->mu);
+            pthread_mutex_lock(&fs->mu);
+            mnt_meta_fill(fs, fill, K_FILE, len, info.last_modified, info.etag, gen0);
+            pthread_mutex_unlock(&fs->mu);
+            free(fill);
+            pthread_mutex_lock(&p->mu);
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
