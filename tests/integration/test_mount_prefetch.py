@@ -181,3 +181,11 @@ def test_memory_bound(s3, bucket, prefix, mounts, proxy):
     assert out == b"".join(bodies[k] for k in sorted(bodies))
     overlap = max_overlap([e["time"] for e in object_gets(proxy, prefix)], DELAY_S * 0.9)
     assert 2 <= overlap <= 6, overlap
+
+
+@pytest.mark.parametrize("bad", ["x", "-1", "1025"])
+def test_bad_prefetch_listed_is_a_usage_error(cli_path, tmp_path, bad):
+    p = subprocess.run([str(cli_path), "mount", "--prefetch-listed", bad, "b/", str(tmp_path)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "--prefetch-listed" in p.stderr
