@@ -98,6 +98,7 @@ enum cli_opt_id {
     OPT_MAX_CACHE_SIZE,
     OPT_MEMORY_TARGET,
     OPT_MAX_THREADS,
+    OPT_PREFETCH_LISTED,
     OPT_COUNT_,
 };
 

@@ -147,6 +147,12 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
                                              "not '%s'", a->value[OPT_MAX_THREADS]);
         o.max_threads = (unsigned)n;
     }
+    if (a->value[OPT_PREFETCH_LISTED]) {
+        if (parse_ulong(a->value[OPT_PREFETCH_LISTED], 1024, 10, &n) != 0)
+            return cli_usage_error(ctx->cmd, "--prefetch-listed must be a number from 0 to "
+                                             "1024, not '%s'", a->value[OPT_PREFETCH_LISTED]);
+        o.prefetch_listed = (unsigned)n;
+    }
     int ps = cli_page_size(ctx);
     if (ps < 0)
         return CLI_EXIT_USAGE;

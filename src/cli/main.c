@@ -134,6 +134,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"memory-target", 0, 1, OPT_MEMORY_TARGET, "SIZE",
      "memory the daemon stays within (default: 1/8 of RAM, 64M..8G)"},
     {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default: one per 16M of --memory-target, 4..16)"},
+    {"prefetch-listed", 0, 1, OPT_PREFETCH_LISTED, "N", "mount: when listed files are opened in the listing's order, fetch the next N small ones ahead, 0..1024 (default 0: off)"},
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
      "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},

@@ -756,6 +756,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             const struct dent *e = &d->ents[g - d->base];
             if (add_entry(&r, e->name, &e->a, e->no_id, 0, (off_t)(g + 3)))
                 goto out;
+            mnt_pf_listed(fs, d->path, g, e->name, &e->a);
             emitted = 1;
             g++;
         }

@@ -422,6 +422,10 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     s3f_client_stats(wclient, &cs, 0);
     fs->part_size = opts->part_size_bytes ? opts->part_size_bytes : cs.part_size_bytes;
     fs->writer_budget = cs.pool_limit_bytes;
+    if (mnt_pf_init(fs)) {
+        mnt_fs_free(fs);
+        return NULL;
+    }
     return fs;
 }
 
@@ -434,6 +438,7 @@ void mnt_fs_free(struct mnt_fs *fs) {
     if (!fs)
         return;
     mnt_notifier_stop(fs);
+    mnt_pf_free(fs);
     /* the session has ended: no operation runs or will run on these handles */
     mnt_writers_free(fs);
     mnt_readers_free(fs);

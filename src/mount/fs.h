@@ -13,9 +13,10 @@
  *   write.c      create, open for writing, write, flush, fsync, release of writers
  *   namespace.c  unlink and rename, and the directories they leave empty
  *   listing.c    a LIST page's names (no FUSE: fuzzed on its own)
+ *   prefetch.c   --prefetch-listed: small listed files fetched ahead of their opens
  *
  * LOCK ORDER (the only one): a handle's mutex (struct fh / struct dh), then fs->mu. Never
- * the other way round; fs->mu is never held across a request to S3 or a call into the
+ * the other way round (prefetch.c's own mutex is a leaf: nothing is taken under it); fs->mu is never held across a request to S3 or a call into the
  * kernel (fuse_reply_*, fuse_lowlevel_notify_*).
  *
  * NEVER RE-ENTER: no handler makes a system call on a path inside its own mount, and no
@@ -67,6 +68,7 @@ struct listing;
 struct fh;
 struct dh;
 struct note;
+struct mnt_pf;
 
 /* A rename in flight (namespace.c): no writer opens either name until it is done. */
 struct renaming {
@@ -116,6 +118,7 @@ struct mnt_fs {
     pthread_cond_t notes_cv, notes_done_cv;
     struct note *notes_head, *notes_tail, *notes_busy;
     size_t n_notes;
+    struct mnt_pf *pf;        /* --prefetch-listed (prefetch.c), NULL when off */
 };
 
 /* An open file (read.c, write.c). */
@@ -131,6 +134,8 @@ struct fh {
     char etag[128];
     int direct;               /* read handles: not in the page cache */
     int stale;                /* read handles: their inode was overwritten in place */
+    void *pf_data;            /* read handles: the whole file, prefetched (prefetch.c) */
+    size_t pf_len;
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
@@ -250,6 +255,18 @@ void mnt_reader_release(struct mnt_fs *fs, struct fh *h);
 void mnt_readers_free(struct mnt_fs *fs);
 struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path);
 void mnt_fh_free(struct mnt_fs *fs, struct fh *h); /* not under fs->mu */
+
+/* ---- prefetch.c (none of these under fs->mu) ---- */
+int mnt_pf_init(struct mnt_fs *fs);  /* after the part size is known; 0 also when off */
+void mnt_pf_free(struct mnt_fs *fs);
+/* readdir gave the kernel entry `index` of directory `dir` */
+void mnt_pf_listed(struct mnt_fs *fs, const char *dir, uint64_t index, const char *name,
+                   const struct attr *a);
+/* An open for reading of `path` at version `etag`: follows the listing's order, and
+ * hands over the file's bytes when they were prefetched at that ETag (1; free *data). */
+int mnt_pf_open(struct mnt_fs *fs, const char *path, const char *etag, void **data,
+                size_t *len);
+void mnt_pf_stats(struct mnt_fs *fs, uint64_t *bytes, size_t *n);
 
 /* ---- write.c ---- */
 struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path);

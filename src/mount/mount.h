@@ -47,6 +47,7 @@ struct mnt_options {
     uint64_t memory_target_bytes;  /* 0: an eighth of RAM, 64 MiB..8 GiB */
     unsigned max_threads;    /* 0: one per 16 MiB of memory_target, 4..16 */
     uint64_t part_size_bytes; /* 0: the client's default (8 MiB) */
+    unsigned prefetch_listed; /* --prefetch-listed N: 0 off (prefetch.c) */
     int page_size;           /* keys per LIST page, 0: 1000 (tests use small pages) */
     uint64_t metadata_budget_bytes; /* the inode table, metadata and listing caches: set
                                        by mnt_run from memory_target (0: 8 MiB) */
