@@ -300,7 +300,8 @@ struct s3f_client_stats {
     /* The block cache's writer thread (docs/CACHE.md): blocks are queued by the reading
      * thread and written in the background; a full queue drops them (never waits). */
     uint64_t cache_insert_pending_bytes; /* queued or being written now */
-    uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full */
+    uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full, no room under
+                                            the limits, or the write failed (an error) */
     uint64_t cache_evicted_bytes;        /* removed by this client's evictions */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
