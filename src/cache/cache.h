@@ -40,8 +40,14 @@ struct s3f__cache_options {
     const char *scope;            /* part of every block's identity: the endpoint URL ("" or
                                      NULL: AWS), so that two services' objects never meet */
     uint64_t queue_bytes;         /* bound of the blocks waiting to be written; 0: 32 MiB
-                                     (at least two blocks) */
+                                     (at least two blocks). A client passes its share of
+                                     the memory limit (s3f__cache_queue_bytes) */
 };
+
+/* The insert queue's share of a client's memory limit (memory_limit_bytes holds the buffer
+ * pool and this queue): an eighth of the limit, at most 32 MiB, at least two blocks; 0 when
+ * two blocks are more than half of the limit (the cache is then not used). */
+uint64_t s3f__cache_queue_bytes(uint64_t memory_limit, uint64_t block_bytes);
 
 struct s3f__cache;
 

@@ -547,6 +547,15 @@ static void fs_space(struct s3f__cache *c, uint64_t *free_bytes, uint64_t *floor
 
 static void *writer_main(void *arg);
 
+uint64_t s3f__cache_queue_bytes(uint64_t memory_limit, uint64_t block_bytes) {
+    uint64_t q = memory_limit / 8;
+    if (q > QUEUE_DEFAULT)
+        q = QUEUE_DEFAULT;
+    if (q < 2 * block_bytes)
+        q = 2 * block_bytes;
+    return q > memory_limit / 2 ? 0 : q;
+}
+
 enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__cache **out,
                                 struct s3f_error *err) {
     *out = NULL;

@@ -31,6 +31,7 @@ struct s3f_client *client_get(ClientObject *self) {
     o.throughput_target_gbps = self->gbps;
     o.part_size_bytes = self->part_size;
     o.memory_limit_bytes = self->memory_limit;
+    o.memory_wait_timeout_ms = self->memory_wait_timeout_ms;
     o.max_inflight_requests = self->max_inflight;
     o.io_threads = self->io_threads;
     o.max_connections = self->max_connections;
@@ -62,19 +63,20 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                              "max_connections", "checksum", "ca_bundle", "tls_insecure",
                              "requester_pays", "cache_dir", "cache_max_bytes",
                              "cache_min_free_bytes", "express_read_only",
-                             "disable_express_session_auth", NULL};
+                             "disable_express_session_auth", "memory_wait_timeout_ms", NULL};
     const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
                *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL,
                *cache_dir = NULL;
     int fps = 0, anon = 0, attempts = 0, insecure = 0, payer = 0, xro = 0, xdisable = 0;
     double gbps = 0;
     unsigned long long part = 0, mem = 0, cache_max = 0, cache_free = 0;
+    long long wait_ms = 0;
     unsigned int inflight = 0, io = 0, conns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpi", kwlist, &region,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpiL", kwlist, &region,
                                      &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
                                      &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
                                      &checksum, &ca_bundle, &insecure, &payer, &cache_dir,
-                                     &cache_max, &cache_free, &xro, &xdisable))
+                                     &cache_max, &cache_free, &xro, &xdisable, &wait_ms))
         return -1;
     if (self->initialized) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
@@ -82,6 +84,13 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     }
     if (attempts < 0 || gbps < 0) {
         PyErr_SetString(PyExc_ValueError, "max_attempts and throughput_target_gbps must be >= 0");
+        return -1;
+    }
+    if (wait_ms < 0 || wait_ms > (long long)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "memory_wait_timeout_ms must be 0 (the default, 60 s) to %u milliseconds, "
+                     "got %lld",
+                     (unsigned)UINT32_MAX, wait_ms);
         return -1;
     }
     if (parse_checksum(checksum, &self->checksum) < 0)
@@ -112,6 +121,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     self->gbps = gbps;
     self->part_size = part;
     self->memory_limit = mem;
+    self->memory_wait_timeout_ms = (uint32_t)wait_ms;
     self->max_inflight = inflight;
     self->io_threads = io;
     self->max_connections = conns;

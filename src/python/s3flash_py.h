@@ -41,6 +41,7 @@ typedef struct {
     enum s3f_checksum_algorithm checksum;
     double gbps;
     unsigned long long part_size, memory_limit;
+    uint32_t memory_wait_timeout_ms; /* 0: the library's 60 s */
     unsigned int max_inflight, io_threads, max_connections;
     char *cache_dir;           /* the block cache (cache_dir), NULL: none */
     unsigned long long cache_max_bytes, cache_min_free_bytes;

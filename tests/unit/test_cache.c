@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "s3flash/s3flash.h"
 #include "testutil.h"
 
 #define BS ((uint64_t)64 << 10)
@@ -956,6 +957,48 @@ static void test_stale_tmp_swept(void) {
     s3f__cache_free(c);
 }
 
+/* The insert queue is inside the client's memory limit: its share (an eighth, 2 blocks ..
+ * 32 MiB) comes off the buffer pool; a block size whose two blocks take more than half of
+ * the limit leaves the cache unused (the pool keeps the whole limit). */
+static void test_queue_in_memory_limit(void) {
+    const uint64_t mib = 1 << 20;
+    CHECK_INT(s3f__cache_queue_bytes(512 * mib, mib), 32 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(64 * mib, mib), 8 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(16 * mib, mib), 2 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(64 * mib, 8 * mib), 16 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(16 * mib, 8 * mib), 0);
+    CHECK_INT(s3f__cache_queue_bytes(4096 * mib, 64 * mib), 128 * mib);
+    struct {
+        bool cache;
+        uint64_t limit, block, pool;
+    } cases[] = {
+        {false, 64 * mib, 0, 64 * mib},
+        {true, 64 * mib, 0, 56 * mib},
+        {true, 0, 0, 480 * mib},         /* the default 512 MiB */
+        {true, 16 * mib, 8 * mib, 16 * mib}, /* not used: the whole limit to the pool */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char dir[300];
+        new_dir(dir, sizeof(dir));
+        struct s3f_client_options o = {0};
+        o.endpoint_url = "http://127.0.0.1:9";
+        o.region = "us-east-1";
+        o.access_key_id = "AKIDEXAMPLE";
+        o.secret_access_key = "secret";
+        o.memory_limit_bytes = cases[i].limit;
+        o.cache_dir = cases[i].cache ? dir : NULL;
+        o.cache_block_bytes = cases[i].block;
+        o.cache_min_free_bytes = 1;
+        o.log_level = S3F_LOG_ERROR;
+        struct s3f_client *cl = NULL;
+        CHECK_INT(s3f_client_new(&o, &cl, NULL), S3F_OK);
+        struct s3f_client_stats cs;
+        s3f_client_stats(cl, &cs, 0);
+        CHECK_INT(cs.pool_limit_bytes, cases[i].pool);
+        s3f_client_free(cl);
+    }
+}
+
 static void test_bad_dir(void) {
     struct s3f__cache_options o = {.dir = "/proc/s3flash-no-such/cache"};
     struct s3f__cache *c = NULL;
@@ -990,6 +1033,7 @@ int main(void) {
     RUN(test_partial_object);
     RUN(test_counters_consistent);
     RUN(test_stale_tmp_swept);
+    RUN(test_queue_in_memory_limit);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
