@@ -149,6 +149,34 @@ static void Client_dealloc(ClientObject *self) {
 
 /* ---- Client: object and bucket operations ------------------------------------------- */
 
+/* The result of a call (CALL_NOGIL) that returns nothing: None, or its error raised. */
+static PyObject *none_or_raise(enum s3f_status st, const struct s3f_error *err) {
+    if (st)
+        return raise_s3(st, err);
+    Py_RETURN_NONE;
+}
+
+/* The result of a call that returns an object's info: the dict, or its error raised. */
+static PyObject *info_or_raise(enum s3f_status st, const struct s3f_error *err,
+                               const struct s3f_object_info *info) {
+    return st ? raise_s3(st, err) : info_to_dict(info);
+}
+
+/* The result of a call that uploads a part: (part_number, etag), or its error raised. */
+static PyObject *part_or_raise(enum s3f_status st, const struct s3f_error *err,
+                               const struct s3f_part_info *part) {
+    return st ? raise_s3(st, err) : Py_BuildValue("(is)", part->part_number, part->etag);
+}
+
+/* The client of a call that holds `view` (an argument parsed with "y*"): NULL, with the
+ * view released and the exception set, when there is none. */
+static struct s3f_client *client_holding(ClientObject *self, Py_buffer *view) {
+    struct s3f_client *c = client_get(self);
+    if (!c)
+        PyBuffer_Release(view);
+    return c;
+}
+
 static PyObject *Client_head_object(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "key", "version_id", NULL};
     const char *bucket, *key, *version = NULL;
@@ -157,15 +185,8 @@ static PyObject *Client_head_object(ClientObject *self, PyObject *args, PyObject
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_head_object(c, bucket, key, version, &info, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    CALL_NOGIL(st, err, s3f_head_object(c, bucket, key, version, &info, &err));
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_delete_object(ClientObject *self, PyObject *args) {
@@ -173,47 +194,28 @@ static PyObject *Client_delete_object(ClientObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "ss:delete_object", &bucket, &key))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_delete_object(c, bucket, key, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    CALL_NOGIL(st, err, s3f_delete_object(c, bucket, key, &err));
+    return none_or_raise(st, &err);
+}
+
+/* An operation on a bucket that returns nothing (`format`: "s:<name>"). */
+static PyObject *bucket_op(ClientObject *self, PyObject *args, const char *format,
+                           enum s3f_status (*op)(struct s3f_client *, const char *,
+                                                 struct s3f_error *)) {
+    const char *bucket;
+    if (!PyArg_ParseTuple(args, format, &bucket))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    CALL_NOGIL(st, err, op(c, bucket, &err));
+    return none_or_raise(st, &err);
 }
 
 static PyObject *Client_create_bucket(ClientObject *self, PyObject *args) {
-    const char *bucket;
-    if (!PyArg_ParseTuple(args, "s:create_bucket", &bucket))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_create_bucket(c, bucket, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    return bucket_op(self, args, "s:create_bucket", s3f_create_bucket);
 }
 
 static PyObject *Client_delete_bucket(ClientObject *self, PyObject *args) {
-    const char *bucket;
-    if (!PyArg_ParseTuple(args, "s:delete_bucket", &bucket))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_delete_bucket(c, bucket, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    return bucket_op(self, args, "s:delete_bucket", s3f_delete_bucket);
 }
 
 /* copy_object(src_bucket, src_key, dst_bucket, dst_key) -> info: server-side CopyObject
@@ -223,15 +225,8 @@ static PyObject *Client_rename_object(ClientObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sss|z:rename_object", &bucket, &sk, &dk, &inm))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_rename_object(c, bucket, sk, dk, inm, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    CALL_NOGIL(st, err, s3f_rename_object(c, bucket, sk, dk, inm, &err));
+    return none_or_raise(st, &err);
 }
 
 static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
@@ -240,23 +235,15 @@ static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "ssKy*:append_object", &bucket, &key, &offset, &data))
         return NULL;
-    struct s3f_client *c = client_get(self);
-    if (!c) {
-        PyBuffer_Release(&data);
+    struct s3f_client *c = client_holding(self, &data);
+    if (!c)
         return NULL;
-    }
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_append_object(c, bucket, key, offset, data.buf, (size_t)data.len, &info, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_append_object(c, bucket, key, offset, data.buf, (size_t)data.len, &info,
+                                          &err));
     PyBuffer_Release(&data);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
@@ -266,15 +253,8 @@ static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_copy_object(c, sb, sk, db, dk, &info, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    CALL_NOGIL(st, err, s3f_copy_object(c, sb, sk, db, dk, &info, &err));
+    return info_or_raise(st, &err, &info);
 }
 
 /* delete_objects(bucket, keys) -> None: DeleteObjects in batches of 1000. A key S3 reports
@@ -318,9 +298,7 @@ static PyObject *Client_delete_objects(ClientObject *self, PyObject *args) {
     }
     PyMem_Free(keys);
     Py_DECREF(seq); /* the UTF-8 buffers lived as long as the str objects in `seq` */
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    return none_or_raise(st, &err);
 }
 
 /* Send the bytes of `data` (in place when contiguous, else from a copy) to bucket/key with
@@ -348,9 +326,7 @@ static PyObject *send_buffer(ClientObject *self, const char *bucket, const char 
     Py_END_ALLOW_THREADS
     free(copy);
     PyBuffer_Release(&view);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return info_or_raise(st, &err, &info);
 }
 
 /* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
@@ -400,12 +376,8 @@ static PyObject *Client_download_into(ClientObject *self, PyObject *args) {
         return NULL;
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_download_buffer(c, bucket, key, view.buf, (size_t)view.len, NULL, &info, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_download_buffer(c, bucket, key, view.buf, (size_t)view.len, NULL, &info,
+                                            &err));
     PyBuffer_Release(&view);
     if (st)
         return raise_s3(st, &err);
@@ -585,12 +557,7 @@ static PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObje
     const char *path = PyBytes_AsString(pathb);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_download_file(c, bucket, key, path, &o, &info, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_download_file(c, bucket, key, path, &o, &info, &err));
     res = st ? raise_s3_ex(st, &err, path, NULL) : info_to_dict(&info);
 out:
     Py_XDECREF(pathb);
@@ -616,15 +583,8 @@ static PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw) {
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_copy(c, sb, sk, db, dk, &o, &info, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    CALL_NOGIL(st, err, s3f_copy(c, sb, sk, db, dk, &o, &info, &err));
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -639,12 +599,7 @@ static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObjec
         return NULL;
     CLIENT_OR_NULL(self, c);
     struct s3f_list_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_list_objects_v2(c, bucket, &o, &page, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_list_objects_v2(c, bucket, &o, &page, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *objs = PyList_New((Py_ssize_t)page->n_objects);
@@ -684,12 +639,7 @@ static PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *arg
         return NULL;
     CLIENT_OR_NULL(self, c);
     struct s3f_uploads_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_list_multipart_uploads(c, bucket, prefix, km, um, &page, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_list_multipart_uploads(c, bucket, prefix, km, um, &page, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *res = NULL;
@@ -727,12 +677,7 @@ static PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *ar
     po.content_type = ctype;
     po.checksum = S3F_CHECKSUM_NONE;
     char *upload_id = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_create_multipart_upload(c, bucket, key, &po, &upload_id, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_create_multipart_upload(c, bucket, key, &po, &upload_id, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *res = PyUnicode_FromString(upload_id);
@@ -747,24 +692,15 @@ static PyObject *Client_upload_part(ClientObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sssiy*:upload_part", &bucket, &key, &upload_id, &part_number,
                           &data))
         return NULL;
-    struct s3f_client *c = client_get(self);
-    if (!c) {
-        PyBuffer_Release(&data);
+    struct s3f_client *c = client_holding(self, &data);
+    if (!c)
         return NULL;
-    }
     struct s3f_part_info part;
     memset(&part, 0, sizeof(part));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_upload_part(c, bucket, key, upload_id, part_number, data.buf,
-                         (size_t)data.len, S3F_CHECKSUM_NONE, &part, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_upload_part(c, bucket, key, upload_id, part_number, data.buf,
+                                        (size_t)data.len, S3F_CHECKSUM_NONE, &part, &err));
     PyBuffer_Release(&data);
-    if (st)
-        return raise_s3(st, &err);
-    return Py_BuildValue("(is)", part.part_number, part.etag);
+    return part_or_raise(st, &err, &part);
 }
 
 static PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -780,16 +716,9 @@ static PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyO
     CLIENT_OR_NULL(self, c);
     struct s3f_part_info part;
     memset(&part, 0, sizeof(part));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_upload_part_copy(c, bucket, key, upload_id, part_number, sb, sk, NULL, first,
-                              last, if_match, &part, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return Py_BuildValue("(is)", part.part_number, part.etag);
+    CALL_NOGIL(st, err, s3f_upload_part_copy(c, bucket, key, upload_id, part_number, sb, sk, NULL,
+                                             first, last, if_match, &part, &err));
+    return part_or_raise(st, &err, &part);
 }
 
 static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args) {
@@ -829,28 +758,16 @@ static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *
     Py_DECREF(seq);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_complete_multipart_upload(c, bucket, key, upload_id, parts, (size_t)n, &info,
-                                       &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_complete_multipart_upload(c, bucket, key, upload_id, parts, (size_t)n,
+                                                      &info, &err));
     free(parts);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored)) {
     CLIENT_OR_NULL(self, c);
     struct s3f_bucket_list *list = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_list_buckets(c, &list, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_list_buckets(c, &list, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *res = PyList_New((Py_ssize_t)list->n_buckets);
@@ -875,15 +792,8 @@ static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *arg
     if (!PyArg_ParseTuple(args, "sss:abort_multipart_upload", &bucket, &key, &upload_id))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_abort_multipart_upload(c, bucket, key, upload_id, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    CALL_NOGIL(st, err, s3f_abort_multipart_upload(c, bucket, key, upload_id, &err));
+    return none_or_raise(st, &err);
 }
 
 /* set_max_inflight_requests(n): s3f_client_set_max_inflight_requests (clamped by it). */

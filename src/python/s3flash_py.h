@@ -77,4 +77,15 @@ int get_contiguous(PyObject *obj, Py_buffer *view, void **copy);
     if (!c)                                                                                   \
         return NULL
 
+/* Call the C API with the GIL released: `call`, an expression of it that fills `err` and
+ * yields its status. Declares `err` (cleared first) and `st` (the status) in the enclosing
+ * block, for the result that follows (raise_s3(st, &err) when st is not S3F_OK). */
+#define CALL_NOGIL(st, err, call)                                                             \
+    struct s3f_error err;                                                                     \
+    s3f_error_clear(&err);                                                                    \
+    enum s3f_status st;                                                                       \
+    Py_BEGIN_ALLOW_THREADS                                                                    \
+    st = (call);                                                                              \
+    Py_END_ALLOW_THREADS
+
 #endif /* S3FLASH_PY_H */
