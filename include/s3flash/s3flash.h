@@ -186,8 +186,10 @@ struct s3f_client_options {
      * to 5 GiB, else s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Grown per object
      * when an object would need more than 10,000 parts. */
     uint64_t part_size_bytes;
-    /* 0: 512 MiB. Bound of the buffer pool shared by all writers and readers of the client
-     * (the bytes they hold between the caller and the network). Uploads from memory or a
+    /* 0: 512 MiB. Bound of the memory shared by all writers and readers of the client: the
+     * buffer pool (the bytes they hold between the caller and the network) and, with
+     * cache_dir, the block cache's insert queue (an eighth of the limit, at least two
+     * cache blocks, at most 32 MiB; the pool gets the rest). Uploads from memory or a
      * file and downloads to memory or a file use no pool memory. At least 16 MiB. */
     uint64_t memory_limit_bytes;
     /* 0: 60000 ms. A writer that waits for pool memory (all of it held) asks the readers
@@ -300,7 +302,8 @@ struct s3f_client_stats {
     /* The block cache's writer thread (docs/CACHE.md): blocks are queued by the reading
      * thread and written in the background; a full queue drops them (never waits). */
     uint64_t cache_insert_pending_bytes; /* queued or being written now */
-    uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full */
+    uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full, no room under
+                                            the limits, or the write failed (an error) */
     uint64_t cache_evicted_bytes;        /* removed by this client's evictions */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current

@@ -31,8 +31,12 @@ class S3ClientConfig:
             the caller pays for requests and transfer on a Requester Pays bucket.
 
     s3flash extensions (keyword-only in spirit; all optional):
-        memory_limit: bound, in bytes, of the buffer pool shared by all writers and readers
-            of the client (0: 512 MiB).
+        memory_limit: bound, in bytes, of the memory shared by all writers and readers of
+            the client (0: 512 MiB; at least 16 MiB): the buffer pool and, with
+            ``cache_dir``, the block cache's insert queue (an eighth of it, at most 32 MiB).
+        memory_wait_timeout_ms: how long a writer waits for pool memory that nothing gives
+            back (the pool held by other writers' unfinished parts, no request in flight)
+            before its write fails with MemoryError naming the pool (0: 60000 ms).
         max_inflight_requests: data requests in flight across the client (0: from the
             throughput target).
         io_threads: threads that drive the HTTP connections (0: 2).
@@ -66,6 +70,7 @@ class S3ClientConfig:
     requester_pays: bool = False
     # s3flash extensions
     memory_limit: int = 0
+    memory_wait_timeout_ms: int = 0
     max_inflight_requests: int = 0
     io_threads: int = 0
     checksum: Optional[str] = None
@@ -86,6 +91,13 @@ class S3ClientConfig:
         if self.throughput_target_gbps <= 0:
             raise ValueError(
                 f"throughput_target_gbps must be > 0, got {self.throughput_target_gbps}")
+        if not isinstance(self.memory_wait_timeout_ms, int) or isinstance(
+                self.memory_wait_timeout_ms, bool):
+            raise TypeError("memory_wait_timeout_ms must be an int (milliseconds), got "
+                            f"{type(self.memory_wait_timeout_ms).__name__}")
+        if not (0 <= self.memory_wait_timeout_ms <= 2**32 - 1):
+            raise ValueError("memory_wait_timeout_ms must be 0 (the default, 60 s) to "
+                             f"4294967295 milliseconds, got {self.memory_wait_timeout_ms}")
         if self.cache_max_bytes < 0 or self.cache_min_free_bytes < 0:
             raise ValueError("cache_max_bytes and cache_min_free_bytes must be >= 0")
         if not (1 <= self.max_attempts <= 100):

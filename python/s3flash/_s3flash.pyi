@@ -90,6 +90,7 @@ class Client:
         cache_min_free_bytes: int = ...,
         express_read_only: bool = ...,
         disable_express_session_auth: int = ...,
+        memory_wait_timeout_ms: int = ...,
     ) -> None: ...
     @property
     def region(self) -> str: ...

@@ -40,8 +40,14 @@ struct s3f__cache_options {
     const char *scope;            /* part of every block's identity: the endpoint URL ("" or
                                      NULL: AWS), so that two services' objects never meet */
     uint64_t queue_bytes;         /* bound of the blocks waiting to be written; 0: 32 MiB
-                                     (at least two blocks) */
+                                     (at least two blocks). A client passes its share of
+                                     the memory limit (s3f__cache_queue_bytes) */
 };
+
+/* The insert queue's share of a client's memory limit (memory_limit_bytes holds the buffer
+ * pool and this queue): an eighth of the limit, at most 32 MiB, at least two blocks; 0 when
+ * two blocks are more than half of the limit (the cache is then not used). */
+uint64_t s3f__cache_queue_bytes(uint64_t memory_limit, uint64_t block_bytes);
 
 struct s3f__cache;
 
@@ -88,7 +94,10 @@ bool s3f__cache_has(struct s3f__cache_object *o, uint64_t index);
 /* Insert block `index` (s3f__cache_block_len bytes of data): copied into the cache's queue
  * and returns; the writer thread writes it to a temporary file and renames it into place,
  * after evicting what the limits require. Dropped (counted in insert_dropped_bytes, never
- * waited for) when the queue is full; skipped when the limits leave no room. */
+ * waited for) when the queue is full; dropped too (counted the same) when the limits leave
+ * no room or the write fails (then also an error). A block already queued or being written
+ * is not queued again. Every block accepted is in exactly one of insert_pending_bytes,
+ * inserted_bytes and insert_dropped_bytes, in every snapshot of the counters. */
 void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *data);
 /* The same, but waits for room in the queue instead of dropping: for filling the cache
  * from a whole download already in place (the caller would otherwise drop all but the
@@ -99,7 +108,8 @@ void s3f__cache_put_wait(struct s3f__cache_object *o, uint64_t index, const void
 struct s3f__cache_counters {
     uint64_t hits, misses, hit_bytes, inserted_bytes, errors, evicted_bytes;
     uint64_t insert_pending_bytes;  /* queued or being written now */
-    uint64_t insert_dropped_bytes;  /* not queued: the queue was full */
+    uint64_t insert_dropped_bytes;  /* not cached: the queue was full, the limits left no
+                                       room, or the write failed (an error too) */
     uint64_t dirs_listed;           /* directories read by eviction and recounts (tests: the
                                        work of a step is bounded, never the whole tree) */
 };

@@ -92,6 +92,7 @@ struct s3f__cache {
     pthread_mutex_t q_lock;
     pthread_cond_t q_work, q_idle;
     struct job *q_head, *q_tail;
+    const struct job *q_busy;     /* the job being written now */
     uint64_t q_bytes, q_max;      /* queued and being written; the bound */
     bool q_stop, q_started, thread_ok;
     pthread_t thread;
@@ -546,6 +547,15 @@ static void fs_space(struct s3f__cache *c, uint64_t *free_bytes, uint64_t *floor
 
 static void *writer_main(void *arg);
 
+uint64_t s3f__cache_queue_bytes(uint64_t memory_limit, uint64_t block_bytes) {
+    uint64_t q = memory_limit / 8;
+    if (q > QUEUE_DEFAULT)
+        q = QUEUE_DEFAULT;
+    if (q < 2 * block_bytes)
+        q = 2 * block_bytes;
+    return q > memory_limit / 2 ? 0 : q;
+}
+
 enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__cache **out,
                                 struct s3f_error *err) {
     *out = NULL;
@@ -657,13 +667,14 @@ void s3f__cache_counters(struct s3f__cache *c, struct s3f__cache_counters *out) 
     out->hits = __atomic_load_n(&c->n.hits, __ATOMIC_RELAXED);
     out->misses = __atomic_load_n(&c->n.misses, __ATOMIC_RELAXED);
     out->hit_bytes = __atomic_load_n(&c->n.hit_bytes, __ATOMIC_RELAXED);
-    out->inserted_bytes = __atomic_load_n(&c->n.inserted_bytes, __ATOMIC_RELAXED);
     out->errors = __atomic_load_n(&c->n.errors, __ATOMIC_RELAXED);
     out->evicted_bytes = __atomic_load_n(&c->n.evicted_bytes, __ATOMIC_RELAXED);
-    out->insert_dropped_bytes = __atomic_load_n(&c->n.insert_dropped_bytes, __ATOMIC_RELAXED);
     out->dirs_listed = __atomic_load_n(&c->n.dirs_listed, __ATOMIC_RELAXED);
+    /* one snapshot of where the accepted blocks are (settle()) */
     pthread_mutex_lock(&c->q_lock);
     out->insert_pending_bytes = c->q_bytes;
+    out->inserted_bytes = c->n.inserted_bytes;
+    out->insert_dropped_bytes = c->n.insert_dropped_bytes;
     pthread_mutex_unlock(&c->q_lock);
 }
 
@@ -902,6 +913,7 @@ static size_t sample_names(struct s3f__cache *c, int dir, bool (*accept)(const c
             close(fd);
         return 0;
     }
+    rewinddir(d); /* the copy shares its position with `dir`: a second look starts over */
     size_t seen = 0, n = 0, all = 0;
     struct dirent *e;
     while ((e = readdir(d)) && all < SAMPLE_NAMES_MAX) {
@@ -1149,11 +1161,14 @@ static int write_tmp(struct s3f__cache *c, const struct job *j, int *d3_out, cha
     return 0;
 }
 
-static void insert(struct s3f__cache *c, const struct job *j) {
+/* Write block j into place (evicting what the limits require): true when it is there;
+ * false when it is not (an error, counted and logged once, or no room, logged once). The
+ * caller accounts its bytes (inserted or dropped). */
+static bool insert(struct s3f__cache *c, const struct job *j) {
     char tmp[64], name[24];
     int d3 = -1;
     if (write_tmp(c, j, &d3, tmp, sizeof(tmp)))
-        return;
+        return false;
     snprintf(name, sizeof(name), "%" PRIu64, j->index);
     uint64_t fsize = HDR_FIXED + j->bl + j->kl + j->el + j->len;
     unsigned slot = slot_of(j->hex);
@@ -1194,13 +1209,34 @@ static void insert(struct s3f__cache *c, const struct job *j) {
         else if (e)
             cache_error(c, "cannot rename into %s/%.2s/%s/%s: %s", c->root, j->hex, j->hex,
                         name, strerror(e));
-    } else {
-        count(&c->n.inserted_bytes, j->len);
     }
     close(d3);
+    return placed;
 }
 
 /* ---- the queue and the writer thread ------------------------------------------------------ */
+
+/* Every block a put accepts is pending (q_bytes) until it is settled here, in the same hold
+ * of q_lock that takes it from the pending bytes: inserted or dropped. The counters read
+ * these three under q_lock, so a snapshot never shows a block in two of them or in none
+ * (one that read the inserted bytes before the writer settled a block and the pending
+ * bytes after showed that block nowhere: "nothing pending, blocks missing"). */
+static void settle(struct s3f__cache *c, uint64_t len, bool inserted) {
+    c->q_bytes -= len;
+    count(inserted ? &c->n.inserted_bytes : &c->n.insert_dropped_bytes, len);
+    pthread_cond_broadcast(&c->q_idle);
+}
+
+/* Whether block `index` of object `hex` is queued or being written now (q_lock held): a
+ * second put of it is not queued again. */
+static bool on_its_way(const struct s3f__cache *c, const char *hex, uint64_t index) {
+    if (c->q_busy && c->q_busy->index == index && !strcmp(c->q_busy->hex, hex))
+        return true;
+    for (const struct job *q = c->q_head; q; q = q->next)
+        if (q->index == index && !strcmp(q->hex, hex))
+            return true;
+    return false;
+}
 
 static void put(struct s3f__cache_object *o, uint64_t index, const void *data, bool wait) {
     struct s3f__cache *c = o->cache;
@@ -1213,25 +1249,22 @@ static void put(struct s3f__cache_object *o, uint64_t index, const void *data, b
     while (wait && mine && c->q_bytes && c->q_bytes + len > c->q_max && !c->q_stop)
         pthread_cond_wait(&c->q_idle, &c->q_lock);
     bool full = c->q_bytes + len > c->q_max || c->q_stop || !mine;
-    for (struct job *q = c->q_head; q && !full; q = q->next)
-        if (q->index == index && !strcmp(q->hex, o->hex)) {
-            pthread_mutex_unlock(&c->q_lock);
-            return; /* already on its way */
-        }
-    if (!full)
-        c->q_bytes += len; /* reserved */
-    pthread_mutex_unlock(&c->q_lock);
-    if (full) {
-        count(&c->n.insert_dropped_bytes, len);
+    if (!full && on_its_way(c, o->hex, index)) {
+        pthread_mutex_unlock(&c->q_lock);
         return;
     }
+    if (full)
+        count(&c->n.insert_dropped_bytes, len);
+    else
+        c->q_bytes += len; /* reserved: pending until the writer settles it */
+    pthread_mutex_unlock(&c->q_lock);
+    if (full)
+        return;
     struct job *j = malloc(sizeof(*j) + bl + kl + el + (size_t)len);
     if (!j) {
         pthread_mutex_lock(&c->q_lock);
-        c->q_bytes -= len;
-        pthread_cond_broadcast(&c->q_idle);
+        settle(c, len, false);
         pthread_mutex_unlock(&c->q_lock);
-        count(&c->n.insert_dropped_bytes, len);
         return;
     }
     memset(j, 0, sizeof(*j));
@@ -1291,12 +1324,13 @@ static void *writer_main(void *arg) {
         c->q_head = j->next;
         if (!c->q_head)
             c->q_tail = NULL;
+        c->q_busy = j;
         pthread_mutex_unlock(&c->q_lock);
-        insert(c, j);
+        bool placed = insert(c, j);
         pthread_mutex_lock(&c->q_lock);
-        c->q_bytes -= j->len;
+        c->q_busy = NULL;
+        settle(c, j->len, placed);
         free(j);
-        pthread_cond_broadcast(&c->q_idle);
     }
     pthread_mutex_unlock(&c->q_lock);
     return NULL;

@@ -31,6 +31,7 @@ struct s3f_client *client_get(ClientObject *self) {
     o.throughput_target_gbps = self->gbps;
     o.part_size_bytes = self->part_size;
     o.memory_limit_bytes = self->memory_limit;
+    o.memory_wait_timeout_ms = self->memory_wait_timeout_ms;
     o.max_inflight_requests = self->max_inflight;
     o.io_threads = self->io_threads;
     o.max_connections = self->max_connections;
@@ -62,19 +63,20 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                              "max_connections", "checksum", "ca_bundle", "tls_insecure",
                              "requester_pays", "cache_dir", "cache_max_bytes",
                              "cache_min_free_bytes", "express_read_only",
-                             "disable_express_session_auth", NULL};
+                             "disable_express_session_auth", "memory_wait_timeout_ms", NULL};
     const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
                *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL,
                *cache_dir = NULL;
     int fps = 0, anon = 0, attempts = 0, insecure = 0, payer = 0, xro = 0, xdisable = 0;
     double gbps = 0;
     unsigned long long part = 0, mem = 0, cache_max = 0, cache_free = 0;
+    long long wait_ms = 0;
     unsigned int inflight = 0, io = 0, conns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpi", kwlist, &region,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpiL", kwlist, &region,
                                      &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
                                      &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
                                      &checksum, &ca_bundle, &insecure, &payer, &cache_dir,
-                                     &cache_max, &cache_free, &xro, &xdisable))
+                                     &cache_max, &cache_free, &xro, &xdisable, &wait_ms))
         return -1;
     if (self->initialized) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
@@ -82,6 +84,13 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     }
     if (attempts < 0 || gbps < 0) {
         PyErr_SetString(PyExc_ValueError, "max_attempts and throughput_target_gbps must be >= 0");
+        return -1;
+    }
+    if (wait_ms < 0 || wait_ms > (long long)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "memory_wait_timeout_ms must be 0 (the default, 60 s) to %u milliseconds, "
+                     "got %lld",
+                     (unsigned)UINT32_MAX, wait_ms);
         return -1;
     }
     if (parse_checksum(checksum, &self->checksum) < 0)
@@ -112,6 +121,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     self->gbps = gbps;
     self->part_size = part;
     self->memory_limit = mem;
+    self->memory_wait_timeout_ms = (uint32_t)wait_ms;
     self->max_inflight = inflight;
     self->io_threads = io;
     self->max_connections = conns;
@@ -139,6 +149,34 @@ static void Client_dealloc(ClientObject *self) {
 
 /* ---- Client: object and bucket operations ------------------------------------------- */
 
+/* The result of a call (CALL_NOGIL) that returns nothing: None, or its error raised. */
+static PyObject *none_or_raise(enum s3f_status st, const struct s3f_error *err) {
+    if (st)
+        return raise_s3(st, err);
+    Py_RETURN_NONE;
+}
+
+/* The result of a call that returns an object's info: the dict, or its error raised. */
+static PyObject *info_or_raise(enum s3f_status st, const struct s3f_error *err,
+                               const struct s3f_object_info *info) {
+    return st ? raise_s3(st, err) : info_to_dict(info);
+}
+
+/* The result of a call that uploads a part: (part_number, etag), or its error raised. */
+static PyObject *part_or_raise(enum s3f_status st, const struct s3f_error *err,
+                               const struct s3f_part_info *part) {
+    return st ? raise_s3(st, err) : Py_BuildValue("(is)", part->part_number, part->etag);
+}
+
+/* The client of a call that holds `view` (an argument parsed with "y*"): NULL, with the
+ * view released and the exception set, when there is none. */
+static struct s3f_client *client_holding(ClientObject *self, Py_buffer *view) {
+    struct s3f_client *c = client_get(self);
+    if (!c)
+        PyBuffer_Release(view);
+    return c;
+}
+
 static PyObject *Client_head_object(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "key", "version_id", NULL};
     const char *bucket, *key, *version = NULL;
@@ -147,15 +185,8 @@ static PyObject *Client_head_object(ClientObject *self, PyObject *args, PyObject
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_head_object(c, bucket, key, version, &info, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    CALL_NOGIL(st, err, s3f_head_object(c, bucket, key, version, &info, &err));
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_delete_object(ClientObject *self, PyObject *args) {
@@ -163,47 +194,28 @@ static PyObject *Client_delete_object(ClientObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "ss:delete_object", &bucket, &key))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_delete_object(c, bucket, key, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    CALL_NOGIL(st, err, s3f_delete_object(c, bucket, key, &err));
+    return none_or_raise(st, &err);
+}
+
+/* An operation on a bucket that returns nothing (`format`: "s:<name>"). */
+static PyObject *bucket_op(ClientObject *self, PyObject *args, const char *format,
+                           enum s3f_status (*op)(struct s3f_client *, const char *,
+                                                 struct s3f_error *)) {
+    const char *bucket;
+    if (!PyArg_ParseTuple(args, format, &bucket))
+        return NULL;
+    CLIENT_OR_NULL(self, c);
+    CALL_NOGIL(st, err, op(c, bucket, &err));
+    return none_or_raise(st, &err);
 }
 
 static PyObject *Client_create_bucket(ClientObject *self, PyObject *args) {
-    const char *bucket;
-    if (!PyArg_ParseTuple(args, "s:create_bucket", &bucket))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_create_bucket(c, bucket, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    return bucket_op(self, args, "s:create_bucket", s3f_create_bucket);
 }
 
 static PyObject *Client_delete_bucket(ClientObject *self, PyObject *args) {
-    const char *bucket;
-    if (!PyArg_ParseTuple(args, "s:delete_bucket", &bucket))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_delete_bucket(c, bucket, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    return bucket_op(self, args, "s:delete_bucket", s3f_delete_bucket);
 }
 
 /* copy_object(src_bucket, src_key, dst_bucket, dst_key) -> info: server-side CopyObject
@@ -213,15 +225,8 @@ static PyObject *Client_rename_object(ClientObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sss|z:rename_object", &bucket, &sk, &dk, &inm))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_rename_object(c, bucket, sk, dk, inm, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    CALL_NOGIL(st, err, s3f_rename_object(c, bucket, sk, dk, inm, &err));
+    return none_or_raise(st, &err);
 }
 
 static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
@@ -230,23 +235,15 @@ static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "ssKy*:append_object", &bucket, &key, &offset, &data))
         return NULL;
-    struct s3f_client *c = client_get(self);
-    if (!c) {
-        PyBuffer_Release(&data);
+    struct s3f_client *c = client_holding(self, &data);
+    if (!c)
         return NULL;
-    }
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_append_object(c, bucket, key, offset, data.buf, (size_t)data.len, &info, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_append_object(c, bucket, key, offset, data.buf, (size_t)data.len, &info,
+                                          &err));
     PyBuffer_Release(&data);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
@@ -256,15 +253,8 @@ static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_copy_object(c, sb, sk, db, dk, &info, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    CALL_NOGIL(st, err, s3f_copy_object(c, sb, sk, db, dk, &info, &err));
+    return info_or_raise(st, &err, &info);
 }
 
 /* delete_objects(bucket, keys) -> None: DeleteObjects in batches of 1000. A key S3 reports
@@ -308,9 +298,7 @@ static PyObject *Client_delete_objects(ClientObject *self, PyObject *args) {
     }
     PyMem_Free(keys);
     Py_DECREF(seq); /* the UTF-8 buffers lived as long as the str objects in `seq` */
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    return none_or_raise(st, &err);
 }
 
 /* Send the bytes of `data` (in place when contiguous, else from a copy) to bucket/key with
@@ -338,9 +326,7 @@ static PyObject *send_buffer(ClientObject *self, const char *bucket, const char 
     Py_END_ALLOW_THREADS
     free(copy);
     PyBuffer_Release(&view);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return info_or_raise(st, &err, &info);
 }
 
 /* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
@@ -390,12 +376,8 @@ static PyObject *Client_download_into(ClientObject *self, PyObject *args) {
         return NULL;
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_download_buffer(c, bucket, key, view.buf, (size_t)view.len, NULL, &info, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_download_buffer(c, bucket, key, view.buf, (size_t)view.len, NULL, &info,
+                                            &err));
     PyBuffer_Release(&view);
     if (st)
         return raise_s3(st, &err);
@@ -575,12 +557,7 @@ static PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObje
     const char *path = PyBytes_AsString(pathb);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_download_file(c, bucket, key, path, &o, &info, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_download_file(c, bucket, key, path, &o, &info, &err));
     res = st ? raise_s3_ex(st, &err, path, NULL) : info_to_dict(&info);
 out:
     Py_XDECREF(pathb);
@@ -606,15 +583,8 @@ static PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw) {
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_copy(c, sb, sk, db, dk, &o, &info, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    CALL_NOGIL(st, err, s3f_copy(c, sb, sk, db, dk, &o, &info, &err));
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -629,12 +599,7 @@ static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObjec
         return NULL;
     CLIENT_OR_NULL(self, c);
     struct s3f_list_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_list_objects_v2(c, bucket, &o, &page, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_list_objects_v2(c, bucket, &o, &page, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *objs = PyList_New((Py_ssize_t)page->n_objects);
@@ -674,12 +639,7 @@ static PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *arg
         return NULL;
     CLIENT_OR_NULL(self, c);
     struct s3f_uploads_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_list_multipart_uploads(c, bucket, prefix, km, um, &page, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_list_multipart_uploads(c, bucket, prefix, km, um, &page, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *res = NULL;
@@ -717,12 +677,7 @@ static PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *ar
     po.content_type = ctype;
     po.checksum = S3F_CHECKSUM_NONE;
     char *upload_id = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_create_multipart_upload(c, bucket, key, &po, &upload_id, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_create_multipart_upload(c, bucket, key, &po, &upload_id, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *res = PyUnicode_FromString(upload_id);
@@ -737,24 +692,15 @@ static PyObject *Client_upload_part(ClientObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sssiy*:upload_part", &bucket, &key, &upload_id, &part_number,
                           &data))
         return NULL;
-    struct s3f_client *c = client_get(self);
-    if (!c) {
-        PyBuffer_Release(&data);
+    struct s3f_client *c = client_holding(self, &data);
+    if (!c)
         return NULL;
-    }
     struct s3f_part_info part;
     memset(&part, 0, sizeof(part));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_upload_part(c, bucket, key, upload_id, part_number, data.buf,
-                         (size_t)data.len, S3F_CHECKSUM_NONE, &part, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_upload_part(c, bucket, key, upload_id, part_number, data.buf,
+                                        (size_t)data.len, S3F_CHECKSUM_NONE, &part, &err));
     PyBuffer_Release(&data);
-    if (st)
-        return raise_s3(st, &err);
-    return Py_BuildValue("(is)", part.part_number, part.etag);
+    return part_or_raise(st, &err, &part);
 }
 
 static PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *kw) {
@@ -770,16 +716,9 @@ static PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyO
     CLIENT_OR_NULL(self, c);
     struct s3f_part_info part;
     memset(&part, 0, sizeof(part));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_upload_part_copy(c, bucket, key, upload_id, part_number, sb, sk, NULL, first,
-                              last, if_match, &part, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    return Py_BuildValue("(is)", part.part_number, part.etag);
+    CALL_NOGIL(st, err, s3f_upload_part_copy(c, bucket, key, upload_id, part_number, sb, sk, NULL,
+                                             first, last, if_match, &part, &err));
+    return part_or_raise(st, &err, &part);
 }
 
 static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args) {
@@ -819,28 +758,16 @@ static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *
     Py_DECREF(seq);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_complete_multipart_upload(c, bucket, key, upload_id, parts, (size_t)n, &info,
-                                       &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_complete_multipart_upload(c, bucket, key, upload_id, parts, (size_t)n,
+                                                      &info, &err));
     free(parts);
-    if (st)
-        return raise_s3(st, &err);
-    return info_to_dict(&info);
+    return info_or_raise(st, &err, &info);
 }
 
 static PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored)) {
     CLIENT_OR_NULL(self, c);
     struct s3f_bucket_list *list = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_list_buckets(c, &list, &err);
-    Py_END_ALLOW_THREADS
+    CALL_NOGIL(st, err, s3f_list_buckets(c, &list, &err));
     if (st)
         return raise_s3(st, &err);
     PyObject *res = PyList_New((Py_ssize_t)list->n_buckets);
@@ -865,15 +792,8 @@ static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *arg
     if (!PyArg_ParseTuple(args, "sss:abort_multipart_upload", &bucket, &key, &upload_id))
         return NULL;
     CLIENT_OR_NULL(self, c);
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = s3f_abort_multipart_upload(c, bucket, key, upload_id, &err);
-    Py_END_ALLOW_THREADS
-    if (st)
-        return raise_s3(st, &err);
-    Py_RETURN_NONE;
+    CALL_NOGIL(st, err, s3f_abort_multipart_upload(c, bucket, key, upload_id, &err));
+    return none_or_raise(st, &err);
 }
 
 /* set_max_inflight_requests(n): s3f_client_set_max_inflight_requests (clamped by it). */

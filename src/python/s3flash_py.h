@@ -41,6 +41,7 @@ typedef struct {
     enum s3f_checksum_algorithm checksum;
     double gbps;
     unsigned long long part_size, memory_limit;
+    uint32_t memory_wait_timeout_ms; /* 0: the library's 60 s */
     unsigned int max_inflight, io_threads, max_connections;
     char *cache_dir;           /* the block cache (cache_dir), NULL: none */
     unsigned long long cache_max_bytes, cache_min_free_bytes;
@@ -75,5 +76,16 @@ int get_contiguous(PyObject *obj, Py_buffer *view, void **copy);
     struct s3f_client *c = client_get(self);                                                 \
     if (!c)                                                                                   \
         return NULL
+
+/* Call the C API with the GIL released: `call`, an expression of it that fills `err` and
+ * yields its status. Declares `err` (cleared first) and `st` (the status) in the enclosing
+ * block, for the result that follows (raise_s3(st, &err) when st is not S3F_OK). */
+#define CALL_NOGIL(st, err, call)                                                             \
+    struct s3f_error err;                                                                     \
+    s3f_error_clear(&err);                                                                    \
+    enum s3f_status st;                                                                       \
+    Py_BEGIN_ALLOW_THREADS                                                                    \
+    st = (call);                                                                              \
+    Py_END_ALLOW_THREADS
 
 #endif /* S3FLASH_PY_H */

@@ -97,6 +97,40 @@ static void engine_free(struct s3f__xfer_engine *e) {
     free(e);
 }
 
+/* The block cache (cache_dir), its insert queue inside the memory limit: the queue takes
+ * its share (s3f__cache_queue_bytes) off x->memory_limit, and the buffer pool gets the
+ * rest. A cache that cannot be opened is bypassed (a WARN line), never an error of the
+ * transfers; the pool then keeps the whole limit. */
+static void open_cache(struct s3f_client *c, const struct s3f__xfer_engine *o,
+                       struct s3f__xfer_shared *x) {
+    if (!o->cache_dir)
+        return;
+    uint64_t bs = o->cache_block_bytes ? o->cache_block_bytes : S3F__CACHE_BLOCK_DEFAULT;
+    struct s3f__cache_options co = {
+        .dir = o->cache_dir,
+        .max_bytes = o->cache_max_bytes,
+        .min_free_bytes = o->cache_min_free_bytes,
+        .block_bytes = o->cache_block_bytes,
+        .logger = &c->logger,
+        .scope = s3f_client_endpoint(c),
+        .queue_bytes = s3f__cache_queue_bytes(x->memory_limit, bs),
+    };
+    struct s3f_error cerr;
+    s3f_error_clear(&cerr);
+    if (!co.queue_bytes)
+        s3f__log(&c->logger, S3F_LOG_WARN,
+                 "cache %s is not used: two blocks of cache_block_bytes (%llu MiB each) are "
+                 "more than half of memory_limit_bytes (%llu MiB), which holds the cache's "
+                 "insert queue; lower cache_block_bytes or raise memory_limit_bytes",
+                 o->cache_dir, (unsigned long long)(bs >> 20),
+                 (unsigned long long)(x->memory_limit >> 20));
+    else if (s3f__cache_open(&co, &x->cache, &cerr))
+        s3f__log(&c->logger, S3F_LOG_WARN, "cache %s is not used: %s", o->cache_dir,
+                 cerr.message);
+    else
+        x->memory_limit -= co.queue_bytes;
+}
+
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err) {
     if (!c) /* a public call with the NULL a failed s3f_client_new leaves */
@@ -124,7 +158,9 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
                           ? o->max_inflight_requests
                           : s3f__plan_inflight(x->target_gbps, x->data_connections);
     x->checksum = o->checksum == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : o->checksum;
+    open_cache(c, o, x);
     if (s3f__pool_init(&x->pool, S3F__POOL_CHUNK, x->memory_limit)) {
+        s3f__cache_free(x->cache);
         free(x);
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "transfer", NULL, "out of memory");
         goto out;
@@ -136,22 +172,6 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     s3f__bdp_init(&x->bdp);
     s3f__janitor_init(&x->janitor);
     x->client = c;
-    if (o->cache_dir) {
-        /* a cache that cannot be opened is bypassed, never an error of the transfers */
-        struct s3f__cache_options co = {
-            .dir = o->cache_dir,
-            .max_bytes = o->cache_max_bytes,
-            .min_free_bytes = o->cache_min_free_bytes,
-            .block_bytes = o->cache_block_bytes,
-            .logger = &c->logger,
-            .scope = s3f_client_endpoint(c),
-        };
-        struct s3f_error cerr;
-        s3f_error_clear(&cerr);
-        if (s3f__cache_open(&co, &x->cache, &cerr))
-            s3f__log(&c->logger, S3F_LOG_WARN, "cache %s is not used: %s", o->cache_dir,
-                     cerr.message);
-    }
     s3f__log(&c->logger, S3F_LOG_DEBUG,
              "transfers: part size %llu, memory limit %llu, %u requests in flight (%.1f Gbit/s "
              "target), checksum %s",

@@ -7,7 +7,8 @@
  *     at scattered offsets), one (s3f_reader, one 4 KiB read inside block 7), buffer (s3f_download_buffer), iov (s3f_download_iov into
  *     regions that blocks straddle), alloc (s3f_download_alloc),
  *     file (s3f_download_file); checks every byte against the pattern of SEED and prints
- *     "stats hits=H misses=M hit_bytes=B inserted=I errors=E ms=T" (T: the read's time).
+ *     "stats hits=H misses=M hit_bytes=B inserted=I errors=E dropped=D evicted=V pending=P
+ *     ms=T" (T: the read's time), once nothing is pending.
  * Needs S3FLASH_TEST_ENDPOINT, _ACCESS_KEY, _SECRET_KEY. Exit status 0 when all is right. */
 #include <stdint.h>
 #include <stdio.h>
@@ -159,11 +160,12 @@ static int read_object(const char *mode, const char *bucket, const char *key, si
         usleep(10000);
     }
     printf("stats hits=%llu misses=%llu hit_bytes=%llu inserted=%llu errors=%llu dropped=%llu "
-           "evicted=%llu ms=%lld\n",
+           "evicted=%llu pending=%llu ms=%lld\n",
            (unsigned long long)s.cache_hits, (unsigned long long)s.cache_misses,
            (unsigned long long)s.cache_hit_bytes, (unsigned long long)s.cache_inserted_bytes,
            (unsigned long long)s.cache_errors, (unsigned long long)s.cache_insert_dropped_bytes,
            (unsigned long long)s.cache_evicted_bytes,
+           (unsigned long long)s.cache_insert_pending_bytes,
            (long long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
     free(want);
     free(got);

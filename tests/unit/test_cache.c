@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "s3flash/s3flash.h"
 #include "testutil.h"
 
 #define BS ((uint64_t)64 << 10)
@@ -839,6 +840,165 @@ static void test_partial_object(void) {
     free(buf);
 }
 
+/* ---- the counters: every block put is accounted for, in every snapshot ----------------- */
+
+struct putter {
+    struct s3f__cache_object *o;
+    const char *data;
+    uint64_t blocks;
+    uint64_t started, done; /* atomics: bytes handed to put, bytes whose put returned */
+    int finished;           /* atomic */
+};
+
+static void *putter_main(void *arg) {
+    struct putter *p = arg;
+    for (uint64_t b = 0; b < p->blocks; b++) {
+        __atomic_fetch_add(&p->started, BS, __ATOMIC_SEQ_CST);
+        s3f__cache_put(p->o, b, p->data);
+        __atomic_fetch_add(&p->done, BS, __ATOMIC_SEQ_CST);
+    }
+    __atomic_store_n(&p->finished, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* A block the cache accepted is inserted, dropped (counted) or pending; never none of them,
+ * in any snapshot of the counters taken while the writer thread works (a snapshot that read
+ * the inserted bytes before the writer finished a block and the pending bytes after showed
+ * the block nowhere: a test that waited for "nothing pending" saw blocks lost), and a
+ * snapshot with nothing pending has every block inserted or dropped. */
+static void test_counters_consistent(void) {
+    char dir[300];
+    new_dir(dir, sizeof(dir));
+    struct s3f__cache_options opt = {.dir = dir, .min_free_bytes = 1, .block_bytes = BS,
+                                     .logger = &warn_log, .queue_bytes = 64 * BS};
+    struct s3f__cache *c = NULL;
+    CHECK_INT(s3f__cache_open(&opt, &c, NULL), S3F_OK);
+    struct s3f__cache_object o;
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100000 * BS), S3F_OK);
+    char *buf = malloc(BS);
+    fill(buf, BS, 42, 0);
+    struct putter p = {&o, buf, 1500, 0, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, putter_main, &p);
+    uint64_t snapshots = 0, torn = 0, first_torn[3] = {0, 0, 0};
+    for (;;) {
+        int finished = __atomic_load_n(&p.finished, __ATOMIC_SEQ_CST);
+        uint64_t done = __atomic_load_n(&p.done, __ATOMIC_SEQ_CST);
+        struct s3f__cache_counters n;
+        s3f__cache_counters(c, &n);
+        uint64_t started = __atomic_load_n(&p.started, __ATOMIC_SEQ_CST);
+        uint64_t seen = n.inserted_bytes + n.insert_dropped_bytes + n.insert_pending_bytes;
+        snapshots++;
+        if (seen < done || seen > started) {
+            if (!torn++) {
+                first_torn[0] = done;
+                first_torn[1] = seen;
+                first_torn[2] = started;
+            }
+        }
+        if (finished && !n.insert_pending_bytes)
+            break;
+    }
+    pthread_join(th, NULL);
+    if (torn)
+        fprintf(stderr, "%" PRIu64 " of %" PRIu64 " snapshots lost blocks (first: %" PRIu64
+                        " put, %" PRIu64 " inserted+dropped+pending, %" PRIu64 " started)\n",
+                torn, snapshots, first_torn[0], first_torn[1], first_torn[2]);
+    CHECK_INT(torn, 0);
+    struct s3f__cache_counters n;
+    s3f__cache_counters(c, &n);
+    CHECK_INT(n.errors, 0);
+    CHECK_INT(n.inserted_bytes + n.insert_dropped_bytes, 1500 * BS);
+    CHECK(n.inserted_bytes > 0);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+
+    /* a block the limits leave no room for (a bound below one block) is dropped, counted */
+    new_dir(dir, sizeof(dir));
+    c = open_cache(dir, BS / 2, 1);
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 4 * BS), S3F_OK);
+    put_sync(&o, 1, buf);
+    s3f__cache_counters(c, &n);
+    CHECK(!s3f__cache_has(&o, 1));
+    CHECK_INT(n.inserted_bytes, 0);
+    CHECK_INT(n.insert_dropped_bytes, BS);
+    CHECK_INT(n.insert_pending_bytes, 0);
+    CHECK_INT(n.errors, 0);
+    free(buf);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+}
+
+/* A dead writer's temporary file (older than ten minutes) in an object directory that
+ * eviction samples is removed; a fresh one (a live writer's) is not. */
+static void test_stale_tmp_swept(void) {
+    char dir[300], stale[400], fresh[400];
+    new_dir(dir, sizeof(dir));
+    uint64_t fsz = HDR + 1 + 1 + 3 + BS;
+    struct s3f__cache *c = open_cache(dir, 3 * fsz, 1);
+    struct s3f__cache_object o;
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 10 * BS), S3F_OK);
+    char *buf = malloc(BS);
+    fill(buf, BS, 43, 0);
+    put_sync(&o, 0, buf);
+    snprintf(stale, sizeof(stale), "%s/.tmp.999999.1", o.dir);
+    snprintf(fresh, sizeof(fresh), "%s/.tmp.999999.2", o.dir);
+    write_file(stale, "dead");
+    write_file(fresh, "alive");
+    set_mtime(stale, time(NULL) - 3600);
+    for (uint64_t b = 1; b < 6; b++) /* each one past the bound: an eviction step */
+        put_sync(&o, b, buf);
+    struct stat sb;
+    CHECK(stat(stale, &sb) != 0);
+    CHECK(stat(fresh, &sb) == 0);
+    CHECK(s3f__cache_has(&o, 5));
+    free(buf);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+}
+
+/* The insert queue is inside the client's memory limit: its share (an eighth, 2 blocks ..
+ * 32 MiB) comes off the buffer pool; a block size whose two blocks take more than half of
+ * the limit leaves the cache unused (the pool keeps the whole limit). */
+static void test_queue_in_memory_limit(void) {
+    const uint64_t mib = 1 << 20;
+    CHECK_INT(s3f__cache_queue_bytes(512 * mib, mib), 32 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(64 * mib, mib), 8 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(16 * mib, mib), 2 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(64 * mib, 8 * mib), 16 * mib);
+    CHECK_INT(s3f__cache_queue_bytes(16 * mib, 8 * mib), 0);
+    CHECK_INT(s3f__cache_queue_bytes(4096 * mib, 64 * mib), 128 * mib);
+    struct {
+        bool cache;
+        uint64_t limit, block, pool;
+    } cases[] = {
+        {false, 64 * mib, 0, 64 * mib},
+        {true, 64 * mib, 0, 56 * mib},
+        {true, 0, 0, 480 * mib},         /* the default 512 MiB */
+        {true, 16 * mib, 8 * mib, 16 * mib}, /* not used: the whole limit to the pool */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char dir[300];
+        new_dir(dir, sizeof(dir));
+        struct s3f_client_options o = {0};
+        o.endpoint_url = "http://127.0.0.1:9";
+        o.region = "us-east-1";
+        o.access_key_id = "AKIDEXAMPLE";
+        o.secret_access_key = "secret";
+        o.memory_limit_bytes = cases[i].limit;
+        o.cache_dir = cases[i].cache ? dir : NULL;
+        o.cache_block_bytes = cases[i].block;
+        o.cache_min_free_bytes = 1;
+        o.log_level = S3F_LOG_ERROR;
+        struct s3f_client *cl = NULL;
+        CHECK_INT(s3f_client_new(&o, &cl, NULL), S3F_OK);
+        struct s3f_client_stats cs;
+        s3f_client_stats(cl, &cs, 0);
+        CHECK_INT(cs.pool_limit_bytes, cases[i].pool);
+        s3f_client_free(cl);
+    }
+}
+
 static void test_bad_dir(void) {
     struct s3f__cache_options o = {.dir = "/proc/s3flash-no-such/cache"};
     struct s3f__cache *c = NULL;
@@ -871,6 +1031,9 @@ int main(void) {
     RUN(test_reader_never_waits);
     RUN(test_eviction_sampled);
     RUN(test_partial_object);
+    RUN(test_counters_consistent);
+    RUN(test_stale_tmp_swept);
+    RUN(test_queue_in_memory_limit);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
