@@ -60,6 +60,10 @@ struct inode {
     int current;              /* the inode the path resolves to now (in fs->path_hash) */
     char open_etag[128];      /* ETag at the last open for reading with the page cache */
     unsigned n_stale;         /* read handles of a version replaced in place (write.c) */
+    int moved;                /* made current for its path by a rename (namespace.c) and
+                               * not handed to the kernel under it since: an open for
+                               * writing of it may come from a lookup of the old name,
+                               * so it is answered ESTALE (write.c) */
 };
 
 struct meta;
@@ -70,7 +74,8 @@ struct dh;
 struct note;
 struct mnt_pf;
 
-/* A rename in flight (namespace.c): no writer opens either name until it is done. */
+/* A rename or unlink in flight (namespace.c): no writer opens its names until it is done
+ * (an unlink reserves its name as both from and to). */
 struct renaming {
     struct renaming *next;
     const char *from, *to;

@@ -250,14 +250,35 @@ static void *head_job_run(void *arg) {
     return NULL;
 }
 
+#define RESOLVE_TRIES 4
+
+static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int fresh,
+                        int retry);
+
 /* What `path` is: 0 with *a filled, or -errno (-ENOENT when missing). `fresh`: ignore the
- * metadata cache (O_DIRECT). Sends one LIST and one HEAD, at the same time. */
+ * metadata cache (O_DIRECT). Sends one LIST and one HEAD, at the same time. An answer
+ * from S3 to requests sent before the mount changed the name (a close, an unlink, a
+ * rename of it while they were in flight) is the old state: the name is resolved again
+ * (RESOLVE_TRIES at most), so a lookup never hands the kernel a name that is gone or a
+ * version that was replaced. */
 int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) {
     memset(a, 0, sizeof(*a));
     if (strcmp(path, "/") == 0) {
         a->kind = K_DIR;
         return 0;
     }
+    for (int tries = 1;; tries++) {
+        int rc = resolve_once(fs, path, a, fresh, tries < RESOLVE_TRIES);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+}
+
+/* One try of mnt_resolve: -EAGAIN when `retry` and the answer from S3 is older than a
+ * change of the name. */
+static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int fresh,
+                        int retry) {
+    memset(a, 0, sizeof(*a));
     pthread_mutex_lock(&fs->mu);
     struct fh *w = mnt_writer_find(fs, path);
     if (w) {
@@ -327,6 +348,10 @@ int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) 
         snprintf(a->etag, sizeof(a->etag), "%s", hj.info.etag);
     }
     pthread_mutex_lock(&fs->mu);
+    if (retry && mnt_meta_changed_since(fs, path, gen0)) {
+        pthread_mutex_unlock(&fs->mu);
+        return -EAGAIN;
+    }
     mnt_meta_fill(fs, path, a->kind, a->size, a->mtime, a->etag, gen0);
     pthread_mutex_unlock(&fs->mu);
     return rc;

@@ -4,6 +4,10 @@
  * Invariants:
  * - At most one writer per path (fs->writers, fs->mu); a path being written resolves to
  *   the writer's attributes (its bytes so far), never to S3's object.
+ * - A writer opens only on the inode its path resolves to now (in->current, same path),
+ *   never on one a rename moved there (in->moved) nor one a rename or unlink took from
+ *   it: those opens are answered ESTALE (create: EBUSY), so a write reaches the object of
+ *   the name the kernel looked up, and the name's current inode is the one written.
  * - create makes a new inode (the new version) current for the path: handles of the
  *   version it replaces keep theirs. An overwrite in place (OPEN with O_TRUNC of an inode
  *   the kernel holds) writes on that inode; its read handles become stale (read.c).
@@ -121,6 +125,17 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -EBUSY;
+    }
+    if (!in->current || in->moved || strcmp(in->path, path) != 0) {
+        /* not the name's inode now, or moved to it by a rename and not looked up under
+         * it since: the kernel's lookup that led here may be of a name that was renamed
+         * or unlinked since (the open would write the object under another name, or on
+         * an inode the name no longer resolves to). The VFS, told ESTALE, looks the name
+         * up again (which takes a moved inode as the name's: mnt_inode_get) and opens
+         * what it finds (create makes it EBUSY). */
+        pthread_mutex_unlock(&fs->mu);
+        mnt_fh_free(fs, h);
+        return -ESTALE;
     }
     uint64_t need = 2 * fs->part_size;
     if (fs->writer_reserved + need > fs->writer_budget) {
@@ -249,6 +264,8 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
             in->nopen++;
         pthread_mutex_unlock(&fs->mu);
         rc = in ? writer_open(req, fs, in, path, NULL, fi) : -ENOMEM;
+        if (rc == -ESTALE)
+            rc = -EBUSY; /* a rename or unlink of the name took it since the replace */
         if (rc && in) {
             pthread_mutex_lock(&fs->mu);
             mnt_inode_unref(fs, in, 0, 1);
