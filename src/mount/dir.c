@@ -71,6 +71,7 @@ struct dh {
     int *extra_seen;
     enum kind *extra_kind;
     size_t n_extra;
+    uint64_t extra_gen;   /* the generation when they were taken (opendir) */
     struct dh *prev, *next;   /* in fs->dirs */
 };
 
@@ -267,6 +268,14 @@ void mnt_dirs_free(struct mnt_fs *fs) {
     }
 }
 
+/* The listing will not be cached (its copy is given up). */
+static void dh_nocache(struct dh *d) {
+    dents_free(d->all, d->n_all);
+    d->all = NULL;
+    d->n_all = d->cap_all = 0;
+    d->all_over = 1;
+}
+
 /* Record an entry for the listing cache (best effort: once an entry cannot be kept, or
  * the copy passes a quarter of the memory budget, the listing is not cached). */
 static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
@@ -276,12 +285,8 @@ static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t le
     d->all_bytes += sizeof(struct dent) + len + 1 + 16;
     if (d->all_bytes > fs->mem_budget / 4 ||
         dents_append(&d->all, &d->n_all, &d->cap_all, 256, LISTING_MAX_ENTRIES, name, len, a,
-                     0, d->list_gen0)) {
-        dents_free(d->all, d->n_all);
-        d->all = NULL;
-        d->n_all = d->cap_all = 0;
-        d->all_over = 1;
-    }
+                     0, d->list_gen0))
+        dh_nocache(d);
 }
 
 static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a,
@@ -346,6 +351,7 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     d->extra_seen = calloc(n + 1, sizeof(*d->extra_seen));
     d->extra_kind = calloc(n + 1, sizeof(*d->extra_kind));
     int cached_rc = 0;
+    d->extra_gen = fs->gen;
     if (d->extra && d->extra_seen && d->extra_kind) {
         /* local directories and files being written, and the directories that hold them
          * deeper down (they exist whatever S3 lists: their keys may all be gone) */
@@ -440,9 +446,12 @@ static int changed_after(struct fetch *f, const char *name, size_t len, uint64_t
 static int emit_file(struct fetch *f, const char *name, size_t len, struct attr *a,
                      uint64_t gen) {
     struct dh *d = f->d;
-    dh_keep(f->fs, d, name, len, a);
     char *cp = mnt_child_path(d->path, name, len);
     struct fh *w = cp ? mnt_writer_find(f->fs, cp) : NULL;
+    if (w)
+        dh_nocache(d); /* S3's object is the version being replaced: not for the cache */
+    else
+        dh_keep(f->fs, d, name, len, a);
     if (w) {
         a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
         a->mtime = w->opened;
@@ -784,16 +793,14 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
                 free(d->ents[i].name);
             d->base += d->n;
             d->n = 0;
-            pthread_mutex_lock(&fs->mu);
-            uint64_t gen = fs->gen;
-            pthread_mutex_unlock(&fs->mu);
             for (size_t i = 0; i < d->n_extra && rc == 0; i++) {
                 if (d->extra_seen[i])
                     continue;
                 struct attr a = {.kind = d->extra_kind[i], .mtime = (int64_t)time(NULL)};
                 if (a.kind == K_FILE)
                     writer_attr(fs, d->path, d->extra[i], &a);
-                rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a, 0, gen);
+                /* as of opendir: a file closed (or unlinked) since goes without a node id */
+                rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a, 0, d->extra_gen);
             }
             d->complete = 1;
             if (rc)

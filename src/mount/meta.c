@@ -38,6 +38,8 @@ struct meta {
     double expires;                  /* monotonic seconds; used while now < expires */
     uint64_t chg;                    /* generation of the mount's last change of the name */
     uint64_t dchg;                   /* ... of a name in it (directories) */
+    double overwrite_until;          /* an overwrite was told ESTALE for a page-cache
+                                      * reader: read opens until then are direct_io */
 };
 
 
@@ -200,8 +202,10 @@ static void bump_dir(struct mnt_fs *fs, const char *path) {
 static struct meta *change_begin(struct mnt_fs *fs, const char *path) {
     fs->gen++;
     struct meta *m = meta_get(fs, path);
-    if (m)
+    if (m) {
         m->chg = fs->gen;
+        m->overwrite_until = 0; /* the overwrite came (or another change) */
+    }
     else if (fs->gen > fs->evicted_gen)
         fs->evicted_gen = fs->gen;
     bump_dir(fs, path);
@@ -222,6 +226,19 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
     if (m)
         m->expires = 0; /* looked up again */
     mnt_mem_reclaim(fs);
+}
+
+#define OVERWRITE_PENDING_S 2.0
+
+void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path) {
+    struct meta *m = meta_get(fs, path);
+    if (m)
+        m->overwrite_until = mnt_now() + OVERWRITE_PENDING_S;
+}
+
+int mnt_meta_overwriting(struct mnt_fs *fs, const char *path) {
+    struct meta *m = mnt_meta_find(fs, path);
+    return m && m->overwrite_until > mnt_now();
 }
 
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0) {

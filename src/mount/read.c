@@ -133,6 +133,8 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
                 reading = o->in == in && !o->direct;
             if (reading && mnt_inode_current(fs, path) == in)
                 mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
+            if (reading)
+                mnt_meta_overwrite_pending(fs, path); /* readers until then: direct_io */
             pthread_mutex_unlock(&fs->mu);
             if (reading)
                 rc = -ESTALE;
@@ -182,7 +184,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
     /* another version open on this inode with the page cache: read around it */
-    int other = 0;
+    int other = mnt_meta_overwriting(fs, path); /* the retry of an overwrite comes */
     for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
         other = o->in == h->in && !o->direct && strcmp(o->etag, h->etag) != 0;
     if (other) {

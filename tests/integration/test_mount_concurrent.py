@@ -284,3 +284,47 @@ for i in range(3):
     assert bucket_body(s3, bucket, pfx + "b") == b"new 2"
     assert bucket_body(s3, bucket, pfx + "a") is None
     assert not wd.exists(f"{m.dir}/a")
+
+
+def test_listing_cache_never_keeps_the_object_being_replaced(race_mount, s3, bucket,
+                                                             tmp_path):
+    """A LIST made while f is overwritten in place (open with O_TRUNC, not closed) shows
+    S3's old object: readdir hands out the bytes written so far, and the listing cache
+    must not keep the old object's attributes either. Else the next opendir copies them
+    and READDIRPLUS gives the kernel the old size for the inode being written (stat then
+    says 5000 for a file of 10 bytes, and a read of the new version is cut or padded)."""
+    m, wd, _, pfx = race_mount({"f": b"o" * 5000}, ["--metadata-ttl", "30"])
+    assert wd.read(f"{m.dir}/f") == b"o" * 5000     # the kernel holds f: O_TRUNC in place
+    opened, go = tmp_path / "opened", tmp_path / "go"
+    writer = wd.start([sys.executable, "-c", r"""
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"new bytes!")
+open(sys.argv[2], "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+os.close(fd)
+""", f"{m.dir}/f", opened, go], what="overwrite f in place, held open")
+    try:
+        wait_for(lambda: opened.exists() or writer.proc.poll() is not None, 20, "the writer")
+        assert opened.exists(), f"the writer failed: {wd.wait([writer])}"
+        sizes = wd.py(r"""
+import json, os, sys
+out = []
+for i in range(3):                           # the second and third from the listing cache
+    with os.scandir(sys.argv[1]) as it:
+        out.append({e.name: e.stat().st_size for e in it if e.is_file()})
+out.append(os.stat(os.path.join(sys.argv[1], "f")).st_size)
+print(json.dumps(out))
+""", m.dir, what="ls -l three times and stat f, while f is written")
+        got = json.loads(sizes.out)
+        assert got == [{"f": 10}, {"f": 10}, {"f": 10}, 10], got
+    finally:
+        go.touch()
+        wd.wait([writer])
+    assert writer.rc == 0, writer
+    assert bucket_body(s3, bucket, pfx + "f") == b"new bytes!"
+    op = wd.py("import os, sys; print(os.stat(sys.argv[1]).st_size)", f"{m.dir}/f")
+    assert op.text.strip() == "10"
+    assert wd.read(f"{m.dir}/f") == b"new bytes!"
