@@ -188,8 +188,6 @@ struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct at
 struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struct attr *a);
 /* The path no longer resolves to its inode (unlink, rename's source). */
 void mnt_inode_detach(struct mnt_fs *fs, const char *path);
-/* A detached inode becomes its path's current one again (a writer opened on it). */
-void mnt_inode_reclaim(struct mnt_fs *fs, struct inode *in);
 /* Rename: the inode of `from` becomes the current one of `to`. */
 void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to);
 void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen);
@@ -227,9 +225,10 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag);
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
-/* An open for writing of `path` was answered ESTALE because a reader reads its inode
- * through the page cache (read.c): until the VFS's retry opens the new inode (or 2 s),
- * read opens of the name are direct_io, so that the retry finds no such reader again. */
+/* An open for writing of `path` was answered ESTALE (a reader reads its inode through
+ * the page cache, read.c; an inode that is not the name's, write.c): until the VFS's
+ * retry opens (or 2 s), read opens of the name are direct_io, so that the retry meets no
+ * such reader that would refuse it again. */
 void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path);
 int mnt_meta_overwriting(struct mnt_fs *fs, const char *path);
 /* Has the mount changed `path` since `gen0`? */

@@ -233,13 +233,6 @@ void mnt_inode_detach(struct mnt_fs *fs, const char *path) {
         inode_free(fs, in);
 }
 
-void mnt_inode_reclaim(struct mnt_fs *fs, struct inode *in) {
-    if (in->current)
-        return;
-    mnt_inode_detach(fs, in->path);
-    path_link(fs, in);
-}
-
 void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
     mnt_inode_detach(fs, to);
     struct inode *in = mnt_inode_current(fs, from);

@@ -176,8 +176,8 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
     if ((m && m->chg > gen0) || (!m && fs->evicted_gen > gen0))
         return; /* the mount changed the name after this request left */
     if (kind == K_MISSING ? fs->o.negative_ttl_s <= 0 : fs->o.metadata_ttl_s <= 0) {
-        if (m && !m->chg && !m->dchg)
-            meta_evict(fs, m); /* nothing to keep: no TTL, no generation */
+        if (m && !m->chg && !m->dchg && m->overwrite_until <= mnt_now())
+            meta_evict(fs, m); /* nothing to keep: no TTL, no generation, no hint */
         return;
     }
     if (!m && !(m = meta_get(fs, path)))

@@ -4,11 +4,11 @@
  * Invariants:
  * - At most one writer per path (fs->writers, fs->mu); a path being written resolves to
  *   the writer's attributes (its bytes so far), never to S3's object.
- * - A writer opens on the inode of the name the kernel looked up, never on one a rename
- *   moved to the name and the kernel has not looked up under it since (in->moved: the
- *   open is answered ESTALE, create's EBUSY), so a write reaches the object of the name
- *   the kernel looked up; an inode the name let go of (unlink, rename over it) becomes
- *   the name's again when written, so the name's current inode is the one written.
+ * - A writer opens only on the inode its path resolves to now (in->current, same path),
+ *   never on one a rename moved there and the kernel has not looked up under it since
+ *   (in->moved) nor one the name let go of: those opens are answered ESTALE (create:
+ *   EBUSY), so a write reaches the object of the name the kernel looked up, and the
+ *   name's current inode is the one written.
  * - create makes a new inode (the new version) current for the path: handles of the
  *   version it replaces keep theirs. An overwrite in place (OPEN with O_TRUNC of an inode
  *   the kernel holds) writes on that inode; its read handles become stale (read.c).
@@ -127,16 +127,17 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
         mnt_fh_free(fs, h);
         return -EBUSY;
     }
-    int reading = 0;
-    for (struct fh *o = fs->readers; o && !reading; o = o->rd_next)
-        reading = o->in == in && !o->direct;
-    if (in->moved || strcmp(in->path, path) != 0 || (!in->current && reading)) {
-        /* moved to the name by a rename and not looked up under it since: the kernel's
-         * lookup that led here may be of the source name (the open would write the
-         * object of another name). The VFS, told ESTALE, looks the name up again (which
-         * takes a moved inode as the name's: mnt_inode_get) and opens what it finds
-         * (create makes it EBUSY). Likewise an inode the name let go of while a reader
-         * reads it through the page cache (read.c). */
+    if (!in->current || in->moved || strcmp(in->path, path) != 0) {
+        /* not the name's inode now (an unlink, a rename over it, a reader's ESTALE in
+         * read.c let go of it: the kernel may even hold it under another name since a
+         * rename), or moved to the name by a rename and not looked up under it since
+         * (the kernel's lookup may be of the source name): the open would write the
+         * object of another name, or an inode the name does not resolve to. The VFS,
+         * told ESTALE, looks the name up again (which takes a moved inode as the
+         * name's: mnt_inode_get) and opens what it finds (create makes it EBUSY); read
+         * opens meanwhile go around the page cache, so the retry meets no reader that
+         * would refuse it again (read.c). */
+        mnt_meta_overwrite_pending(fs, path);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
@@ -167,16 +168,6 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
         mnt_log_error("open for writing", path, &err);
         mnt_fh_free(fs, h);
         return -mnt_errno_of(st, 0);
-    }
-    if (!in->current) {
-        /* an inode the name let go of (an unlink, a rename over it, another version
-         * seen) since the kernel's lookup: the version written is the name's, so the
-         * inode being written becomes the name's again, and the kernel's entry of the
-         * name (maybe the other inode) is dropped */
-        mnt_inode_reclaim(fs, in);
-        char dir[PATH_MAX];
-        mnt_parent_of(path, dir);
-        mnt_notify_entry(fs, dir, strrchr(path, '/') + 1, 0);
     }
     h->in = in;
     h->reserved = need;
