@@ -227,8 +227,8 @@ void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
 /* An open for writing of `path` was answered ESTALE (a reader reads its inode through
  * the page cache, read.c; an inode that is not the name's, write.c): until the VFS's
- * retry opens (or 2 s), read opens of the name are direct_io, so that the retry meets no
- * such reader that would refuse it again. */
+ * retry opens (or 2 s), read opens of the name are EBUSY (it is being overwritten), so
+ * that the retry meets no new reader that would refuse it again. */
 void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path);
 int mnt_meta_overwriting(struct mnt_fs *fs, const char *path);
 /* Has the mount changed `path` since `gen0`? */

@@ -38,8 +38,8 @@ struct meta {
     double expires;                  /* monotonic seconds; used while now < expires */
     uint64_t chg;                    /* generation of the mount's last change of the name */
     uint64_t dchg;                   /* ... of a name in it (directories) */
-    double overwrite_until;          /* an overwrite was told ESTALE for a page-cache
-                                      * reader: read opens until then are direct_io */
+    double overwrite_until;          /* an overwrite was told ESTALE: read opens until
+                                      * then (or its retry) are EBUSY (read.c) */
 };
 
 

@@ -134,7 +134,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             if (reading && mnt_inode_current(fs, path) == in)
                 mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
             if (reading)
-                mnt_meta_overwrite_pending(fs, path); /* readers until then: direct_io */
+                mnt_meta_overwrite_pending(fs, path); /* read opens until then: EBUSY */
             pthread_mutex_unlock(&fs->mu);
             if (reading)
                 rc = -ESTALE;
@@ -144,6 +144,13 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             if (rc == 0)
                 in = NULL; /* the writer holds the reference */
         }
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    busy = mnt_meta_overwriting(fs, path); /* an overwrite's retry comes (write.c) */
+    pthread_mutex_unlock(&fs->mu);
+    if (busy) {
+        rc = -EBUSY;
         goto out;
     }
     int direct = (fi->flags & O_DIRECT) != 0;
@@ -184,7 +191,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
     /* another version open on this inode with the page cache: read around it */
-    int other = mnt_meta_overwriting(fs, path); /* the retry of an overwrite comes */
+    int other = 0;
     for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
         other = o->in == h->in && !o->direct && strcmp(o->etag, h->etag) != 0;
     if (other) {

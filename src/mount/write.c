@@ -135,9 +135,10 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
          * object of another name, or an inode the name does not resolve to. The VFS,
          * told ESTALE, looks the name up again (which takes a moved inode as the
          * name's: mnt_inode_get) and opens what it finds (create makes it EBUSY); read
-         * opens meanwhile go around the page cache, so the retry meets no reader that
-         * would refuse it again (read.c). */
-        mnt_meta_overwrite_pending(fs, path);
+         * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
+         * it again (read.c). */
+        if (in->a.etag[0])
+            mnt_meta_overwrite_pending(fs, path); /* an OPEN (create's inode is new) */
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
