@@ -190,6 +190,13 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     }
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
+    if (mnt_writer_find(fs, path)) {
+        /* a writer opened since the busy check above: it did not see this reader (it
+         * would have answered ESTALE), and its O_TRUNC cuts the inode this one reads */
+        pthread_mutex_unlock(&fs->mu);
+        rc = -EBUSY;
+        goto out;
+    }
     /* another version open on this inode with the page cache: read around it */
     int other = 0;
     for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
