@@ -38,12 +38,15 @@ OPS = int(os.environ.get("S3FLASH_CONCURRENT_OPS", "20"))
 TTLS = {"ttl0": ["--metadata-ttl", "0", "--negative-metadata-ttl", "0"], "ttl-default": []}
 
 
-# Known, not yet fixed (issue 19 stays open for it): under a loaded CI run a seed now and then
-# ends with a name the mount shows empty while the bucket holds another version, after
-# renames racing writes of the same names (seed 2, default TTL, end of stop 18; five runs of
-# every seed passed alone). Not strict: it runs and reports every time, a pass is an XPASS.
-@pytest.mark.xfail(strict=False, reason="a rename racing a write can leave the mount's view "
-                   "of a name behind the bucket's (issue 19, open)")
+# Not strict yet (issue 19 stays open for it). The divergences loaded runs found (a name
+# shown empty on the mount, a version under the wrong name in the bucket) were stale answers
+# reaching the kernel or a writer across a rename, unlink or close; each is fixed and has a
+# deterministic test below. Loops of seeds 1-18 x both TTLs, two at a time on the 2-core
+# machine, went from ~1 failure in 7 runs to about 1 in 70 (each remaining cause fixed as
+# found: a cut read of a handle racing an in-place overwrite); a pass is an XPASS. Make it
+# strict once a few hundred loaded runs pass.
+@pytest.mark.xfail(strict=False, reason="rare: a race of renames, overwrites and readers of "
+                   "one name may still be found under load (issue 19, open)")
 @pytest.mark.parametrize("ttl", list(TTLS))
 @pytest.mark.parametrize("seed", SEEDS)
 def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factory,  # noqa: F811
