@@ -9,8 +9,10 @@
  *   memory budget. A listing of any size is served in bounded memory.
  * - An entry handed out by readdirplus with a node id is a kernel reference on that inode
  *   (nlookup + 1, taken only once the entry fits in the reply). Past the memory budget,
- *   and for a name the mount changed after the page was asked for, the entry goes out
- *   without a node id (the kernel then looks it up when it needs it).
+ *   and for a name the mount changed after the page was asked for (checked when the page
+ *   is read and again when each entry goes out: a page outlives readdir calls, and the
+ *   kernel's directory lock only one), the entry goes out without a node id (the kernel
+ *   then looks it up when it needs it).
  * - The listing cache (fs->listings, fs->mu) holds complete listings only, charged to the
  *   memory account; a listing that started before a change in its directory is not kept.
  * - struct dh is used by one request at a time (d->mu); d->mu is taken before fs->mu.
@@ -35,6 +37,7 @@ struct dent {
     char *name;
     struct attr a;
     int no_id;            /* changed by the mount after its page was asked for */
+    uint64_t gen;         /* the generation when its attributes were asked for */
 };
 
 struct listing {
@@ -43,6 +46,7 @@ struct listing {
     struct dent *ents;
     size_t n;
     double expires;
+    uint64_t gen0;        /* the generation when the listing started */
     int64_t bytes;        /* charged to the memory account */
 };
 
@@ -67,6 +71,7 @@ struct dh {
     int *extra_seen;
     enum kind *extra_kind;
     size_t n_extra;
+    uint64_t extra_gen;   /* the generation when they were taken (opendir) */
     struct dh *prev, *next;   /* in fs->dirs */
 };
 
@@ -122,7 +127,8 @@ static void dents_free(struct dent *e, size_t n) {
  * `first` entries, doubling; never past `max`). -ENOMEM on failure (the array is left as
  * it was). */
 static int dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, size_t max,
-                        const char *name, size_t len, const struct attr *a, int no_id) {
+                        const char *name, size_t len, const struct attr *a, int no_id,
+                        uint64_t gen) {
     if (*n == *cap) {
         size_t c = *cap ? *cap * 2 : first;
         struct dent *e = c > max ? NULL : realloc(*v, c * sizeof(*e));
@@ -137,6 +143,7 @@ static int dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, s
     (*v)[*n].name = s;
     (*v)[*n].a = *a;
     (*v)[*n].no_id = no_id;
+    (*v)[*n].gen = gen;
     (*n)++;
     return 0;
 }
@@ -174,7 +181,7 @@ void mnt_listings_trim(struct mnt_fs *fs) {
 
 /* Keep a complete listing (takes `ents`; fs->mu held). */
 static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, size_t n,
-                        uint64_t bytes) {
+                        uint64_t bytes, uint64_t gen0) {
     struct listing *l = calloc(1, sizeof(*l));
     if (!l || !(l->path = strdup(path))) {
         free(l);
@@ -183,6 +190,7 @@ static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, 
     }
     l->ents = ents;
     l->n = n;
+    l->gen0 = gen0;
     l->expires = mnt_now() + fs->o.metadata_ttl_s;
     l->bytes = (int64_t)(bytes + sizeof(*l) + strlen(path) + 1);
     for (struct listing **pp = &fs->listings; *pp; pp = &(*pp)->next) {
@@ -260,6 +268,14 @@ void mnt_dirs_free(struct mnt_fs *fs) {
     }
 }
 
+/* The listing will not be cached (its copy is given up). */
+static void dh_nocache(struct dh *d) {
+    dents_free(d->all, d->n_all);
+    d->all = NULL;
+    d->n_all = d->cap_all = 0;
+    d->all_over = 1;
+}
+
 /* Record an entry for the listing cache (best effort: once an entry cannot be kept, or
  * the copy passes a quarter of the memory budget, the listing is not cached). */
 static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
@@ -269,17 +285,13 @@ static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t le
     d->all_bytes += sizeof(struct dent) + len + 1 + 16;
     if (d->all_bytes > fs->mem_budget / 4 ||
         dents_append(&d->all, &d->n_all, &d->cap_all, 256, LISTING_MAX_ENTRIES, name, len, a,
-                     0)) {
-        dents_free(d->all, d->n_all);
-        d->all = NULL;
-        d->n_all = d->cap_all = 0;
-        d->all_over = 1;
-    }
+                     0, d->list_gen0))
+        dh_nocache(d);
 }
 
 static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a,
-                   int no_id) {
-    int rc = dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a, no_id);
+                   int no_id, uint64_t gen) {
+    int rc = dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a, no_id, gen);
     if (rc)
         return rc;
     const char *s = d->ents[d->n - 1].name;
@@ -339,6 +351,7 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     d->extra_seen = calloc(n + 1, sizeof(*d->extra_seen));
     d->extra_kind = calloc(n + 1, sizeof(*d->extra_kind));
     int cached_rc = 0;
+    d->extra_gen = fs->gen;
     if (d->extra && d->extra_seen && d->extra_kind) {
         /* local directories and files being written, and the directories that hold them
          * deeper down (they exist whatever S3 lists: their keys may all be gone) */
@@ -354,7 +367,7 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             if (l->expires > mnt_now()) {
                 for (size_t i = 0; i < l->n && cached_rc == 0; i++)
                     cached_rc = dh_push(d, l->ents[i].name, strlen(l->ents[i].name),
-                                        &l->ents[i].a, 0);
+                                        &l->ents[i].a, 0, l->gen0);
                 d->started = d->listing_done = d->from_cache = 1;
             }
             break;
@@ -417,35 +430,43 @@ struct fetch {
     const struct s3f_list_page *page;
 };
 
-/* Was `name` of the directory changed by the mount after the page was asked for? Then
- * the page's attributes of it are not handed to the kernel with a node id. */
-static int changed_after(struct fetch *f, const char *name, size_t len) {
+/* Was `name` of the directory changed by the mount after generation `gen` (when its
+ * page was asked for)? Then the page's attributes of it are not handed to the kernel
+ * with a node id. */
+static int changed_after(struct fetch *f, const char *name, size_t len, uint64_t gen) {
     char *cp = mnt_child_path(f->d->path, name, len);
-    int changed = !cp || mnt_meta_changed_since(f->fs, cp, f->gen0);
+    int changed = !cp || mnt_meta_changed_since(f->fs, cp, gen);
     free(cp);
     return changed;
 }
 
-/* Hand out the file `name` (fs->mu held): to the caller, to the listing cache and to the
- * metadata cache; a file being written there shows its bytes so far. */
-static int emit_file(struct fetch *f, const char *name, size_t len, struct attr *a) {
+/* Hand out the file `name` (fs->mu held), listed at generation `gen`: to the caller, to
+ * the listing cache and to the metadata cache; a file being written there shows its bytes
+ * so far. */
+static int emit_file(struct fetch *f, const char *name, size_t len, struct attr *a,
+                     uint64_t gen) {
     struct dh *d = f->d;
-    dh_keep(f->fs, d, name, len, a);
     char *cp = mnt_child_path(d->path, name, len);
     struct fh *w = cp ? mnt_writer_find(f->fs, cp) : NULL;
+    if (w)
+        dh_nocache(d); /* S3's object is the version being replaced: not for the cache */
+    else
+        dh_keep(f->fs, d, name, len, a);
     if (w) {
         a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
         a->mtime = w->opened;
         a->etag[0] = 0;
     } else if (cp) {
-        mnt_meta_fill(f->fs, cp, K_FILE, a->size, a->mtime, a->etag, f->gen0);
+        mnt_meta_fill(f->fs, cp, K_FILE, a->size, a->mtime, a->etag, gen);
     }
     free(cp);
-    return dh_push(d, name, len, a, !w && changed_after(f, name, len));
+    return dh_push(d, name, len, a, !w && changed_after(f, name, len, gen), gen);
 }
 
-static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a) {
-    return dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a, 0);
+static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a,
+                   uint64_t gen) {
+    return dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a, 0,
+                        gen);
 }
 
 /* Hand out the directory `name` (fs->mu held). */
@@ -453,7 +474,7 @@ static int emit_dir(struct fetch *f, const char *name, size_t len) {
     struct attr a;
     memset(&a, 0, sizeof(a));
     a.kind = K_DIR;
-    int rc = dh_push(f->d, name, len, &a, 0);
+    int rc = dh_push(f->d, name, len, &a, 0, f->gen0);
     dh_keep(f->fs, f->d, name, len, &a);
     char *cp = mnt_child_path(f->d->path, name, len);
     if (cp)
@@ -478,7 +499,8 @@ static int on_page_name(void *user, const char *name, size_t len,
         return emit_dir(f, name, len);
     struct attr a;
     obj_attr(obj, &a);
-    return hold ? dh_hold(f->d, name, len, &a) : emit_file(f, name, len, &a);
+    return hold ? dh_hold(f->d, name, len, &a, f->gen0)
+                : emit_file(f, name, len, &a, f->gen0);
 }
 
 /* The listing is complete: keep it in the listing cache when nothing changed it. */
@@ -487,7 +509,7 @@ static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
     if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
         pthread_mutex_lock(&fs->mu);
         if (!mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
-            listing_put(fs, d->path, d->all, d->n_all, d->all_bytes);
+            listing_put(fs, d->path, d->all, d->n_all, d->all_bytes, d->list_gen0);
             d->all = NULL;
             d->n_all = d->cap_all = 0;
         }
@@ -538,7 +560,7 @@ static int on_collect(void *user, const char *name, size_t len,
     c->bytes += sizeof(struct dent) + len + 1 + 16;
     if (c->bytes > c->max)
         return -ENOMEM;
-    return dents_append(&c->v, &c->n, &c->cap, 256, SIZE_MAX, name, len, &a, 0);
+    return dents_append(&c->v, &c->n, &c->cap, 256, SIZE_MAX, name, len, &a, 0, 0);
 }
 
 /* By name; a directory before the file of the same name (which it shadows). */
@@ -588,7 +610,7 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
                 continue; /* a file its directory shadows, or a name listed twice */
             size_t len = strlen(e->name);
             rc = e->a.kind == K_DIR ? emit_dir(&f, e->name, len)
-                                    : emit_file(&f, e->name, len, &e->a);
+                                    : emit_file(&f, e->name, len, &e->a, gen0);
         }
         pthread_mutex_unlock(&fs->mu);
     }
@@ -628,9 +650,9 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
         if (rc || mnt_page_has_dir(page, d->dkey, e->name, len))
             continue; /* shadowed by its directory */
         if (last && strncmp(last, e->name, len) == 0)
-            rc = dh_hold(d, e->name, len, &e->a);
+            rc = dh_hold(d, e->name, len, &e->a, e->gen);
         else
-            rc = emit_file(&f, e->name, len, &e->a);
+            rc = emit_file(&f, e->name, len, &e->a, e->gen);
     }
     dents_free(prev, n_prev);
     if (rc == 0)
@@ -683,9 +705,13 @@ static fuse_ino_t name_ino(const char *name) {
     return (fuse_ino_t)(h | (1ull << 63));
 }
 
-/* Add one entry to the reply: 0, or 1 when it does not fit. */
+/* Add one entry to the reply: 0, or 1 when it does not fit. `gen`: the generation its
+ * attributes were learnt at; a name the mount changed since goes without a node id (its
+ * page may be older than an unlink, a rename or a close between two readdir calls: with
+ * a node id the kernel would make a dentry of a name that is gone, or of an old version,
+ * after the change; the dentry a lookup gives is always the current one). */
 static int add_entry(struct reply *r, const char *name, const struct attr *a, int no_id,
-                     fuse_ino_t self, off_t next) {
+                     uint64_t gen, fuse_ino_t self, off_t next) {
     size_t need = r->plus ? fuse_add_direntry_plus(r->req, NULL, 0, name, NULL, 0)
                           : fuse_add_direntry(r->req, NULL, 0, name, NULL, 0);
     if (r->used + need > r->size)
@@ -696,7 +722,7 @@ static int add_entry(struct reply *r, const char *name, const struct attr *a, in
     if (!self && r->plus && !no_id) {
         char *cp = mnt_child_path(r->d->path, name, strlen(name));
         pthread_mutex_lock(&r->fs->mu);
-        if (cp && !mnt_inodes_full(r->fs)) {
+        if (cp && !mnt_inodes_full(r->fs) && !mnt_meta_changed_since(r->fs, cp, gen)) {
             struct inode *in = mnt_inode_get(r->fs, cp, a);
             if (in) {
                 in->nlookup++;
@@ -738,12 +764,12 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     int rc = 0;
     pthread_mutex_lock(&d->mu);
     if (offset == 0) {
-        if (add_entry(&r, ".", &da, 1, ino, 1))
+        if (add_entry(&r, ".", &da, 1, 0, ino, 1))
             goto out;
         offset = 1;
     }
     if (offset == 1) {
-        if (add_entry(&r, "..", &da, 1, FUSE_ROOT_ID, 2))
+        if (add_entry(&r, "..", &da, 1, 0, FUSE_ROOT_ID, 2))
             goto out;
         offset = 2;
     }
@@ -754,7 +780,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     for (;;) {
         while (g < d->base + d->n) {
             const struct dent *e = &d->ents[g - d->base];
-            if (add_entry(&r, e->name, &e->a, e->no_id, 0, (off_t)(g + 3)))
+            if (add_entry(&r, e->name, &e->a, e->no_id, e->gen, 0, (off_t)(g + 3)))
                 goto out;
             mnt_pf_listed(fs, d->path, g, e->name, &e->a);
             emitted = 1;
@@ -773,7 +799,8 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
                 struct attr a = {.kind = d->extra_kind[i], .mtime = (int64_t)time(NULL)};
                 if (a.kind == K_FILE)
                     writer_attr(fs, d->path, d->extra[i], &a);
-                rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a, 0);
+                /* as of opendir: a file closed (or unlinked) since goes without a node id */
+                rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a, 0, d->extra_gen);
             }
             d->complete = 1;
             if (rc)

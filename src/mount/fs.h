@@ -60,6 +60,10 @@ struct inode {
     int current;              /* the inode the path resolves to now (in fs->path_hash) */
     char open_etag[128];      /* ETag at the last open for reading with the page cache */
     unsigned n_stale;         /* read handles of a version replaced in place (write.c) */
+    int moved;                /* made current for its path by a rename (namespace.c) and
+                               * not handed to the kernel under it since: an open for
+                               * writing of it may come from a lookup of the old name,
+                               * so it is answered ESTALE (write.c) */
 };
 
 struct meta;
@@ -70,7 +74,8 @@ struct dh;
 struct note;
 struct mnt_pf;
 
-/* A rename in flight (namespace.c): no writer opens either name until it is done. */
+/* A rename or unlink in flight (namespace.c): no writer opens its names until it is done
+ * (an unlink reserves its name as both from and to). */
 struct renaming {
     struct renaming *next;
     const char *from, *to;
@@ -220,6 +225,12 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag);
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
+/* An open for writing of `path` was answered ESTALE (a reader reads its inode through
+ * the page cache, read.c; an inode that is not the name's, write.c): until the VFS's
+ * retry opens (or 2 s), read opens of the name are EBUSY (it is being overwritten), so
+ * that the retry meets no new reader that would refuse it again. */
+void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path);
+int mnt_meta_overwriting(struct mnt_fs *fs, const char *path);
 /* Has the mount changed `path` since `gen0`? */
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
 /* Has a change been made in directory `dir` since `gen0`? */

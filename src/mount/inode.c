@@ -199,6 +199,7 @@ struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct at
     if (cur && same_version(cur, a)) {
         if (a->kind == K_FILE && !cur->a.etag[0] && a->etag[0])
             cur->a = *a; /* the object the written file became */
+        cur->moved = 0; /* the kernel learns it under its name now (write.c) */
         return cur;
     }
     struct inode *in = inode_new(fs, fs->next_ino, path, a);
@@ -246,6 +247,7 @@ void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
     inode_charge(fs, -inode_bytes(in));
     free(in->path);
     in->path = p;
+    in->moved = 1; /* an open for writing before its next lookup: ESTALE (write.c) */
     inode_charge(fs, inode_bytes(in));
     path_link(fs, in);
 }

@@ -38,6 +38,8 @@ struct meta {
     double expires;                  /* monotonic seconds; used while now < expires */
     uint64_t chg;                    /* generation of the mount's last change of the name */
     uint64_t dchg;                   /* ... of a name in it (directories) */
+    double overwrite_until;          /* an overwrite was told ESTALE: read opens until
+                                      * then (or its retry) are EBUSY (read.c) */
 };
 
 
@@ -174,8 +176,8 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
     if ((m && m->chg > gen0) || (!m && fs->evicted_gen > gen0))
         return; /* the mount changed the name after this request left */
     if (kind == K_MISSING ? fs->o.negative_ttl_s <= 0 : fs->o.metadata_ttl_s <= 0) {
-        if (m && !m->chg && !m->dchg)
-            meta_evict(fs, m); /* nothing to keep: no TTL, no generation */
+        if (m && !m->chg && !m->dchg && m->overwrite_until <= mnt_now())
+            meta_evict(fs, m); /* nothing to keep: no TTL, no generation, no hint */
         return;
     }
     if (!m && !(m = meta_get(fs, path)))
@@ -200,8 +202,10 @@ static void bump_dir(struct mnt_fs *fs, const char *path) {
 static struct meta *change_begin(struct mnt_fs *fs, const char *path) {
     fs->gen++;
     struct meta *m = meta_get(fs, path);
-    if (m)
+    if (m) {
         m->chg = fs->gen;
+        m->overwrite_until = 0; /* the overwrite came (or another change) */
+    }
     else if (fs->gen > fs->evicted_gen)
         fs->evicted_gen = fs->gen;
     bump_dir(fs, path);
@@ -222,6 +226,19 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
     if (m)
         m->expires = 0; /* looked up again */
     mnt_mem_reclaim(fs);
+}
+
+#define OVERWRITE_PENDING_S 2.0
+
+void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path) {
+    struct meta *m = meta_get(fs, path);
+    if (m)
+        m->overwrite_until = mnt_now() + OVERWRITE_PENDING_S;
+}
+
+int mnt_meta_overwriting(struct mnt_fs *fs, const char *path) {
+    struct meta *m = mnt_meta_find(fs, path);
+    return m && m->overwrite_until > mnt_now();
 }
 
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0) {
@@ -250,14 +267,35 @@ static void *head_job_run(void *arg) {
     return NULL;
 }
 
+#define RESOLVE_TRIES 4
+
+static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int fresh,
+                        int retry);
+
 /* What `path` is: 0 with *a filled, or -errno (-ENOENT when missing). `fresh`: ignore the
- * metadata cache (O_DIRECT). Sends one LIST and one HEAD, at the same time. */
+ * metadata cache (O_DIRECT). Sends one LIST and one HEAD, at the same time. An answer
+ * from S3 to requests sent before the mount changed the name (a close, an unlink, a
+ * rename of it while they were in flight) is the old state: the name is resolved again
+ * (RESOLVE_TRIES at most), so a lookup never hands the kernel a name that is gone or a
+ * version that was replaced. */
 int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) {
     memset(a, 0, sizeof(*a));
     if (strcmp(path, "/") == 0) {
         a->kind = K_DIR;
         return 0;
     }
+    for (int tries = 1;; tries++) {
+        int rc = resolve_once(fs, path, a, fresh, tries < RESOLVE_TRIES);
+        if (rc != -EAGAIN)
+            return rc;
+    }
+}
+
+/* One try of mnt_resolve: -EAGAIN when `retry` and the answer from S3 is older than a
+ * change of the name. */
+static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int fresh,
+                        int retry) {
+    memset(a, 0, sizeof(*a));
     pthread_mutex_lock(&fs->mu);
     struct fh *w = mnt_writer_find(fs, path);
     if (w) {
@@ -327,6 +365,10 @@ int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) 
         snprintf(a->etag, sizeof(a->etag), "%s", hj.info.etag);
     }
     pthread_mutex_lock(&fs->mu);
+    if (retry && mnt_meta_changed_since(fs, path, gen0)) {
+        pthread_mutex_unlock(&fs->mu);
+        return -EAGAIN;
+    }
     mnt_meta_fill(fs, path, a->kind, a->size, a->mtime, a->etag, gen0);
     pthread_mutex_unlock(&fs->mu);
     return rc;

@@ -6,8 +6,13 @@
  *   caches and the inode table follow under fs->mu: the name's generation is bumped, the
  *   listings above it dropped, the unlinked name's inode detached (its handles keep it),
  *   a renamed file's inode moved to the new name (it is the same version).
- * - A rename holds both its names in fs->renaming from its busy check until it is done:
- *   writer_open refuses them (EBUSY), so no writer opens on the inode being moved.
+ * - A rename holds both its names in fs->renaming from its busy check until it is done,
+ *   an unlink its name: writer_open refuses them (EBUSY), so no writer opens on the inode
+ *   being moved, and no version is uploaded under a name while its DELETE is in flight.
+ * - A renamed file's inode is marked moved until the kernel looks it up under its new
+ *   name: an open for writing of it before that may come from a lookup of the source
+ *   name made before the rename, so it is answered ESTALE and the VFS looks the name up
+ *   again (write.c).
  * - A directory that no key, local directory or file being written keeps any more is
  *   gone at once: its entry in the daemon is expired and the kernel's entry of it is
  *   invalidated through the notifier (inode.c), by node id, never by a path. The handler
@@ -100,6 +105,18 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
     pthread_mutex_unlock(&fs->mu);
 }
 
+/* The end of a rename's or unlink's reservation of its names (takes fs->mu). */
+static void reserved_drop(struct mnt_fs *fs, struct renaming *r) {
+    pthread_mutex_lock(&fs->mu);
+    for (struct renaming **pp = &fs->renaming; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fs->mu);
+}
+
 void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
     struct mnt_fs *fs = fuse_req_userdata(req);
     if (fs->o.read_only || !fs->o.allow_delete) {
@@ -112,8 +129,16 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
     char *key = NULL;
     struct deferred later;
     later.n = 0;
+    /* the name is reserved against writers until the unlink is done: a writer opened
+     * while the DELETE is in flight would upload a version the DELETE may or may not
+     * remove, and the name would say "present" or "missing" whatever S3 holds */
+    struct renaming self = {.from = path, .to = path};
     pthread_mutex_lock(&fs->mu);
     int busy = mnt_writer_busy(fs, path);
+    if (!busy) {
+        self.next = fs->renaming;
+        fs->renaming = &self;
+    }
     pthread_mutex_unlock(&fs->mu);
     struct attr a;
     int rc = busy ? -EBUSY : mnt_resolve(fs, path, &a, 0);
@@ -144,6 +169,8 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
     mnt_parent_of(path, dir);
     forget_emptied_parents(fs, path, dir, NULL, &later);
 out:
+    if (!busy)
+        reserved_drop(fs, &self);
     fuse_reply_err(req, rc ? -rc : 0);
     deferred_send(fs, &later);
     free(key);
@@ -285,16 +312,8 @@ emptied:;
     mnt_parent_of(to, to_dir);
     forget_emptied_parents(fs, from, from_dir, to_dir, &later);
 out:
-    if (reserved) {
-        pthread_mutex_lock(&fs->mu);
-        for (struct renaming **pp = &fs->renaming; *pp; pp = &(*pp)->next) {
-            if (*pp == reserved) {
-                *pp = reserved->next;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&fs->mu);
-    }
+    if (reserved)
+        reserved_drop(fs, reserved);
     fuse_reply_err(req, rc ? -rc : 0);
     deferred_send(fs, &later);
     free(src);

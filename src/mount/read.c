@@ -133,6 +133,8 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
                 reading = o->in == in && !o->direct;
             if (reading && mnt_inode_current(fs, path) == in)
                 mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
+            if (reading)
+                mnt_meta_overwrite_pending(fs, path); /* read opens until then: EBUSY */
             pthread_mutex_unlock(&fs->mu);
             if (reading)
                 rc = -ESTALE;
@@ -142,6 +144,13 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             if (rc == 0)
                 in = NULL; /* the writer holds the reference */
         }
+        goto out;
+    }
+    pthread_mutex_lock(&fs->mu);
+    busy = mnt_meta_overwriting(fs, path); /* an overwrite's retry comes (write.c) */
+    pthread_mutex_unlock(&fs->mu);
+    if (busy) {
+        rc = -EBUSY;
         goto out;
     }
     int direct = (fi->flags & O_DIRECT) != 0;
@@ -181,6 +190,13 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     }
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
+    if (mnt_writer_find(fs, path)) {
+        /* a writer opened since the busy check above: it did not see this reader (it
+         * would have answered ESTALE), and its O_TRUNC cuts the inode this one reads */
+        pthread_mutex_unlock(&fs->mu);
+        rc = -EBUSY;
+        goto out;
+    }
     /* another version open on this inode with the page cache: read around it */
     int other = 0;
     for (struct fh *o = fs->readers; o && !other; o = o->rd_next)

@@ -4,6 +4,11 @@
  * Invariants:
  * - At most one writer per path (fs->writers, fs->mu); a path being written resolves to
  *   the writer's attributes (its bytes so far), never to S3's object.
+ * - A writer opens only on the inode its path resolves to now (in->current, same path),
+ *   never on one a rename moved there and the kernel has not looked up under it since
+ *   (in->moved) nor one the name let go of: those opens are answered ESTALE (create:
+ *   EBUSY), so a write reaches the object of the name the kernel looked up, and the
+ *   name's current inode is the one written.
  * - create makes a new inode (the new version) current for the path: handles of the
  *   version it replaces keep theirs. An overwrite in place (OPEN with O_TRUNC of an inode
  *   the kernel holds) writes on that inode; its read handles become stale (read.c).
@@ -121,6 +126,22 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -EBUSY;
+    }
+    if (!in->current || in->moved || strcmp(in->path, path) != 0) {
+        /* not the name's inode now (an unlink, a rename over it, a reader's ESTALE in
+         * read.c let go of it: the kernel may even hold it under another name since a
+         * rename), or moved to the name by a rename and not looked up under it since
+         * (the kernel's lookup may be of the source name): the open would write the
+         * object of another name, or an inode the name does not resolve to. The VFS,
+         * told ESTALE, looks the name up again (which takes a moved inode as the
+         * name's: mnt_inode_get) and opens what it finds (create makes it EBUSY); read
+         * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
+         * it again (read.c). */
+        if (in->a.etag[0])
+            mnt_meta_overwrite_pending(fs, path); /* an OPEN (create's inode is new) */
+        pthread_mutex_unlock(&fs->mu);
+        mnt_fh_free(fs, h);
+        return -ESTALE;
     }
     uint64_t need = 2 * fs->part_size;
     if (fs->writer_reserved + need > fs->writer_budget) {
@@ -249,6 +270,8 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
             in->nopen++;
         pthread_mutex_unlock(&fs->mu);
         rc = in ? writer_open(req, fs, in, path, NULL, fi) : -ENOMEM;
+        if (rc == -ESTALE)
+            rc = -EBUSY; /* a rename or unlink of the name took it since the replace */
         if (rc && in) {
             pthread_mutex_lock(&fs->mu);
             mnt_inode_unref(fs, in, 0, 1);

@@ -11,8 +11,8 @@ import re
 
 import os
 
-from test_engine_faults import (PART, assert_object, module_proxy, part_puts,  # noqa: F401
-                                proxy, upload)
+from test_engine_faults import (PART, assert_object, part_puts,  # noqa: F401
+                                upload)
 
 
 def test_head_not_stuck_behind_parts(rgw, proxy, s3, bucket, tmp_path):

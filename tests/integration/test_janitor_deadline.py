@@ -10,7 +10,7 @@ few seconds, and its WARN names the upload left, which ListMultipartUploads show
 import re
 
 from faults import s3_error
-from test_engine_faults import (count, module_proxy, part_puts, proxy, src,  # noqa: F401
+from test_engine_faults import (count, part_puts, src,  # noqa: F401
                                 upload, uploads)
 
 

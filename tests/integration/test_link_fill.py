@@ -13,7 +13,7 @@ import os
 import pytest
 
 from test_engine_faults import (check_download, download, drive, gets,  # noqa: F401
-                                module_proxy, proxy, put_multipart)
+                                put_multipart)
 
 MIB = 1 << 20
 SIZE = 120 * MIB + 4321

@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import time
-from urllib.parse import urlparse
 
 import pytest
 
@@ -31,20 +30,6 @@ from test_engine_faults import (SIZE, Run, assert_object, count, driver_argv,  #
 from test_sink import Sink
 
 BUCKET_SINK = "bkt"
-
-
-@pytest.fixture(scope="module")
-def rgw_proxy(rgw):
-    u = urlparse(rgw.endpoint)
-    p = start_faultproxy(u.hostname, u.port)
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def proxy(rgw_proxy):
-    rgw_proxy.reset()
-    return rgw_proxy
 
 
 @pytest.fixture(scope="module")

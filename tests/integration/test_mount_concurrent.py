@@ -23,6 +23,7 @@ import pytest
 
 from faults import faultproxy_factory  # noqa: F401 (a fixture)
 from mount_concurrent import FIXED, INITIAL, NAMES, check_all, content, describe
+from helpers import wait_for
 from mountutil import Mount, Watchdog, mount_supported
 
 pytestmark = pytest.mark.skipif(mount_supported() is not None,
@@ -37,12 +38,15 @@ OPS = int(os.environ.get("S3FLASH_CONCURRENT_OPS", "20"))
 TTLS = {"ttl0": ["--metadata-ttl", "0", "--negative-metadata-ttl", "0"], "ttl-default": []}
 
 
-# Known, not yet fixed (issue 19 stays open for it): under a loaded CI run a seed now and then
-# ends with a name the mount shows empty while the bucket holds another version, after
-# renames racing writes of the same names (seed 2, default TTL, end of stop 18; five runs of
-# every seed passed alone). Not strict: it runs and reports every time, a pass is an XPASS.
-@pytest.mark.xfail(strict=False, reason="a rename racing a write can leave the mount's view "
-                   "of a name behind the bucket's (issue 19, open)")
+# Not strict yet (issue 19 stays open for it). The divergences loaded runs found (a name
+# shown empty on the mount, a version under the wrong name in the bucket) were stale answers
+# reaching the kernel or a writer across a rename, unlink or close; each is fixed and has a
+# deterministic test below. Loops of seeds 1-18 x both TTLs, two at a time on the 2-core
+# machine, went from ~1 failure in 7 runs to about 1 in 70 (each remaining cause fixed as
+# found: a cut read of a handle racing an in-place overwrite); a pass is an XPASS. Make it
+# strict once a few hundred loaded runs pass.
+@pytest.mark.xfail(strict=False, reason="rare: a race of renames, overwrites and readers of "
+                   "one name may still be found under load (issue 19, open)")
 @pytest.mark.parametrize("ttl", list(TTLS))
 @pytest.mark.parametrize("seed", SEEDS)
 def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factory,  # noqa: F811
@@ -111,3 +115,219 @@ def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factor
                         f"{[w for w, _ in bad][:10]}\n" + "\n".join(lines))
     finally:
         wd.close()
+
+
+# ---- the races the concurrent model found, one by one, made deterministic --------------------
+#
+# Each holds one request of the mount at the fault proxy (or starts from a state the model
+# reached by chance) so that the interleaving the loaded runs hit comes every time.
+
+RACE_OPTS = ["--allow-delete", "--allow-overwrite", "--allow-rename"]
+
+
+@pytest.fixture
+def race_mount(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factory):  # noqa: F811
+    """race_mount(objects, options) -> (Mount, Watchdog, proxy, prefix): a mount of a new
+    prefix holding `objects` ({name: bytes}), through a fault proxy; stopped at the end."""
+    made = []
+
+    def make(objects, options):
+        u = urllib.parse.urlsplit(rgw.endpoint)
+        proxy = faultproxy_factory(u.hostname, u.port)
+        pfx = f"race-{uuid.uuid4().hex[:8]}/"
+        for n, b in objects.items():
+            s3.put_object(Bucket=bucket, Key=pfx + n, Body=b)
+        m = Mount(cli_path, proxy.endpoint, rgw.access_key, rgw.secret_key,
+                  f"{bucket}/{pfx}", tmp_path / f"m{len(made)}", [*RACE_OPTS, *options],
+                  region=rgw.region, log_path=str(tmp_path / f"m{len(made)}.log")).start()
+        wd = Watchdog(m, bound_s=30)
+        made.append(wd)
+        return m, wd, proxy, pfx
+
+    yield make
+    for wd in made:
+        wd.close()
+
+
+def bucket_body(s3, bucket, key):
+    try:
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def fired(proxy, rule=0):
+    return proxy.faults()[rule].get("fired", 0) >= 1
+
+
+def test_readdirplus_page_older_than_an_unlink(race_mount, s3, bucket):
+    """A directory handle opened while its listing is cached keeps a copy of it; an unlink
+    made before the handle is read must not come back through the READDIRPLUS entries
+    (with a node id, the kernel makes a dentry of the deleted name: stat succeeds, reads
+    fail EIO; the model saw it as 'f0 empty on the mount, absent in the bucket')."""
+    m, wd, _, pfx = race_mount({"f": b"F" * 700, "g": b"G" * 24}, ["--metadata-ttl", "30"])
+    op = wd.py(r"""
+import errno, json, os, sys
+root = sys.argv[1]
+first = sorted(os.listdir(root))              # the listing, now cached
+fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)   # its handle copies the cached listing
+os.unlink(os.path.join(root, "f"))
+later = sorted(os.listdir(fd))                # READDIRPLUS from that copy
+os.close(fd)
+try:
+    st = os.stat(os.path.join(root, "f")).st_size
+except OSError as e:
+    st = errno.errorcode[e.errno]
+try:
+    with open(os.path.join(root, "f"), "rb") as f:
+        rd = len(f.read())
+except OSError as e:
+    rd = errno.errorcode[e.errno]
+print(json.dumps({"first": first, "later": later, "stat": st, "read": rd}))
+""", m.dir, what="listdir, opendir, unlink, readdir of the handle, stat")
+    r = json.loads(op.out)
+    assert r["first"] == ["f", "g"]
+    assert "g" in r["later"]                  # f may be listed: the copy predates the unlink
+    assert r["stat"] == "ENOENT" and r["read"] == "ENOENT", r
+    assert bucket_body(s3, bucket, pfx + "f") is None
+
+
+@pytest.mark.parametrize("creat", [False, True], ids=["trunc", "creat-trunc"])
+def test_trunc_open_held_across_a_rename(race_mount, s3, bucket, creat):
+    """open(a, O_WRONLY|O_TRUNC [|O_CREAT]) whose lookup came before `mv a b` and whose
+    OPEN is answered after it (its LIST of a/ held at the proxy while the rename runs,
+    its HEAD answered before): the OPEN names the inode the rename moved to b, with an
+    answer from S3 older than the rename. The name a is gone: the open is ENOENT
+    (docs/SEMANTICS.md: ESTALE, then the VFS looks a up again), with O_CREAT it creates
+    a; b keeps the renamed object, on the mount and in the bucket (a writer on the moved
+    inode would leave b's inode with a's new ETag: b reads EIO)."""
+    old = b"<old a>" * 100
+    m, wd, proxy, pfx = race_mount({"a": old}, TTLS["ttl0"])
+    q = "prefix=" + urllib.parse.quote(pfx + "a/", safe="")
+    # the lookup's LIST of a/ is the first after the rule is set, the OPEN's the second
+    proxy.set_faults([{"match": {"method": "GET", "query": q, "nth": 2}, "action": "delay",
+                       "seconds": 3}])
+    new = b"<new a>" * 50
+    writer = wd.start([sys.executable, "-c", r"""
+import errno, os, sys
+flags = os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if sys.argv[3] == "1" else 0)
+try:
+    fd = os.open(sys.argv[1], flags, 0o644)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+    sys.exit(0)
+os.write(fd, sys.argv[2].encode())
+os.close(fd)
+print("written")
+""", f"{m.dir}/a", new.decode(), int(creat)], what="open(a, O_TRUNC), write, close")
+    try:
+        wait_for(lambda: fired(proxy) or writer.proc.poll() is not None, timeout=20,
+                 what="the OPEN's LIST of a/ held at the proxy")
+        assert fired(proxy), f"the writer ended before its OPEN's LIST: {writer!r}"
+        wd.run(["mv", f"{m.dir}/a", f"{m.dir}/b"], what="mv a b (while the OPEN waits)")
+    finally:
+        wd.wait([writer])
+    assert writer.rc == 0, writer
+    assert writer.text.strip() == ("written" if creat else "ENOENT")
+    assert bucket_body(s3, bucket, pfx + "b") == old
+    assert wd.read(f"{m.dir}/b") == old
+    assert bucket_body(s3, bucket, pfx + "a") == (new if creat else None)
+    assert wd.exists(f"{m.dir}/a") == creat
+    if creat:
+        assert wd.read(f"{m.dir}/a") == new
+
+
+def test_write_open_during_an_unlink_is_busy(race_mount, s3, bucket):
+    """open(f, O_WRONLY|O_TRUNC) while the unlink of f waits for its DELETE: EBUSY (the name
+    is reserved as a rename's are). A handle given then would upload a version that the
+    DELETE may remove after close returned 0, or that outlives an unlink that succeeded."""
+    m, wd, proxy, pfx = race_mount({"f": b"F" * 700}, ["--metadata-ttl", "30"])
+    assert wd.read(f"{m.dir}/f") == b"F" * 700    # the kernel holds f's dentry and inode
+    proxy.set_faults([{"match": {"method": "DELETE", "path": "/f$"}, "action": "delay",
+                       "seconds": 2}])
+    unlink = wd.start(["rm", "-f", f"{m.dir}/f"], what="rm f (its DELETE held 2 s)")
+    try:
+        wait_for(lambda: fired(proxy), timeout=20, what="the DELETE held at the proxy")
+        op = wd.py(r"""
+import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+else:
+    os.write(fd, b"new")
+    os.close(fd)
+    print("opened")
+""", f"{m.dir}/f", what="open(f, O_WRONLY|O_TRUNC) during the unlink")
+    finally:
+        wd.wait([unlink])
+    assert unlink.rc == 0, unlink
+    assert op.text.strip() == "EBUSY"
+    assert bucket_body(s3, bucket, pfx + "f") is None
+    assert not wd.exists(f"{m.dir}/f")
+
+
+def test_overwrite_right_after_a_rename(race_mount, s3, bucket):
+    """`mv a b; echo > b` within the TTL: the kernel opens b's entry, the inode the rename
+    moved there, which the daemon answers ESTALE once (the open may have come from a
+    lookup of a); the VFS looks b up again and the overwrite goes through. No ESTALE
+    reaches the caller, a stays gone, and b holds the new bytes on the mount and in S3."""
+    m, wd, _, pfx = race_mount({"a": b"A" * 700}, ["--metadata-ttl", "30"])
+    op = wd.py(r"""
+import os, sys
+root = sys.argv[1]
+os.stat(os.path.join(root, "a"))
+os.rename(os.path.join(root, "a"), os.path.join(root, "b"))
+for i in range(3):
+    with open(os.path.join(root, "b"), "wb") as f:
+        f.write(b"new %d" % i)
+""", m.dir, what="stat a, mv a b, three overwrites of b")
+    assert op.rc == 0, op
+    assert wd.read(f"{m.dir}/b") == b"new 2"
+    assert bucket_body(s3, bucket, pfx + "b") == b"new 2"
+    assert bucket_body(s3, bucket, pfx + "a") is None
+    assert not wd.exists(f"{m.dir}/a")
+
+
+def test_listing_cache_never_keeps_the_object_being_replaced(race_mount, s3, bucket,
+                                                             tmp_path):
+    """A LIST made while f is overwritten in place (open with O_TRUNC, not closed) shows
+    S3's old object: readdir hands out the bytes written so far, and the listing cache
+    must not keep the old object's attributes either. Else the next opendir copies them
+    and READDIRPLUS gives the kernel the old size for the inode being written (stat then
+    says 5000 for a file of 10 bytes, and a read of the new version is cut or padded)."""
+    m, wd, _, pfx = race_mount({"f": b"o" * 5000}, ["--metadata-ttl", "30"])
+    assert wd.read(f"{m.dir}/f") == b"o" * 5000     # the kernel holds f: O_TRUNC in place
+    opened, go = tmp_path / "opened", tmp_path / "go"
+    writer = wd.start([sys.executable, "-c", r"""
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"new bytes!")
+open(sys.argv[2], "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+os.close(fd)
+""", f"{m.dir}/f", opened, go], what="overwrite f in place, held open")
+    try:
+        wait_for(lambda: opened.exists() or writer.proc.poll() is not None, 20, "the writer")
+        assert opened.exists(), f"the writer failed: {wd.wait([writer])}"
+        sizes = wd.py(r"""
+import json, os, sys
+out = []
+for i in range(3):                           # the second and third from the listing cache
+    with os.scandir(sys.argv[1]) as it:
+        out.append({e.name: e.stat().st_size for e in it if e.is_file()})
+out.append(os.stat(os.path.join(sys.argv[1], "f")).st_size)
+print(json.dumps(out))
+""", m.dir, what="ls -l three times and stat f, while f is written")
+        got = json.loads(sizes.out)
+        assert got == [{"f": 10}, {"f": 10}, {"f": 10}, 10], got
+    finally:
+        go.touch()
+        wd.wait([writer])
+    assert writer.rc == 0, writer
+    assert bucket_body(s3, bucket, pfx + "f") == b"new bytes!"
+    op = wd.py("import os, sys; print(os.stat(sys.argv[1]).st_size)", f"{m.dir}/f")
+    assert op.text.strip() == "10"
+    assert wd.read(f"{m.dir}/f") == b"new bytes!"

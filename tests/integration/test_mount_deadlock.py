@@ -103,6 +103,7 @@ def test_rename_two_levels_up_delete_slower_than_ttl(s3, bucket, rgw, mounted,
     _rename_two_levels_up(s3, bucket, pfx, m, wd)
     assert any(k.startswith("DELETE ") for k in proxy.stats()["requests"]), \
         "the rename sent no DELETE through the proxy"
+    assert proxy.stats()["faults_total"] >= 1, "no DELETE was held"
 
 
 @pytest.mark.parametrize("op", ["rm", "mv"])
@@ -118,6 +119,9 @@ def test_parallel_last_keys_more_than_threads(s3, bucket, mounted, op):
                                   str(threads), "--metadata-ttl", "0"])
     d = m.dir
     assert wd.listdir(d) == [f"x{i}" for i in range(n)]
+    # the kernel knows every directory and file before the operations start
+    wd.py("import os, sys; assert all(os.path.isfile(p) for p in sys.argv[1:])",
+          *[f"{d}/x{i}/d/f" for i in range(n)], what=f"stat the {n} files")
     if op == "rm":
         wd.parallel([["rm", f"{d}/x{i}/d/f"] for i in range(n)], what=f"{n} parallel rm")
         want = []

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from test_engine_faults import (assert_object, check_download, dl_object, download,  # noqa: F401
-                                gets, module_proxy, part_puts, proxy, src, upload)
+                                gets, part_puts, src, upload)
 
 SLOW = dict(FAULT_STALL_MS=2000, FAULT_IO_THREADS=1, FAULT_INFLIGHT=4,
             FAULT_PROGRESS_BLOCK_MS=3000)

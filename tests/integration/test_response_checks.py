@@ -18,7 +18,7 @@ import re
 import pytest
 
 from test_engine_faults import (  # noqa: F401  (fixtures)
-    MIB, PART, SIZE, dl_object, drive, gets, module_proxy, proxy, sha, sha_file)
+    MIB, PART, SIZE, dl_object, drive, gets, sha, sha_file)
 
 PATHS = ["buffer", "file", "reader", "alloc"]
 OP = {"buffer": "download_buffer", "file": "download_file", "reader": "reader",

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from test_engine_faults import (assert_object, check_download, dl_object, download,  # noqa: F401
-                                gets, module_proxy, part_puts, proxy, src, upload)
+                                gets, part_puts, src, upload)
 
 RATE = 4_000_000          # bytes per second per connection: 1.3 s a 5 MiB part
 LINK = dict(FAULT_STALL_MS=2000, FAULT_CONNECTIONS=1, FAULT_IO_THREADS=1, FAULT_INFLIGHT=8)
