@@ -78,6 +78,8 @@ struct s3f_reader {
     uint64_t last_read_ns;                /* when the last read call ended */
     uint32_t jumps;                       /* random misses since the last fill or reclaim */
     uint64_t behind;                      /* reads came this far behind the stream's front */
+    uint32_t streak;                      /* long sequential reads in a row */
+    uint64_t reads;                       /* read calls so far */
     bool filling;                         /* the window is the whole object (fill) */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
@@ -580,6 +582,22 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
+    /* a first read elsewhere than the start (a zip's directory at the end, a random read)
+     * of an object that fits: fill it now, as the second jump would */
+    if (!rd->reads++ && pos && !rd->filling && rd->fill_max && rd->size <= rd->fill_max &&
+        pos < rd->size) {
+        rd->jumps = FILL_JUMPS;
+        fill_start(rd, pos);
+    }
+    /* a stream confirmed (a second long sequential read in a row): its read-ahead opens as
+     * wide as the link needs at once (prefetch trims it), instead of doubling from 1 MiB
+     * with a first-byte wait at each step */
+    if (sequential && len >= SEQ_LEN && !rd->filling) {
+        if (++rd->streak == 2)
+            rd->window = rd->window_max;
+    } else if (!sequential) {
+        rd->streak = 0;
+    }
     while (out < len && pos < rd->size) {
         uint64_t want = len - out < rd->size - pos ? len - out : rd->size - pos;
         struct seg *s;
@@ -680,8 +698,9 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         pthread_mutex_lock(&rd->lock);
         pos += n;
         out += n;
-        if (rd->filling)
-            continue; /* a fill's segments stay */
+        if (rd->filling || s == rd->tail)
+            continue; /* a fill's segments stay; a read of the tail (a zip's directory)
+                       * passes no window segment: they stay for the reads that follow */
         /* segments read past are done with (those a read served out of order may still
          * need, rd->behind, a little later) */
         drop_window(rd, ends_before, pos > rd->behind ? pos - rd->behind : 0);
