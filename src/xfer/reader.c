@@ -430,6 +430,17 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
     return st;
 }
 
+/* fetch_direct of [*pos, end) into buf + *out, both advanced past it on success. */
+static enum s3f_status read_direct(struct s3f_reader *rd, uint64_t *pos, uint64_t end, char *buf,
+                                   size_t *out, struct s3f_error *err) {
+    enum s3f_status st = fetch_direct(rd, *pos, end, buf + *out, err);
+    if (st == S3F_OK) {
+        *out += (size_t)(end - *pos);
+        *pos = end;
+    }
+    return st;
+}
+
 /* The read-ahead's shape from the client's bandwidth-delay estimate (lock held): k
  * segments of *seg bytes in flight fill the link for the throughput target, within the
  * request slots and the window's cap. */
@@ -605,11 +616,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             if (!rd->tail) {
                 rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
                 if (!rd->tail) { /* pool full: read what is asked for, uncached */
-                    st = fetch_direct(rd, pos, pos + want, buf + out, err);
-                    if (st)
+                    if ((st = read_direct(rd, &pos, pos + want, buf, &out, err)))
                         break;
-                    pos += want;
-                    out += (size_t)want;
                     continue;
                 }
                 kick(rd, seg_queue(rd, rd->tail));
@@ -635,11 +643,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             (s->queued || pos - s->start > s->filled + FILL_WAIT)) {
             /* its fill segment is not there yet: fetch what this read needs of it */
             uint64_t need_end = pos + want < s->end ? pos + want : s->end;
-            st = fetch_direct(rd, pos, need_end, buf + out, err);
-            if (st)
+            if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
                 break;
-            out += (size_t)(need_end - pos);
-            pos = need_end;
             continue;
         }
         if (!s) {
@@ -649,11 +654,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             uint64_t limit = next_start(rd, pos);
             uint64_t need_end = pos + want < limit ? pos + want : limit;
             if (need_end - pos >= DIRECT_MIN || rd->filling) {
-                st = fetch_direct(rd, pos, need_end, buf + out, err);
-                if (st)
+                if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
                     break;
-                out += (size_t)(need_end - pos);
-                pos = need_end;
                 continue;
             }
             uint64_t f = merge ? wend : pos;
@@ -669,11 +671,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                 e = limit;
             s = seg_new(rd, f, e, NULL);
             if (!s) {
-                st = fetch_direct(rd, pos, need_end, buf + out, err);
-                if (st)
+                if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
                     break;
-                out += (size_t)(need_end - pos);
-                pos = need_end;
                 continue;
             }
             insert_seg(rd, s);
