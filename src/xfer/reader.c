@@ -31,6 +31,7 @@
 #define RANDOM_MIN (128u << 10)           /* ... this granule, at least this much */
 #define STREAM_BEHIND (4u << 20)          /* a read this far behind the stream's front (reads
                                            * of one handle served out of order) is in it */
+#define STREAM_OPEN (16u << 20)          /* a confirmed stream's window, at once */
 #define FILL_JUMPS 2                      /* random misses before an object is filled */
 #define FILL_WAIT (1u << 20)              /* a read at most this far past a fill segment's
                                            * arrived bytes waits for them, else fetches */
@@ -79,7 +80,6 @@ struct s3f_reader {
     uint32_t jumps;                       /* random misses since the last fill or reclaim */
     uint64_t behind;                      /* reads came this far behind the stream's front */
     uint32_t streak;                      /* long sequential reads in a row */
-    uint64_t reads;                       /* read calls so far */
     bool filling;                         /* the window is the whole object (fill) */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
@@ -560,6 +560,18 @@ static void fill_start(struct s3f_reader *rd, uint64_t pos) {
     kick(rd, n);
 }
 
+/* Whether this object may be filled: no larger than fill_max, and no more than half of
+ * what the pool has free (so that many handles reading at random share the pool: each
+ * later fill finds less free, and the reads of the others still find room). */
+static bool fill_fits(struct s3f_reader *rd) {
+    if (!rd->fill_max || rd->size > rd->fill_max)
+        return false;
+    struct s3f__pool_stats ps;
+    s3f__pool_stats(&rd->x->pool, &ps);
+    uint64_t free_bytes = (uint64_t)(ps.max_chunks - ps.in_use) * ps.chunk_size;
+    return rd->size <= free_bytes / 2;
+}
+
 static void unlink_seg(struct s3f_reader *rd, struct seg *s) {
     if (s == rd->tail) {
         rd->tail = NULL;
@@ -593,19 +605,13 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
-    /* a first read elsewhere than the start (a zip's directory at the end, a random read)
-     * of an object that fits: fill it now, as the second jump would */
-    if (!rd->reads++ && pos && !rd->filling && rd->fill_max && rd->size <= rd->fill_max &&
-        pos < rd->size) {
-        rd->jumps = FILL_JUMPS;
-        fill_start(rd, pos);
-    }
-    /* a stream confirmed (a second long sequential read in a row): its read-ahead opens as
-     * wide as the link needs at once (prefetch trims it), instead of doubling from 1 MiB
-     * with a first-byte wait at each step */
+    /* a stream confirmed (a second long sequential read in a row): its read-ahead opens to
+     * 16 MiB at once (prefetch trims it to what the link needs), then doubles, instead of
+     * doubling from 1 MiB with a first-byte wait at each step. Not wider: 32 readers of
+     * 8 MiB each would hold and fetch far more than they read */
     if (sequential && len >= SEQ_LEN && !rd->filling) {
-        if (++rd->streak == 2)
-            rd->window = rd->window_max;
+        if (++rd->streak == 2 && rd->window < STREAM_OPEN)
+            rd->window = STREAM_OPEN < rd->window_max ? STREAM_OPEN : rd->window_max;
     } else if (!sequential) {
         rd->streak = 0;
     }
@@ -633,7 +639,11 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             if (!merge && !sequential) {
                 drop_window(rd, NULL, 0);
                 rd->window = WINDOW_MIN;
-                if (rd->fill_max && rd->size <= rd->fill_max && ++rd->jumps >= FILL_JUMPS) {
+                /* a jump near the last read (the two first reads of a stream started
+                 * mid-object, reaching the reader in the other order) is no sign of
+                 * random reads */
+                uint64_t d = pos > rd->seq_next ? pos - rd->seq_next : rd->seq_next - pos;
+                if (d > STREAM_BEHIND && ++rd->jumps >= FILL_JUMPS && fill_fits(rd)) {
                     fill_start(rd, pos);
                     s = find_seg(rd, pos);
                 }
@@ -660,7 +670,10 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             }
             uint64_t f = merge ? wend : pos;
             uint64_t step = rd->window < rd->part_size ? rd->window : rd->part_size;
-            if (!merge && !sequential) /* random: about what it needs, no read-ahead */
+            if (!merge && !sequential && rd->jumps >= FILL_JUMPS)
+                /* random (a second jump): about what it needs, no read-ahead. A first jump
+                 * may start a stream (a reader of a shard: its first request is short
+                 * where the page cache holds the pages before it), which needs the step */
                 step = (need_end - pos + RANDOM_ROUND - 1) / RANDOM_ROUND * RANDOM_ROUND;
             if (step < RANDOM_MIN)
                 step = RANDOM_MIN;
