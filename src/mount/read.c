@@ -18,7 +18,8 @@
  *   handles read at once. Reads are asynchronous (FUSE_CAP_ASYNC_READ): the kernel sends a
  *   file's read-ahead as several requests at once, served one at a time by the handle's
  *   reader, in any order (the reader keeps them one stream). The reply is sent outside
- *   fh->mu, from the worker thread's own buffer. The handle holds a reference on its inode (nopen).
+ *   fh->mu, from the worker thread's own buffer. The handle holds a reference on its
+ *   inode (nopen).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -168,7 +169,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     h->size = a.size;
     h->mtime = a.mtime;
     /* random reads of an object that fits fill it in the background (the reader caps the
-     * size at half its pool: docs/SEMANTICS.md, "Reads") */
+     * size at half its pool: docs/SEMANTICS.md, "open for reading") */
     struct s3f_reader_options ro = {.known = a.etag[0] != 0, .known_size = a.size,
                                     .known_etag = a.etag, .fill_max_bytes = UINT64_MAX};
     struct s3f_error err;

@@ -14,11 +14,9 @@ import random
 import subprocess
 import time
 import uuid
-from urllib.parse import urlparse
 
 import pytest
 
-from faults import start_faultproxy
 from mountutil import Mount, mount_supported
 
 pytestmark = pytest.mark.skipif(mount_supported() is not None,
@@ -26,20 +24,6 @@ pytestmark = pytest.mark.skipif(mount_supported() is not None,
 
 DELAY_S = 0.1
 N = 50
-
-
-@pytest.fixture(scope="module")
-def module_proxy(rgw):
-    u = urlparse(rgw.endpoint)
-    p = start_faultproxy(u.hostname, u.port)
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def proxy(module_proxy):
-    module_proxy.reset()
-    return module_proxy
 
 
 @pytest.fixture

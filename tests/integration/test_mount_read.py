@@ -1,5 +1,5 @@
 """Reads through `s3flash mount` that keep the link full (issue 19, item 2), on real FUSE
-mounts (as root) of Ceph RGW buckets, through the fault proxy (which counts the requests
+mounts (as root) of Ceph RGW buckets, through the fault proxy (conftest's `proxy`, which counts the requests
 and the bytes each asked for, and injects the faults):
 
 - random small reads of an object too large to fill fetch about what they need (a
@@ -20,31 +20,15 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlparse
 
 import pytest
 
-from faults import start_faultproxy
 from mountutil import Mount, mount_supported
 
 MIB = 1 << 20
 
 pytestmark = pytest.mark.skipif(mount_supported() is not None,
                                 reason=str(mount_supported()))
-
-
-@pytest.fixture(scope="module")
-def module_proxy(rgw):
-    u = urlparse(rgw.endpoint)
-    p = start_faultproxy(u.hostname, u.port)
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def proxy(module_proxy):
-    module_proxy.reset()
-    return module_proxy
 
 
 @pytest.fixture

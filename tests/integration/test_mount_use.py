@@ -25,11 +25,9 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlparse
 
 import pytest
 
-from faults import start_faultproxy
 from helpers import list_keys, read_tree
 from mountutil import Mount, mount_supported
 
@@ -73,20 +71,6 @@ def mounts(cli_path, rgw, bucket, tmp_path):
 @pytest.fixture
 def prefix():
     return f"u-{uuid.uuid4().hex[:8]}/"
-
-
-@pytest.fixture(scope="module")
-def module_proxy(rgw):
-    u = urlparse(rgw.endpoint)
-    p = start_faultproxy(u.hostname, u.port)
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def proxy(module_proxy):
-    module_proxy.reset()
-    return module_proxy
 
 
 def put(s3, bucket, key, body):
