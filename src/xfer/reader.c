@@ -605,12 +605,13 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
-    /* a stream confirmed (a second long sequential read in a row): its read-ahead opens to
+    /* a stream confirmed (a second long sequential read in a row, or a long first read at
+     * the start, as the kernel's read-ahead of a file read from its start): its read-ahead opens to
      * 16 MiB at once (prefetch trims it to what the link needs), then doubles, instead of
      * doubling from 1 MiB with a first-byte wait at each step. Not wider: 32 readers of
      * 8 MiB each would hold and fetch far more than they read */
     if (sequential && len >= SEQ_LEN && !rd->filling) {
-        if (++rd->streak == 2 && rd->window < STREAM_OPEN)
+        if ((++rd->streak == 2 || pos == 0) && rd->window < STREAM_OPEN)
             rd->window = STREAM_OPEN < rd->window_max ? STREAM_OPEN : rd->window_max;
     } else if (!sequential) {
         rd->streak = 0;
