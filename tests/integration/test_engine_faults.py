@@ -42,6 +42,20 @@ SEEDS = [1, 2, 3]
 
 # ---- fixtures and helpers ------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def module_proxy(rgw):
+    u = urlparse(rgw.endpoint)
+    p = start_faultproxy(u.hostname, u.port)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def proxy(module_proxy):
+    module_proxy.reset()
+    return module_proxy
+
+
 def sha(data):
     return hashlib.sha256(data).hexdigest()
 
