@@ -584,6 +584,13 @@ static void unlink_seg(struct s3f_reader *rd, struct seg *s) {
         *pp = s->next;
 }
 
+/* Whether the client's bandwidth-delay estimate rests on measured requests. */
+static bool link_measured(struct s3f_reader *rd) {
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&rd->x->bdp, &e);
+    return e.samples > 0;
+}
+
 static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uint64_t pos,
                                size_t *n_read, struct s3f_error *err) {
     size_t out = 0;
@@ -606,12 +613,17 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
     /* a stream confirmed (a second long sequential read in a row, or a long first read at
-     * the start, as the kernel's read-ahead of a file read from its start): its read-ahead opens to
+     * the start, as the kernel's read-ahead of a file read from its start; not through the
+     * block cache, whose misses may be the only blocks it lacks): its read-ahead opens to
      * 16 MiB at once (prefetch trims it to what the link needs), then doubles, instead of
      * doubling from 1 MiB with a first-byte wait at each step. Not wider: 32 readers of
-     * 8 MiB each would hold and fetch far more than they read */
+     * 8 MiB each would hold and fetch far more than they read. Only once the client has
+     * measured its link: before, the doubling's small first segments are what measure it
+     * (a wide window at the prior's part-sized segments kept 2 of 14 slow connections
+     * busy, tests/integration/test_link_fill.py) */
     if (sequential && len >= SEQ_LEN && !rd->filling) {
-        if ((++rd->streak == 2 || pos == 0) && rd->window < STREAM_OPEN)
+        if ((++rd->streak == 2 || (pos == 0 && !rd->cobj)) && rd->window < STREAM_OPEN &&
+            link_measured(rd))
             rd->window = STREAM_OPEN < rd->window_max ? STREAM_OPEN : rd->window_max;
     } else if (!sequential) {
         rd->streak = 0;
