@@ -88,6 +88,25 @@ def s3(rgw):
 
 
 @pytest.fixture(scope="module")
+def module_proxy(rgw):
+    """tests/servers/faultproxy.py in front of the RGW, one per test module (a module may
+    define its own under the same name)."""
+    from urllib.parse import urlparse
+    from faults import start_faultproxy
+    u = urlparse(rgw.endpoint)
+    p = start_faultproxy(u.hostname, u.port)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def proxy(module_proxy):
+    """The module's fault proxy with no rules and its stats zeroed."""
+    module_proxy.reset()
+    return module_proxy
+
+
+@pytest.fixture(scope="module")
 def bucket(s3, request):
     """A fresh bucket per test module, emptied and removed afterwards."""
     mod = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")[:30]
