@@ -120,27 +120,6 @@ def bucket(s3, request):
         print(f"cleanup of bucket {name} failed: {e}")
 
 
-@pytest.fixture(scope="module")
-def module_proxy(rgw):
-    """One fault proxy (tests/servers/faultproxy.py, faults.py) in front of RGW for a whole
-    test module; tests take it through `proxy`."""
-    from urllib.parse import urlparse
-
-    from faults import start_faultproxy
-    u = urlparse(rgw.endpoint)
-    p = start_faultproxy(u.hostname, u.port)
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def proxy(module_proxy):
-    """The module's fault proxy in front of RGW, with no rules and zeroed stats (a module
-    that needs another proxy defines its own `proxy`)."""
-    module_proxy.reset()
-    return module_proxy
-
-
 # Modules whose assertions are rates measured on the wire (a throttled link kept full, a
 # rate cap held, no stall on a slow link, a daemon's peak RSS): they run alone, after the
 # parallel pass (tests/run.sh: `-m "not serial"` on several workers, then `-m serial`), so
