@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import Cli, Rgw, closed_port, empty_bucket
+from mountutil import Mount
 from s3servers import rgw_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +105,29 @@ def proxy(module_proxy):
     """The module's fault proxy with no rules and its stats zeroed."""
     module_proxy.reset()
     return module_proxy
+
+
+@pytest.fixture
+def mounts(cli_path, rgw, bucket, tmp_path):
+    """make(prefix, *options, endpoint=None) -> a started Mount of bucket/prefix; all are
+    unmounted at the end of the test."""
+    made = []
+
+    def make(prefix, *options, endpoint=None, name=None):
+        d = tmp_path / (name or f"mnt{len(made)}")
+        m = Mount(cli_path, endpoint or rgw.endpoint, rgw.access_key, rgw.secret_key,
+                  f"{bucket}/{prefix}", d, list(options), region=rgw.region,
+                  log_path=str(tmp_path / f"{d.name}.log"))
+        made.append(m)
+        return m.start()
+
+    yield make
+    for m in made:
+        if m.alive():
+            try:
+                m.stop()
+            except Exception:
+                m.kill()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from mountutil import Mount, mount_supported
+from mountutil import mount_supported
 
 pytestmark = pytest.mark.skipif(mount_supported() is not None,
                                 reason=str(mount_supported()))
@@ -29,26 +29,6 @@ N = 50
 @pytest.fixture
 def prefix():
     return f"pf-{uuid.uuid4().hex[:8]}/"
-
-
-@pytest.fixture
-def mounts(cli_path, rgw, bucket, tmp_path):
-    made = []
-
-    def make(prefix, endpoint, *options):
-        d = tmp_path / f"mnt{len(made)}"
-        m = Mount(cli_path, endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/{prefix}", d,
-                  list(options), region=rgw.region, log_path=str(tmp_path / f"{d.name}.log"))
-        made.append(m)
-        return m.start()
-
-    yield make
-    for m in made:
-        if m.alive():
-            try:
-                m.stop()
-            except Exception:
-                m.kill()
 
 
 def fill(s3, bucket, prefix, n=N, size=4096, seed=1):
@@ -88,7 +68,7 @@ def cat_all(mnt):
 
 def test_cat_of_listed_files_gets_ahead(s3, bucket, prefix, mounts, proxy):
     bodies = fill(s3, bucket, prefix)
-    m = mounts(prefix, proxy.endpoint, "--prefetch-listed", "16")
+    m = mounts(prefix, "--prefetch-listed", "16", endpoint=proxy.endpoint)
     delay_gets(proxy, prefix)
     out = cat_all(m.dir)
     assert out == b"".join(bodies[k] for k in sorted(bodies))
@@ -100,7 +80,7 @@ def test_cat_of_listed_files_gets_ahead(s3, bucket, prefix, mounts, proxy):
 
 def test_without_the_option_one_get_at_a_time(s3, bucket, prefix, mounts, proxy):
     bodies = fill(s3, bucket, prefix, n=12)
-    m = mounts(prefix, proxy.endpoint)
+    m = mounts(prefix, endpoint=proxy.endpoint)
     delay_gets(proxy, prefix)
     out = cat_all(m.dir)
     assert out == b"".join(bodies[k] for k in sorted(bodies))
@@ -129,7 +109,8 @@ def wait_for(pred, timeout=20):
 @pytest.mark.parametrize("when", ["before_the_prefetch", "after_the_prefetch"])
 def test_replaced_object_never_served_stale(s3, bucket, prefix, mounts, proxy, when):
     bodies = fill(s3, bucket, prefix, n=20)
-    m = mounts(prefix, proxy.endpoint, "--prefetch-listed", "16", "--metadata-ttl", "0.5")
+    m = mounts(prefix, "--prefetch-listed", "16", "--metadata-ttl", "0.5",
+               endpoint=proxy.endpoint)
     names = sorted(os.listdir(m.dir))
     victim = "f010"
     new = b"new bytes " * 77
@@ -159,7 +140,8 @@ def test_memory_bound(s3, bucket, prefix, mounts, proxy):
     prefetched: with 200 KiB files and --prefetch-listed 16, at most 5 prefetched files (and
     the one cat reads) are in flight together, never 16, and every byte is right."""
     bodies = fill(s3, bucket, prefix, n=20, size=200 << 10)
-    m = mounts(prefix, proxy.endpoint, "--prefetch-listed", "16", "--memory-target", "32M")
+    m = mounts(prefix, "--prefetch-listed", "16", "--memory-target", "32M",
+               endpoint=proxy.endpoint)
     delay_gets(proxy, prefix)
     out = cat_all(m.dir)
     assert out == b"".join(bodies[k] for k in sorted(bodies))

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mountutil import Mount, mount_supported
+from mountutil import mount_supported
 
 MIB = 1 << 20
 
@@ -37,24 +37,10 @@ def prefix():
 
 
 @pytest.fixture
-def mount(cli_path, rgw, bucket, prefix, tmp_path, proxy):
-    made = []
-
-    def make(*options):
-        m = Mount(cli_path, proxy.endpoint, rgw.access_key, rgw.secret_key,
-                  f"{bucket}/{prefix}", tmp_path / f"m{len(made)}",
-                  ["--metadata-ttl", "60", *options], region=rgw.region,
-                  log_path=str(tmp_path / f"m{len(made)}.log"))
-        made.append(m)
-        return m.start()
-
-    yield make
-    for m in made:
-        if m.alive():
-            try:
-                m.stop()
-            except Exception:
-                m.kill()
+def mount(mounts, prefix, proxy):
+    """make(*options) -> a started mount of bucket/prefix through the fault proxy."""
+    return lambda *options: mounts(prefix, "--metadata-ttl", "60", *options,
+                                   endpoint=proxy.endpoint)
 
 
 def body_of(size, seed):

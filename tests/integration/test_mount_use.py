@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import list_keys, read_tree
-from mountutil import Mount, mount_supported
+from mountutil import mount_supported
 
 MIB = 1 << 20
 
@@ -43,29 +43,6 @@ def sha(b):
 
 def data(n, seed):
     return random.Random(seed).randbytes(n)
-
-
-@pytest.fixture
-def mounts(cli_path, rgw, bucket, tmp_path):
-    """make(prefix, *options, endpoint=None) -> a started Mount of bucket/prefix; all are
-    unmounted at the end of the test."""
-    made = []
-
-    def make(prefix, *options, endpoint=None, name=None):
-        d = tmp_path / (name or f"mnt{len(made)}")
-        m = Mount(cli_path, endpoint or rgw.endpoint, rgw.access_key, rgw.secret_key,
-                  f"{bucket}/{prefix}", d, list(options), region=rgw.region,
-                  log_path=str(tmp_path / f"{d.name}.log"))
-        made.append(m)
-        return m.start()
-
-    yield make
-    for m in made:
-        if m.alive():
-            try:
-                m.stop()
-            except Exception:
-                m.kill()
 
 
 @pytest.fixture
