@@ -474,10 +474,24 @@ def test_writer_and_reader_pickle(ck, region, endpoint):
 # ------------------------------------------------------------------------------------------
 # two ranks (gloo, spawn): one session runs every phase, the tests check what it reported
 # ------------------------------------------------------------------------------------------
-def _rank_state(rank, world):
+def _replicated_tensors(model, opt):
+    return list(model.state_dict().values()) + [
+        v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+
+
+def _rank_state(rank, world, report):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
     model, opt = trained(21)  # replicated: DCP writes each item once (deduplicated)
+    # DCP writes a replicated item from one rank only, so the replicas must be the same
+    # bytes: rank 0's go to the others, as DDP does at start. What each rank computed
+    # itself is reported, so that a load that differs can be told from replicas that did.
+    import hashlib
+    h = hashlib.sha256()
+    for t in _replicated_tensors(model, opt):
+        h.update(bits(t.detach()).numpy().tobytes())
+        dist.broadcast(t.detach(), src=0)
+    report["replicas_computed"] = h.hexdigest()[:16]
     mesh = init_device_mesh("cpu", (world,))
     full = torch.arange(4096 * 64, dtype=torch.float32).reshape(4096, 64)
     sharded = distribute_tensor(full, mesh, [Shard(0)])  # each rank holds and writes a half
@@ -491,7 +505,7 @@ def _two_rank_worker(rank, world, store, endpoint, region, uri, out_dir, other_k
     report = {}
     try:
         from torch.distributed.tensor import Shard, distribute_tensor
-        model, opt, sharded, full = _rank_state(rank, world)
+        model, opt, sharded, full = _rank_state(rank, world, report)
         sd = app_state(model, opt, sharded=sharded, extra={"rank_count": world})
         # each rank writes its own objects, 2 at once
         dcp.save(sd, storage_writer=S3StorageWriter(region, uri, thread_count=2,
