@@ -743,6 +743,11 @@ struct s3f_reader_options {
     int known;
     uint64_t known_size;
     const char *known_etag;
+    /* 0: never. Random reads (a second jump) of an object no larger than this (capped at
+     * half the memory limit) fetch all of it in the background with parallel ranged GETs
+     * into the buffer pool (what the pool has room for), and are served from what has
+     * arrived; a read ahead of the fill fetches what it needs. docs/TRANSFER.md. */
+    uint64_t fill_max_bytes;
 };
 /* Open: one HEAD (size and ETag), none with `known`. *out: free with s3f_reader_close. */
 S3F_API enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket,

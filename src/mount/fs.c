@@ -351,8 +351,10 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn) {
-    /* Reads of one handle arrive in order (the reader's window sees them sequential). */
-    conn->want &= ~FUSE_CAP_ASYNC_READ;
+    /* The kernel sends a file's read-ahead as several requests at once; the handle's
+     * reader serves them in any order as one stream (read.c, reader.c). */
+    if (conn->capable & FUSE_CAP_ASYNC_READ)
+        conn->want |= FUSE_CAP_ASYNC_READ;
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     if (conn->capable & FUSE_CAP_READDIRPLUS)

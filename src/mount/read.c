@@ -15,7 +15,11 @@
  *   with the handle, before a read past the size it holds. An open of another version on
  *   an inode with an open page-cache reader reads around the page cache (direct_io).
  * - Each handle has its own s3f_reader, used under its mutex (fh->mu); any number of
- *   handles read at once. The handle holds a reference on its inode (nopen).
+ *   handles read at once. Reads are asynchronous (FUSE_CAP_ASYNC_READ): the kernel sends a
+ *   file's read-ahead as several requests at once, served one at a time by the handle's
+ *   reader, in any order (the reader keeps them one stream). The reply is sent outside
+ *   fh->mu, from the worker thread's own buffer. The handle holds a reference on its
+ *   inode (nopen).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -173,8 +177,10 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     h->rdwr = acc == O_RDWR;
     h->size = a.size;
     h->mtime = a.mtime;
+    /* random reads of an object that fits fill it in the background (the reader caps the
+     * size at half its pool: docs/SEMANTICS.md, "open for reading") */
     struct s3f_reader_options ro = {.known = a.etag[0] != 0, .known_size = a.size,
-                                    .known_etag = a.etag};
+                                    .known_etag = a.etag, .fill_max_bytes = UINT64_MAX};
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = s3f_reader_open(fs->c, fs->bucket, h->key, &ro, &h->r, &err);
@@ -236,6 +242,42 @@ out:
     free(path);
 }
 
+/* Each worker thread's read buffer, kept for its next read: fresh memory for every read
+ * (1 MiB, the largest the kernel sends) cost page faults on each. fuse_reply_buf has copied
+ * it to the kernel when it returns, so one per thread is enough; freed when the thread
+ * ends. It counts in the mount's fixed share of the target (mount.c, 3 MiB a thread). */
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+static int read_buf_ok;
+struct read_buf {
+    size_t cap;
+    char data[];
+};
+
+static void read_buf_key_init(void) {
+    read_buf_ok = pthread_key_create(&read_buf_key, free) == 0;
+}
+
+static char *read_buf(size_t size) {
+    pthread_once(&read_buf_once, read_buf_key_init);
+    if (!read_buf_ok)
+        return NULL; /* no keys left in the process: ENOMEM */
+    struct read_buf *b = pthread_getspecific(read_buf_key);
+    if (b && b->cap >= size)
+        return b->data;
+    size_t cap = size < (1u << 20) ? (1u << 20) : size;
+    struct read_buf *nb = malloc(sizeof(*nb) + cap);
+    if (!nb)
+        return NULL;
+    nb->cap = cap;
+    if (pthread_setspecific(read_buf_key, nb) != 0) {
+        free(nb);
+        return NULL;
+    }
+    free(b);
+    return nb->data;
+}
+
 void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                  struct fuse_file_info *fi) {
     struct fh *h = (struct fh *)(uintptr_t)fi->fh;
@@ -247,7 +289,7 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, EINVAL);
         return;
     }
-    char *buf = malloc(size ? size : 1);
+    char *buf = read_buf(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
@@ -263,7 +305,6 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         memcpy(buf, (char *)h->pf_data + (n ? off : 0), n);
         pthread_mutex_unlock(&h->mu);
         fuse_reply_buf(req, buf, n);
-        free(buf);
         return;
     }
     enum s3f_status st = s3f_reader_pread(h->r, buf, size, (uint64_t)off, &n, &err);
@@ -274,7 +315,6 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     } else {
         fuse_reply_buf(req, buf, n);
     }
-    free(buf);
 }
 
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h) {

@@ -27,6 +27,14 @@
 #define SEQ_GAP 4096u                     /* a read this close past the last still sequential */
 #define SEQ_LEN (64u << 10)               /* ... when it is at least this long */
 #define IDLE_NS (100ull * 1000 * 1000)    /* no read call for this long: an idle reader */
+#define RANDOM_ROUND (64u << 10)          /* a random miss fetches its bytes rounded up to */
+#define RANDOM_MIN (128u << 10)           /* ... this granule, at least this much */
+#define STREAM_BEHIND (4u << 20)          /* a read this far behind the stream's front (reads
+                                           * of one handle served out of order) is in it */
+#define STREAM_OPEN (16u << 20)          /* a confirmed stream's window, at once */
+#define FILL_JUMPS 2                      /* random misses before an object is filled */
+#define FILL_WAIT (1u << 20)              /* a read at most this far past a fill segment's
+                                           * arrived bytes waits for them, else fetches */
 
 struct seg {
     struct s3f_reader *rd;
@@ -57,6 +65,7 @@ struct s3f_reader {
     uint64_t tail_start;                  /* == size when there is no tail cache */
     uint64_t part_size;
     struct s3f__cache_object *cobj;       /* the client's block cache: this object's blocks */
+    uint64_t fill_max;                    /* random reads fill objects up to this size */
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -68,6 +77,10 @@ struct s3f_reader {
     uint32_t outstanding, callbacks;
     uint32_t active;                      /* read calls running (segments in use) */
     uint64_t last_read_ns;                /* when the last read call ended */
+    uint32_t jumps;                       /* random misses since the last fill or reclaim */
+    uint64_t behind;                      /* reads came this far behind the stream's front */
+    uint32_t streak;                      /* long sequential reads in a row */
+    bool filling;                         /* the window is the whole object (fill) */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
 };
@@ -113,6 +126,17 @@ static uint32_t seg_queue(struct s3f_reader *rd, struct seg *s) {
     else
         rd->q_head = s;
     rd->q_tail = s;
+    return 1;
+}
+
+/* Queue `s` ahead of the others (lock held): a read waits for it, read-ahead and fills
+ * do not. */
+static uint32_t seg_queue_front(struct s3f_reader *rd, struct seg *s) {
+    s->queued = true;
+    s->qnext = rd->q_head;
+    rd->q_head = s;
+    if (!rd->q_tail)
+        rd->q_tail = s;
     return 1;
 }
 
@@ -172,6 +196,8 @@ static void reader_reclaim(struct s3f__pool_lender *l) {
             rd->tail = NULL;
         }
         rd->window = WINDOW_MIN < rd->window_max ? WINDOW_MIN : rd->window_max;
+        rd->filling = false;
+        rd->jumps = 0;
     }
     pthread_mutex_unlock(&rd->lock);
 }
@@ -376,8 +402,18 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
         }
         *tail = s;
         tail = &s->next;
-        n += seg_queue(rd, s);
         f = e;
+    }
+    /* ahead of queued read-ahead and fill segments, in order: the caller waits for these */
+    struct seg *rev = NULL;
+    for (struct seg *s = list; s; s = s->next) {
+        s->qnext = rev;
+        rev = s;
+    }
+    while (rev) {
+        struct seg *s = rev;
+        rev = s->qnext;
+        n += seg_queue_front(rd, s);
     }
     kick(rd, n);
     for (struct seg *s = list; s; s = s->next) {
@@ -390,6 +426,17 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
         struct seg *s = list;
         list = s->next;
         seg_drop(rd, s); /* all settled: freed */
+    }
+    return st;
+}
+
+/* fetch_direct of [*pos, end) into buf + *out, both advanced past it on success. */
+static enum s3f_status read_direct(struct s3f_reader *rd, uint64_t *pos, uint64_t end, char *buf,
+                                   size_t *out, struct s3f_error *err) {
+    enum s3f_status st = fetch_direct(rd, *pos, end, buf + *out, err);
+    if (st == S3F_OK) {
+        *out += (size_t)(end - *pos);
+        *pos = end;
     }
     return st;
 }
@@ -472,6 +519,78 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
     kick(rd, n);
 }
 
+/* Fill: random reads of an object no larger than fill_max fetch all of it (but the tail,
+ * which has its own segment) in the background, as segments of at most 4 MiB queued from the
+ * one holding pos to the end, then from the start; they stay until the reader is closed
+ * or the pool asks for them back (reader_reclaim). Reads are served from what has arrived
+ * (read_at). Chunks come from the pool, try only: what does not fit is not filled, and
+ * reads there fetch what they need. Lock held. */
+static void fill_start(struct s3f_reader *rd, uint64_t pos) {
+    rd->filling = true;
+    uint64_t step = rd->part_size < (4u << 20) ? rd->part_size : (4u << 20);
+    uint64_t first = pos / step * step;
+    uint32_t n = 0;
+    bool full = false;
+    for (int pass = 0; pass < 2 && !full; pass++) {
+        uint64_t to = pass ? first : rd->tail_start;
+        for (uint64_t f = pass ? 0 : first; f < to;) {
+            struct seg *s = find_seg(rd, f);
+            if (s) {
+                f = s->end;
+                continue;
+            }
+            uint64_t limit = next_start(rd, f);
+            uint64_t e = (f / step + 1) * step;
+            if (e > limit)
+                e = limit;
+            if (e > to)
+                e = to;
+            if (!(s = seg_new(rd, f, e, NULL))) {
+                full = true;
+                break;
+            }
+            insert_seg(rd, s);
+            n += seg_queue(rd, s);
+            f = e;
+        }
+    }
+    if (!full && !rd->tail && rd->tail_start < rd->size &&
+        (rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL)))
+        n += seg_queue(rd, rd->tail);
+    kick(rd, n);
+}
+
+/* Whether this object may be filled: no larger than fill_max, and no more than half of
+ * what the pool has free (so that many handles reading at random share the pool: each
+ * later fill finds less free, and the reads of the others still find room). */
+static bool fill_fits(struct s3f_reader *rd) {
+    if (!rd->fill_max || rd->size > rd->fill_max)
+        return false;
+    struct s3f__pool_stats ps;
+    s3f__pool_stats(&rd->x->pool, &ps);
+    uint64_t free_bytes = (uint64_t)(ps.max_chunks - ps.in_use) * ps.chunk_size;
+    return rd->size <= free_bytes / 2;
+}
+
+static void unlink_seg(struct s3f_reader *rd, struct seg *s) {
+    if (s == rd->tail) {
+        rd->tail = NULL;
+        return;
+    }
+    struct seg **pp = &rd->window_segs;
+    while (*pp && *pp != s)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = s->next;
+}
+
+/* Whether the client's bandwidth-delay estimate rests on measured requests. */
+static bool link_measured(struct s3f_reader *rd) {
+    struct s3f__bdp_estimate e;
+    s3f__bdp_get(&rd->x->bdp, &e);
+    return e.samples > 0;
+}
+
 static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uint64_t pos,
                                size_t *n_read, struct s3f_error *err) {
     size_t out = 0;
@@ -485,6 +604,30 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
      * meta-device load's of the header's extra field, is not a stream) */
     bool sequential = pos == rd->seq_next ||
                       (pos > rd->seq_next && pos - rd->seq_next <= SEQ_GAP && len >= SEQ_LEN);
+    /* ... or a long read in the stream's window, or a little behind its front: the kernel
+     * sends the read-ahead of one file as several requests at once (FUSE's async reads),
+     * which may reach the reader in any order */
+    bool in_stream = !sequential && !rd->filling && rd->window_segs && len >= SEQ_LEN &&
+                     pos + STREAM_BEHIND >= rd->seq_next && pos < window_end(rd);
+    if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
+        rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
+    sequential = sequential || in_stream;
+    /* a stream confirmed (a second long sequential read in a row, or a long first read at
+     * the start, as the kernel's read-ahead of a file read from its start; not through the
+     * block cache, whose misses may be the only blocks it lacks): its read-ahead opens to
+     * 16 MiB at once (prefetch trims it to what the link needs), then doubles, instead of
+     * doubling from 1 MiB with a first-byte wait at each step. Not wider: 32 readers of
+     * 8 MiB each would hold and fetch far more than they read. Only once the client has
+     * measured its link: before, the doubling's small first segments are what measure it
+     * (a wide window at the prior's part-sized segments kept 2 of 14 slow connections
+     * busy, tests/integration/test_link_fill.py) */
+    if (sequential && len >= SEQ_LEN && !rd->filling) {
+        if ((++rd->streak == 2 || (pos == 0 && !rd->cobj)) && rd->window < STREAM_OPEN &&
+            link_measured(rd))
+            rd->window = STREAM_OPEN < rd->window_max ? STREAM_OPEN : rd->window_max;
+    } else if (!sequential) {
+        rd->streak = 0;
+    }
     while (out < len && pos < rd->size) {
         uint64_t want = len - out < rd->size - pos ? len - out : rd->size - pos;
         struct seg *s;
@@ -492,11 +635,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             if (!rd->tail) {
                 rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
                 if (!rd->tail) { /* pool full: read what is asked for, uncached */
-                    st = fetch_direct(rd, pos, pos + want, buf + out, err);
-                    if (st)
+                    if ((st = read_direct(rd, &pos, pos + want, buf, &out, err)))
                         break;
-                    pos += want;
-                    out += (size_t)want;
                     continue;
                 }
                 kick(rd, seg_queue(rd, rd->tail));
@@ -505,26 +645,51 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         } else {
             s = find_seg(rd, pos);
         }
-        if (!s) {
+        if (!s && !rd->filling) {
             /* a miss: merge with the window when just past it, else it is a jump */
             uint64_t wend = window_end(rd);
             bool merge = rd->window_segs && pos >= wend && pos - wend <= MERGE_GAP;
             if (!merge && !sequential) {
                 drop_window(rd, NULL, 0);
                 rd->window = WINDOW_MIN;
+                /* a jump near the last read (the two first reads of a stream started
+                 * mid-object, reaching the reader in the other order) is no sign of
+                 * random reads */
+                uint64_t d = pos > rd->seq_next ? pos - rd->seq_next : rd->seq_next - pos;
+                if (d > STREAM_BEHIND && ++rd->jumps >= FILL_JUMPS && fill_fits(rd)) {
+                    fill_start(rd, pos);
+                    s = find_seg(rd, pos);
+                }
             }
+        }
+        if (s && rd->filling && s != rd->tail && !s->done && !s->failed &&
+            (s->queued || pos - s->start > s->filled + FILL_WAIT)) {
+            /* its fill segment is not there yet: fetch what this read needs of it */
+            uint64_t need_end = pos + want < s->end ? pos + want : s->end;
+            if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
+                break;
+            continue;
+        }
+        if (!s) {
+            uint64_t wend = window_end(rd);
+            bool merge = !rd->filling && rd->window_segs && pos >= wend &&
+                         pos - wend <= MERGE_GAP;
             uint64_t limit = next_start(rd, pos);
             uint64_t need_end = pos + want < limit ? pos + want : limit;
-            if (need_end - pos >= DIRECT_MIN) {
-                st = fetch_direct(rd, pos, need_end, buf + out, err);
-                if (st)
+            if (need_end - pos >= DIRECT_MIN || rd->filling) {
+                if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
                     break;
-                out += (size_t)(need_end - pos);
-                pos = need_end;
                 continue;
             }
             uint64_t f = merge ? wend : pos;
             uint64_t step = rd->window < rd->part_size ? rd->window : rd->part_size;
+            if (!merge && !sequential && rd->jumps >= FILL_JUMPS)
+                /* random (a second jump): about what it needs, no read-ahead. A first jump
+                 * may start a stream (a reader of a shard: its first request is short
+                 * where the page cache holds the pages before it), which needs the step */
+                step = (need_end - pos + RANDOM_ROUND - 1) / RANDOM_ROUND * RANDOM_ROUND;
+            if (step < RANDOM_MIN)
+                step = RANDOM_MIN;
             uint64_t e = f + step;
             if (e < need_end)
                 e = need_end;
@@ -532,11 +697,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                 e = limit;
             s = seg_new(rd, f, e, NULL);
             if (!s) {
-                st = fetch_direct(rd, pos, need_end, buf + out, err);
-                if (st)
+                if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
                     break;
-                out += (size_t)(need_end - pos);
-                pos = need_end;
                 continue;
             }
             insert_seg(rd, s);
@@ -545,16 +707,12 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         while (!s->failed && s->filled <= pos - s->start)
             pthread_cond_wait(&rd->cond, &rd->lock);
         if (s->failed) {
-            st = seg_error(rd, s, err);
-            if (s == rd->tail) {
-                rd->tail = NULL;
-            } else {
-                struct seg **pp = &rd->window_segs;
-                while (*pp && *pp != s)
-                    pp = &(*pp)->next;
-                if (*pp)
-                    *pp = s->next;
+            unlink_seg(rd, s);
+            if (rd->filling && s != rd->tail) {
+                seg_drop(rd, s); /* a fill's: this read fetches what it needs (above) */
+                continue;
             }
+            st = seg_error(rd, s, err);
             seg_drop(rd, s);
             break;
         }
@@ -565,17 +723,22 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         pthread_mutex_lock(&rd->lock);
         pos += n;
         out += n;
-        /* segments read past are done with */
-        drop_window(rd, ends_before, pos);
+        if (rd->filling || s == rd->tail)
+            continue; /* a fill's segments stay; a read of the tail (a zip's directory)
+                       * passes no window segment: they stay for the reads that follow */
+        /* segments read past are done with (those a read served out of order may still
+         * need, rd->behind, a little later) */
+        drop_window(rd, ends_before, pos > rd->behind ? pos - rd->behind : 0);
         /* a long sequential read tops the read-ahead up as it consumes it, so that the
          * requests past its end are in flight before it returns */
         if (sequential && out < len)
             prefetch(rd, pos);
     }
-    if (st == S3F_OK) {
+    if (st == S3F_OK && !rd->filling) {
         if (sequential || pos == rd->seq_next)
             prefetch(rd, pos);
-        rd->seq_next = pos;
+        if (!in_stream || pos > rd->seq_next)
+            rd->seq_next = pos;
     }
     rd->active--;
     rd->last_read_ns = s3f__now_ns();
@@ -667,6 +830,7 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     if (rd->window_max > half)
         rd->window_max = half;
     rd->window = WINDOW_MIN < rd->window_max ? WINDOW_MIN : rd->window_max;
+    rd->fill_max = opts->fill_max_bytes < half ? opts->fill_max_bytes : half;
     uint64_t tail = opts->tail_bytes == UINT64_MAX ? 0
                     : opts->tail_bytes               ? opts->tail_bytes
                                                      : TAIL_DEFAULT;
