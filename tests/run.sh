@@ -245,8 +245,7 @@ if [ "${S3FLASH_SKIP_TSAN:-0}" != 1 ]; then
         -Dpython=disabled
     export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1"
     step tsan-unit meson test -C build-tsan --suite unit --print-errorlogs
-    # XFER_TEST_NO_RACE: leaves out the one case that races the client against RGW
-    XFER_TEST_NO_RACE=1 S3FLASH_BUILD_DIR="$root/build-tsan" step tsan-integration \
+    S3FLASH_BUILD_DIR="$root/build-tsan" step tsan-integration \
         python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" \
         tests/integration/test_xfer.py tests/integration/test_transport.py \
         tests/integration/test_janitor_deadline.py tests/integration/test_progress_blocking.py \

@@ -42,6 +42,28 @@ def test_engine_rgw(case, s3env):
     run_case(s3env, case)
 
 
+def test_copy_source_replaced_rgw(s3env, proxy):
+    """The source of a multipart copy replaced after its first part (from the progress
+    callback): the copy fails S3F_ERR_PRECONDITION_FAILED, the upload is aborted and nothing
+    appears. RGW copies the parts without checking x-amz-copy-source-if-match, so what
+    refuses is the engine's HEAD of the source with If-Match after the last part: the proxy
+    holds part 2 for 5 s, so that the replacement lands before that HEAD whatever the load
+    (on loaded cores the copy could finish first: a CI run failed that way)."""
+    proxy.set_faults([{"match": {"method": "PUT", "path": "/cpchg/dst$",
+                                 "query": "partNumber=2"}, "action": "delay", "seconds": 5}])
+    run_case(dict(s3env, S3FLASH_TEST_ENDPOINT=proxy.endpoint), "test_copy_source_replaced")
+    stats = proxy.stats()
+    assert stats["faults"] == {"0:delay": 1}, stats["faults"]
+    log = [(e["method"], e["path"].rsplit("/", 2)[-2:], e["query"]) for e in stats["log"]]
+    replaced = log.index(("PUT", ["cpchg", "src"], ""))
+    # after the replacement: the source's HEAD, then the abort; no CompleteMultipartUpload
+    assert ("HEAD", ["cpchg", "src"], "") in log[replaced + 1:], log
+    assert any(m == "DELETE" and p == ["cpchg", "dst"] and "uploadId=" in q
+               for m, p, q in log[replaced + 1:]), log
+    assert not any(m == "POST" and p == ["cpchg", "dst"] and "uploadId=" in q
+                   for m, p, q in log), log
+
+
 def test_file_write_error_rgw(s3env, tmp_path):
     """A download into a full file system (a 6 MiB tmpfs) fails cleanly."""
     with small_tmpfs(tmp_path / "full", "6m") as d:
