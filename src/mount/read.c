@@ -14,6 +14,10 @@
  *   attributes go out with a 0 s timeout while any is open, so the kernel asks again,
  *   with the handle, before a read past the size it holds. An open of another version on
  *   an inode with an open page-cache reader reads around the page cache (direct_io).
+ * - A read handle opens only on an inode its name still resolves to (in->current): an
+ *   open of one the name let go of is answered ESTALE, so the VFS looks the name up again
+ *   (the kernel may hold such an inode under another name since a rename: its path is
+ *   no longer the key it stands for).
  * - Each handle has its own s3f_reader, used under its mutex (fh->mu); any number of
  *   handles read at once. Reads are asynchronous (FUSE_CAP_ASYNC_READ): the kernel sends a
  *   file's read-ahead as several requests at once, served one at a time by the handle's
@@ -107,17 +111,31 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         rc = -ENOENT;
         goto out;
     }
+    /* an existing object of a directory bucket opened for appending (--incremental-upload) */
+    int append = (fi->flags & O_APPEND) && !trunc && acc != O_RDONLY &&
+                 fs->o.incremental_upload && fs->directory_bucket;
+    int writing = acc == O_WRONLY || (acc == O_RDWR && trunc) || append;
     pthread_mutex_lock(&fs->mu);
-    int busy = mnt_writer_busy(fs, path);
+    /* a read open of an inode its name let go of (an unlink, a rename over it, a new
+     * version, an overwrite's ESTALE below): its path is the name it had, and the kernel
+     * may hold it under another name since (a rename moves the kernel's entry, not this
+     * inode, which is no name's any more). Reading its path would read another name's
+     * key (or none: EIO), and the checks below would be of that name. The VFS, told
+     * ESTALE, looks the name up again (the name's inode now) and opens that. Opens for
+     * writing are refused the same way in writer_open. */
+    mnt_overwrite_retried(fs, fuse_req_ctx(req)->pid); /* if this is one */
+    int let_go = !writing && !in->current;
+    int busy = !let_go && mnt_writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
+    if (let_go) {
+        rc = -ESTALE;
+        goto out;
+    }
     if (busy) {
         rc = -EBUSY;
         goto out;
     }
-    /* an existing object of a directory bucket opened for appending (--incremental-upload) */
-    int append = (fi->flags & O_APPEND) && !trunc && acc != O_RDONLY &&
-                 fs->o.incremental_upload && fs->directory_bucket;
-    if (acc == O_WRONLY || (acc == O_RDWR && trunc) || append) {
+    if (writing) {
         if (fs->o.read_only)
             rc = -EROFS;
         else if ((rc = mnt_resolve(fs, path, &a, 0)) == 0)
@@ -137,8 +155,8 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
                 reading = o->in == in && !o->direct;
             if (reading && mnt_inode_current(fs, path) == in)
                 mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
-            if (reading)
-                mnt_meta_overwrite_pending(fs, path); /* read opens until then: EBUSY */
+            if (reading) /* read opens until its retry: EBUSY */
+                mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
             pthread_mutex_unlock(&fs->mu);
             if (reading)
                 rc = -ESTALE;
@@ -151,7 +169,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         goto out;
     }
     pthread_mutex_lock(&fs->mu);
-    busy = mnt_meta_overwriting(fs, path); /* an overwrite's retry comes (write.c) */
+    busy = mnt_overwriting(fs, path); /* an overwrite's retry comes (write.c) */
     pthread_mutex_unlock(&fs->mu);
     if (busy) {
         rc = -EBUSY;

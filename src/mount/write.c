@@ -138,7 +138,8 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
          * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
          * it again (read.c). */
         if (in->a.etag[0])
-            mnt_meta_overwrite_pending(fs, path); /* an OPEN (create's inode is new) */
+            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid); /* an OPEN (create's
+                                                                       * inode is new) */
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
@@ -241,6 +242,9 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         fuse_reply_err(req, ENOTSUP);
         return;
     }
+    pthread_mutex_lock(&fs->mu);
+    mnt_overwrite_retried(fs, fuse_req_ctx(req)->pid); /* if this is one (read.c) */
+    pthread_mutex_unlock(&fs->mu);
     char *path = mnt_req_path_at(req, fs, parent, name);
     if (!path)
         return;
