@@ -146,22 +146,6 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             rc = -ESTALE; /* unlinked or renamed away since the kernel's lookup: the VFS
                            * walks the path again (an O_CREAT open then creates it) */
         if (rc == 0) {
-            /* an inode is one version: while a reader reads this one through the page
-             * cache, the overwrite gets a new inode. The path lets go of this one and the
-             * VFS, told ESTALE, looks the name up again (a new inode) and opens that. */
-            pthread_mutex_lock(&fs->mu);
-            int reading = 0;
-            for (struct fh *o = fs->readers; o && !reading; o = o->rd_next)
-                reading = o->in == in && !o->direct;
-            if (reading && mnt_inode_current(fs, path) == in)
-                mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
-            if (reading) /* read opens until its retry: EBUSY */
-                mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
-            pthread_mutex_unlock(&fs->mu);
-            if (reading)
-                rc = -ESTALE;
-        }
-        if (rc == 0) {
             rc = mnt_open_writer(req, fs, in, path, append ? &a : NULL, fi); /* replies */
             if (rc == 0)
                 in = NULL; /* the writer holds the reference */
