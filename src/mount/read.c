@@ -93,7 +93,8 @@ static void reader_unlist(struct mnt_fs *fs, struct fh *h) {
     h->stale = 0;
 }
 
-void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+/* mnt_op_open: the errno it answered (0: a handle) */
+static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     struct mnt_fs *fs = fuse_req_userdata(req);
     int acc = fi->flags & O_ACCMODE;
     int trunc = (fi->flags & O_TRUNC) != 0;
@@ -101,7 +102,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     char *path = mnt_path_of(fs, ino, &e);
     if (!path) {
         fuse_reply_err(req, e);
-        return;
+        return e;
     }
     struct attr ia, a;
     struct inode *in = inode_open(fs, ino, &ia);
@@ -123,7 +124,6 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
      * key (or none: EIO), and the checks below would be of that name. The VFS, told
      * ESTALE, looks the name up again (the name's inode now) and opens that. Opens for
      * writing are refused the same way in writer_open. */
-    mnt_overwrite_retried(fs, fuse_req_ctx(req)->pid); /* if this is one */
     int let_go = !writing && !in->current;
     int busy = !let_go && mnt_writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
@@ -228,7 +228,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     if (fuse_reply_open(req, fi) != 0)
         mnt_reader_release(fs, h); /* interrupted: no release will come */
     free(path);
-    return;
+    return 0;
 out:
     if (h) {
         s3f_reader_close(h->r);
@@ -242,6 +242,20 @@ out:
     if (rc)
         fuse_reply_err(req, -rc);
     free(path);
+    return -rc;
+}
+
+void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    pid_t tid = fuse_req_ctx(req)->pid;
+    int e = op_open(req, ino, fi);
+    if (e != ESTALE) {
+        /* an overwrite's retry has come (meta.c): answered, and a writer it opened is
+         * listed (read opens are EBUSY for it from now on) */
+        pthread_mutex_lock(&fs->mu);
+        mnt_overwrite_retried(fs, tid);
+        pthread_mutex_unlock(&fs->mu);
+    }
 }
 
 /* Each worker thread's read buffer, kept for its next read: fresh memory for every read
