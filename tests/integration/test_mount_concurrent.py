@@ -397,15 +397,19 @@ except OSError as e:
     assert bucket_body(s3, bucket, pfx + "a") is None
 
 
+@pytest.mark.parametrize("held", ["lookup", "open"])
 def test_overwrite_retry_slower_than_the_old_bound_meets_no_new_reader(race_mount, s3, bucket,
-                                                                       tmp_path):
+                                                                       tmp_path, held):
     """open(a, O_WRONLY|O_TRUNC|O_CREAT) while a handle reads a through the page cache is
-    answered ESTALE once, and reads of a are EBUSY until the retry opens. The retry can be
-    slow (its lookup waits for S3, or for a directory lock the kernel holds for a rename or
-    unlink with a delayed DELETE): here its LIST of a/ is held 6 s at the proxy, and a new
-    reader comes 2.5 s in. With a 2 s bound the reader got the page cache of the inode the
-    retry opens, and the retry's second ESTALE reached the caller (the concurrent model saw
-    'write: ESTALE'). Now the reader is EBUSY, the overwrite goes through."""
+    answered ESTALE once, and reads of a are EBUSY until the retry has opened. The retry
+    can be slow (its lookup waits for S3, or for a directory lock the kernel holds for a
+    rename or unlink with a delayed DELETE): here the LIST of a/ of its lookup ("lookup")
+    or of its OPEN ("open") is held 6 s at the proxy, and a new reader comes meanwhile
+    (2.5 s in, for the lookup). With a 2 s bound, or with the guard dropped when the
+    retry's OPEN arrived rather than when it was answered, the reader got the page cache of
+    the inode the retry opens, and the retry's second ESTALE reached the caller (the
+    concurrent model saw 'write: ESTALE'). Now the reader is EBUSY, the overwrite goes
+    through."""
     old = b"<old a>" * 300
     m, wd, proxy, pfx = race_mount({"a": old}, TTLS["ttl0"])
     opened, go = tmp_path / "opened", tmp_path / "go"
@@ -430,9 +434,12 @@ f.close()
     try:
         wait_for(lambda: opened.exists(), 20, "the first reader")
         assert r1.proc.poll() is None, wd.wait([r1])
-        # the LISTs of a/ after this: the writer's lookup, its OPEN's, its retry's (held)
+        # the LISTs of a/ after this: the writer's lookup, its OPEN's, its retry's lookup
+        # (the revalidation, a new inode: then the kernel's lookup of the name again) and
+        # its retry's OPEN's: the 3rd or the 5th is held
         q = "prefix=" + urllib.parse.quote(pfx + "a/", safe="")
-        proxy.set_faults([{"match": {"method": "GET", "query": q, "nth": 3},
+        nth = 3 if held == "lookup" else 5
+        proxy.set_faults([{"match": {"method": "GET", "query": q, "nth": nth},
                            "action": "delay", "seconds": 6}])
         writer = wd.start([sys.executable, "-c", r"""
 import errno, os, sys
@@ -446,9 +453,10 @@ os.close(fd)
 print("written")
 """, f"{m.dir}/a"], what="open(a, O_WRONLY|O_TRUNC|O_CREAT), write, close")
         wait_for(lambda: fired(proxy) or writer.proc.poll() is not None, timeout=20,
-                 what="the retry's LIST of a/ held at the proxy")
-        assert fired(proxy), f"the writer ended before its retry's lookup: {writer!r}"
-        time.sleep(2.5)   # past the old bound of 'being overwritten' (the LIST is held 6 s)
+                 what=f"the retry's {held}'s LIST of a/ held at the proxy")
+        assert fired(proxy), f"the writer ended before its retry's {held}: {writer!r}"
+        if held == "lookup":
+            time.sleep(2.5)   # past the old 2 s bound of the guard (the LIST is held 6 s)
         opened2 = tmp_path / "opened2"
         r2 = wd.start([sys.executable, "-c", hold, f"{m.dir}/a", opened2, go],
                       what="a second reader of a, 2.5 s into the retry")
