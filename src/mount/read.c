@@ -145,6 +145,13 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         else if (rc == -ENOENT)
             rc = -ESTALE; /* unlinked or renamed away since the kernel's lookup: the VFS
                            * walks the path again (an O_CREAT open then creates it) */
+        if (rc == -ESTALE) {
+            /* read opens are EBUSY until the retry: a rename onto the name may come
+             * before it, and a reader of what it brings would refuse the retry */
+            pthread_mutex_lock(&fs->mu);
+            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+            pthread_mutex_unlock(&fs->mu);
+        }
         if (rc == 0) {
             rc = mnt_open_writer(req, fs, in, path, append ? &a : NULL, fi); /* replies */
             if (rc == 0)

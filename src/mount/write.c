@@ -164,9 +164,8 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
          * name's: mnt_inode_get) and opens what it finds (create makes it EBUSY); read
          * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
          * it again (read.c, meta.c). */
-        if (in->a.etag[0])
-            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid); /* an OPEN (create's
-                                                                       * inode is new) */
+        if (existing) /* create answers EBUSY instead: no retry comes */
+            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
