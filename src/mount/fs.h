@@ -231,8 +231,8 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path);
 /* An open for writing of `path` by thread `tid` was answered ESTALE (the name is gone,
  * read.c; a reader reads its inode through the page cache, or an inode that is not the
  * name's, write.c): until
- * that thread's retry opens (its next OPEN or CREATE, or a lookup of it that finds
- * nothing; 15 s at most), read opens of the name are EBUSY (it is being overwritten), so
+ * that thread's retry opens (its next OPEN answered, its CREATE, or a lookup of it that
+ * finds nothing; 15 s at most), read opens of the name are EBUSY (it is being overwritten), so
  * that the retry meets no new reader that would refuse it again. */
 void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid);
 void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid);

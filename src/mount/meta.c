@@ -225,9 +225,11 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
 }
 
 /* An overwrite told ESTALE, until its retry comes (fs->overwrites). The retry may wait
- * behind a directory lock the kernel holds for a rename or unlink of another name (seconds,
- * with the DELETE or the copy), so the bound is long; it is dropped as soon as the retrying
- * thread's next OPEN or CREATE comes, or its lookup finds nothing (the open ends there). */
+ * for S3, or behind a directory lock the kernel holds for a rename or unlink in that
+ * directory (seconds, with the DELETE or the copy), so the bound is long; it is dropped
+ * once the retrying thread's next OPEN has been answered (a writer it opened is listed by
+ * then: read opens are EBUSY for it), when its CREATE comes (a new inode, which no reader
+ * holds), or when its lookup finds nothing (the open ends there). */
 #define OVERWRITE_PENDING_S 15.0
 #define OVERWRITES_MAX 1024u
 
