@@ -152,6 +152,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         return;
     struct attr a;
     int rc = mnt_resolve(fs, path, &a, 0);
+    if (rc) {
+        /* an overwrite's retry (read.c) that finds nothing ends here: no OPEN comes */
+        pthread_mutex_lock(&fs->mu);
+        mnt_overwrite_retried(fs, fuse_req_ctx(req)->pid);
+        pthread_mutex_unlock(&fs->mu);
+    }
     if (rc == -ENOENT && fs->o.negative_ttl_s > 0) {
         struct fuse_entry_param ne;
         memset(&ne, 0, sizeof(ne));
@@ -447,6 +453,7 @@ void mnt_fs_free(struct mnt_fs *fs) {
     pthread_mutex_lock(&fs->mu);
     mnt_dirs_free(fs);
     mnt_localdirs_free(fs);
+    mnt_overwrites_free(fs);
     mnt_meta_free(fs);
     pthread_mutex_unlock(&fs->mu);
     mnt_inodes_free(fs);

@@ -73,6 +73,7 @@ struct fh;
 struct dh;
 struct note;
 struct mnt_pf;
+struct overwrite;
 
 /* A rename or unlink in flight (namespace.c): no writer opens its names until it is done
  * (an unlink reserves its name as both from and to). */
@@ -116,6 +117,8 @@ struct mnt_fs {
     struct fh *readers;       /* open read handles (read.c) */
     struct dh *dirs;          /* open directory handles (dir.c) */
     struct renaming *renaming; /* renames in flight (namespace.c) */
+    struct overwrite *overwrites; /* overwrites told ESTALE, until their retries (meta.c) */
+    size_t n_overwrites;
     /* notifiers (inode.c) */
     pthread_t notifiers[MNT_NOTIFIERS];
     size_t n_notifiers;
@@ -225,12 +228,16 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag);
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
-/* An open for writing of `path` was answered ESTALE (a reader reads its inode through
- * the page cache, read.c; an inode that is not the name's, write.c): until the VFS's
- * retry opens (or 2 s), read opens of the name are EBUSY (it is being overwritten), so
+/* An open for writing of `path` by thread `tid` was answered ESTALE (the name is gone,
+ * read.c; a reader reads its inode through the page cache, or an inode that is not the
+ * name's, write.c): until
+ * that thread's retry opens (its next OPEN answered, its CREATE, or a lookup of it that
+ * finds nothing; 15 s at most), read opens of the name are EBUSY (it is being overwritten), so
  * that the retry meets no new reader that would refuse it again. */
-void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path);
-int mnt_meta_overwriting(struct mnt_fs *fs, const char *path);
+void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid);
+void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid);
+int mnt_overwriting(struct mnt_fs *fs, const char *path);
+void mnt_overwrites_free(struct mnt_fs *fs);
 /* Has the mount changed `path` since `gen0`? */
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
 /* Has a change been made in directory `dir` since `gen0`? */

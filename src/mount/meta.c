@@ -38,8 +38,6 @@ struct meta {
     double expires;                  /* monotonic seconds; used while now < expires */
     uint64_t chg;                    /* generation of the mount's last change of the name */
     uint64_t dchg;                   /* ... of a name in it (directories) */
-    double overwrite_until;          /* an overwrite was told ESTALE: read opens until
-                                      * then (or its retry) are EBUSY (read.c) */
 };
 
 
@@ -176,8 +174,8 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
     if ((m && m->chg > gen0) || (!m && fs->evicted_gen > gen0))
         return; /* the mount changed the name after this request left */
     if (kind == K_MISSING ? fs->o.negative_ttl_s <= 0 : fs->o.metadata_ttl_s <= 0) {
-        if (m && !m->chg && !m->dchg && m->overwrite_until <= mnt_now())
-            meta_evict(fs, m); /* nothing to keep: no TTL, no generation, no hint */
+        if (m && !m->chg && !m->dchg)
+            meta_evict(fs, m); /* nothing to keep: no TTL, no generation */
         return;
     }
     if (!m && !(m = meta_get(fs, path)))
@@ -202,10 +200,8 @@ static void bump_dir(struct mnt_fs *fs, const char *path) {
 static struct meta *change_begin(struct mnt_fs *fs, const char *path) {
     fs->gen++;
     struct meta *m = meta_get(fs, path);
-    if (m) {
+    if (m)
         m->chg = fs->gen;
-        m->overwrite_until = 0; /* the overwrite came (or another change) */
-    }
     else if (fs->gen > fs->evicted_gen)
         fs->evicted_gen = fs->gen;
     bump_dir(fs, path);
@@ -228,17 +224,74 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
     mnt_mem_reclaim(fs);
 }
 
-#define OVERWRITE_PENDING_S 2.0
+/* An overwrite told ESTALE, until its retry comes (fs->overwrites). The retry may wait
+ * for S3, or behind a directory lock the kernel holds for a rename or unlink in that
+ * directory (seconds, with the DELETE or the copy), so the bound is long; it is dropped
+ * once the retrying thread's next OPEN has been answered (a writer it opened is listed by
+ * then: read opens are EBUSY for it), when its CREATE comes (a new inode, which no reader
+ * holds), or when its lookup finds nothing (the open ends there). */
+#define OVERWRITE_PENDING_S 15.0
+#define OVERWRITES_MAX 1024u
 
-void mnt_meta_overwrite_pending(struct mnt_fs *fs, const char *path) {
-    struct meta *m = meta_get(fs, path);
-    if (m)
-        m->overwrite_until = mnt_now() + OVERWRITE_PENDING_S;
+struct overwrite {
+    struct overwrite *next;
+    pid_t tid;
+    double until;
+    char path[];
+};
+
+static void overwrites_prune(struct mnt_fs *fs, pid_t tid, int all_of_tid) {
+    double now = mnt_now();
+    for (struct overwrite **pp = &fs->overwrites; *pp;) {
+        struct overwrite *o = *pp;
+        if (o->until <= now || (all_of_tid && o->tid == tid)) {
+            *pp = o->next;
+            free(o);
+            fs->n_overwrites--;
+        } else {
+            pp = &o->next;
+        }
+    }
 }
 
-int mnt_meta_overwriting(struct mnt_fs *fs, const char *path) {
-    struct meta *m = mnt_meta_find(fs, path);
-    return m && m->overwrite_until > mnt_now();
+void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid) {
+    overwrites_prune(fs, tid, 1); /* a thread retries one open at a time */
+    if (fs->n_overwrites >= OVERWRITES_MAX)
+        return; /* the retry may meet a new reader: a second ESTALE */
+    size_t len = strlen(path);
+    struct overwrite *o = malloc(sizeof(*o) + len + 1);
+    if (!o)
+        return;
+    o->tid = tid;
+    o->until = mnt_now() + OVERWRITE_PENDING_S;
+    memcpy(o->path, path, len + 1);
+    o->next = fs->overwrites;
+    fs->overwrites = o;
+    fs->n_overwrites++;
+}
+
+void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid) {
+    if (fs->overwrites)
+        overwrites_prune(fs, tid, 1);
+}
+
+int mnt_overwriting(struct mnt_fs *fs, const char *path) {
+    if (!fs->overwrites)
+        return 0;
+    overwrites_prune(fs, 0, 0);
+    for (struct overwrite *o = fs->overwrites; o; o = o->next)
+        if (strcmp(o->path, path) == 0)
+            return 1;
+    return 0;
+}
+
+void mnt_overwrites_free(struct mnt_fs *fs) {
+    while (fs->overwrites) {
+        struct overwrite *o = fs->overwrites;
+        fs->overwrites = o->next;
+        free(o);
+    }
+    fs->n_overwrites = 0;
 }
 
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0) {

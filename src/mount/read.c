@@ -14,6 +14,10 @@
  *   attributes go out with a 0 s timeout while any is open, so the kernel asks again,
  *   with the handle, before a read past the size it holds. An open of another version on
  *   an inode with an open page-cache reader reads around the page cache (direct_io).
+ * - A read handle opens only on an inode its name still resolves to (in->current): an
+ *   open of one the name let go of is answered ESTALE, so the VFS looks the name up again
+ *   (the kernel may hold such an inode under another name since a rename: its path is
+ *   no longer the key it stands for).
  * - Each handle has its own s3f_reader, used under its mutex (fh->mu); any number of
  *   handles read at once. Reads are asynchronous (FUSE_CAP_ASYNC_READ): the kernel sends a
  *   file's read-ahead as several requests at once, served one at a time by the handle's
@@ -89,7 +93,8 @@ static void reader_unlist(struct mnt_fs *fs, struct fh *h) {
     h->stale = 0;
 }
 
-void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+/* mnt_op_open: the errno it answered (0: a handle) */
+static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     struct mnt_fs *fs = fuse_req_userdata(req);
     int acc = fi->flags & O_ACCMODE;
     int trunc = (fi->flags & O_TRUNC) != 0;
@@ -97,7 +102,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     char *path = mnt_path_of(fs, ino, &e);
     if (!path) {
         fuse_reply_err(req, e);
-        return;
+        return e;
     }
     struct attr ia, a;
     struct inode *in = inode_open(fs, ino, &ia);
@@ -107,17 +112,30 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         rc = -ENOENT;
         goto out;
     }
+    /* an existing object of a directory bucket opened for appending (--incremental-upload) */
+    int append = (fi->flags & O_APPEND) && !trunc && acc != O_RDONLY &&
+                 fs->o.incremental_upload && fs->directory_bucket;
+    int writing = acc == O_WRONLY || (acc == O_RDWR && trunc) || append;
     pthread_mutex_lock(&fs->mu);
-    int busy = mnt_writer_busy(fs, path);
+    /* a read open of an inode its name let go of (an unlink, a rename over it, a new
+     * version, an overwrite's ESTALE below): its path is the name it had, and the kernel
+     * may hold it under another name since (a rename moves the kernel's entry, not this
+     * inode, which is no name's any more). Reading its path would read another name's
+     * key (or none: EIO), and the checks below would be of that name. The VFS, told
+     * ESTALE, looks the name up again (the name's inode now) and opens that. Opens for
+     * writing are refused the same way in writer_open. */
+    int let_go = !writing && !in->current;
+    int busy = !let_go && mnt_writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
+    if (let_go) {
+        rc = -ESTALE;
+        goto out;
+    }
     if (busy) {
         rc = -EBUSY;
         goto out;
     }
-    /* an existing object of a directory bucket opened for appending (--incremental-upload) */
-    int append = (fi->flags & O_APPEND) && !trunc && acc != O_RDONLY &&
-                 fs->o.incremental_upload && fs->directory_bucket;
-    if (acc == O_WRONLY || (acc == O_RDWR && trunc) || append) {
+    if (writing) {
         if (fs->o.read_only)
             rc = -EROFS;
         else if ((rc = mnt_resolve(fs, path, &a, 0)) == 0)
@@ -127,21 +145,12 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         else if (rc == -ENOENT)
             rc = -ESTALE; /* unlinked or renamed away since the kernel's lookup: the VFS
                            * walks the path again (an O_CREAT open then creates it) */
-        if (rc == 0) {
-            /* an inode is one version: while a reader reads this one through the page
-             * cache, the overwrite gets a new inode. The path lets go of this one and the
-             * VFS, told ESTALE, looks the name up again (a new inode) and opens that. */
+        if (rc == -ESTALE) {
+            /* read opens are EBUSY until the retry: a rename onto the name may come
+             * before it, and a reader of what it brings would refuse the retry */
             pthread_mutex_lock(&fs->mu);
-            int reading = 0;
-            for (struct fh *o = fs->readers; o && !reading; o = o->rd_next)
-                reading = o->in == in && !o->direct;
-            if (reading && mnt_inode_current(fs, path) == in)
-                mnt_inode_detach(fs, path); /* not freed: this request holds it (nopen) */
-            if (reading)
-                mnt_meta_overwrite_pending(fs, path); /* read opens until then: EBUSY */
+            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
             pthread_mutex_unlock(&fs->mu);
-            if (reading)
-                rc = -ESTALE;
         }
         if (rc == 0) {
             rc = mnt_open_writer(req, fs, in, path, append ? &a : NULL, fi); /* replies */
@@ -151,7 +160,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         goto out;
     }
     pthread_mutex_lock(&fs->mu);
-    busy = mnt_meta_overwriting(fs, path); /* an overwrite's retry comes (write.c) */
+    busy = mnt_overwriting(fs, path); /* an overwrite's retry comes (write.c) */
     pthread_mutex_unlock(&fs->mu);
     if (busy) {
         rc = -EBUSY;
@@ -226,7 +235,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     if (fuse_reply_open(req, fi) != 0)
         mnt_reader_release(fs, h); /* interrupted: no release will come */
     free(path);
-    return;
+    return 0;
 out:
     if (h) {
         s3f_reader_close(h->r);
@@ -240,6 +249,20 @@ out:
     if (rc)
         fuse_reply_err(req, -rc);
     free(path);
+    return -rc;
+}
+
+void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct mnt_fs *fs = fuse_req_userdata(req);
+    pid_t tid = fuse_req_ctx(req)->pid;
+    int e = op_open(req, ino, fi);
+    if (e != ESTALE) {
+        /* an overwrite's retry has come (meta.c): answered, and a writer it opened is
+         * listed (read opens are EBUSY for it from now on) */
+        pthread_mutex_lock(&fs->mu);
+        mnt_overwrite_retried(fs, tid);
+        pthread_mutex_unlock(&fs->mu);
+    }
 }
 
 /* Each worker thread's read buffer, kept for its next read: fresh memory for every read

@@ -9,6 +9,10 @@
  *   (in->moved) nor one the name let go of: those opens are answered ESTALE (create:
  *   EBUSY), so a write reaches the object of the name the kernel looked up, and the
  *   name's current inode is the one written.
+ * - A writer never opens on an inode a handle reads through the page cache (that open is
+ *   answered ESTALE, the name lets go of the inode): checked under the fs->mu section
+ *   that lists the writer, as a read open checks for a writer under the one that lists
+ *   the reader (read.c), so one of the two always sees the other.
  * - create makes a new inode (the new version) current for the path: handles of the
  *   version it replaces keep theirs. An overwrite in place (OPEN with O_TRUNC of an inode
  *   the kernel holds) writes on that inode; its read handles become stale (read.c).
@@ -111,10 +115,10 @@ void mnt_promote_parents(struct mnt_fs *fs, const char *path) {
 }
 
 /* Open a write handle on `path` for inode `in` (whose nopen reference the handle takes
- * over on success). The checks of create/open are the caller's. 0 or -errno; the caller
- * replies. */
+ * over on success; `existing`: an OPEN of an inode the kernel held, not create's new
+ * one). The checks of create/open are the caller's. 0 or -errno; the caller replies. */
 static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
-                       const struct attr *append, struct fuse_file_info *fi) {
+                       const struct attr *append, int existing, struct fuse_file_info *fi) {
     struct fh *h = mnt_fh_new(fs, NULL, path);
     if (!h)
         return -ENOMEM;
@@ -122,23 +126,46 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
     h->opener = process_of(fuse_req_ctx(req)->pid);
     h->opened = (int64_t)time(NULL);
     pthread_mutex_lock(&fs->mu);
-    if (mnt_writer_find(fs, path) || mnt_renaming(fs, path)) {
+    if (mnt_writer_find(fs, path)) {
+        pthread_mutex_unlock(&fs->mu);
+        mnt_fh_free(fs, h);
+        return -EBUSY;
+    }
+    /* an inode is one version: while a reader reads this one through the page cache, the
+     * overwrite gets a new inode. The path lets go of this one and the VFS, told ESTALE,
+     * looks the name up again (a new inode) and opens that; read opens of the name are
+     * EBUSY until then. Checked under the lock that lists this writer (as a reader's open
+     * checks for a writer under the lock that lists it, read.c): a reader listed between
+     * a check made earlier and this writer kept the page cache of an inode cut in place
+     * (a read of 0 bytes). */
+    int reading = 0;
+    for (struct fh *o = existing ? fs->readers : NULL; o && !reading; o = o->rd_next)
+        reading = o->in == in && !o->direct;
+    if (reading) {
+        if (in->current && strcmp(in->path, path) == 0)
+            mnt_inode_detach(fs, path); /* not freed: the caller holds it (nopen) */
+        mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+        pthread_mutex_unlock(&fs->mu);
+        mnt_fh_free(fs, h);
+        return -ESTALE;
+    }
+    if (mnt_renaming(fs, path)) {
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -EBUSY;
     }
     if (!in->current || in->moved || strcmp(in->path, path) != 0) {
-        /* not the name's inode now (an unlink, a rename over it, a reader's ESTALE in
-         * read.c let go of it: the kernel may even hold it under another name since a
+        /* not the name's inode now (an unlink, a rename over it, a reader's ESTALE
+         * above let go of it: the kernel may even hold it under another name since a
          * rename), or moved to the name by a rename and not looked up under it since
          * (the kernel's lookup may be of the source name): the open would write the
          * object of another name, or an inode the name does not resolve to. The VFS,
          * told ESTALE, looks the name up again (which takes a moved inode as the
          * name's: mnt_inode_get) and opens what it finds (create makes it EBUSY); read
          * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
-         * it again (read.c). */
-        if (in->a.etag[0])
-            mnt_meta_overwrite_pending(fs, path); /* an OPEN (create's inode is new) */
+         * it again (read.c, meta.c). */
+        if (existing) /* create answers EBUSY instead: no retry comes */
+            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
@@ -222,7 +249,7 @@ static void writer_abandon(struct mnt_fs *fs, struct fh *h) {
 
 int mnt_open_writer(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
                     const struct attr *append, struct fuse_file_info *fi) {
-    int rc = writer_open(req, fs, in, path, append, fi);
+    int rc = writer_open(req, fs, in, path, append, 1, fi);
     if (rc)
         return rc;
     if (fuse_reply_open(req, fi) != 0)
@@ -241,6 +268,9 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         fuse_reply_err(req, ENOTSUP);
         return;
     }
+    pthread_mutex_lock(&fs->mu);
+    mnt_overwrite_retried(fs, fuse_req_ctx(req)->pid); /* if this is one (read.c) */
+    pthread_mutex_unlock(&fs->mu);
     char *path = mnt_req_path_at(req, fs, parent, name);
     if (!path)
         return;
@@ -269,7 +299,7 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         if (in)
             in->nopen++;
         pthread_mutex_unlock(&fs->mu);
-        rc = in ? writer_open(req, fs, in, path, NULL, fi) : -ENOMEM;
+        rc = in ? writer_open(req, fs, in, path, NULL, 0, fi) : -ENOMEM;
         if (rc == -ESTALE)
             rc = -EBUSY; /* a rename or unlink of the name took it since the replace */
         if (rc && in) {

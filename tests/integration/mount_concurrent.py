@@ -30,7 +30,10 @@ also leaves n as it was before it: the last ones' effects cover that). So:
 
 - read: the bytes of exactly one such version (never a mix of two, never cut short:
   compared whole by sha256); ENOENT only if "absent" is one of the states; EBUSY only if
-  "being written" is; EIO only if C is not empty (the object changed under the open handle).
+  "being written" is, or a write of n overlaps Q whatever its result (docs/SEMANTICS.md: an
+  overwrite told ESTALE makes the name "being overwritten" for read opens until its retry
+  has come, inside that write's interval, and the retry may still fail: EBUSY, ENOENT);
+  EIO only if C is not empty (the object changed under the open handle).
   Nothing else (ENOTCONN, EIO without a concurrent change, an unknown byte string).
 - stat: ENOENT only if "absent" is possible; a size only if it is that of a possible version
   or, while a write may be running, 0..its length.
@@ -189,6 +192,8 @@ class Checker:
             if r["op"] == "write":
                 v = Version(f"w{r['worker']}", r["seq"], r["size"], r["start"])
                 self.versions[v.sha] = v
+        self.writes = {n: [r for r in self.recs if r["op"] == "write" and r["name"] == n]
+                       for n in NAMES}    # every write, opened or not
         self.muts = {n: [] for n in NAMES}
         for r in self.recs:
             for n, effect in self.effects(r):
@@ -269,7 +274,8 @@ class Checker:
                     f"read {r.get('len')} bytes that are no version {n} could hold then"
             if err == "ENOENT" and (absent or dir_gone):
                 return None
-            if err == "EBUSY" and writing:
+            if err == "EBUSY" and (writing or any(
+                    w["start"] <= r["end"] and w["end"] >= r["start"] for w in self.writes[n])):
                 return None
             if err == "EIO" and overlapped:
                 return None
