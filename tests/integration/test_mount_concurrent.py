@@ -124,6 +124,19 @@ def test_concurrent_model(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factor
 RACE_OPTS = ["--allow-delete", "--allow-overwrite", "--allow-rename"]
 
 
+# open(argv[1], O_WRONLY|O_TRUNC), write b"new": prints the errno's name, or argv[2]
+OVERWRITE = r"""
+import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+else:
+    os.write(fd, b"new")
+    os.close(fd)
+    print(sys.argv[2])
+"""
+
 @pytest.fixture
 def race_mount(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factory):  # noqa: F811
     """race_mount(objects, options) -> (Mount, Watchdog, proxy, prefix): a mount of a new
@@ -247,17 +260,8 @@ def test_write_open_during_an_unlink_is_busy(race_mount, s3, bucket):
     unlink = wd.start(["rm", "-f", f"{m.dir}/f"], what="rm f (its DELETE held 2 s)")
     try:
         wait_for(lambda: fired(proxy), timeout=20, what="the DELETE held at the proxy")
-        op = wd.py(r"""
-import errno, os, sys
-try:
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
-except OSError as e:
-    print(errno.errorcode[e.errno])
-else:
-    os.write(fd, b"new")
-    os.close(fd)
-    print("opened")
-""", f"{m.dir}/f", what="open(f, O_WRONLY|O_TRUNC) during the unlink")
+        op = wd.py(OVERWRITE, f"{m.dir}/f", "opened",
+                   what="open(f, O_WRONLY|O_TRUNC) during the unlink")
     finally:
         wd.wait([unlink])
     assert unlink.rc == 0, unlink
@@ -364,17 +368,8 @@ f.close()
         wait_for(lambda: fired(proxy) or mv.proc.poll() is not None, timeout=20,
                  what="the rename's CopyObject held at the proxy")
         assert fired(proxy), f"the rename ended before its copy: {wd.wait([mv])}"
-        overwrite = wd.py(r"""
-import errno, os, sys
-try:
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
-except OSError as e:
-    print(errno.errorcode[e.errno])
-else:
-    os.write(fd, b"new")
-    os.close(fd)
-    print("written")
-""", f"{m.dir}/a", what="open(a, O_WRONLY|O_TRUNC) while the rename copies a")
+        overwrite = wd.py(OVERWRITE, f"{m.dir}/a", "written",
+                          what="open(a, O_WRONLY|O_TRUNC) while the rename copies a")
         wd.wait([mv])
         assert mv.rc == 0, mv
         # the overwrite's retry looked a up while the rename held its directory: a is gone
