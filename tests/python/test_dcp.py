@@ -56,19 +56,10 @@ def app_state(model, opt, **extra):
 
 
 def assert_same_tree(a, b, path=""):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor), path
-        assert_same_tensor(a, b)
-    elif isinstance(a, dict):
-        assert set(a) == set(b), path
-        for k in a:
-            assert_same_tree(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_tree(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
+    """Bit-exact trees (as helpers.assert_same_tensor for each tensor), the first
+    difference named."""
+    diff = tree_diff(a, b, path)
+    assert diff is None, diff
 
 
 def tree_diff(a, b, path=""):
