@@ -833,6 +833,24 @@ S3F_API enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bu
                                     struct s3f_list_page **out, struct s3f_error *err);
 S3F_API void s3f_list_page_free(struct s3f_list_page *page);
 
+/* The continuation tokens one listing has followed, so that a listing page after page ends
+ * even when the server does not: a page that hands back a token the listing already used
+ * (the same token again, or a longer cycle) would otherwise make the listing ask forever.
+ * Every token is remembered (as 16 bytes of its SHA-256: an honest listing, whose tokens
+ * never repeat, is never cut), 16 bytes per page. Start with `struct s3f_list_tokens *t =
+ * NULL` and free with s3f_list_tokens_free (NULL is fine). One per listing, one thread. */
+struct s3f_list_tokens;
+/* After `page`: *next is the token to ask the next page with, borrowed from *t (valid until
+ * the next call or the free), or NULL when the listing is complete (the page is not
+ * truncated). *t is allocated on first use. A truncated page whose token is missing, empty,
+ * or one this listing already followed: S3F_ERR_BAD_RESPONSE naming the server's fault
+ * (*next NULL); out of memory: S3F_ERR_NO_MEMORY. `bucket` (optional) goes into err. */
+S3F_API enum s3f_status s3f_list_tokens_next(struct s3f_list_tokens **t,
+                                             const struct s3f_list_page *page,
+                                             const char *bucket, const char **next,
+                                             struct s3f_error *err);
+S3F_API void s3f_list_tokens_free(struct s3f_list_tokens *t);
+
 /* ---------------------------------------------------------------------------------------
  * Multipart uploads (low level; the transfer engine drives these for you)
  * ------------------------------------------------------------------------------------- */

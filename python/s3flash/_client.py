@@ -137,10 +137,11 @@ class S3Client:
                      max_keys: int = 0) -> Iterator[ObjectInfo]:
         """Every object under `prefix`, page after page (yields while listing)."""
         token: Optional[str] = None
+        seen = _s3flash.list_tokens()  # a token handed back again ends it (S3Error)
         while True:
             objects, _, token = self._native.list_objects(
                 bucket, prefix=prefix or None, delimiter=delimiter,
-                continuation_token=token, max_keys=max_keys)
+                continuation_token=token, max_keys=max_keys, tokens=seen)
             for o in objects:
                 yield ObjectInfo(*o)
             if not token:

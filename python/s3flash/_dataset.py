@@ -71,10 +71,13 @@ def _parse_object_uris(object_uris: Union[str, Iterable[str]]) -> List[S3BucketK
 
 
 def _list_page(client: S3Client, bucket: str, prefix: str, token: Optional[str],
-               page_size: int) -> Tuple[List[Tuple[str, int, int, str, str]], Optional[str]]:
-    """One ListObjectsV2 request: (objects, next continuation token or None)."""
+               page_size: int, seen: object
+               ) -> Tuple[List[Tuple[str, int, int, str, str]], Optional[str]]:
+    """One ListObjectsV2 request: (objects, next continuation token or None). seen
+    (_s3flash.list_tokens()) holds the listing's tokens: one handed back again raises."""
     objects, _, token = client.native.list_objects(
-        bucket, prefix=prefix or None, continuation_token=token, max_keys=page_size)
+        bucket, prefix=prefix or None, continuation_token=token, max_keys=page_size,
+        tokens=seen)
     return objects, token
 
 
@@ -84,6 +87,7 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str, page_size: int,
     ahead: the next page is requested (on a thread, the GIL released while it waits) as
     soon as this one arrived, while this one's objects are consumed and fetched."""
     token: Optional[str] = None
+    seen = _s3flash.list_tokens()
     if is_directory_bucket(bucket):
         # S3 Express lists in no order: every page first, then in key order, so that every
         # worker and rank sees the same items at the same indices
@@ -91,7 +95,7 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str, page_size: int,
         return
     if not ahead:
         while True:
-            objects, token = _list_page(client, bucket, prefix, token, page_size)
+            objects, token = _list_page(client, bucket, prefix, token, page_size, seen)
             for key, size, _mtime, etag, _cls in objects:
                 yield S3BucketKeyData(bucket, key, size, etag)
             if not token:
@@ -99,10 +103,10 @@ def _list_prefix(client: S3Client, bucket: str, prefix: str, page_size: int,
     pool = ThreadPoolExecutor(1, thread_name_prefix="s3flash-list")
     nxt: Optional[Future] = None
     try:
-        objects, token = _list_page(client, bucket, prefix, None, page_size)
+        objects, token = _list_page(client, bucket, prefix, None, page_size, seen)
         while True:
             if token:
-                nxt = pool.submit(_list_page, client, bucket, prefix, token, page_size)
+                nxt = pool.submit(_list_page, client, bucket, prefix, token, page_size, seen)
             for key, size, _mtime, etag, _cls in objects:
                 yield S3BucketKeyData(bucket, key, size, etag)
             if nxt is None:
@@ -119,8 +123,9 @@ def _list_all(client: S3Client, bucket: str, prefix: str,
               page_size: int) -> List[S3BucketKeyData]:
     out: List[S3BucketKeyData] = []
     token: Optional[str] = None
+    seen = _s3flash.list_tokens()
     while True:
-        objects, token = _list_page(client, bucket, prefix, token, page_size)
+        objects, token = _list_page(client, bucket, prefix, token, page_size, seen)
         out.extend(S3BucketKeyData(bucket, k, size, etag) for k, size, _m, etag, _c in objects)
         if not token:
             return out

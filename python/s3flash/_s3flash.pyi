@@ -140,7 +140,7 @@ class Client:
     def list_objects(
         self, bucket: str, prefix: Optional[str] = ..., delimiter: Optional[str] = ...,
         continuation_token: Optional[str] = ..., start_after: Optional[str] = ...,
-        max_keys: int = ...,
+        max_keys: int = ..., tokens: Optional[object] = ...,
     ) -> Tuple[List[Tuple[str, int, int, str, str]], List[str], Optional[str]]: ...
     def list_multipart_uploads(
         self, bucket: str, prefix: Optional[str] = ..., key_marker: Optional[str] = ...,
@@ -161,3 +161,4 @@ class Client:
     def stats(self, reset_high_water: bool = ...) -> Dict[str, int]: ...
 
 def parse_uri(uri: str, /) -> Tuple[str, str]: ...
+def list_tokens() -> object: ...

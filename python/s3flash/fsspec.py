@@ -192,9 +192,11 @@ class S3FlashFileSystem(AbstractFileSystem):
     def _list(self, bucket: str, prefix: str, delimiter: Optional[str] = None
               ) -> Iterable[Tuple[List[tuple], List[str]]]:
         token = None
+        seen = _s3flash.list_tokens()  # a token handed back again ends it (S3Error)
         while True:
             objects, prefixes, token = self._native.list_objects(
-                bucket, prefix=prefix or None, delimiter=delimiter, continuation_token=token)
+                bucket, prefix=prefix or None, delimiter=delimiter, continuation_token=token,
+                tokens=seen)
             yield objects, prefixes
             if not token:
                 return

@@ -30,7 +30,8 @@ static int list_buckets(struct cli_ctx *ctx) {
 int cli_list_pages(struct s3f_client *c, const char *uri, const char *bucket,
                    const char *prefix, const char *delimiter, int page_size,
                    int (*on_page)(void *ud, const struct s3f_list_page *page), void *ud) {
-    char *token = NULL;
+    struct s3f_list_tokens *seen = NULL;
+    const char *token = NULL;
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = S3F_OK;
@@ -43,31 +44,19 @@ int cli_list_pages(struct s3f_client *c, const char *uri, const char *bucket,
         lo.max_keys = page_size;
         struct s3f_list_page *page = NULL;
         st = s3f_list_objects_v2(c, bucket, &lo, &page, &err);
-        free(token);
-        token = NULL;
         if (st != S3F_OK)
             break;
         if (on_page(ud, page) != 0) {
             st = S3F_ERR_NO_MEMORY;
             cli_error_set(&err, st, "ListObjectsV2", uri, "out of memory");
-        } else if (page->is_truncated) {
-            if (page->next_continuation_token && page->next_continuation_token[0]) {
-                token = strdup(page->next_continuation_token);
-                if (!token) {
-                    st = S3F_ERR_NO_MEMORY;
-                    cli_error_set(&err, st, "ListObjectsV2", uri, "out of memory");
-                }
-            } else {
-                st = S3F_ERR_BAD_RESPONSE;
-                cli_error_set(&err, st, "ListObjectsV2", uri,
-                              "truncated listing without a continuation token");
-            }
+        } else {
+            st = s3f_list_tokens_next(&seen, page, bucket, &token, &err);
         }
         s3f_list_page_free(page);
         if (st != S3F_OK || !token)
             break;
     }
-    free(token);
+    s3f_list_tokens_free(seen);
     if (st != S3F_OK) {
         if (err.status == S3F_OK)
             err.status = st;

@@ -258,7 +258,8 @@ enum s3f_status cli_list_all_sizes(struct s3f_client *c, const char *bucket,
 enum s3f_status cli_list_each(struct s3f_client *c, const char *bucket, const char *prefix,
                               int page_size, int (*fn)(void *user, const struct s3f_list_entry *e),
                               void *user, struct s3f_error *err) {
-    char *token = NULL;
+    struct s3f_list_tokens *seen = NULL;
+    const char *token = NULL;
     enum s3f_status st = S3F_OK;
     for (;;) {
         struct s3f_list_options lo;
@@ -277,26 +278,13 @@ enum s3f_status cli_list_each(struct s3f_client *c, const char *bucket, const ch
                 break;
             }
         }
-        free(token);
-        token = NULL;
-        int more = page->is_truncated && page->next_continuation_token &&
-                   page->next_continuation_token[0];
-        if (st == S3F_OK && more) {
-            token = strdup(page->next_continuation_token);
-            if (!token) {
-                st = S3F_ERR_NO_MEMORY;
-                cli_error_set(err, st, "ListObjectsV2", NULL, "out of memory");
-            }
-        } else if (st == S3F_OK && page->is_truncated) {
-            st = S3F_ERR_BAD_RESPONSE;
-            cli_error_set(err, st, "ListObjectsV2", NULL,
-                          "truncated listing without a continuation token");
-        }
+        if (st == S3F_OK)
+            st = s3f_list_tokens_next(&seen, page, bucket, &token, err);
         s3f_list_page_free(page);
         if (st != S3F_OK || !token)
             break;
     }
-    free(token);
+    s3f_list_tokens_free(seen);
     return st;
 }
 

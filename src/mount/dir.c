@@ -57,7 +57,8 @@ struct dh {
     struct dent *ents;
     size_t n, cap;
     uint64_t base;        /* global index of ents[0] */
-    char *token;
+    const char *token;    /* the next page's, borrowed from seen; NULL: first or done */
+    struct s3f_list_tokens *seen; /* the tokens this listing followed (a looping server) */
     int started, listing_done, complete;
     int from_cache;
     uint64_t list_gen0;   /* generation when the listing started */
@@ -232,7 +233,8 @@ static void dh_reset(struct dh *d) {
     d->n_held = d->cap_held = 0;
     d->from_cache = 0;
     d->base = 0;
-    free(d->token);
+    s3f_list_tokens_free(d->seen);
+    d->seen = NULL;
     d->token = NULL;
     d->started = d->listing_done = d->complete = 0;
     for (size_t i = 0; i < d->n_extra; i++)
@@ -533,6 +535,20 @@ static int list_page(struct mnt_fs *fs, struct dh *d, const char *token,
     return st == S3F_ERR_NOT_FOUND ? -EIO : -mnt_errno_of(st, 0);
 }
 
+/* The token of the page after `page` into *token (NULL: the listing is complete), checked
+ * against the ones the listing followed: a server that hands one back again, which would
+ * make readdir list forever without answering, fails it with EIO (logged). 0 or -errno. */
+static int next_token(struct dh *d, const struct s3f_list_page *page,
+                      struct s3f_list_tokens **seen, const char **token) {
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_list_tokens_next(seen, page, NULL, token, &err);
+    if (st == S3F_OK)
+        return 0;
+    mnt_log_error("readdir", d->path, &err);
+    return st == S3F_ERR_NO_MEMORY ? -ENOMEM : -EIO;
+}
+
 /* ---- a directory bucket's whole listing -------------------------------------------- */
 
 /* A directory bucket lists in no order (S3 Express One Zone): a file and the directory
@@ -572,7 +588,8 @@ static int dent_cmp(const void *x, const void *y) {
 
 static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
     struct collect c = {.max = fs->mem_budget};
-    char *token = NULL;
+    struct s3f_list_tokens *seen = NULL;
+    const char *token = NULL;
     int rc = 0;
     pthread_mutex_lock(&fs->mu);
     uint64_t gen0 = fs->gen;
@@ -583,18 +600,13 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
         if ((rc = list_page(fs, d, token, &page)))
             break;
         rc = mnt_page_walk(page, d->dkey, on_collect, &c);
-        free(token);
-        token = NULL;
-        if (rc == 0 && page->is_truncated && page->next_continuation_token) {
-            token = strdup(page->next_continuation_token);
-            if (!token)
-                rc = -ENOMEM;
-        }
+        if (rc == 0)
+            rc = next_token(d, page, &seen, &token);
         s3f_list_page_free(page);
         if (rc || !token)
             break;
     }
-    free(token);
+    s3f_list_tokens_free(seen);
     d->started = 1;
     if (rc == -ENOMEM && c.bytes > c.max)
         fprintf(stderr, "s3flash mount: readdir %s: the directory's listing passes the "
@@ -658,15 +670,11 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
     if (rc == 0)
         rc = mnt_page_walk(page, d->dkey, on_page_name, &f);
     pthread_mutex_unlock(&fs->mu);
-    free(d->token);
-    d->token = NULL;
-    if (page->is_truncated && page->next_continuation_token) {
-        d->token = strdup(page->next_continuation_token);
-        if (!d->token)
-            rc = -ENOMEM;
-    } else {
+    int trc = next_token(d, page, &d->seen, &d->token);
+    if (trc)
+        rc = rc ? rc : trc;
+    else if (!d->token)
         dh_listed(fs, d, rc);
-    }
     s3f_list_page_free(page);
     return rc;
 }

@@ -162,7 +162,36 @@ static PyObject *mod_parse_uri(PyObject *mod, PyObject *arg) {
     return Py_BuildValue("(ss)", bucket, key);
 }
 
+#define LIST_TOKENS_CAPSULE "s3flash.list_tokens"
+
+static void list_tokens_destroy(PyObject *cap) {
+    struct s3f_list_tokens **t = PyCapsule_GetPointer(cap, LIST_TOKENS_CAPSULE);
+    if (t) {
+        s3f_list_tokens_free(*t);
+        free(t);
+    }
+}
+
+static PyObject *mod_list_tokens(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    struct s3f_list_tokens **t = calloc(1, sizeof(*t));
+    if (!t)
+        return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(t, LIST_TOKENS_CAPSULE, list_tokens_destroy);
+    if (!cap)
+        free(t);
+    return cap;
+}
+
+struct s3f_list_tokens **list_tokens_of(PyObject *obj) {
+    return PyCapsule_GetPointer(obj, LIST_TOKENS_CAPSULE);
+}
+
 static PyMethodDef module_methods[] = {
+    {"list_tokens", (PyCFunction)mod_list_tokens, METH_NOARGS,
+     "list_tokens() -> the continuation tokens of one listing, to pass as list_objects's "
+     "tokens=\n(one listing, one thread at a time)."},
     {"parse_uri", (PyCFunction)mod_parse_uri, METH_O,
      "parse_uri(uri) -> (bucket, key)\nSplit 's3://bucket/key'; ValueError naming the URI."},
     {NULL, NULL, 0, NULL},

@@ -589,13 +589,17 @@ static PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw) {
 
 static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "prefix", "delimiter", "continuation_token",
-                             "start_after", "max_keys", NULL};
+                             "start_after", "max_keys", "tokens", NULL};
+    PyObject *tokens = Py_None;
     const char *bucket;
     struct s3f_list_options o;
     memset(&o, 0, sizeof(o));
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzzi", kwlist, &bucket, &o.prefix,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzziO", kwlist, &bucket, &o.prefix,
                                      &o.delimiter, &o.continuation_token, &o.start_after,
-                                     &o.max_keys))
+                                     &o.max_keys, &tokens))
+        return NULL;
+    struct s3f_list_tokens **seen = NULL;
+    if (tokens != Py_None && !(seen = list_tokens_of(tokens)))
         return NULL;
     CLIENT_OR_NULL(self, c);
     struct s3f_list_page *page = NULL;
@@ -622,8 +626,16 @@ static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObjec
             goto out;
         PyList_SetItem(prefixes, (Py_ssize_t)i, s);
     }
-    res = Py_BuildValue("(OOz)", objs, prefixes,
-                        page->is_truncated ? page->next_continuation_token : NULL);
+    const char *next = page->is_truncated ? page->next_continuation_token : NULL;
+    if (seen) { /* a token this listing followed already: the server's loop, refused */
+        s3f_error_clear(&err);
+        st = s3f_list_tokens_next(seen, page, bucket, &next, &err);
+        if (st) {
+            raise_s3(st, &err);
+            goto out;
+        }
+    }
+    res = Py_BuildValue("(OOz)", objs, prefixes, next);
 out:
     Py_XDECREF(objs);
     Py_XDECREF(prefixes);
@@ -920,8 +932,10 @@ static PyMethodDef Client_methods[] = {
     {"list_objects", (PyCFunction)(void (*)(void))Client_list_objects,
      METH_VARARGS | METH_KEYWORDS,
      "list_objects(bucket, prefix=None, delimiter=None, continuation_token=None, "
-     "start_after=None, max_keys=0)\n-> (objects, common_prefixes, next_token); objects are "
-     "(key, size, last_modified, etag, storage_class)"},
+     "start_after=None, max_keys=0, tokens=None)\n-> (objects, common_prefixes, next_token); "
+     "objects are (key, size, last_modified, etag, storage_class). tokens (from "
+     "list_tokens()) holds the tokens the listing followed: a next_token already followed "
+     "raises S3Error (the server's loop)"},
     {"list_multipart_uploads", (PyCFunction)(void (*)(void))Client_list_multipart_uploads,
      METH_VARARGS | METH_KEYWORDS,
      "list_multipart_uploads(bucket, prefix=None, key_marker=None, upload_id_marker=None)\n"

@@ -71,6 +71,8 @@ PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_fetch(ClientObject *self, PyObject *args, PyObject *kw);
 int get_contiguous(PyObject *obj, Py_buffer *view, void **copy);
+/* The token set inside a list_tokens() capsule (borrowed), or NULL with TypeError set. */
+struct s3f_list_tokens **list_tokens_of(PyObject *obj);
 
 #define CLIENT_OR_NULL(self, c)                                                               \
     struct s3f_client *c = client_get(self);                                                 \

@@ -57,6 +57,96 @@ enum s3f_status s3f_list_objects_v2(struct s3f_client *c, const char *bucket,
     return st;
 }
 
+/* ---- the tokens a listing followed ---------------------------------------------------
+ * An open-addressing set of 16-byte digests (the first 16 bytes of the token's SHA-256, its
+ * first byte's low bit set so that an all-zero slot means empty), at most half full. */
+struct s3f_list_tokens {
+    uint8_t (*slot)[16];
+    size_t cap, n;
+    char *current;
+};
+
+static size_t token_home(const uint8_t d[16], size_t cap) {
+    uint64_t h;
+    memcpy(&h, d + 8, sizeof(h));
+    return (size_t)h & (cap - 1);
+}
+
+/* Add d; 1 if it was there already, 0 added, -1 out of memory. */
+static int tokens_add(struct s3f_list_tokens *t, const uint8_t d[16]) {
+    static const uint8_t empty[16];
+    if ((t->n + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        uint8_t(*slot)[16] = calloc(cap, sizeof(*slot));
+        if (!slot)
+            return -1;
+        for (size_t i = 0; i < t->cap; i++) {
+            if (memcmp(t->slot[i], empty, 16) == 0)
+                continue;
+            size_t j = token_home(t->slot[i], cap);
+            while (memcmp(slot[j], empty, 16) != 0)
+                j = (j + 1) & (cap - 1);
+            memcpy(slot[j], t->slot[i], 16);
+        }
+        free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+    }
+    size_t j = token_home(d, t->cap);
+    for (; memcmp(t->slot[j], empty, 16) != 0; j = (j + 1) & (t->cap - 1))
+        if (memcmp(t->slot[j], d, 16) == 0)
+            return 1;
+    memcpy(t->slot[j], d, 16);
+    t->n++;
+    return 0;
+}
+
+enum s3f_status s3f_list_tokens_next(struct s3f_list_tokens **t,
+                                     const struct s3f_list_page *page, const char *bucket,
+                                     const char **next, struct s3f_error *err) {
+    *next = NULL;
+    if (!t || !page)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "ListObjectsV2", bucket,
+                              "the token set or the page is NULL");
+    if (!page->is_truncated)
+        return S3F_OK;
+    const char *tok = page->next_continuation_token;
+    if (!tok || !*tok)
+        return s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "ListObjectsV2", bucket,
+                              "the server's page is truncated but names no "
+                              "NextContinuationToken: the listing cannot go on");
+    if (!*t && !(*t = calloc(1, sizeof(**t))))
+        return s3f__op_oom(err, "ListObjectsV2");
+    uint8_t sum[32];
+    if (s3f__sha256(tok, strlen(tok), sum) != 0)
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "ListObjectsV2", bucket,
+                              "SHA-256 of a continuation token failed");
+    sum[0] |= 1;
+    int seen = tokens_add(*t, sum);
+    if (seen < 0)
+        return s3f__op_oom(err, "ListObjectsV2");
+    if (seen)
+        return s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "ListObjectsV2", bucket,
+                              "the server's page %zu is truncated and hands back a "
+                              "continuation token the listing already followed (the "
+                              "listing would never end): the server's fault",
+                              (*t)->n + 1);
+    char *cur = s3f__strdup(tok);
+    if (!cur)
+        return s3f__op_oom(err, "ListObjectsV2");
+    free((*t)->current);
+    (*t)->current = cur;
+    *next = cur;
+    return S3F_OK;
+}
+
+void s3f_list_tokens_free(struct s3f_list_tokens *t) {
+    if (!t)
+        return;
+    free(t->slot);
+    free(t->current);
+    free(t);
+}
 
 /* ---- buckets ------------------------------------------------------------------------ */
 

@@ -17,6 +17,14 @@ The first path segment (the "bucket", path-style addressing) picks the fault:
                        (a body that ends cleanly, short of what its head announced)
   /always-500/...      500 with an S3 error document (InternalError, a RequestId)
   /okay/...            200, a well-formed listing of one key, or GET of an object: 'hello'
+  /list-same-token/... a listing that never ends: every page (one key, k-NNNN) is truncated
+                       and names the same NextContinuationToken ("again")
+  /list-cycle/...      a listing whose tokens go round: first page -> "A", A -> "B", B -> "A"
+  /list-no-token/...   a truncated page without a NextContinuationToken, every time
+  /list-long/...       an honest listing of LONG_PAGES pages, one key each (k-0000 ...), each
+                       page's token naming the next; the last page is not truncated
+  (a list-* bucket answers anything but a listing with 404 NoSuchKey; the requests of each
+  are counted in hits, so a listing that loops shows as many hits)
 
 Every request is counted per fault in `server.hits` so tests can check retries are bounded.
 
@@ -26,6 +34,7 @@ Every request is counted per fault in `server.hits` so tests can check retries a
 
 import http.server
 import threading
+import urllib.parse
 from collections import Counter
 
 SHORT_BODY_LEN = 100_000   # size of OBJECT, what Content-Length claims
@@ -49,6 +58,26 @@ NOT_XML = b"this is not XML, just some text from a confused proxy\n"
 ERROR_500 = (b'<?xml version="1.0" encoding="UTF-8"?>\n'
              b'<Error><Code>InternalError</Code><Message>We encountered an internal error.'
              b'</Message><RequestId>tx-fault-500-req</RequestId><HostId>fault</HostId></Error>')
+
+
+LONG_PAGES = 40
+
+
+def list_page(bucket, key, token=None, truncated=None):
+    """A ListObjectsV2 page of one key; truncated (True) with `token` as its
+    NextContinuationToken (None: no token element)."""
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            f'<Name>{bucket}</Name><Prefix></Prefix><KeyCount>1</KeyCount>'
+            f'<MaxKeys>1000</MaxKeys><IsTruncated>{"true" if truncated else "false"}'
+            f'</IsTruncated>')
+    if token is not None:
+        body += f'<NextContinuationToken>{token}</NextContinuationToken>'
+    body += (f'<Contents><Key>{key}</Key><LastModified>2026-12-02T12:00:00.000Z'
+             f'</LastModified><ETag>&quot;5d41402abc4b2a76b9719d911017c592&quot;</ETag>'
+             f'<Size>5</Size><StorageClass>STANDARD</StorageClass></Contents>'
+             f'</ListBucketResult>')
+    return body.encode()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -96,6 +125,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._star_total_short()
         elif fault == "always-500":
             self._send(500, ERROR_500)
+        elif fault.startswith("list-"):
+            self._listing(fault)
         elif fault == "okay":
             if self._is_list():
                 self._send(200, LIST_OK)
@@ -104,6 +135,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send(404, b'<?xml version="1.0"?><Error><Code>NoSuchBucket</Code>'
                             b'<Message>no such fault</Message></Error>')
+
+    def _listing(self, fault):
+        if not self._is_list():
+            self._send(404, b'<?xml version="1.0"?><Error><Code>NoSuchKey</Code>'
+                            b'<Message>no such key</Message></Error>')
+            return
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        token = query.get("continuation-token", [None])[0]
+        with self.server.lock:
+            n = self.server.hits[fault]
+        key = f"k-{n:04d}"
+        if fault == "list-same-token":
+            body = list_page(fault, key, "again", truncated=True)
+        elif fault == "list-cycle":
+            body = list_page(fault, key, "B" if token == "A" else "A", truncated=True)
+        elif fault == "list-no-token":
+            body = list_page(fault, key, None, truncated=True)
+        else:  # list-long: page i (token "p<i>") holds k-<i>
+            i = int(token[1:]) if token else 0
+            last = i + 1 >= LONG_PAGES
+            body = list_page(fault, f"k-{i:04d}", None if last else f"p{i + 1}",
+                             truncated=not last)
+        self._send(200, body)
 
     def _cut_short(self, honour_range):
         start = 0
