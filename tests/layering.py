@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The layering of docs/ARCHITECTURE.md ("Who may call whom"), checked on the sources: each
 folder under src/ includes only the headers of the folders it may call, the libraries it may
-use, and names no function of a layer above it. A meson unit test (`meson test --suite
+use, names no function of a layer above it, and makes no unbounded string copy (strcpy,
+stpcpy, strcat, sprintf, vsprintf, gets). A meson unit test (`meson test --suite
 unit`, so tests/run.sh runs it); run it by hand with `python3 tests/layering.py [SRC_DIR]`.
 
 Exits 1 naming every forbidden edge (file:line, the include or the call, the rule).
@@ -40,6 +41,9 @@ CURL_NAME = re.compile(r"\b(curl_\w+|CURL\w*)\b")
 # of http/, auth/ may use only the CURLcode map; xfer/ only the count of data connections
 HTTP_ALLOWED = {"auth": {"s3f__http_status_of_curl"},
                 "xfer": {"s3f__http_pool_data_connections", "s3f__http_read_fn"}}
+
+# copies that trust the source to fit: not anywhere in src/ (issue 28, N12)
+UNBOUNDED_COPY = re.compile(r"\b(strcpy|stpcpy|strcat|sprintf|vsprintf|gets)\s*\(")
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
@@ -103,6 +107,10 @@ def check(src):
                                     f"{top}")
             code = strip_comments(raw)
             for n, line in enumerate(code.splitlines(), 1):
+                for m in UNBOUNDED_COPY.finditer(line):
+                    problems.append(f"{rel}:{n}: calls {m.group(1)}: an unbounded copy "
+                                    f"(use s3f__strlcpy in the library, snprintf(dst, "
+                                    f"sizeof(dst), \"%s\", src) in the front ends)")
                 if folder not in LIBRARIES["curl"]:
                     for m in CURL_NAME.finditer(line):
                         problems.append(f"{rel}:{n}: names {m.group(1)}: libcurl stays in "

@@ -14,7 +14,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
+
+/* No unbounded string copy in the library (issue 28, N12): s3f__strlcpy or snprintf. The
+ * headers that declare them come first, so that including them later is harmless;
+ * tests/layering.py checks the same in every folder of src/, front ends included. */
+#if defined(__GNUC__)
+#pragma GCC poison strcpy stpcpy strcat sprintf vsprintf gets
+#endif
 
 #include "s3flash/s3flash.h"
 

@@ -70,7 +70,8 @@ void mnt_parent_of(const char *path, char *out) {
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
     if (n == 0) {
-        strcpy(out, "/");
+        out[0] = '/';
+        out[1] = 0;
         return;
     }
     if (n >= PATH_MAX)

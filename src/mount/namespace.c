@@ -85,8 +85,8 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
         int locked = (locked1 && strcmp(up, locked1) == 0) ||
                      (locked2 && strcmp(up, locked2) == 0);
         if (locked && later->n < 2 && strlen(name) <= MNT_NAME_MAX) {
-            strcpy(later->dir[later->n], up);
-            strcpy(later->name[later->n], name);
+            snprintf(later->dir[later->n], sizeof(later->dir[0]), "%s", up);
+            snprintf(later->name[later->n], sizeof(later->name[0]), "%s", name);
             later->n++;
         }
         pthread_mutex_lock(&fs->mu);
@@ -97,7 +97,7 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
                 wait[n_wait++] = n;
         }
         pthread_mutex_unlock(&fs->mu);
-        strcpy(dir, up);
+        snprintf(dir, sizeof(dir), "%s", up);
     }
     pthread_mutex_lock(&fs->mu);
     for (size_t i = 0; i < n_wait; i++)

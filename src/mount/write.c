@@ -110,7 +110,7 @@ void mnt_promote_parents(struct mnt_fs *fs, const char *path) {
         mnt_meta_change(fs, dir, K_DIR, 0, 0, NULL);
         char up[PATH_MAX];
         mnt_parent_of(dir, up);
-        strcpy(dir, up);
+        snprintf(dir, sizeof(dir), "%s", up);
     }
 }
 

@@ -764,7 +764,7 @@ static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *
             PyErr_SetString(PyExc_ValueError, "ETag too long");
             return NULL;
         }
-        strcpy(parts[i].etag, etag);
+        snprintf(parts[i].etag, sizeof(parts[i].etag), "%s", etag);
         parts[i].checksum_algorithm = S3F_CHECKSUM_NONE;
     }
     Py_DECREF(seq);

@@ -261,7 +261,7 @@ static int parse_url(const char *s, struct url *u) {
         if (!path_char_ok((unsigned char)*q))
             goto out;
     if (strcmp(path, "/") != 0 && strlen(path) < sizeof(u->path))
-        strcpy(u->path, path); /* "/" alone is no path */
+        s3f__strlcpy(u->path, path, sizeof(u->path)); /* "/" alone is no path */
     else if (strcmp(path, "/") != 0)
         goto out;
 

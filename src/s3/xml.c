@@ -70,7 +70,7 @@ static void XMLCALL on_start_el(void *ud, const XML_Char *qname, const XML_Char 
             return;
         }
     }
-    strcpy(d->names[d->depth++], name);
+    s3f__strlcpy(d->names[d->depth++], name, sizeof(d->names[0]));
     s3f__buf_reset(&d->text);
     if (!d->error_root && d->on_start)
         d->on_start(d, name);

@@ -224,10 +224,10 @@ static void test_complete_body_escaped(void) {
     struct s3f_part_info parts[2];
     memset(parts, 0, sizeof(parts));
     parts[0].part_number = 1;
-    strcpy(parts[0].etag, "\"0cc175b9c0f1b6a831c399e269772661\"");
+    s3f__strlcpy(parts[0].etag, "\"0cc175b9c0f1b6a831c399e269772661\"", sizeof(parts[0].etag));
     parts[1].part_number = 2;
-    strcpy(parts[1].etag, "odd<&>'etag");
-    strcpy(parts[1].checksum, "a&b");
+    s3f__strlcpy(parts[1].etag, "odd<&>'etag", sizeof(parts[1].etag));
+    s3f__strlcpy(parts[1].checksum, "a&b", sizeof(parts[1].checksum));
     struct s3f__op op;
     memset(&op, 0, sizeof(op));
     struct s3f_error err;
@@ -265,7 +265,7 @@ static void test_same_object(void) {
     memset(&ours, 0, sizeof(ours));
     char why[400];
     head.size = 10;
-    strcpy(head.etag, "\"96e024ba2074fe77e8e965ba43a704be-2\"");
+    s3f__strlcpy(head.etag, "\"96e024ba2074fe77e8e965ba43a704be-2\"", sizeof(head.etag));
     /* size first */
     CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 11, head.etag, why,
                                sizeof(why)), 0);
@@ -280,16 +280,16 @@ static void test_same_object(void) {
     CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, "", why, sizeof(why)),
               -1);
     /* the whole-object checksum goes before the ETag */
-    strcpy(head.checksum_crc32c, "AAAAAA==");
-    strcpy(ours.checksum_crc32c, "AAAAAA==");
+    s3f__strlcpy(head.checksum_crc32c, "AAAAAA==", sizeof(head.checksum_crc32c));
+    s3f__strlcpy(ours.checksum_crc32c, "AAAAAA==", sizeof(ours.checksum_crc32c));
     CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, "\"other\"", why,
                                sizeof(why)), 1);
-    strcpy(ours.checksum_crc32c, "BBBBBB==");
+    s3f__strlcpy(ours.checksum_crc32c, "BBBBBB==", sizeof(ours.checksum_crc32c));
     CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, head.etag, why,
                                sizeof(why)), 0);
     CHECK(strstr(why, "CRC32C checksum is AAAAAA==, not BBBBBB==") != NULL);
     /* a checksum of checksums is no identity of the bytes: the ETag decides */
-    strcpy(head.checksum_crc32c, "AAAAAA==-2");
+    s3f__strlcpy(head.checksum_crc32c, "AAAAAA==-2", sizeof(head.checksum_crc32c));
     CHECK_INT(s3f__same_object(&head, &ours, S3F_CHECKSUM_CRC32C, 10, head.etag, why,
                                sizeof(why)), 1);
 }

@@ -29,7 +29,7 @@ static void test_valid(void) {
     }
     /* a key of exactly 1024 bytes */
     char uri[1100], bucket[64], key[1025];
-    strcpy(uri, "s3://bkt/");
+    s3f__strlcpy(uri, "s3://bkt/", sizeof(uri));
     memset(uri + 9, 'k', 1024);
     uri[9 + 1024] = '\0';
     CHECK_INT(s3f_uri_parse(uri, bucket, sizeof(bucket), key, sizeof(key), NULL), S3F_OK);
@@ -80,7 +80,7 @@ static void test_invalid(void) {
     }
     /* too long key */
     char uri[1200], bucket[64], key[2048];
-    strcpy(uri, "s3://bkt/");
+    s3f__strlcpy(uri, "s3://bkt/", sizeof(uri));
     memset(uri + 9, 'k', 1025);
     uri[9 + 1025] = '\0';
     struct s3f_error err;

@@ -136,7 +136,7 @@ static void test_complete(void) {
     char *body = load("aws-complete-multipart.xml", &len);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    strcpy(info.version_id, "v1"); /* from a header: left alone */
+    s3f__strlcpy(info.version_id, "v1", sizeof(info.version_id)); /* from a header: left alone */
     CHECK_INT(s3f__xml_parse_complete_multipart(body, len, &info, NULL), S3F_OK);
     CHECK_STR(info.etag, "\"3858f62230ac3c915f300c664312c11f-9\"");
     CHECK_STR(info.checksum_crc32c, "xU+Krw==-3");
@@ -152,7 +152,7 @@ static void test_complete(void) {
 
     body = load("rgw-complete-multipart.xml", &len);
     memset(&info, 0, sizeof(info));
-    strcpy(info.etag, "old");
+    s3f__strlcpy(info.etag, "old", sizeof(info.etag));
     CHECK_INT(s3f__xml_parse_complete_multipart(body, len, &info, NULL), S3F_OK);
     CHECK_STR(info.etag, ""); /* RGW: empty ETag, HEAD shows the real one */
     free(body);
@@ -178,7 +178,7 @@ static void test_complete(void) {
     for (size_t i = 0; i < S3F_ARRAY_LEN(errs); i++) {
         body = load(errs[i][0], &len);
         memset(&info, 0, sizeof(info));
-        strcpy(info.etag, "untouched");
+        s3f__strlcpy(info.etag, "untouched", sizeof(info.etag));
         struct s3f_error err;
         s3f_error_clear(&err);
         err.http_status = 200;
@@ -544,7 +544,7 @@ static void test_error_docs(void) {
         char *body = load(not_errors[i], &len);
         struct s3f_error err;
         s3f_error_clear(&err);
-        strcpy(err.code, "keep");
+        s3f__strlcpy(err.code, "keep", sizeof(err.code));
         CHECK(!s3f__xml_parse_error(body, len, &err));
         CHECK_STR(err.code, "keep");
         free(body);
