@@ -270,7 +270,15 @@ int mnt_run(const struct mnt_options *in) {
         o.cache_dir = cache_abs;
     }
     if (o.log_file) {
-        log_fp = fopen(o.log_file, "a");
+        /* a new log file is the owner's alone (0600, whatever the umask): the log names
+         * paths and keys; an existing one (or a /dev/fd/N) keeps its mode and owner */
+        int lfd = open(o.log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        log_fp = lfd >= 0 ? fdopen(lfd, "a") : NULL;
+        if (!log_fp && lfd >= 0) {
+            int e = errno;
+            close(lfd);
+            errno = e;
+        }
         if (!log_fp) {
             fprintf(stderr, "s3flash: --log-file %s: %s\n", o.log_file, strerror(errno));
             free(cache_abs);
