@@ -202,18 +202,23 @@ static enum s3f_status put_reconcile(struct s3f_client *c, const char *bucket,
     memset(&ours, 0, sizeof(ours));
     report_sent_checksum(&ours, ck);
     uint8_t md5[16];
-    char etag[35];
-    s3f__md5(data ? data : "", len, md5);
-    etag[0] = '"';
-    s3f__hex(md5, 16, etag + 1);
-    etag[33] = '"';
-    etag[34] = '\0';
+    char etag[35] = ""; /* none when MD5 is refused (FIPS): the checksum alone decides */
+    bool have_md5 = s3f__md5(data ? data : "", len, md5) == 0;
+    if (have_md5) {
+        etag[0] = '"';
+        s3f__hex(md5, 16, etag + 1);
+        etag[33] = '"';
+        etag[34] = '\0';
+    }
     char why[400];
     int same = -1;
     enum s3f_status hst = s3f_head_object(c, bucket, key, NULL, &head, &he);
-    if (hst == S3F_OK)
+    if (hst == S3F_OK) {
         same = s3f__same_object(&head, &ours, ck->alg, len, etag, why, sizeof(why));
-    else
+        if (same == -1 && !have_md5)
+            snprintf(why, sizeof(why), "it has our size, but no checksum to compare and no "
+                     "MD5 of ours for its ETag (MD5 is unavailable here)");
+    } else
         snprintf(why, sizeof(why), "HEAD failed (%s)", s3f_status_name(hst));
     if (same == 1) {
         *info = head;

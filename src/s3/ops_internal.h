@@ -129,7 +129,8 @@ enum s3f_status s3f__op_get(struct s3f__op *op, bool head, const char *bucket, c
 /* The ETag S3 gives an object completed from parts with these ETags: the MD5 of the
  * concatenated binary part MD5s, "-N", quoted, into out (at least 48 bytes). false when a
  * part ETag is not a 32-digit MD5 hex (quoted or not): then the server's ETags are not MD5s
- * (SSE-KMS, some gateways) and nothing can be computed. */
+ * (SSE-KMS, some gateways) and nothing can be computed; false too when MD5 is refused
+ * (FIPS). */
 bool s3f__multipart_etag(const char *const *part_etags, size_t n, char *out, size_t out_len);
 
 /* Whether the object a HEAD described (`head`, asked with x-amz-checksum-mode) is the one
