@@ -1029,7 +1029,8 @@ static bool over(struct s3f__cache *c, uint64_t total, uint64_t need) {
 
 /* One eviction step: sample without the lock, then unlink the oldest quarter of the sample
  * (at least one) that is unchanged since, while over the bound, under one short hold of
- * the lock. Returns false when the sample found no block at all (nothing to evict). */
+ * the lock. Returns false when it made no progress: the sample found no block at all and
+ * no count went down (neither a stale directory's, recounted, nor by the recounts below). */
 static bool evict_step(struct s3f__cache *c, uint64_t need) {
     struct s3f__cache_counts k;
     counts_valid_locked(c, &k);
@@ -1038,6 +1039,7 @@ static bool evict_step(struct s3f__cache *c, uint64_t need) {
     bool stale[S3F__CACHE_SLOTS] = {false};
     size_t n = sample(c, &k, pool, stale);
     counts_valid_locked(c, &k);
+    uint64_t before = s3f__cache_counts_total(&k);
     for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++) {
         if (stale[i]) { /* a short step: that one directory */
             k.bytes[i] = recount(c, i);
@@ -1067,7 +1069,9 @@ static bool evict_step(struct s3f__cache *c, uint64_t need) {
     uint64_t total = s3f__cache_counts_total(&k);
     lock_drop(c);
     count(&c->n.evicted_bytes, evicted);
-    if (n)
+    /* a stale directory's bytes given back is progress too, even with no block sampled:
+     * the insert that asked may now fit (issue 28, D6) */
+    if (n || total < before)
         return true;
     /* Counted bytes but no block found: files removed behind the cache's back. Recount the
      * directories that claim bytes, one per step; progress if the count went down. */

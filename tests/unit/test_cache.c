@@ -719,6 +719,45 @@ static void test_count_overflow(void) {
     free(buf);
 }
 
+/* Issue 28, D6: a count slot that claims bytes for a first-level directory that is gone
+ * (removed behind the cache's back) makes the cache look full; the eviction step that
+ * finds it recounts the slot to 0, and that is room: the insert goes in, with no "no room"
+ * warning. Before, the step counted its progress from after the recount, saw none, and the
+ * insert was dropped with room to spare. */
+static void test_gone_dir_slot_frees_room(void) {
+    char dir[300], p[400];
+    new_dir(dir, sizeof(dir));
+    uint64_t fsz = HDR + 1 + 1 + 3 + BS;
+    struct s3f__cache *c = open_cache(dir, 10 * fsz, 1);
+    struct s3f__cache_object o;
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
+    unsigned slot = (unsigned)strtoul((char[]){o.hex[0], o.hex[1], 0}, NULL, 16);
+    unsigned gone = (slot + 1) % S3F__CACHE_SLOTS; /* no directory: nothing was put there */
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+    lock_path(dir, p, sizeof(p));
+    int fd = open(p, O_RDWR);
+    CHECK(fd >= 0);
+    uint64_t v = 10 * fsz, slot16[2] = {v, v ^ S3F__CACHE_COUNT_KEY};
+    CHECK(pwrite(fd, slot16, 16, S3F__CACHE_COUNT_HEAD + gone * 16) == 16);
+    close(fd);
+    CHECK_INT(counted(dir), 10 * fsz);
+    c = open_cache(dir, 10 * fsz, 1);
+    CHECK_INT(s3f__cache_object_init(&o, c, "b", "k", "\"e\"", 100 * BS), S3F_OK);
+    char *buf = malloc(BS);
+    fill(buf, BS, 7, 3);
+    put_sync(&o, 3, buf);
+    CHECK(s3f__cache_has(&o, 3));
+    struct s3f__cache_counters n;
+    s3f__cache_counters(c, &n);
+    CHECK_INT(n.insert_dropped_bytes, 0);
+    CHECK_INT(n.inserted_bytes, BS);
+    CHECK_INT(counted(dir), fsz);
+    free(buf);
+    s3f__cache_object_cleanup(&o);
+    s3f__cache_free(c);
+}
+
 /* ---- off the reading thread, bounded ----------------------------------------------------- */
 
 /* While another process holds the node-wide lock (an eviction there), the reading thread's
@@ -1028,6 +1067,7 @@ int main(void) {
     RUN(test_planted_links_and_fifo);
     RUN(test_roots);
     RUN(test_count_overflow);
+    RUN(test_gone_dir_slot_frees_room);
     RUN(test_reader_never_waits);
     RUN(test_eviction_sampled);
     RUN(test_partial_object);
