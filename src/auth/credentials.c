@@ -67,6 +67,33 @@ enum s3f_status s3f__credentials_copy(struct s3f__credentials *dst,
                                 src->session_token, src->expiration, src->source);
 }
 
+static bool has_control(const char *s) {
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return true;
+    return false;
+}
+
+const char *s3f__credentials_refused(const char *akid, const char *secret, const char *token,
+                                     bool need_token, int64_t expiration,
+                                     bool has_expiration) {
+    if (!akid || !*akid)
+        return "no AccessKeyId";
+    if (has_control(akid))
+        return "the AccessKeyId has a control character";
+    if (!secret || !*secret)
+        return "no SecretAccessKey";
+    if (has_control(secret))
+        return "the SecretAccessKey has a control character";
+    if (need_token && (!token || !*token))
+        return "no SessionToken (or an empty one)";
+    if (has_control(token))
+        return "the SessionToken has a control character";
+    if (has_expiration && expiration <= 0)
+        return "the Expiration is at or before 1970-01-01 (it would never expire)";
+    return NULL;
+}
+
 enum s3f_status s3f__credentials_from_json(const struct s3f__json_object *o,
                                            const char *token_key, const char *source,
                                            const char *what, struct s3f__credentials *out,
@@ -76,15 +103,14 @@ enum s3f_status s3f__credentials_from_json(const struct s3f__json_object *o,
     const char *secret = s3f__json_get_string(o, "SecretAccessKey");
     const char *token = s3f__json_get_string(o, token_key);
     const char *exp = s3f__json_get_string(o, "Expiration");
-    if (!akid || !*akid)
-        return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "%s: no AccessKeyId", what);
-    if (!secret || !*secret)
-        return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "%s: no SecretAccessKey",
-                              what);
     int64_t expiration = 0;
     if (exp && *exp && s3f__time_parse(exp, &expiration) != 0)
         return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL,
                               "%s: Expiration is not an ISO-8601 time", what);
+    const char *why = s3f__credentials_refused(akid, secret, token, false, expiration,
+                                               exp && *exp);
+    if (why)
+        return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "%s: %s", what, why);
     if (s3f__credentials_set(out, akid, secret, token, expiration, source))
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
     return S3F_OK;

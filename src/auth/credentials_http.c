@@ -341,6 +341,32 @@ int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FI
     return rc;
 }
 
+enum s3f_status s3f__sts_credentials(char *const fields[S3F__STS_FIELDS], const char *source,
+                                     struct s3f__credentials *out, char *why, size_t why_len) {
+    memset(out, 0, sizeof(*out));
+    if (!fields[F_AKID] || !fields[F_SECRET] || !fields[F_TOKEN] || !fields[F_EXPIRATION]) {
+        snprintf(why, why_len, "no complete Credentials element");
+        return S3F_ERR_BAD_RESPONSE;
+    }
+    int64_t exp;
+    if (s3f__time_parse(s3f__trim(fields[F_EXPIRATION]), &exp) != 0) {
+        snprintf(why, why_len, "the Expiration is not an ISO-8601 time");
+        return S3F_ERR_BAD_RESPONSE;
+    }
+    const char *akid = s3f__trim(fields[F_AKID]), *secret = s3f__trim(fields[F_SECRET]);
+    const char *token = s3f__trim(fields[F_TOKEN]);
+    const char *bad = s3f__credentials_refused(akid, secret, token, true, exp, true);
+    if (bad) {
+        snprintf(why, why_len, "%s", bad);
+        return S3F_ERR_BAD_RESPONSE;
+    }
+    if (s3f__credentials_set(out, akid, secret, token, exp, source)) {
+        snprintf(why, why_len, "out of memory");
+        return S3F_ERR_NO_MEMORY;
+    }
+    return S3F_OK;
+}
+
 /* Append `name=<encoded value>&` to b. */
 static enum s3f_status form_param(struct s3f__buf *b, const char *name, const char *value) {
     enum s3f_status st;
@@ -446,27 +472,21 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
         }
         goto out;
     }
-    if (sts_parse(&doc, rs.body.data, rs.body.len) != 0 || !doc.fields[F_AKID] ||
-        !doc.fields[F_SECRET] || !doc.fields[F_TOKEN] || !doc.fields[F_EXPIRATION]) {
-        st = s3f__error_set(err, doc.oom ? S3F_ERR_NO_MEMORY : S3F_ERR_CREDENTIALS,
-                            "AssumeRoleWithWebIdentity", url,
-                            "STS response has no complete Credentials element");
+    char bad[96] = "no complete Credentials element";
+    if (sts_parse(&doc, rs.body.data, rs.body.len) != 0)
+        st = doc.oom ? S3F_ERR_NO_MEMORY : S3F_ERR_BAD_RESPONSE;
+    else
+        st = s3f__sts_credentials(doc.fields, "web-identity", out, bad, sizeof(bad));
+    if (st) {
+        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
+                            "AssumeRoleWithWebIdentity", url, "STS response refused: %s",
+                            st == S3F_ERR_NO_MEMORY ? "out of memory" : bad);
         if (err) {
             err->http_status = (int)rs.status;
             s3f__strlcpy(err->request_id, doc.fields[F_REQUEST_ID] ? doc.fields[F_REQUEST_ID] : "",
                          sizeof(err->request_id));
         }
-        goto out;
     }
-    int64_t exp;
-    if (s3f__time_parse(s3f__trim(doc.fields[F_EXPIRATION]), &exp) != 0) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, "AssumeRoleWithWebIdentity", url,
-                            "STS response: Expiration is not an ISO-8601 time");
-        goto out;
-    }
-    if (s3f__credentials_set(out, s3f__trim(doc.fields[F_AKID]), s3f__trim(doc.fields[F_SECRET]),
-                             s3f__trim(doc.fields[F_TOKEN]), exp, "web-identity"))
-        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
 out:
     sts_doc_cleanup(&doc);
     response_cleanup(&rs);
@@ -825,48 +845,59 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
     struct sts_doc doc;
     memset(&doc, 0, sizeof(doc));
     char why[CURL_ERROR_SIZE + 64];
-    enum s3f_status st = http_perform(&s, &rq, &rs, why, sizeof(why));
-    if (st) {
-        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
-                            "CreateSession", f->resource, "%s", why);
-        goto out;
-    }
-    int parsed = sts_parse(&doc, rs.body.data, rs.body.len);
-    if (rs.status != 200) {
-        const char *code = doc.fields[F_CODE];
-        const char *msg = doc.fields[F_MESSAGE];
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, "CreateSession", f->resource,
-                            "%s", msg && *msg ? msg : "S3 refused to create a session");
-        if (err) {
-            err->http_status = (int)rs.status;
-            s3f__strlcpy(err->code, code ? code : "", sizeof(err->code));
-            s3f__strlcpy(err->request_id,
-                         doc.fields[F_REQUEST_ID] ? doc.fields[F_REQUEST_ID] : "",
-                         sizeof(err->request_id));
-            if (rs.status == 403)
-                err->status = st = S3F_ERR_ACCESS_DENIED;
-            else if (rs.status == 404)
-                err->status = st = S3F_ERR_NO_SUCH_BUCKET;
+    enum s3f_status st = S3F_OK;
+    /* A 5xx, a 429, a transport failure, or a 200 whose credentials are refused (empty or
+     * control-character strings, an Expiration at the epoch: s3f__sts_credentials) is
+     * tried again, three attempts in all; what the last one said is the error. */
+    const int attempts = 3;
+    for (int a = 0; a < attempts; a++) {
+        if (a)
+            backoff(a);
+        sts_doc_cleanup(&doc);
+        memset(&doc, 0, sizeof(doc));
+        st = http_perform(&s, &rq, &rs, why, sizeof(why));
+        if (st) {
+            st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
+                                "CreateSession", f->resource, "%s", why);
+            if (!retryable(st, 0))
+                break;
+            continue;
         }
-        goto out;
-    }
-    int64_t exp;
-    if (parsed != 0 || !doc.fields[F_AKID] || !doc.fields[F_SECRET] || !doc.fields[F_TOKEN] ||
-        !doc.fields[F_EXPIRATION]) {
-        st = s3f__error_set(err, doc.oom ? S3F_ERR_NO_MEMORY : S3F_ERR_BAD_RESPONSE,
-                            "CreateSession", f->resource,
-                            "the CreateSession response has no complete Credentials element");
-        goto out;
-    }
-    if (s3f__time_parse(s3f__trim(doc.fields[F_EXPIRATION]), &exp) != 0) {
+        int parsed = sts_parse(&doc, rs.body.data, rs.body.len);
+        if (rs.status != 200) {
+            const char *code = doc.fields[F_CODE];
+            const char *msg = doc.fields[F_MESSAGE];
+            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, "CreateSession", f->resource,
+                                "%s", msg && *msg ? msg : "S3 refused to create a session");
+            if (err) {
+                err->http_status = (int)rs.status;
+                s3f__strlcpy(err->code, code ? code : "", sizeof(err->code));
+                s3f__strlcpy(err->request_id,
+                             doc.fields[F_REQUEST_ID] ? doc.fields[F_REQUEST_ID] : "",
+                             sizeof(err->request_id));
+                if (rs.status == 403)
+                    err->status = st = S3F_ERR_ACCESS_DENIED;
+                else if (rs.status == 404)
+                    err->status = st = S3F_ERR_NO_SUCH_BUCKET;
+            }
+            if (!retryable(S3F_OK, rs.status))
+                break;
+            continue;
+        }
+        char bad[96] = "no complete Credentials element";
+        st = parsed != 0 ? (doc.oom ? S3F_ERR_NO_MEMORY : S3F_ERR_BAD_RESPONSE)
+                         : s3f__sts_credentials(doc.fields, f->source, out, bad, sizeof(bad));
+        if (st == S3F_OK)
+            break;
+        if (st == S3F_ERR_NO_MEMORY) {
+            st = s3f__error_set(err, st, OP, NULL, "out of memory");
+            break;
+        }
         st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "CreateSession", f->resource,
-                            "the CreateSession response's Expiration is not an ISO-8601 time");
-        goto out;
+                            "the CreateSession response is refused: %s", bad);
+        s3f__log(f->logger, S3F_LOG_WARN, "CreateSession %s: the response is refused (%s)%s",
+                 f->resource, bad, a + 1 < attempts ? ": asking again" : "");
     }
-    if (s3f__credentials_set(out, s3f__trim(doc.fields[F_AKID]), s3f__trim(doc.fields[F_SECRET]),
-                             s3f__trim(doc.fields[F_TOKEN]), exp, f->source))
-        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-out:
     sts_doc_cleanup(&doc);
     response_cleanup(&rs);
     return st;

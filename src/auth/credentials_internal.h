@@ -89,6 +89,16 @@ enum s3f_status s3f__credentials_from_json(const struct s3f__json_object *o,
                                            const char *what, struct s3f__credentials *out,
                                            struct s3f_error *err);
 
+/* Whether credentials a source answered are usable: NULL, or what is wrong with them (a
+ * static string for a message; never the values). Refused: an AccessKeyId or
+ * SecretAccessKey that is missing, empty or has a control character (they go into
+ * headers), a SessionToken with one, or missing or empty where `need_token` (STS and
+ * CreateSession always give one: an empty one would be sent as no token), and an
+ * Expiration at or before the epoch where `has_expiration` (0 means "never expires"). */
+const char *s3f__credentials_refused(const char *akid, const char *secret, const char *token,
+                                     bool need_token, int64_t expiration,
+                                     bool has_expiration);
+
 /* Set all four strings; copies them. S3F_ERR_NO_MEMORY leaves *out zeroed. */
 enum s3f_status s3f__credentials_set(struct s3f__credentials *out, const char *akid,
                                      const char *secret, const char *token, int64_t expiration,
@@ -108,6 +118,13 @@ enum s3f_status s3f__read_token_file(const char *path, size_t max, const char *w
  * Error/Message and RequestId, in that order, also when it returns -1. */
 #define S3F__STS_FIELDS 7
 int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FIELDS]);
+
+/* The credentials of an STS AssumeRoleWithWebIdentity or S3 Express CreateSession answer,
+ * its fields as s3f__sts_parse_fields gives them (trimmed here): all four required,
+ * Expiration ISO-8601, checked by s3f__credentials_refused. S3F_ERR_BAD_RESPONSE with what
+ * is wrong in `why`; S3F_ERR_NO_MEMORY. On failure *out is zeroed. */
+enum s3f_status s3f__sts_credentials(char *const fields[S3F__STS_FIELDS], const char *source,
+                                     struct s3f__credentials *out, char *why, size_t why_len);
 
 /* Free with wiping (for secrets). NULL ok. */
 void s3f__wipe_free(char *s);

@@ -64,9 +64,20 @@ def expected_signature(method, raw_path, headers, secret):
             hmac.new(k, sts.encode(), hashlib.sha256).hexdigest())
 
 
+def session_result(token=SESSION[2], key=SESSION[0], secret=SESSION[1],
+                   expiration="2099-01-01T00:00:00Z"):
+    return ("<CreateSessionResult><Credentials>"
+            f"<SessionToken>{token}</SessionToken>"
+            f"<SecretAccessKey>{secret}</SecretAccessKey>"
+            f"<AccessKeyId>{key}</AccessKeyId>"
+            f"<Expiration>{expiration}</Expiration>"
+            "</Credentials></CreateSessionResult>").encode()
+
+
 class Zonal(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen = []
+    bad_sessions = []  # CreateSession answers served (in order) before the good one
 
     def log_message(self, *a):
         pass
@@ -98,13 +109,9 @@ class Zonal(http.server.BaseHTTPRequestHandler):
         if session:
             if akid != CALLER[0] or "x-amz-s3session-token" in h:
                 return self.deny("CreateSession is signed with the caller's credentials")
-            return self.reply(200, (
-                "<CreateSessionResult><Credentials>"
-                f"<SessionToken>{SESSION[2]}</SessionToken>"
-                f"<SecretAccessKey>{SESSION[1]}</SecretAccessKey>"
-                f"<AccessKeyId>{SESSION[0]}</AccessKeyId>"
-                "<Expiration>2099-01-01T00:00:00Z</Expiration>"
-                "</Credentials></CreateSessionResult>").encode())
+            if self.bad_sessions:
+                return self.reply(200, self.bad_sessions.pop(0))
+            return self.reply(200, session_result())
         if (akid != SESSION[0] or h.get("x-amz-s3session-token") != SESSION[2]
                 or "x-amz-s3session-token" not in signed or "x-amz-security-token" in h):
             return self.deny("not a session's request")
@@ -119,6 +126,7 @@ class Zonal(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def zonal():
     Zonal.seen = []
+    Zonal.bad_sessions = []
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Zonal)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -160,3 +168,44 @@ def test_caller_session_token_goes_only_to_create_session(cli_path, zonal, tmp_p
     _, _, h1, _, _, _ = Zonal.seen[1]
     assert "x-amz-security-token" not in h1
     assert h1["x-amz-s3session-token"] == SESSION[2]
+
+
+# Issue 28, D5: a CreateSession answer with an empty or control-character token, key or
+# secret, or an Expiration at the epoch ("never expires"), is refused and CreateSession asked
+# again, as for a 5xx. Before, an empty token became no token at all, formatted with %s into
+# x-amz-s3session-token (undefined behaviour), every request to the bucket failed
+# INVALID_ARGUMENT, was not retried, and the session was kept; the epoch one was kept forever.
+BAD_SESSIONS = {
+    "empty-token": session_result(token=""),
+    "token-control-char": session_result(token="session&#9;token"),
+    "empty-key": session_result(key=""),
+    "secret-control-char": session_result(secret="session&#127;secret"),
+    "epoch-expiration": session_result(expiration="1970-01-01T00:00:00Z"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_SESSIONS))
+def test_refused_session_answer_is_asked_again(cli_path, zonal, tmp_path, bad):
+    srv = types.SimpleNamespace(endpoint=f"http://127.0.0.1:{zonal.server_address[1]}",
+                                region="us-east-1", access_key=CALLER[0], secret_key=CALLER[1])
+    cli = Cli(cli_path, srv, tmp_path)
+    Zonal.bad_sessions = [BAD_SESSIONS[bad]]
+    r = cli.run("cp", "-", f"s3://{BUCKET}/k", input=b"x", timeout=60,
+                env=cli.env(S3FLASH_LOG="warn"))
+    assert r.rc == 0, r
+    methods = [(m, p.split("?")[1] if "?" in p else "") for m, p, *_ in Zonal.seen]
+    assert methods[:2] == [("GET", "session"), ("GET", "session")], methods
+    assert [m for m, _ in methods[2:]] == ["PUT"], methods
+    assert "refused" in r.err, r.err  # the warning names what was wrong
+
+
+def test_session_answers_refused_every_time_fail_naming_why(cli_path, zonal, tmp_path):
+    srv = types.SimpleNamespace(endpoint=f"http://127.0.0.1:{zonal.server_address[1]}",
+                                region="us-east-1", access_key=CALLER[0], secret_key=CALLER[1])
+    cli = Cli(cli_path, srv, tmp_path)
+    Zonal.bad_sessions = [BAD_SESSIONS["empty-token"]] * 10
+    r = cli.run("cp", "-", f"s3://{BUCKET}/k", input=b"x", timeout=60)
+    assert r.rc != 0, r
+    assert "CreateSession" in r.err and "SessionToken" in r.err, r.err
+    assert "PUT" not in [m for m, *_ in Zonal.seen]
+    assert 2 <= len(Zonal.seen) <= 3, [(m, p) for m, p, *_ in Zonal.seen]  # bounded

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "auth/credentials.h"
+#include "auth/credentials_internal.h"
 #include "auth/json.h"
 #include "core/core.h"
 #include "testutil.h"
@@ -1107,6 +1108,80 @@ static void test_no_secrets_logged(void) {
     pthread_mutex_unlock(&log_lock);
 }
 
+/* Issue 28, D5: what a credentials source answers is refused when a string that goes into a
+ * header is empty or has a control character, or the Expiration is at the epoch (which
+ * reads as "never expires"): the JSON sources (process, container, IMDS) and the STS /
+ * CreateSession documents share the check. */
+static void test_refused_answers(void) {
+    static const struct {
+        const char *json;
+        const char *why; /* NULL: accepted */
+    } docs[] = {
+        {"{\"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"s\", \"Token\": \"t\", "
+         "\"Expiration\": \"2099-01-01T00:00:00Z\"}", NULL},
+        {"{\"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"s\"}", NULL},
+        {"{\"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"s\", \"Token\": \"t\", "
+         "\"Expiration\": \"1970-01-01T00:00:00Z\"}", "before 1970"},
+        {"{\"AccessKeyId\": \"AK\\nID\", \"SecretAccessKey\": \"s\"}",
+         "AccessKeyId has a control character"},
+        {"{\"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"s\\u007f\"}",
+         "SecretAccessKey has a control character"},
+        {"{\"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"s\", \"Token\": \"t\\r\\nX: y\"}",
+         "SessionToken has a control character"},
+        {"{\"AccessKeyId\": \"\", \"SecretAccessKey\": \"s\"}", "no AccessKeyId"},
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(docs); i++) {
+        struct s3f__json_object o;
+        char msg[128];
+        CHECK_INT(s3f__json_parse_object(docs[i].json, strlen(docs[i].json), &o, msg,
+                                         sizeof(msg)), S3F_OK);
+        struct s3f__credentials c;
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        enum s3f_status st = s3f__credentials_from_json(&o, "Token", "container", "container",
+                                                        &c, &err);
+        if (!docs[i].why) {
+            CHECK_INT(st, S3F_OK);
+            s3f__credentials_cleanup(&c);
+        } else {
+            CHECK_INT(st, S3F_ERR_CREDENTIALS);
+            CHECK(strstr(err.message, docs[i].why) != NULL);
+            CHECK(c.access_key_id == NULL);
+        }
+        s3f__json_cleanup(&o);
+    }
+    /* the STS / CreateSession document: the token is required there */
+    static const char *const xml[][2] = {
+        {"<CreateSessionResult><Credentials><SessionToken>tok</SessionToken><SecretAccessKey>s"
+         "</SecretAccessKey><AccessKeyId>AKID</AccessKeyId><Expiration>2099-01-01T00:00:00Z"
+         "</Expiration></Credentials></CreateSessionResult>", NULL},
+        {"<CreateSessionResult><Credentials><SessionToken></SessionToken><SecretAccessKey>s"
+         "</SecretAccessKey><AccessKeyId>AKID</AccessKeyId><Expiration>2099-01-01T00:00:00Z"
+         "</Expiration></Credentials></CreateSessionResult>", "no SessionToken"},
+        {"<CreateSessionResult><Credentials><SessionToken>t</SessionToken><SecretAccessKey>s"
+         "</SecretAccessKey><AccessKeyId>AKID</AccessKeyId><Expiration>1970-01-01T00:00:00Z"
+         "</Expiration></Credentials></CreateSessionResult>", "before 1970"},
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(xml); i++) {
+        char *fields[S3F__STS_FIELDS];
+        CHECK_INT(s3f__sts_parse_fields(xml[i][0], strlen(xml[i][0]), fields), 0);
+        struct s3f__credentials c;
+        char why[96] = "";
+        enum s3f_status st = s3f__sts_credentials(fields, "s3express-session", &c, why,
+                                                  sizeof(why));
+        if (!xml[i][1]) {
+            CHECK_INT(st, S3F_OK);
+            CHECK_STR(c.session_token, "tok");
+            s3f__credentials_cleanup(&c);
+        } else {
+            CHECK_INT(st, S3F_ERR_BAD_RESPONSE);
+            CHECK(strstr(why, xml[i][1]) != NULL);
+        }
+        for (int f = 0; f < S3F__STS_FIELDS; f++)
+            s3f__wipe_free(fields[f]);
+    }
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
     snprintf(tmpdir, sizeof(tmpdir), "%s/s3f-cred-XXXXXX", t && *t ? t : "/tmp");
@@ -1122,6 +1197,7 @@ int main(void) {
     if (!server_start())
         fprintf(stderr, "fake_aws.py did not start: the network cases are skipped\n");
 
+    RUN(test_refused_answers);
     RUN(test_static);
     RUN(test_env);
     RUN(test_profile_keys);
