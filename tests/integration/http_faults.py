@@ -24,7 +24,9 @@ The first path segment (the "bucket", path-style addressing) picks the fault:
   /list-long/...       an honest listing of LONG_PAGES pages, one key each (k-0000 ...), each
                        page's token naming the next; the last page is not truncated
   (a list-* bucket answers anything but a listing with 404 NoSuchKey; the requests of each
-  are counted in hits, so a listing that loops shows as many hits)
+  are counted in hits, so a listing that loops shows as many hits. The same names with a
+  directory bucket's suffix, e.g. list-cycle--use1-az4--x-s3, behave alike, and answer
+  CreateSession (GET ?session) with a session that lasts an hour)
 
 Every request is counted per fault in `server.hits` so tests can check retries are bounded.
 
@@ -34,6 +36,7 @@ Every request is counted per fault in `server.hits` so tests can check retries a
 
 import http.server
 import threading
+import time
 import urllib.parse
 from collections import Counter
 
@@ -137,6 +140,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                             b'<Message>no such fault</Message></Error>')
 
     def _listing(self, fault):
+        if self.path.split("?", 1)[-1] == "session":
+            expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+            self._send(200, (f"<CreateSessionResult><Credentials><SessionToken>fault-session"
+                             f"</SessionToken><SecretAccessKey>fault-secret</SecretAccessKey>"
+                             f"<AccessKeyId>ASIAFAULT</AccessKeyId><Expiration>{expires}"
+                             f"</Expiration></Credentials></CreateSessionResult>").encode())
+            return
+        kind = fault.split("--", 1)[0]  # a directory bucket's zone suffix left out
         if not self._is_list():
             self._send(404, b'<?xml version="1.0"?><Error><Code>NoSuchKey</Code>'
                             b'<Message>no such key</Message></Error>')
@@ -146,11 +157,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with self.server.lock:
             n = self.server.hits[fault]
         key = f"k-{n:04d}"
-        if fault == "list-same-token":
+        if kind == "list-same-token":
             body = list_page(fault, key, "again", truncated=True)
-        elif fault == "list-cycle":
+        elif kind == "list-cycle":
             body = list_page(fault, key, "B" if token == "A" else "A", truncated=True)
-        elif fault == "list-no-token":
+        elif kind == "list-no-token":
             body = list_page(fault, key, None, truncated=True)
         else:  # list-long: page i (token "p<i>") holds k-<i>
             i = int(token[1:]) if token else 0
