@@ -294,6 +294,51 @@ static void test_same_object(void) {
                                sizeof(why)), 1);
 }
 
+/* Issue 28, D4: the tokens a listing followed. Every distinct token goes on (thousands:
+ * the set grows), a token seen before at any distance ends it, as does a truncated page
+ * with no token; a page that is not truncated ends it cleanly. */
+static void test_list_tokens(void) {
+    struct s3f_list_tokens *t = NULL;
+    struct s3f_list_page page;
+    memset(&page, 0, sizeof(page));
+    char tok[64];
+    const char *next = "x";
+    struct s3f_error err;
+    page.is_truncated = 1;
+    page.next_continuation_token = tok;
+    for (int i = 0; i < 5000; i++) {
+        snprintf(tok, sizeof(tok), "token-%d", i);
+        s3f_error_clear(&err);
+        CHECK_INT(s3f_list_tokens_next(&t, &page, "b", &next, &err), S3F_OK);
+        CHECK(next && strcmp(next, tok) == 0 && next != tok);
+    }
+    snprintf(tok, sizeof(tok), "token-%d", 3); /* a cycle of 4997 pages */
+    CHECK_INT(s3f_list_tokens_next(&t, &page, "b", &next, &err), S3F_ERR_BAD_RESPONSE);
+    CHECK(next == NULL);
+    CHECK(strstr(err.message, "already followed") != NULL);
+    CHECK_STR(err.operation, "ListObjectsV2");
+    page.next_continuation_token = NULL;
+    CHECK_INT(s3f_list_tokens_next(&t, &page, "b", &next, &err), S3F_ERR_BAD_RESPONSE);
+    page.next_continuation_token = (char *)"";
+    CHECK_INT(s3f_list_tokens_next(&t, &page, "b", &next, &err), S3F_ERR_BAD_RESPONSE);
+    page.is_truncated = 0;
+    CHECK_INT(s3f_list_tokens_next(&t, &page, "b", &next, &err), S3F_OK);
+    CHECK(next == NULL);
+    s3f_list_tokens_free(t);
+    /* the same token twice in a row, and a page that is not truncated allocates nothing */
+    t = NULL;
+    page.is_truncated = 1;
+    page.next_continuation_token = (char *)"again";
+    CHECK_INT(s3f_list_tokens_next(&t, &page, NULL, &next, &err), S3F_OK);
+    CHECK_INT(s3f_list_tokens_next(&t, &page, NULL, &next, &err), S3F_ERR_BAD_RESPONSE);
+    s3f_list_tokens_free(t);
+    t = NULL;
+    page.is_truncated = 0;
+    CHECK_INT(s3f_list_tokens_next(&t, &page, NULL, &next, &err), S3F_OK);
+    CHECK(t == NULL && next == NULL);
+    s3f_list_tokens_free(NULL);
+}
+
 int main(void) {
     RUN(test_every_operation_has_a_class);
     RUN(test_classes);
@@ -302,5 +347,6 @@ int main(void) {
     RUN(test_complete_body_escaped);
     RUN(test_multipart_etag);
     RUN(test_same_object);
+    RUN(test_list_tokens);
     return test_summary();
 }
