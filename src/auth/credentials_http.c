@@ -329,6 +329,21 @@ static int sts_parse(struct sts_doc *d, const char *body, size_t len) {
     return ok && !d->oom ? 0 : -1;
 }
 
+/* Attempts of one STS or CreateSession fetch. */
+#define STS_ATTEMPTS 3
+
+/* Attempt `a` (0: the first) of an STS or CreateSession fetch: the backoff before a retry,
+ * doc emptied (the previous answer's fields), the request. http_perform's status. */
+static enum s3f_status sts_attempt(int a, const struct s3f__chain_settings *s,
+                                   const struct http_request *rq, struct http_response *rs,
+                                   struct sts_doc *doc, char *why, size_t why_len) {
+    if (a)
+        backoff(a);
+    sts_doc_cleanup(doc);
+    memset(doc, 0, sizeof(*doc));
+    return http_perform(s, rq, rs, why, why_len);
+}
+
 int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FIELDS]) {
     _Static_assert(F_N == S3F__STS_FIELDS, "s3f__sts_parse_fields: field count");
     struct sts_doc d;
@@ -435,13 +450,8 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
         .timeout_ms = s->timeout_ms,
     };
     char why[CURL_ERROR_SIZE + 64];
-    const int attempts = 3;
-    for (int a = 0; a < attempts; a++) {
-        if (a)
-            backoff(a);
-        sts_doc_cleanup(&doc);
-        memset(&doc, 0, sizeof(doc));
-        st = http_perform(s, &rq, &rs, why, sizeof(why));
+    for (int a = 0; a < STS_ATTEMPTS; a++) {
+        st = sts_attempt(a, s, &rq, &rs, &doc, why, sizeof(why));
         if (st == S3F_OK && rs.status != 200)
             (void)sts_parse(&doc, rs.body.data, rs.body.len);
         bool idp_flaky = doc.fields[F_CODE] &&
@@ -849,13 +859,8 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
     /* A 5xx, a 429, a transport failure, or a 200 whose credentials are refused (empty or
      * control-character strings, an Expiration at the epoch: s3f__sts_credentials) is
      * tried again, three attempts in all; what the last one said is the error. */
-    const int attempts = 3;
-    for (int a = 0; a < attempts; a++) {
-        if (a)
-            backoff(a);
-        sts_doc_cleanup(&doc);
-        memset(&doc, 0, sizeof(doc));
-        st = http_perform(&s, &rq, &rs, why, sizeof(why));
+    for (int a = 0; a < STS_ATTEMPTS; a++) {
+        st = sts_attempt(a, &s, &rq, &rs, &doc, why, sizeof(why));
         if (st) {
             st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
                                 "CreateSession", f->resource, "%s", why);
@@ -896,7 +901,7 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
         st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, "CreateSession", f->resource,
                             "the CreateSession response is refused: %s", bad);
         s3f__log(f->logger, S3F_LOG_WARN, "CreateSession %s: the response is refused (%s)%s",
-                 f->resource, bad, a + 1 < attempts ? ": asking again" : "");
+                 f->resource, bad, a + 1 < STS_ATTEMPTS ? ": asking again" : "");
     }
     sts_doc_cleanup(&doc);
     response_cleanup(&rs);
