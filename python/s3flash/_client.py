@@ -137,7 +137,7 @@ class S3Client:
                      max_keys: int = 0) -> Iterator[ObjectInfo]:
         """Every object under `prefix`, page after page (yields while listing)."""
         token: Optional[str] = None
-        seen = _s3flash.list_tokens()  # a token handed back again ends it (S3Error)
+        seen = _s3flash.list_tokens()  # a token handed back again ends it (S3Exception)
         while True:
             objects, _, token = self._native.list_objects(
                 bucket, prefix=prefix or None, delimiter=delimiter,

@@ -192,7 +192,7 @@ class S3FlashFileSystem(AbstractFileSystem):
     def _list(self, bucket: str, prefix: str, delimiter: Optional[str] = None
               ) -> Iterable[Tuple[List[tuple], List[str]]]:
         token = None
-        seen = _s3flash.list_tokens()  # a token handed back again ends it (S3Error)
+        seen = _s3flash.list_tokens()  # a token handed back again ends it (S3Exception)
         while True:
             objects, prefixes, token = self._native.list_objects(
                 bucket, prefix=prefix or None, delimiter=delimiter, continuation_token=token,

@@ -935,7 +935,7 @@ static PyMethodDef Client_methods[] = {
      "start_after=None, max_keys=0, tokens=None)\n-> (objects, common_prefixes, next_token); "
      "objects are (key, size, last_modified, etag, storage_class). tokens (from "
      "list_tokens()) holds the tokens the listing followed: a next_token already followed "
-     "raises S3Error (the server's loop)"},
+     "raises S3Exception (the server's loop)"},
     {"list_multipart_uploads", (PyCFunction)(void (*)(void))Client_list_multipart_uploads,
      METH_VARARGS | METH_KEYWORDS,
      "list_multipart_uploads(bucket, prefix=None, key_marker=None, upload_id_marker=None)\n"
