@@ -265,11 +265,14 @@ static void dh_drop_page(struct mnt_fs *fs, struct dh *d) {
     d->n = 0;
 }
 
-/* Back to before the first readdir (fs->mu not held). */
+/* Back to before the first readdir (fs->mu not held unless the handle holds nothing of
+ * the account: dh_uncharge done). */
 static void dh_reset(struct mnt_fs *fs, struct dh *d) {
-    pthread_mutex_lock(&fs->mu);
-    dh_uncharge(fs, d);
-    pthread_mutex_unlock(&fs->mu);
+    if (d->shared || d->all_bytes) {
+        pthread_mutex_lock(&fs->mu);
+        dh_uncharge(fs, d);
+        pthread_mutex_unlock(&fs->mu);
+    }
     for (size_t i = 0; i < d->n; i++)
         free(d->ents[i].name);
     d->n = 0;
@@ -310,9 +313,7 @@ void mnt_dirs_free(struct mnt_fs *fs) {
         struct dh *d = fs->dirs;
         fs->dirs = d->next;
         dh_uncharge(fs, d); /* fs->mu is held here: dh_free then has nothing to give back */
-        pthread_mutex_unlock(&fs->mu);
         dh_free(fs, d);
-        pthread_mutex_lock(&fs->mu);
     }
     while (fs->listings) {
         struct listing *l = fs->listings;

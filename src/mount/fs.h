@@ -16,8 +16,9 @@
  *   prefetch.c   --prefetch-listed: small listed files fetched ahead of their opens
  *
  * LOCK ORDER (the only one): a handle's mutex (struct fh / struct dh), then fs->mu. Never
- * the other way round (prefetch.c's own mutex and meta.c's HEAD workers' are leaves: nothing is taken under them); fs->mu is never held across a request to S3 or a call into the
- * kernel (fuse_reply_*, fuse_lowlevel_notify_*).
+ * the other way round (prefetch.c's own mutex and meta.c's HEAD workers' are leaves:
+ * nothing is taken under them); fs->mu is never held across a request to S3 or a call
+ * into the kernel (fuse_reply_*, fuse_lowlevel_notify_*).
  *
  * NEVER RE-ENTER: no handler makes a system call on a path inside its own mount, and no
  * handler calls fuse_lowlevel_notify_* (the kernel may hold a directory lock that the
@@ -40,7 +41,6 @@
 enum kind { K_MISSING = 0, K_FILE = 1, K_DIR = 2 };
 
 #define MNT_NOTIFIERS 4 /* threads sending the kernel's invalidations */
-#define MNT_HEAD_WORKERS 4 /* threads sending lookups' HEADs (meta.c) */
 
 struct attr {
     enum kind kind;
@@ -131,7 +131,7 @@ struct mnt_fs {
     struct note *notes_head, *notes_tail, *notes_busy;
     size_t n_notes;
     struct mnt_pf *pf;        /* --prefetch-listed (prefetch.c), NULL when off */
-    struct mnt_heads *heads;  /* the lookups' HEAD workers (meta.c) */
+    struct mnt_heads *heads;  /* the lookups' HEAD workers, o.max_threads (meta.c) */
 };
 
 /* An open file (read.c, write.c). */

@@ -15,8 +15,8 @@
  *   after g0.
  * - mem_used counts what is charged (mnt_mem_charge); after mnt_mem_reclaim it is at most
  *   mem_budget, unless what is left is held by the kernel (inodes) or open handles.
- * - A lookup's HEAD goes to one of MNT_HEAD_WORKERS threads started with the mount (no
- *   thread is created per lookup); fs->heads->mu is a leaf.
+ * - A lookup's HEAD goes to one of the HEAD workers started with the mount (no thread is
+ *   created per lookup); fs->heads->mu is a leaf.
  */
 #include <errno.h>
 #include <limits.h>
@@ -308,8 +308,9 @@ int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0) {
 
 /* ---- resolve: what a path is ------------------------------------------------------- */
 
-/* A lookup's HEAD, sent by one of MNT_HEAD_WORKERS threads while the lookup LISTs (no
- * thread per lookup). A job not yet taken by a worker when the LIST is answered is taken
+/* A lookup's HEAD, sent by one of the HEAD workers while the lookup LISTs (no thread per
+ * lookup): as many as FUSE worker threads (--max-threads), started with the mount, so
+ * that every lookup in flight has its HEAD sent at once. A job not yet taken by a worker when the LIST is answered is taken
  * back and sent by the lookup itself: a lookup never waits behind others' HEADs. The
  * pool's mutex is a leaf (nothing is taken under it, no request is sent under it). */
 enum head_state { HJ_QUEUED, HJ_RUNNING, HJ_DONE };
@@ -329,7 +330,7 @@ struct mnt_heads {
     pthread_cond_t work, done;
     struct head_job *head, *tail; /* queued jobs, oldest first */
     int stop;
-    pthread_t threads[MNT_HEAD_WORKERS];
+    pthread_t *threads;
     size_t n_threads;
 };
 
@@ -367,7 +368,9 @@ int mnt_heads_start(struct mnt_fs *fs) {
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->work, NULL);
     pthread_cond_init(&h->done, NULL);
-    while (h->n_threads < MNT_HEAD_WORKERS &&
+    size_t n = fs->o.max_threads ? fs->o.max_threads : 1;
+    h->threads = calloc(n, sizeof(*h->threads));
+    while (h->threads && h->n_threads < n &&
            pthread_create(&h->threads[h->n_threads], NULL, head_worker, h) == 0)
         h->n_threads++;
     fs->heads = h; /* with no worker, every lookup sends its HEAD itself */
@@ -387,6 +390,7 @@ void mnt_heads_stop(struct mnt_fs *fs) {
     pthread_cond_destroy(&h->work);
     pthread_cond_destroy(&h->done);
     pthread_mutex_destroy(&h->mu);
+    free(h->threads);
     free(h);
     fs->heads = NULL;
 }
