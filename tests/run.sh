@@ -128,7 +128,8 @@ tsan_mount() {
     TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 log_path=$logs/tsan" \
         S3FLASH_BUILD_DIR="$root/build-tsan" S3FLASH_CONCURRENT_SEEDS=1 python3 -m pytest -q \
         -p no:cacheprovider tests/integration/test_mount_deadlock.py \
-        tests/integration/test_mount_concurrent.py || rc=1
+        tests/integration/test_mount_concurrent.py \
+        tests/integration/test_mount_resources.py || rc=1
     if compgen -G "$logs/tsan*" >/dev/null; then
         echo "ThreadSanitizer reports of s3flash mount:" >&2
         cat "$logs"/tsan* >&2
