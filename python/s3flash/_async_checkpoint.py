@@ -51,6 +51,34 @@ MANIFEST_FORMAT = "s3flash.checkpoint"
 MANIFEST_VERSION = 2
 _ALIGN = 64
 _COMMIT_TRIES = 16      # sequence numbers tried when other writers take them first
+_FILE_MODE = 0o600      # the local tier's files and folders: the owner's only
+_DIR_MODE = 0o700
+
+
+def _makedir_private(path: str) -> None:
+    """mkdir -p `path`, each folder it creates 0700 (whatever the umask); folders already
+    there are left as they are."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if parent != path:
+        _makedir_private(parent)
+    try:
+        os.mkdir(path, _DIR_MODE)  # the umask only takes bits off
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
+def _open_private(path: str) -> Any:
+    """A new file at `path` for writing, 0600 whatever the umask (truncated if there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+    try:
+        os.fchmod(fd, _FILE_MODE)  # an older file of that name keeps no wider mode
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class CheckpointInfo(NamedTuple):
@@ -459,7 +487,7 @@ class AsyncCheckpointer:
         self._own_leftovers: Set[str] = set()  # keys of this checkpointer's failed saves
         self._thread: Optional[threading.Thread] = None
         if self.local_dir:
-            os.makedirs(self.local_dir, exist_ok=True)
+            _makedir_private(self.local_dir)
         _live.add(self)
 
     # -- public -------------------------------------------------------------------------
@@ -630,9 +658,9 @@ class AsyncCheckpointer:
         if self.local_dir:
             local_save = os.path.join(self.local_dir, _step_dir(job.step), save_id)
             try:
-                os.makedirs(local_save, exist_ok=True)
+                _makedir_private(local_save)
                 local_tmp = os.path.join(local_save, f".{STATE_NAME}.tmp")
-                f = open(local_tmp, "wb")
+                f = _open_private(local_tmp)
             except OSError as e:
                 warnings.warn(f"s3flash.AsyncCheckpointer: local tier off for step "
                               f"{job.step}: {e}", RuntimeWarning)
@@ -792,7 +820,7 @@ class AsyncCheckpointer:
         try:
             os.replace(tmp, os.path.join(local_save, STATE_NAME))
             mtmp = os.path.join(local_save, f".{MANIFEST_NAME}.tmp")
-            with open(mtmp, "wb") as m:
+            with _open_private(mtmp) as m:
                 m.write(body)
             os.replace(mtmp, os.path.join(local_save, MANIFEST_NAME))
         except OSError as e:

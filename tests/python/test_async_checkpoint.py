@@ -767,3 +767,27 @@ def test_two_writers_race_for_one_commit(region, bucket, prefix, proxy, s3, cond
             r = s3flash.load(f"s3://{bucket}/{info.manifest['objects'][0]['key']}",
                              region=region, endpoint=proxy.endpoint)
             assert torch.equal(r["w"], torch.full((10,), v))
+
+
+def test_local_tier_is_private_under_a_permissive_umask(region, endpoint, bucket, prefix,
+                                                       tmp_path):
+    """Issue 28 R14: with umask 0, the local tier's folders (local_dir and the folders above
+    it that the checkpointer makes, step-N, the save's) are 0700 and its files (state.pt,
+    manifest.json) 0600: a checkpoint is not readable by other users of the node."""
+    import stat
+    top = tmp_path / "made"
+    local = top / "tier"
+    old = os.umask(0)
+    try:
+        with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                       endpoint=endpoint, local_dir=str(local)) as ck:
+            info = ck.save({"w": torch.zeros(1000)}, 1).result()
+    finally:
+        os.umask(old)
+    saved = Path(info.local_path)
+    assert saved.parent.parent == local
+    mode = {p: stat.S_IMODE(p.stat().st_mode) for p in
+            (top, local, saved.parent, saved, saved / "state.pt", saved / "manifest.json")}
+    assert mode == {top: 0o700, local: 0o700, saved.parent: 0o700, saved: 0o700,
+                    saved / "state.pt": 0o600, saved / "manifest.json": 0o600}, \
+        {str(p): oct(m) for p, m in mode.items()}
