@@ -77,6 +77,11 @@ class FaultProxy:
         """Listen again on the same port and forward."""
         self._call("POST", "/up", {})
 
+    def release(self, rule=None):
+        """End the stall or delay of rule `rule` (None: of every rule) now, for the requests
+        it holds and those it fires on later; returns how many rules were released."""
+        return self._call("POST", "/release", {} if rule is None else {"rule": rule})["released"]
+
     def stop(self, timeout=10):
         """SIGTERM, wait; returns the exit status (KILL after `timeout` seconds)."""
         if self.proc.poll() is None:
