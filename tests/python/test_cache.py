@@ -3,7 +3,10 @@ the second load of a checkpoint and the second epoch over a dataset read from lo
 The requests are counted at the socket by tests/servers/faultproxy.py between the client
 and RGW; each pass uses a new client (as a new process would), sharing only the directory.
 """
+import contextlib
+import fcntl
 import io
+import os
 
 import pytest
 import torch
@@ -25,22 +28,49 @@ def _config(cache_dir, **kw):
                           cache_min_free_bytes=1, **kw)
 
 
-def test_second_checkpoint_load_reads_local_disk(proxy, region, bucket, tmp_path):
+@contextlib.contextmanager
+def _cache_disk_held(client):
+    """The cache's disk as slow as it gets: another process's hold of the cache's lock
+    (v1/lock, flock'd for every rename into the cache) keeps the writer thread from placing
+    any block until the end of the block. The cache is opened (made, counted) first."""
+    client.cache_flush()
+    lock = os.path.join(client.s3client_config.cache_dir, "v1", "lock")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_second_checkpoint_load_reads_local_disk(proxy, s3, region, bucket, tmp_path):
     state = {"w": torch.arange(3_000_000, dtype=torch.float32), "step": 7}
     uri = f"s3://{bucket}/cache/ckpt.pt"
     s3flash.save(state, uri, region=region, endpoint=proxy.endpoint)
+    size = s3.head_object(Bucket=bucket, Key="cache/ckpt.pt")["ContentLength"]
     cache = tmp_path / "cache"
     loads = []
-    for _ in range(2):
+    for n in range(2):
         proxy.reset()
         ck = s3flash.S3Checkpoint(region=region, endpoint=proxy.endpoint,
                                   s3client_config=_config(cache))
-        with ck.reader(uri) as r:
-            got = torch.load(r, weights_only=True)
-        assert torch.equal(got["w"], state["w"]) and got["step"] == 7
-        loads.append((_by_method(proxy), ck.client.stats()))
-    (first, s1), (second, s2) = loads
-    assert first.get("GET", 0) > 0 and s1["cache_inserted_bytes"] > 12_000_000
+        with contextlib.ExitStack() as held:
+            if n == 0:  # the first load's inserts wait on the cache's disk
+                held.enter_context(_cache_disk_held(ck.client))
+            with ck.reader(uri) as r:
+                got = torch.load(r, weights_only=True)
+            assert torch.equal(got["w"], state["w"]) and got["step"] == 7
+            early = ck.client.stats()
+        ck.client.cache_flush()  # the event: every queued block written (or dropped)
+        loads.append((_by_method(proxy), early, ck.client.stats()))
+    (first, early, s1), (second, _, s2) = loads
+    # the read did not wait for the cache's disk: every block is still queued (the queue,
+    # 32 MiB, holds the whole object: none is dropped) and is written after the flush
+    assert (early["cache_inserted_bytes"], early["cache_insert_pending_bytes"],
+            early["cache_insert_dropped_bytes"]) == (0, size, 0), early
+    assert first.get("GET", 0) > 0
+    assert (s1["cache_inserted_bytes"], s1["cache_insert_pending_bytes"],
+            s1["cache_insert_dropped_bytes"]) == (size, 0, 0), s1
     assert second.get("GET", 0) == 0, second            # the HEAD of the reader only
     assert s2["cache_hits"] > 0 and s2["cache_inserted_bytes"] == 0
 
@@ -67,6 +97,8 @@ def test_second_epoch_reads_local_disk(proxy, s3, region, bucket, tmp_path):
                                             transform=lambda r: r.read())
         assert list(it) == [_body(i) for i in range(12)]
         epochs.append(_by_method(proxy))
+        m.client.cache_flush()  # the next epoch's client finds every block written
+        it.client.cache_flush()
     first, second = epochs
     assert first.get("GET", 0) >= 12
     assert second.get("GET", 0) == 1, second          # the listing of from_prefix only
