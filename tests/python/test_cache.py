@@ -75,6 +75,45 @@ def test_second_checkpoint_load_reads_local_disk(proxy, s3, region, bucket, tmp_
     assert s2["cache_hits"] > 0 and s2["cache_inserted_bytes"] == 0
 
 
+def test_blocks_dropped_on_a_slow_disk_are_cached_by_the_next_load(proxy, s3, region, bucket,
+                                                                   tmp_path):
+    """A read never waits for the cache's disk: with the writer held (the cache's lock) and
+    a queue of two blocks (memory_limit 16 MiB), the first load drops what the queue cannot
+    hold, counted. The next load fetches exactly those blocks and caches them; the one after
+    sends no GET. So a checkpoint ends up cached, one load later, on a disk slower than the
+    network."""
+    state = {"w": torch.arange(3_000_000, dtype=torch.float32), "step": 8}
+    uri = f"s3://{bucket}/cache/slow-disk.pt"
+    s3flash.save(state, uri, region=region, endpoint=proxy.endpoint)
+    size = s3.head_object(Bucket=bucket, Key="cache/slow-disk.pt")["ContentLength"]
+    cache = tmp_path / "cache"
+    loads = []
+    for n in range(3):
+        proxy.reset()
+        cfg = _config(cache, memory_limit=16 << 20) if n == 0 else _config(cache)
+        ck = s3flash.S3Checkpoint(region=region, endpoint=proxy.endpoint, s3client_config=cfg)
+        with contextlib.ExitStack() as held:
+            if n == 0:
+                held.enter_context(_cache_disk_held(ck.client))
+            with ck.reader(uri) as r:
+                got = torch.load(r, weights_only=True)
+            assert torch.equal(got["w"], state["w"]) and got["step"] == 8
+            early = ck.client.stats()
+        ck.client.cache_flush()
+        loads.append((_by_method(proxy), early, ck.client.stats()))
+    (g1, early, s1), (g2, _, s2), (g3, _, s3_) = loads
+    assert 0 < early["cache_insert_pending_bytes"] <= 2 << 20, early   # the queue: 2 blocks
+    assert early["cache_insert_dropped_bytes"] >= size - (2 << 20), early
+    assert early["cache_inserted_bytes"] == 0, early
+    assert 0 < s1["cache_inserted_bytes"] <= 2 << 20, s1
+    # the second load: a miss for every block not inserted, each fetched and now inserted
+    assert g2.get("GET", 0) > 0
+    assert s2["cache_inserted_bytes"] == size - s1["cache_inserted_bytes"], (s1, s2)
+    assert s2["cache_insert_dropped_bytes"] == 0, s2
+    assert g3.get("GET", 0) == 0, g3                    # the HEAD of the reader only
+    assert s3_["cache_hit_bytes"] >= size and s3_["cache_inserted_bytes"] == 0, s3_
+
+
 def _body(i):
     return (f"item {i} ".encode() * (1000 + 997 * i))[: 50_000 + 40_000 * i]
 
