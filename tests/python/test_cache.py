@@ -43,27 +43,36 @@ def _cache_disk_held(client):
         os.close(fd)
 
 
-def test_second_checkpoint_load_reads_local_disk(proxy, s3, region, bucket, tmp_path):
+def _checkpoint(proxy, s3, region, bucket, key):
+    """A 12 MB checkpoint saved at key: (its state, its URI, the object's size)."""
     state = {"w": torch.arange(3_000_000, dtype=torch.float32), "step": 7}
-    uri = f"s3://{bucket}/cache/ckpt.pt"
+    uri = f"s3://{bucket}/{key}"
     s3flash.save(state, uri, region=region, endpoint=proxy.endpoint)
-    size = s3.head_object(Bucket=bucket, Key="cache/ckpt.pt")["ContentLength"]
-    cache = tmp_path / "cache"
-    loads = []
-    for n in range(2):
-        proxy.reset()
-        ck = s3flash.S3Checkpoint(region=region, endpoint=proxy.endpoint,
-                                  s3client_config=_config(cache))
-        with contextlib.ExitStack() as held:
-            if n == 0:  # the first load's inserts wait on the cache's disk
-                held.enter_context(_cache_disk_held(ck.client))
-            with ck.reader(uri) as r:
-                got = torch.load(r, weights_only=True)
-            assert torch.equal(got["w"], state["w"]) and got["step"] == 7
-            early = ck.client.stats()
-        ck.client.cache_flush()  # the event: every queued block written (or dropped)
-        loads.append((_by_method(proxy), early, ck.client.stats()))
-    (first, early, s1), (second, _, s2) = loads
+    return state, uri, s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+
+
+def _load(proxy, region, uri, state, cfg, slow_disk):
+    """One load by a new client: (requests by method, the stats right after the load, the
+    stats after cache_flush()). slow_disk: the writer is held through the load."""
+    proxy.reset()
+    ck = s3flash.S3Checkpoint(region=region, endpoint=proxy.endpoint, s3client_config=cfg)
+    with contextlib.ExitStack() as held:
+        if slow_disk:
+            held.enter_context(_cache_disk_held(ck.client))
+        with ck.reader(uri) as r:
+            got = torch.load(r, weights_only=True)
+        assert torch.equal(got["w"], state["w"]) and got["step"] == state["step"]
+        early = ck.client.stats()
+    ck.client.cache_flush()  # the event: every queued block written (or dropped)
+    return _by_method(proxy), early, ck.client.stats()
+
+
+def test_second_checkpoint_load_reads_local_disk(proxy, s3, region, bucket, tmp_path):
+    state, uri, size = _checkpoint(proxy, s3, region, bucket, "cache/ckpt.pt")
+    cfg = _config(tmp_path / "cache")
+    # the first load's inserts wait on the cache's disk
+    first, early, s1 = _load(proxy, region, uri, state, cfg, slow_disk=True)
+    second, _, s2 = _load(proxy, region, uri, state, cfg, slow_disk=False)
     # the read did not wait for the cache's disk: every block is still queued (the queue,
     # 32 MiB, holds the whole object: none is dropped) and is written after the flush
     assert (early["cache_inserted_bytes"], early["cache_insert_pending_bytes"],
@@ -82,26 +91,12 @@ def test_blocks_dropped_on_a_slow_disk_are_cached_by_the_next_load(proxy, s3, re
     hold, counted. The next load fetches exactly those blocks and caches them; the one after
     sends no GET. So a checkpoint ends up cached, one load later, on a disk slower than the
     network."""
-    state = {"w": torch.arange(3_000_000, dtype=torch.float32), "step": 8}
-    uri = f"s3://{bucket}/cache/slow-disk.pt"
-    s3flash.save(state, uri, region=region, endpoint=proxy.endpoint)
-    size = s3.head_object(Bucket=bucket, Key="cache/slow-disk.pt")["ContentLength"]
+    state, uri, size = _checkpoint(proxy, s3, region, bucket, "cache/slow-disk.pt")
     cache = tmp_path / "cache"
-    loads = []
-    for n in range(3):
-        proxy.reset()
-        cfg = _config(cache, memory_limit=16 << 20) if n == 0 else _config(cache)
-        ck = s3flash.S3Checkpoint(region=region, endpoint=proxy.endpoint, s3client_config=cfg)
-        with contextlib.ExitStack() as held:
-            if n == 0:
-                held.enter_context(_cache_disk_held(ck.client))
-            with ck.reader(uri) as r:
-                got = torch.load(r, weights_only=True)
-            assert torch.equal(got["w"], state["w"]) and got["step"] == 8
-            early = ck.client.stats()
-        ck.client.cache_flush()
-        loads.append((_by_method(proxy), early, ck.client.stats()))
-    (g1, early, s1), (g2, _, s2), (g3, _, s3_) = loads
+    g1, early, s1 = _load(proxy, region, uri, state, _config(cache, memory_limit=16 << 20),
+                          slow_disk=True)
+    g2, _, s2 = _load(proxy, region, uri, state, _config(cache), slow_disk=False)
+    g3, _, s3_ = _load(proxy, region, uri, state, _config(cache), slow_disk=False)
     assert 0 < early["cache_insert_pending_bytes"] <= 2 << 20, early   # the queue: 2 blocks
     assert early["cache_insert_dropped_bytes"] >= size - (2 << 20), early
     assert early["cache_inserted_bytes"] == 0, early
