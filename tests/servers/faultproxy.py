@@ -5,7 +5,7 @@ It sits between a client and one S3 server on loopback, forwards requests with k
 applies faults per request, chosen by rules set over a small control API:
 
     python3 tests/servers/faultproxy.py --listen 127.0.0.1:0 --upstream 127.0.0.1:PORT \\
-        --port-file F --control-port-file G [--verbose]
+        [--print-ports] [--port-file F --control-port-file G] [--verbose]
 
 The proxy parses the framing of each request and response (request line, headers,
 Content-Length or chunked bodies, bodies read to the close) so a fault can act at a body
@@ -1125,6 +1125,9 @@ def main(argv=None):
     ap.add_argument("--upstream", required=True, help="HOST:PORT of the server (loopback)")
     ap.add_argument("--port-file", help="write the proxy's port here once listening")
     ap.add_argument("--control-port-file", help="write the control API's port here")
+    ap.add_argument("--print-ports", action="store_true",
+                    help="print 'ports PROXY CONTROL' on stdout once both listen (tests read "
+                         "it from the pipe instead of polling for files)")
     ap.add_argument("--faults", help="JSON file of initial rules")
     ap.add_argument("--verbose", action="store_true", help="log requests and faults to stderr")
     a = ap.parse_args(argv)
@@ -1150,6 +1153,8 @@ def main(argv=None):
         write_port(a.control_port_file, ctl.server_address[1])
     if a.port_file:
         write_port(a.port_file, proxy.port)
+    if a.print_ports:
+        print(f"ports {proxy.port} {ctl.server_address[1]}", flush=True)
     print(f"faultproxy: listening on {listen[0]}:{proxy.port}, control on "
           f"{listen[0]}:{ctl.server_address[1]}, upstream {upstream[0]}:{upstream[1]}",
           file=sys.stderr, flush=True)
