@@ -50,6 +50,8 @@ static void usage(FILE *f)
             "  --bind ADDR         IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N            TCP port, 0 for an ephemeral one (default 0)\n"
             "  --port-file F       write the port to F once listening\n"
+            "  --print-port        print \"port N\" on stdout once listening (tests read it\n"
+            "                      from the pipe instead of polling for a file)\n"
             "  --threads N         I/O threads, each its own epoll loop (default 2)\n"
             "  --max-conns N       connections at once; more are closed (default 1024)\n"
             "  --max-objects N     keys remembered (default 1000000)\n"
@@ -191,6 +193,8 @@ static int parse_args(int argc, char **argv)
             g_opt.verbose = true;
         } else if (!strcmp(a, "--quiet")) {
             g_opt.quiet = true;
+        } else if (!strcmp(a, "--print-port")) {
+            g_opt.print_port = true;
         } else if (!strcmp(a, "--keep-checksums")) {
             g_opt.keep_checksums = true;
         } else if (!strcmp(a, "--s3-like")) {
@@ -389,6 +393,10 @@ int main(int argc, char **argv)
     }
     if (g_opt.port_file && write_port_file(g_opt.port_file, port) != 0) {
         fprintf(stderr, "s3flash-sink: cannot write %s\n", g_opt.port_file);
+        goto stop;
+    }
+    if (g_opt.print_port && (printf("port %d\n", port) < 0 || fflush(stdout) != 0)) {
+        fprintf(stderr, "s3flash-sink: cannot write the port on stdout\n");
         goto stop;
     }
     if (!g_opt.quiet) {

@@ -68,6 +68,7 @@ struct opts {
     const char *bind_addr;
     int port;
     const char *port_file;
+    bool print_port; /* "port N" on stdout once listening */
     int threads;
     int max_conns;
     size_t max_objects;

@@ -16,6 +16,10 @@
 #   tests/run.sh            everything (the gate that .ci/run calls)
 #   tests/run.sh --quick    the edit loop: build, unit and integration tests, no sanitizers,
 #                           no Python package, no wheel, no fuzzing
+#   tests/run.sh --under-load
+#                           the whole gate (or --quick's) beside a CPU hog that keeps every core
+#                           busy (stress-ng --cpu N, N = nproc, from the start to the end): a test
+#                           that fails only here is a defect in the test or the code
 #   S3FLASH_TEST_JOBS=N     pytest workers of the network-bound steps (default 4; 0: serial)
 #   tests/run.sh tsan-mount only the mount's tests under ThreadSanitizer (build-tsan), against
 #                           the RGW of S3FLASH_TEST_* (source /var/tmp/rgw.env first)
@@ -30,12 +34,14 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 quick=0
+under_load=0
 for a in "$@"; do
     case "$a" in
         --quick) quick=1 ;;
+        --under-load) under_load=1 ;;
         tsan-mount) ;;   # below, once the builder is defined
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "tests/run.sh: unknown argument $a (--quick, tsan-mount, --help)" >&2; exit 2 ;;
+        *) echo "tests/run.sh: unknown argument $a (--quick, --under-load, tsan-mount, --help)" >&2; exit 2 ;;
     esac
 done
 # the network-bound pytest steps run their files on this many workers (pytest-xdist,
@@ -51,7 +57,7 @@ step_report() {
     local rc=$?
     [ ${#steps[@]} -gt 0 ] || return 0
     echo
-    echo "step times (tests/run.sh$([ $quick = 1 ] && echo ' --quick'), ${jobs} workers):"
+    echo "step times (tests/run.sh$([ $quick = 1 ] && echo ' --quick')$([ $under_load = 1 ] && echo ' --under-load'), ${jobs} workers):"
     printf '  %-34s %8s  %s\n' step seconds result
     local s
     for s in "${steps[@]}"; do printf '  %-34s %8s  %s\n' $s; done
@@ -122,7 +128,8 @@ tsan_mount() {
     TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1 log_path=$logs/tsan" \
         S3FLASH_BUILD_DIR="$root/build-tsan" S3FLASH_CONCURRENT_SEEDS=1 python3 -m pytest -q \
         -p no:cacheprovider tests/integration/test_mount_deadlock.py \
-        tests/integration/test_mount_concurrent.py || rc=1
+        tests/integration/test_mount_concurrent.py \
+        tests/integration/test_mount_resources.py || rc=1
     if compgen -G "$logs/tsan*" >/dev/null; then
         echo "ThreadSanitizer reports of s3flash mount:" >&2
         cat "$logs"/tsan* >&2
@@ -142,14 +149,28 @@ fi
 # RGW needs a real disk for bluestore (direct I/O), not tmpfs.
 rgw_dir=$(mktemp -d /var/tmp/s3flash-rgw.XXXXXX)
 rmdir "$rgw_dir"
+hog_pid=
 cleanup() {
     local rc=$?
     for p in "${bg_pid[@]}"; do kill "$p" 2>/dev/null || true; done
+    if [ -n "$hog_pid" ]; then
+        echo "load average at the end (beside the CPU hog): $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+        kill -- -"$hog_pid" 2>/dev/null || true
+    fi
     bash tests/servers/rgw.sh stop "$rgw_dir" >/dev/null 2>&1 || true
     step_report || true
     exit $rc
 }
 trap cleanup EXIT
+
+if [ $under_load = 1 ]; then
+    # the CPU hog: one busy worker per core for the whole run, in its own process group (the
+    # cleanup kills the group); nice 0, as the other work a shared machine runs beside it
+    command -v stress-ng >/dev/null || { echo "tests/run.sh --under-load needs stress-ng (tests/servers/install-deps.sh installs it)" >&2; exit 1; }
+    setsid stress-ng --cpu "$(nproc)" --cpu-method all --quiet >/dev/null 2>&1 &
+    hog_pid=$!
+    echo "=== under load: stress-ng --cpu $(nproc) (pid $hog_pid)" >&2
+fi
 
 wheel=0
 if [ $quick = 0 ] && [ "${S3FLASH_SKIP_WHEEL:-0}" != 1 ]; then

@@ -311,6 +311,15 @@ struct s3f_client_stats {
 S3F_API void s3f_client_stats(struct s3f_client *client, struct s3f_client_stats *out,
                               int reset_high_water);
 
+/* Wait until every block the block cache (cache_dir) had queued for its writer thread when
+ * the call began is settled: written into the cache (cache_inserted_bytes) or dropped
+ * (cache_insert_dropped_bytes); cache_insert_pending_bytes is then 0 unless other threads
+ * queued more meanwhile. Reads never wait for the cache's disk (docs/CACHE.md): call this
+ * before reading the insert counters, or before another process is to find the blocks a
+ * read just cached. Returns at once without a cache. Waits on the cache's local disk only
+ * (no request is sent); thread-safe. */
+S3F_API void s3f_client_cache_flush(struct s3f_client *client);
+
 /* Change how many data requests the client keeps in flight, from now on, and stop adapting
  * it (as if max_inflight_requests had been configured): at least 1, at most the
  * connections data requests may use (see max_inflight_requests; larger values are

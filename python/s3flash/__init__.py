@@ -45,7 +45,14 @@ from ._reader import (
 from ._writer import S3Writer
 from ._checkpoint import S3Checkpoint, load, parse_s3_uri, save
 from ._uploads import UploadInfo, cleanup_uploads, list_uploads
-from ._async_checkpoint import AsyncCheckpointer, CheckpointInfo, CommitInfo, HostStager
+from ._async_checkpoint import (
+    AsyncCheckpointer,
+    CheckpointInfo,
+    CommitInfo,
+    ConcurrentWriterError,
+    ConcurrentWriterWarning,
+    HostStager,
+)
 
 __version__ = LIBRARY_VERSION
 
@@ -53,6 +60,8 @@ __all__ = [
     "AsyncCheckpointer",
     "CheckpointInfo",
     "CommitInfo",
+    "ConcurrentWriterError",
+    "ConcurrentWriterWarning",
     "HostStager",
     "S3Checkpoint",
     "S3Client",

@@ -18,6 +18,16 @@ local tier (``local_dir``, the same names) or from S3 (If-Match). The previous l
 (``step-N/state.pt`` and ``step-N/manifest.json``, version 1) is still read: its commits
 come before every numbered one, in step order. docs/PYTHON.md has the protocol and what a
 crash at each point leaves.
+
+Several writers on one prefix: each checkpointer has a writer id, recorded in each of its
+commits. Retention removes this writer's superseded commits and its failed saves at once,
+but another writer's commits and objects no commit names only once they are older than
+``retention_window_s`` (by the server's clock, as Delta's VACUUM spares files younger than
+its retention period), so a save of another live writer is never removed under it. After
+its commit record is written, a save checks that the record and every object it names are
+there (HEAD); if not, it raises ConcurrentWriterError naming the other writers it found.
+A commit of another writer after this writer's first one means a second live writer: a
+ConcurrentWriterWarning says so, once per writer.
 """
 
 from __future__ import annotations
@@ -27,9 +37,12 @@ import concurrent.futures
 import copy
 import ctypes
 import json
+import logging
 import os
+import socket
 import threading
 import time
+import uuid
 import warnings
 import weakref
 import zlib
@@ -41,8 +54,10 @@ from ._client import S3Client
 from ._config import S3ClientConfig
 from . import _s3flash
 
-__all__ = ["AsyncCheckpointer", "CheckpointInfo", "CommitInfo", "HostStager", "MANIFEST_NAME",
-           "STATE_NAME"]
+__all__ = ["AsyncCheckpointer", "CheckpointInfo", "CommitInfo", "ConcurrentWriterError",
+           "ConcurrentWriterWarning", "HostStager", "MANIFEST_NAME", "STATE_NAME"]
+
+log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"   # the local tier's copy of a commit (and version 1's)
 STATE_NAME = "state.pt"
@@ -51,6 +66,60 @@ MANIFEST_FORMAT = "s3flash.checkpoint"
 MANIFEST_VERSION = 2
 _ALIGN = 64
 _COMMIT_TRIES = 16      # sequence numbers tried when other writers take them first
+DEFAULT_RETENTION_WINDOW_S = 3600.0  # other writers' saves younger than this are never removed
+_FILE_MODE = 0o600      # the local tier's files and folders: the owner's only
+_DIR_MODE = 0o700
+
+
+class ConcurrentWriterError(RuntimeError):
+    """A save committed, but its commit record or an object it names is gone at once (removed
+    by another writer's retention: a writer whose retention window is shorter than this
+    save took, or an s3flash that predates writer ids). ``writers``: what is known of the
+    other writers on the prefix (dicts with ``id``, ``host``, ``pid``, the ``seq`` and
+    ``time`` of their newest commit), newest first; ``missing``: the keys that are gone."""
+
+    def __init__(self, message: str, writers: List[Dict[str, Any]], missing: List[str]):
+        super().__init__(message)
+        self.writers = writers
+        self.missing = missing
+
+
+class ConcurrentWriterWarning(RuntimeWarning):
+    """Another writer committed under this checkpointer's prefix after its first commit: two
+    live writers on one prefix (docs/PYTHON.md, "Writers per prefix")."""
+
+
+def _describe_writer(w: Dict[str, Any]) -> str:
+    if not w.get("id"):
+        return f"a writer without an id (an older s3flash) that committed {w.get('key', '?')}"
+    return (f"writer {w['id']} (host {w.get('host', '?')}, pid {w.get('pid', '?')}, "
+            f"commit {w.get('seq', '?')})")
+
+
+def _makedir_private(path: str) -> None:
+    """mkdir -p `path`, each folder it creates 0700 (whatever the umask); folders already
+    there are left as they are."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if parent != path:
+        _makedir_private(parent)
+    try:
+        os.mkdir(path, _DIR_MODE)  # the umask only takes bits off
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
+def _open_private(path: str) -> Any:
+    """A new file at `path` for writing, 0600 whatever the umask (truncated if there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+    try:
+        os.fchmod(fd, _FILE_MODE)  # an older file of that name keeps no wider mode
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class CheckpointInfo(NamedTuple):
@@ -403,8 +472,16 @@ class AsyncCheckpointer:
         local_dir: a local directory (NVMe, tmpfs) that gets the same files; None: S3 only.
         keep_local: commits kept in ``local_dir`` (the newest ones; >= 1).
         keep_remote: commits kept in S3 (None: all): the newest ``keep_remote`` by commit
-            order (not by step). Older ones are deleted after a new save commits, each
-            manifest before the objects it names; never the newest commit.
+            order (not by step), up to this writer's commit. Older ones are deleted after a
+            new save commits, each manifest before the objects it names; never the commit
+            just made, never a newer one, and another writer's only once it is older than
+            ``retention_window_s``.
+        retention_window_s: how old (by the server's clock) another writer's commit, or an
+            object no commit names, must be before retention removes it (default 3600 s;
+            must exceed the longest save, from the start of its upload to its commit). This
+            writer's own superseded commits and failed saves go at once. 0: no writer but
+            this one, or only dead ones, is saving under the prefix (a restarted job that
+            knows its predecessor is gone removes its leftovers at once).
         on_busy: when ``save`` is called while the previous save still holds the host
             buffers (in place: until its upload ends; streamed: until it is serialized):
             ``"wait"`` (the default) blocks until they are free, then
@@ -429,7 +506,8 @@ class AsyncCheckpointer:
                  keep_remote: Optional[int] = None, *, on_busy: str = "wait",
                  pin_memory: Optional[bool] = None, in_place: bool = True,
                  client: Optional[S3Client] = None,
-                 conditional_put: Optional[bool] = None):
+                 conditional_put: Optional[bool] = None,
+                 retention_window_s: float = DEFAULT_RETENTION_WINDOW_S):
         bucket, prefix = _s3flash.parse_uri(uri)
         if prefix and not prefix.endswith("/"):
             prefix += "/"
@@ -439,6 +517,8 @@ class AsyncCheckpointer:
             raise ValueError(f"keep_local must be >= 1, got {keep_local}")
         if keep_remote is not None and keep_remote < 1:
             raise ValueError(f"keep_remote must be >= 1 or None, got {keep_remote}")
+        if not retention_window_s >= 0:  # NaN too
+            raise ValueError(f"retention_window_s must be >= 0, got {retention_window_s}")
         self.bucket, self.prefix = bucket, prefix
         self.uri = f"s3://{bucket}/{prefix}"
         self.local_dir = os.fspath(local_dir) if local_dir is not None else None
@@ -457,9 +537,17 @@ class AsyncCheckpointer:
         self._manifests: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (key, etag) -> manifest
         self.conditional_put = conditional_put
         self._own_leftovers: Set[str] = set()  # keys of this checkpointer's failed saves
+        self.retention_window_s = float(retention_window_s)
+        # this writer, in each of its commits: another writer's retention spares its saves
+        self.writer_id = uuid.uuid4().hex[:16]
+        self._host = socket.gethostname()
+        self._own_commit_keys: Set[str] = set()
+        self._first_seq: Optional[int] = None   # of this writer's first commit
+        self._examined: Set[str] = set()        # commit keys of others already looked at
+        self._warned: Set[str] = set()          # writers already warned about
         self._thread: Optional[threading.Thread] = None
         if self.local_dir:
-            os.makedirs(self.local_dir, exist_ok=True)
+            _makedir_private(self.local_dir)
         _live.add(self)
 
     # -- public -------------------------------------------------------------------------
@@ -606,7 +694,8 @@ class AsyncCheckpointer:
             else:
                 job.future.set_result(info)
                 try:
-                    self._retain(job.step)
+                    assert info.commit_uri is not None
+                    self._retain(info.commit_uri[len(f"s3://{self.bucket}/"):])
                 except Exception as e:  # noqa: BLE001
                     warnings.warn(f"s3flash.AsyncCheckpointer: retention after step "
                                   f"{job.step} failed: {e}", RuntimeWarning)
@@ -630,14 +719,15 @@ class AsyncCheckpointer:
         if self.local_dir:
             local_save = os.path.join(self.local_dir, _step_dir(job.step), save_id)
             try:
-                os.makedirs(local_save, exist_ok=True)
+                _makedir_private(local_save)
                 local_tmp = os.path.join(local_save, f".{STATE_NAME}.tmp")
-                f = open(local_tmp, "wb")
+                f = _open_private(local_tmp)
             except OSError as e:
                 warnings.warn(f"s3flash.AsyncCheckpointer: local tier off for step "
                               f"{job.step}: {e}", RuntimeWarning)
                 local_save = None
-        committed = False
+        committed = verified = False
+        started = time.monotonic()  # before the upload: the object is younger than this
         try:
             size, crc, info, local_error = self._write_object(job, key, f)
             f = None
@@ -648,10 +738,14 @@ class AsyncCheckpointer:
                                          f"serialized {size}")
             manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
                         "step": job.step, "save_id": save_id, "time": time.time(),
-                        "torch": torch.__version__, "objects": [obj]}
+                        "torch": torch.__version__, "objects": [obj],
+                        "writer": {"id": self.writer_id, "host": self._host,
+                                   "pid": os.getpid()}}
             # the commit: the manifest, after every object is complete
             seq, ckey, body = self._commit(manifest, save_id)
             committed = True
+            self._verify_commit(manifest, ckey, started)
+            verified = True
             local_path = None
             if local_save and local_tmp and local_error is None:
                 local_path = self._commit_local(local_save, local_tmp, body)
@@ -661,8 +755,8 @@ class AsyncCheckpointer:
             return CheckpointInfo(job.step, f"s3://{self.bucket}/{sdir}", manifest,
                                   local_path, seq, f"s3://{self.bucket}/{ckey}")
         finally:
-            if not committed:
-                self._own_leftovers.add(key)  # named by no commit: the next retention's
+            if not verified:
+                self._own_leftovers.add(key)  # named by no valid commit: the next retention's
             if f is not None:
                 f.close()
             if local_tmp and os.path.exists(local_tmp):
@@ -679,8 +773,11 @@ class AsyncCheckpointer:
         (seq, key, body)."""
         if self.conditional_put is None:
             self.conditional_put = self._probe_conditional_put()
+        taken: List[str] = []  # numbers another writer took while this one tried them
         for _ in range(_COMMIT_TRIES):
-            seq = 1 + max((s for s, _ in self._commit_keys()), default=0)
+            keys = self._commit_keys()
+            self._note_other_writers(keys, taken)
+            seq = 1 + max((s for s, _, _ in keys), default=0)
             manifest["seq"] = seq
             body = json.dumps(manifest, indent=1).encode()
             key = self.prefix + COMMITS_DIR + _commit_name(
@@ -693,7 +790,11 @@ class AsyncCheckpointer:
             except _s3flash.S3Exception as e:
                 if getattr(e, "status", "") != "S3F_ERR_PRECONDITION_FAILED":
                     raise
+                taken.append(key)
                 continue  # another writer committed under this number first
+            self._own_commit_keys.add(key)
+            if self._first_seq is None:
+                self._first_seq = seq
             return seq, key, body
         raise _s3flash.S3Exception(
             f"s3flash.AsyncCheckpointer: no commit after {_COMMIT_TRIES} tries under "
@@ -792,7 +893,7 @@ class AsyncCheckpointer:
         try:
             os.replace(tmp, os.path.join(local_save, STATE_NAME))
             mtmp = os.path.join(local_save, f".{MANIFEST_NAME}.tmp")
-            with open(mtmp, "wb") as m:
+            with _open_private(mtmp) as m:
                 m.write(body)
             os.replace(mtmp, os.path.join(local_save, MANIFEST_NAME))
         except OSError as e:
@@ -838,15 +939,110 @@ class AsyncCheckpointer:
         return path
 
     # -- commits and retention ------------------------------------------------------------
-    def _commit_keys(self) -> List[Tuple[int, str]]:
-        """(seq, key) of every commit record under commits/, in commit order."""
+    def _commit_keys(self) -> List[Tuple[int, str, str]]:
+        """(seq, key, ETag) of every commit record under commits/, in commit order."""
         out = []
         for o in self._client.list_objects(self.bucket, self.prefix + COMMITS_DIR):
             name = o.key[len(self.prefix) + len(COMMITS_DIR):]
             seq = _parse_commit_name(name)
             if seq is not None:
-                out.append((seq, o.key))
+                out.append((seq, o.key, _norm_etag(o.etag)))
         return sorted(out)
+
+    # -- other writers --------------------------------------------------------------------
+    def _writer_of(self, key: str, etag: str, seq: Optional[int]) -> Dict[str, Any]:
+        """What the commit record at `key` says of its writer ({} for one of this writer)."""
+        m = self._manifest(key, etag) or {}
+        raw = m.get("writer")
+        w: Dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if w.get("id") == self.writer_id:
+            return {}
+        return {"id": str(w.get("id") or ""), "host": str(w.get("host", "?")),
+                "pid": w.get("pid", "?"), "seq": seq, "key": key, "time": m.get("time")}
+
+    def _note_other_writers(self, keys: List[Tuple[int, str, str]], taken: List[str]) -> None:
+        """Warn (once per writer) about a second live writer: one that committed after this
+        writer's first commit, or took a number this writer was committing under."""
+        for seq, key, etag in keys:
+            if key in self._own_commit_keys or key in self._examined:
+                continue
+            if key not in taken and (self._first_seq is None or seq <= self._first_seq):
+                continue  # before this writer's first commit: maybe a dead predecessor's
+            w = self._writer_of(key, etag, seq)
+            name = w.get("id") or key
+            if not w or name in self._warned:
+                self._examined.add(key)
+                continue
+            msg = (f"s3flash.AsyncCheckpointer: a second writer is saving under {self.uri}: "
+                   f"{_describe_writer(w)}, beside this one (writer {self.writer_id}, host "
+                   f"{self._host}, pid {os.getpid()}). Saves of each are kept from the "
+                   f"other's retention for retention_window_s={self.retention_window_s:g} s; "
+                   "give each writer a prefix of its own (docs/PYTHON.md)")
+            log.warning("%s", msg)
+            # noted once it is said: with an "error" filter every save raises, before its
+            # commit, while the other writer's commit is there
+            warnings.warn(msg, ConcurrentWriterWarning)
+            self._examined.add(key)
+            self._warned.add(name)
+
+    def _other_writers(self) -> List[Dict[str, Any]]:
+        """Every other writer that has a commit record under the prefix, newest first (by
+        its newest commit)."""
+        seen: Dict[str, Dict[str, Any]] = {}
+        for seq, key, etag in reversed(self._commit_keys()):
+            if key in self._own_commit_keys:
+                continue
+            w = self._writer_of(key, etag, seq)
+            if w and (w["id"] or key) not in seen:
+                seen[w["id"] or key] = w
+        return list(seen.values())
+
+    def _verify_commit(self, manifest: Dict[str, Any], ckey: str, started: float) -> None:
+        """After the commit record is written: it and every object it names are there (HEAD),
+        with the size and ETag it names; else ConcurrentWriterError naming the other writers
+        (whose retention removed them). A save that took longer than the retention window
+        is warned about: a retention of another writer that listed the prefix before this
+        commit may remove its object after this check."""
+        missing: List[str] = []
+        why: List[str] = []
+        for o in manifest["objects"]:
+            try:
+                h = self._client.head_object(self.bucket, o["key"])
+            except _s3flash.S3NotFoundError:
+                missing.append(o["key"])
+                why.append(f"{o['key']} is gone")
+                continue
+            etag = _norm_etag(h.get("etag"))
+            if int(h.get("size", -1)) != o["size"] or (o["etag"] and etag and
+                                                        etag != o["etag"]):
+                missing.append(o["key"])
+                why.append(f"{o['key']} is another object now (size {h.get('size')}, "
+                           f"ETag {etag}; committed: size {o['size']}, ETag {o['etag']})")
+        try:
+            self._client.head_object(self.bucket, ckey)
+        except _s3flash.S3NotFoundError:
+            missing.append(ckey)
+            why.append(f"the commit record {ckey} is gone")
+        if missing:
+            others = self._other_writers()
+            named = "; ".join(_describe_writer(w) for w in others) or \
+                "no commit of another writer is left under commits/ (an older s3flash, " \
+                "or a tool deleting under the prefix)"
+            raise ConcurrentWriterError(
+                f"s3flash.AsyncCheckpointer: commit {manifest.get('seq')} of step "
+                f"{manifest.get('step')} under {self.uri} was written, but {', '.join(why)}: "
+                f"removed by another writer's retention. Other writers on the prefix: "
+                f"{named}. One writer per prefix; a writer's retention_window_s must exceed "
+                f"the other's longest save (this one: writer {self.writer_id}, "
+                f"retention_window_s={self.retention_window_s:g})", others, missing)
+        took = time.monotonic() - started
+        if self.retention_window_s and took >= self.retention_window_s:
+            warnings.warn(f"s3flash.AsyncCheckpointer: the save of step {manifest.get('step')} "
+                          f"took {took:.0f} s from its upload to its commit, longer than "
+                          f"retention_window_s={self.retention_window_s:g}: a retention of "
+                          "another writer that listed the prefix before this commit may still "
+                          "remove its object; raise retention_window_s above the longest save",
+                          RuntimeWarning)
 
     def _listing(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """(commit records, data objects): key -> ObjectInfo under commits/ and step-*/."""
@@ -917,48 +1113,59 @@ class AsyncCheckpointer:
     def _valid_commits(self) -> List[_Commit]:
         return [c for c in self._commits() if c.valid]
 
-    def _retain(self, step: int) -> None:
+    def _own(self, c: _Commit) -> bool:
+        w = c.manifest.get("writer")
+        return isinstance(w, dict) and w.get("id") == self.writer_id
+
+    def _retain(self, ckey: str) -> None:
+        """Retention after this writer's commit `ckey`: of the commits up to it, the newest
+        `keep_remote` valid ones and it are kept. The others go (each record before the
+        objects it names) when this writer made them, or when they are older than
+        retention_window_s (by the server's clock: the window ends at this commit record's
+        Last-Modified); newer commits are never touched. Then the objects no remaining
+        commit names: those of the commits removed, this writer's failed saves, and the
+        others older than the window (leftovers of killed saves; younger ones may be a
+        save of another writer about to commit)."""
         if self.keep_remote is not None:
             listing = self._listing()
-            _, data = listing
+            records, data = listing
             commits = self._commits(listing)
-            valid = [c for c in commits if c.valid]
-            if valid:
-                kept = valid[-self.keep_remote:]
-                newest = kept[-1].order
-                kept_keys = {c.key for c in kept}
-                # uncommit first: every manifest older than the newest kept commit and not
-                # kept (invalid ones too); a newer record is never touched (it may be
-                # another writer's, and the highest number stays, so numbers only grow)
-                doomed = [c for c in commits if c.key not in kept_keys and c.order < newest]
-                named: Set[str] = set()
-                for c in commits:
-                    if c.key in kept_keys or c.order > newest:
-                        named |= {o.get("key") for o in c.manifest.get("objects", [])
-                                  if isinstance(o, dict)}
-                dropped: Set[str] = set()
-                for c in doomed:
-                    dropped |= {o.get("key") for o in c.manifest.get("objects", [])
-                                if isinstance(o, dict)}
-                for c in doomed:
-                    self._client.delete_object(self.bucket, c.key)
-                # then the objects no kept commit names: those of the commits just removed,
-                # this checkpointer's failed saves, and the leftovers of saves that never
-                # committed and were complete before the newest kept commit's objects
-                newest_mtime = min((data[o["key"]].last_modified
-                                    for o in kept[-1].manifest["objects"]
-                                    if o["key"] in data), default=0)
-                rest = []
-                for key, o in data.items():
-                    if key in named or key.endswith("/" + MANIFEST_NAME) and \
-                            key.count("/") - self.prefix.count("/") == 1:
-                        continue  # named, or a version 1 record (kept or removed above)
-                    if key in dropped or key in self._own_leftovers or \
-                            o.last_modified <= newest_mtime:
-                        rest.append(key)
-                if rest:
-                    self._client.native.delete_objects(self.bucket, rest)
-                self._own_leftovers -= set(rest)
+            mine = next((i for i, c in enumerate(commits) if c.key == ckey), None)
+            if mine is None or ckey not in records:
+                raise _s3flash.S3IOError(f"{ckey}: this writer's commit record is not in the "
+                                         f"listing of {self.uri}{COMMITS_DIR}")
+            horizon = records[ckey].last_modified - self.retention_window_s
+            upto = commits[:mine + 1]
+            kept = {c.key for c in [c for c in upto if c.valid][-self.keep_remote:]}
+            kept.add(ckey)
+
+            def old(c: _Commit) -> bool:
+                o = records.get(c.key) or data.get(c.key)
+                return o is not None and o.last_modified <= horizon
+
+            # uncommit first (invalid records too); a newer record is never touched (the
+            # highest number stays, so numbers only grow)
+            doomed = [c for c in upto if c.key not in kept and (self._own(c) or old(c))]
+            doomed_keys = {c.key for c in doomed}
+            named: Set[str] = set()
+            dropped: Set[str] = set()
+            for c in commits:
+                (dropped if c.key in doomed_keys else named).update(
+                    str(o.get("key")) for o in c.manifest.get("objects", [])
+                    if isinstance(o, dict))
+            for c in doomed:
+                self._client.delete_object(self.bucket, c.key)
+            rest = []
+            for key, o in data.items():
+                if key in named or key.endswith("/" + MANIFEST_NAME) and \
+                        key.count("/") - self.prefix.count("/") == 1:
+                    continue  # named, or a version 1 record (kept or removed above)
+                if key in dropped or key in self._own_leftovers or \
+                        o.last_modified <= horizon:
+                    rest.append(key)
+            if rest:
+                self._client.native.delete_objects(self.bucket, rest)
+            self._own_leftovers -= set(rest)
         if self.local_dir:
             self._retain_local()
 

@@ -152,6 +152,13 @@ class S3Client:
         the block cache's hits, misses, bytes served and inserted, errors (cache_*)."""
         return self._native.stats(reset_high_water=reset_high_water)
 
+    def cache_flush(self) -> None:
+        """Wait until the block cache's queued inserts are written (or dropped): reads hand
+        their blocks to the cache's writer thread and never wait for its disk, so read the
+        cache_inserted_bytes / cache_insert_dropped_bytes counters, or expect another
+        process to find the blocks, after this. Returns at once without a cache_dir."""
+        self._native.cache_flush()
+
 
 _default_lock = threading.Lock()
 _default_clients: Dict[Tuple[Any, ...], S3Client] = {}

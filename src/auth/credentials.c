@@ -308,15 +308,9 @@ static enum s3f_status provider_alloc(struct s3f__credentials_provider **out,
     struct s3f__credentials_provider *p = calloc(1, sizeof(*p));
     if (!p)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-    pthread_condattr_t ca;
-    bool ca_ok = pthread_condattr_init(&ca) == 0;
-    if (ca_ok)
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int m = pthread_mutex_init(&p->lock, NULL);
     int c1 = m == 0 ? pthread_cond_init(&p->cond, NULL) : -1;
-    int c2 = c1 == 0 ? pthread_cond_init(&p->wake, ca_ok ? &ca : NULL) : -1;
-    if (ca_ok)
-        pthread_condattr_destroy(&ca);
+    int c2 = c1 == 0 ? s3f__cond_init_monotonic(&p->wake) : -1;
     if (c2 != 0) {
         if (c1 == 0)
             pthread_cond_destroy(&p->cond);
@@ -554,14 +548,7 @@ static void wake_wait_until(struct s3f__credentials_provider *p, int64_t due) {
         ms = 60000;
     if (ms < 1)
         ms = 1;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = s3f__deadline_ms((uint64_t)ms);
     pthread_cond_timedwait(&p->wake, &p->lock, &ts);
 }
 

@@ -10,6 +10,7 @@
 #ifndef S3F_CORE_H
 #define S3F_CORE_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -92,6 +93,11 @@ void s3f__time_amz(int64_t t, char *buf);
  * whitespace around is ignored. Returns 0 and sets *out, -1 if invalid. */
 int s3f__time_parse(const char *s, int64_t *out);
 void s3f__sleep_ms(uint64_t ms);
+/* Timed waits are on the monotonic clock (a step of the wall clock neither stretches nor
+ * cuts them): a condition variable whose pthread_cond_timedwait deadlines are on
+ * CLOCK_MONOTONIC (0, or pthread_cond_init's error), and such a deadline `ms` from now. */
+int s3f__cond_init_monotonic(pthread_cond_t *cv);
+struct timespec s3f__deadline_ms(uint64_t ms);
 
 /* ---- encodings ---------------------------------------------------------------------- */
 /* Hex (lowercase) of n bytes into out (2n+1 bytes). */

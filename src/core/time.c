@@ -36,6 +36,24 @@ void s3f__time_amz(int64_t t, char *buf) {
     strftime(buf, 17, "%Y%m%dT%H%M%SZ", &tm);
 }
 
+int s3f__cond_init_monotonic(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    int rc = pthread_condattr_init(&ca);
+    if (rc)
+        return rc;
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+struct timespec s3f__deadline_ms(uint64_t ms) {
+    uint64_t ns = s3f__now_ns() + ms * 1000000ull;
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    return ts;
+}
+
 void s3f__sleep_ms(uint64_t ms) {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {

@@ -5,16 +5,22 @@
  * Invariants:
  * - readdir streams: a directory handle holds one LIST page (at most --page-size names),
  *   the files held back for the next page, and, for the listing cache, a copy of the
- *   listing that is given up once it passes LISTING_MAX_ENTRIES or a quarter of the
- *   memory budget. A listing of any size is served in bounded memory.
+ *   listing, charged to the memory account, that is given up once it passes
+ *   LISTING_MAX_ENTRIES or a quarter of the memory budget, or once the account stays
+ *   above the budget after the caches are evicted. A handle opened on a cached listing
+ *   shares it (a reference, charged once), never copies it. A listing of any size, and
+ *   any number of handles, is served in bounded memory.
  * - An entry handed out by readdirplus with a node id is a kernel reference on that inode
- *   (nlookup + 1, taken only once the entry fits in the reply). Past the memory budget,
+ *   (nlookup + 1, taken only once the entry fits in the reply); a reply the kernel does
+ *   not take (fuse_reply_buf fails: the request was interrupted, -ENOENT) gives back the
+ *   reference of every entry in it. Past the memory budget,
  *   and for a name the mount changed after the page was asked for (checked when the page
  *   is read and again when each entry goes out: a page outlives readdir calls, and the
  *   kernel's directory lock only one), the entry goes out without a node id (the kernel
  *   then looks it up when it needs it).
  * - The listing cache (fs->listings, fs->mu) holds complete listings only, charged to the
- *   memory account; a listing that started before a change in its directory is not kept.
+ *   memory account until freed (by the cache's and the sharing handles' last reference);
+ *   a listing that started before a change in its directory is not kept.
  * - struct dh is used by one request at a time (d->mu); d->mu is taken before fs->mu.
  */
 #include <errno.h>
@@ -47,7 +53,8 @@ struct listing {
     size_t n;
     double expires;
     uint64_t gen0;        /* the generation when the listing started */
-    int64_t bytes;        /* charged to the memory account */
+    int64_t bytes;        /* charged to the memory account until freed */
+    unsigned refs;        /* the cache's (while in fs->listings) and the handles' sharing it */
 };
 
 struct dh {
@@ -61,10 +68,11 @@ struct dh {
     struct s3f_list_tokens *seen; /* the tokens this listing followed (a looping server) */
     int started, listing_done, complete;
     int from_cache;
+    struct listing *shared; /* from_cache: d->ents are its entries (not the handle's) */
     uint64_t list_gen0;   /* generation when the listing started */
     struct dent *all;     /* the listing so far, for the listing cache */
     size_t n_all, cap_all;
-    uint64_t all_bytes;
+    uint64_t all_bytes;   /* what `all` is charged to the memory account (fs->mu) */
     int all_over;
     struct dent *held;    /* files a directory of the same name on the next page shadows */
     size_t n_held, cap_held;
@@ -149,12 +157,20 @@ static int dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, s
     return 0;
 }
 
-static void listing_free(struct mnt_fs *fs, struct listing *l) {
+/* Drop a reference on a listing; the last one frees it (fs->mu held). */
+static void listing_unref(struct mnt_fs *fs, struct listing *l) {
+    if (--l->refs)
+        return;
     mnt_mem_charge(fs, -l->bytes);
     dents_free(l->ents, l->n);
     free(l->path);
     free(l);
+}
+
+/* Take a listing out of the cache (it stays, charged, while handles share it). */
+static void listing_free(struct mnt_fs *fs, struct listing *l) {
     fs->n_listings--;
+    listing_unref(fs, l);
 }
 
 void mnt_listings_drop_above(struct mnt_fs *fs, const char *path) {
@@ -191,6 +207,7 @@ static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, 
     }
     l->ents = ents;
     l->n = n;
+    l->refs = 1;
     l->gen0 = gen0;
     l->expires = mnt_now() + fs->o.metadata_ttl_s;
     l->bytes = (int64_t)(bytes + sizeof(*l) + strlen(path) + 1);
@@ -219,14 +236,50 @@ static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, 
 
 /* ---- directory handles ------------------------------------------------------------- */
 
-static void dh_reset(struct dh *d) {
+/* Give back what the handle holds of the memory account: the cached listing it shares
+ * and its copy for the listing cache (fs->mu held). */
+static void dh_uncharge(struct mnt_fs *fs, struct dh *d) {
+    if (d->shared) {
+        listing_unref(fs, d->shared);
+        d->shared = NULL;
+        d->ents = NULL; /* they were the listing's */
+        d->n = d->cap = 0;
+    }
+    mnt_mem_charge(fs, -(int64_t)d->all_bytes);
+    d->all_bytes = 0;
+}
+
+/* Drop the entries in d->ents (a LIST page, or the shared listing), moving d->base on. */
+static void dh_drop_page(struct mnt_fs *fs, struct dh *d) {
+    d->base += d->n;
+    if (d->shared) {
+        pthread_mutex_lock(&fs->mu);
+        listing_unref(fs, d->shared);
+        pthread_mutex_unlock(&fs->mu);
+        d->shared = NULL;
+        d->ents = NULL;
+        d->cap = 0;
+    } else {
+        for (size_t i = 0; i < d->n; i++)
+            free(d->ents[i].name);
+    }
+    d->n = 0;
+}
+
+/* Back to before the first readdir (fs->mu not held unless the handle holds nothing of
+ * the account: dh_uncharge done). */
+static void dh_reset(struct mnt_fs *fs, struct dh *d) {
+    if (d->shared || d->all_bytes) {
+        pthread_mutex_lock(&fs->mu);
+        dh_uncharge(fs, d);
+        pthread_mutex_unlock(&fs->mu);
+    }
     for (size_t i = 0; i < d->n; i++)
         free(d->ents[i].name);
     d->n = 0;
     dents_free(d->all, d->n_all);
     d->all = NULL;
     d->n_all = d->cap_all = 0;
-    d->all_bytes = 0;
     d->all_over = 0;
     dents_free(d->held, d->n_held);
     d->held = NULL;
@@ -241,10 +294,10 @@ static void dh_reset(struct dh *d) {
         d->extra_seen[i] = 0;
 }
 
-static void dh_free(struct dh *d) {
+static void dh_free(struct mnt_fs *fs, struct dh *d) {
     if (!d)
         return;
-    dh_reset(d);
+    dh_reset(fs, d);
     free(d->ents);
     for (size_t i = 0; i < d->n_extra; i++)
         free(d->extra[i]);
@@ -261,7 +314,8 @@ void mnt_dirs_free(struct mnt_fs *fs) {
     while (fs->dirs) {
         struct dh *d = fs->dirs;
         fs->dirs = d->next;
-        dh_free(d);
+        dh_uncharge(fs, d); /* fs->mu is held here: dh_free then has nothing to give back */
+        dh_free(fs, d);
     }
     while (fs->listings) {
         struct listing *l = fs->listings;
@@ -270,25 +324,72 @@ void mnt_dirs_free(struct mnt_fs *fs) {
     }
 }
 
-/* The listing will not be cached (its copy is given up). */
-static void dh_nocache(struct dh *d) {
+#ifdef S3F_TEST_HOOKS
+static uint64_t dents_bytes(const struct dent *e, size_t n) {
+    uint64_t b = 0;
+    for (size_t i = 0; i < n; i++)
+        b += sizeof(struct dent) + strlen(e[i].name) + 1 + 16;
+    return b;
+}
+
+uint64_t mnt_dirs_held(struct mnt_fs *fs) {
+    uint64_t b = 0;
+    for (struct dh *d = fs->dirs; d; d = d->next) {
+        b += dents_bytes(d->all, d->n_all);
+        if (d->shared) {
+            int first = 1; /* a listing shared by several handles is held once */
+            for (struct dh *o = fs->dirs; o != d && first; o = o->next)
+                first = o->shared != d->shared;
+            if (first)
+                b += dents_bytes(d->shared->ents, d->shared->n);
+        } else if (d->from_cache && d->base == 0) {
+            b += dents_bytes(d->ents, d->n); /* a copy of a cached listing */
+        }
+    }
+    return b;
+}
+#endif
+
+/* The listing will not be cached (its copy is given up; fs->mu held). */
+static void dh_nocache(struct mnt_fs *fs, struct dh *d) {
     dents_free(d->all, d->n_all);
     d->all = NULL;
     d->n_all = d->cap_all = 0;
+    mnt_mem_charge(fs, -(int64_t)d->all_bytes);
+    d->all_bytes = 0;
     d->all_over = 1;
 }
 
-/* Record an entry for the listing cache (best effort: once an entry cannot be kept, or
- * the copy passes a quarter of the memory budget, the listing is not cached). */
+/* Record an entry for the listing cache (best effort, fs->mu held). The copy is charged
+ * to the memory account; it is given up (the listing is not cached, the handle streams)
+ * once an entry cannot be kept, once it passes a quarter of the budget, or once the
+ * account stays above the budget after the caches were evicted (the other handles'
+ * copies and the kernel's inodes hold the rest). */
 static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
                     const struct attr *a) {
     if (d->all_over)
         return;
-    d->all_bytes += sizeof(struct dent) + len + 1 + 16;
+    uint64_t b = sizeof(struct dent) + len + 1 + 16;
+    d->all_bytes += b;
+    mnt_mem_charge(fs, (int64_t)b);
     if (d->all_bytes > fs->mem_budget / 4 ||
         dents_append(&d->all, &d->n_all, &d->cap_all, 256, LISTING_MAX_ENTRIES, name, len, a,
-                     0, d->list_gen0))
-        dh_nocache(d);
+                     0, d->list_gen0)) {
+        dh_nocache(fs, d);
+        return;
+    }
+    if (fs->mem_used > fs->mem_budget) {
+        mnt_mem_reclaim(fs);
+        if (fs->mem_used > fs->mem_budget)
+            dh_nocache(fs, d);
+    }
+}
+
+/* A name the listing gave: not one of d->extra to add at its end. */
+static void dh_seen(struct dh *d, const char *s) {
+    for (size_t i = 0; i < d->n_extra; i++)
+        if (!d->extra_seen[i] && strcmp(d->extra[i], s) == 0)
+            d->extra_seen[i] = 1;
 }
 
 static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a,
@@ -296,10 +397,7 @@ static int dh_push(struct dh *d, const char *name, size_t len, const struct attr
     int rc = dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a, no_id, gen);
     if (rc)
         return rc;
-    const char *s = d->ents[d->n - 1].name;
-    for (size_t i = 0; i < d->n_extra; i++)
-        if (!d->extra_seen[i] && strcmp(d->extra[i], s) == 0)
-            d->extra_seen[i] = 1;
+    dh_seen(d, d->ents[d->n - 1].name);
     return 0;
 }
 
@@ -352,7 +450,6 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     d->extra = calloc(n + 1, sizeof(*d->extra));
     d->extra_seen = calloc(n + 1, sizeof(*d->extra_seen));
     d->extra_kind = calloc(n + 1, sizeof(*d->extra_kind));
-    int cached_rc = 0;
     d->extra_gen = fs->gen;
     if (d->extra && d->extra_seen && d->extra_kind) {
         /* local directories and files being written, and the directories that hold them
@@ -367,15 +464,19 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             if (strcmp(l->path, path) != 0)
                 continue;
             if (l->expires > mnt_now()) {
-                for (size_t i = 0; i < l->n && cached_rc == 0; i++)
-                    cached_rc = dh_push(d, l->ents[i].name, strlen(l->ents[i].name),
-                                        &l->ents[i].a, 0, l->gen0);
+                /* shared, not copied: any number of handles hold one listing */
+                l->refs++;
+                d->shared = l;
+                d->ents = l->ents;
+                d->n = l->n;
+                for (size_t i = 0; i < l->n && d->n_extra; i++)
+                    dh_seen(d, l->ents[i].name);
                 d->started = d->listing_done = d->from_cache = 1;
             }
             break;
         }
     }
-    if (d->extra && d->extra_seen && d->extra_kind && !cached_rc) {
+    if (d->extra && d->extra_seen && d->extra_kind) {
         d->next = fs->dirs;
         if (fs->dirs)
             fs->dirs->prev = d;
@@ -392,13 +493,13 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             if (d->next)
                 d->next->prev = d->prev;
             pthread_mutex_unlock(&fs->mu);
-            dh_free(d);
+            dh_free(fs, d);
         }
         return;
     }
     pthread_mutex_unlock(&fs->mu);
 nomem:
-    dh_free(d);
+    dh_free(fs, d);
     fuse_reply_err(req, ENOMEM);
 }
 
@@ -418,7 +519,7 @@ void mnt_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         if (d->next)
             d->next->prev = d->prev;
         pthread_mutex_unlock(&fs->mu);
-        dh_free(d);
+        dh_free(fs, d);
     }
     fuse_reply_err(req, 0);
 }
@@ -451,7 +552,7 @@ static int emit_file(struct fetch *f, const char *name, size_t len, struct attr 
     char *cp = mnt_child_path(d->path, name, len);
     struct fh *w = cp ? mnt_writer_find(f->fs, cp) : NULL;
     if (w)
-        dh_nocache(d); /* S3's object is the version being replaced: not for the cache */
+        dh_nocache(f->fs, d); /* S3's object is the version being replaced: not for the cache */
     else
         dh_keep(f->fs, d, name, len, a);
     if (w) {
@@ -508,15 +609,19 @@ static int on_page_name(void *user, const char *name, size_t len,
 /* The listing is complete: keep it in the listing cache when nothing changed it. */
 static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
     d->listing_done = 1;
-    if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0) {
-        pthread_mutex_lock(&fs->mu);
-        if (!mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
-            listing_put(fs, d->path, d->all, d->n_all, d->all_bytes, d->list_gen0);
-            d->all = NULL;
-            d->n_all = d->cap_all = 0;
-        }
-        pthread_mutex_unlock(&fs->mu);
+    pthread_mutex_lock(&fs->mu);
+    if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0 &&
+        !mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
+        uint64_t bytes = d->all_bytes;
+        mnt_mem_charge(fs, -(int64_t)bytes); /* the listing's own charge from now on */
+        d->all_bytes = 0;
+        listing_put(fs, d->path, d->all, d->n_all, bytes, d->list_gen0);
+        d->all = NULL;
+        d->n_all = d->cap_all = 0;
+    } else if (d->all) {
+        dh_nocache(fs, d); /* not kept: the copy is not held until releasedir */
     }
+    pthread_mutex_unlock(&fs->mu);
 }
 
 /* One LIST page of the directory after `token` (NULL: the first). 0 or -errno (logged). */
@@ -633,10 +738,7 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
 
 /* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
 static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
-    for (size_t i = 0; i < d->n; i++)
-        free(d->ents[i].name);
-    d->base += d->n;
-    d->n = 0;
+    dh_drop_page(fs, d);
     if (fs->directory_bucket)
         return dh_fetch_whole(fs, d);
     pthread_mutex_lock(&fs->mu);
@@ -703,7 +805,23 @@ struct reply {
     int plus;
     char *buf;
     size_t size, used;
+    fuse_ino_t *refs;     /* the node ids whose nlookup the entries took */
+    size_t n_refs, cap_refs;
 };
+
+/* Room to note one more reference an entry takes: 1, or 0 (out of memory: the entry
+ * goes without a node id). */
+static int reply_room(struct reply *r) {
+    if (r->n_refs == r->cap_refs) {
+        size_t c = r->cap_refs ? r->cap_refs * 2 : 64;
+        fuse_ino_t *v = realloc(r->refs, c * sizeof(*v));
+        if (!v)
+            return 0;
+        r->refs = v;
+        r->cap_refs = c;
+    }
+    return 1;
+}
 
 /* A d_ino for an entry handed out without a node id (never 0: readdir(3) skips those). */
 static fuse_ino_t name_ino(const char *name) {
@@ -730,10 +848,12 @@ static int add_entry(struct reply *r, const char *name, const struct attr *a, in
     if (!self && r->plus && !no_id) {
         char *cp = mnt_child_path(r->d->path, name, strlen(name));
         pthread_mutex_lock(&r->fs->mu);
-        if (cp && !mnt_inodes_full(r->fs) && !mnt_meta_changed_since(r->fs, cp, gen)) {
+        if (cp && !mnt_inodes_full(r->fs) && !mnt_meta_changed_since(r->fs, cp, gen) &&
+            reply_room(r)) {
             struct inode *in = mnt_inode_get(r->fs, cp, a);
             if (in) {
                 in->nlookup++;
+                r->refs[r->n_refs++] = in->ino;
                 e.ino = ino = in->ino;
                 if (in->a.kind == K_FILE && in->a.etag[0] && a->etag[0] &&
                     strcmp(in->a.etag, a->etag) != 0)
@@ -783,7 +903,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     }
     uint64_t g = (uint64_t)offset - 2;
     if ((g < d->base || (g == 0 && d->started)) && !(d->from_cache && d->base == 0))
-        dh_reset(d);
+        dh_reset(fs, d);
     int emitted = 0;
     for (;;) {
         while (g < d->base + d->n) {
@@ -797,10 +917,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
         if (d->complete)
             break;
         if (d->listing_done) {
-            for (size_t i = 0; i < d->n; i++)
-                free(d->ents[i].name);
-            d->base += d->n;
-            d->n = 0;
+            dh_drop_page(fs, d);
             for (size_t i = 0; i < d->n_extra && rc == 0; i++) {
                 if (d->extra_seen[i])
                     continue;
@@ -823,10 +940,20 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     }
 out:
     pthread_mutex_unlock(&d->mu);
-    if (rc && r.used == 0)
+    if (rc && r.used == 0) {
         fuse_reply_err(req, -rc);
-    else
-        fuse_reply_buf(req, r.buf, r.used);
+    } else if (fuse_reply_buf(req, r.buf, r.used) != 0 && r.n_refs) {
+        /* not delivered (the request was interrupted, -ENOENT): the kernel never saw
+         * these entries and will never forget them */
+        pthread_mutex_lock(&fs->mu);
+        for (size_t i = 0; i < r.n_refs; i++) {
+            struct inode *in = mnt_inode_find(fs, r.refs[i]);
+            if (in)
+                mnt_inode_unref(fs, in, 1, 0);
+        }
+        pthread_mutex_unlock(&fs->mu);
+    }
+    free(r.refs);
     free(r.buf);
 }
 

@@ -29,6 +29,27 @@ double mnt_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int mnt_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    int rc = pthread_condattr_init(&ca);
+    if (rc)
+        return rc;
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
+struct timespec mnt_deadline(double s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = (int64_t)ts.tv_nsec + (int64_t)(s * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    return ts;
+}
+
 int mnt_errno_of(enum s3f_status st, int open_handle) {
     switch (st) {
     case S3F_OK: return 0;
@@ -329,6 +350,29 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
     fuse_reply_err(req, ENOTSUP);
 }
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+#ifdef S3F_TEST_HOOKS
+    /* test builds only (meson -Dtest_hooks): the state the tests count, on any inode */
+    if (strcmp(name, "user.s3flash.test.stats") == 0) {
+        struct mnt_fs *fs = fuse_req_userdata(req);
+        char buf[512];
+        pthread_mutex_lock(&fs->mu);
+        int n = snprintf(buf, sizeof(buf),
+                         "inodes=%zu mem_inodes=%llu mem_used=%llu mem_budget=%llu meta=%zu "
+                         "listings=%zu dir_held=%llu\n",
+                         fs->n_inodes, (unsigned long long)fs->mem_inodes,
+                         (unsigned long long)fs->mem_used, (unsigned long long)fs->mem_budget,
+                         fs->n_meta, fs->n_listings,
+                         (unsigned long long)mnt_dirs_held(fs));
+        pthread_mutex_unlock(&fs->mu);
+        if (size == 0)
+            fuse_reply_xattr(req, (size_t)n);
+        else if (size < (size_t)n)
+            fuse_reply_err(req, ERANGE);
+        else
+            fuse_reply_buf(req, buf, (size_t)n);
+        return;
+    }
+#endif
     fuse_reply_err(req, ENOTSUP);
 }
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
@@ -417,7 +461,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     fs->c = client;
     fs->cw = wclient;
     pthread_mutex_init(&fs->mu, NULL);
-    pthread_cond_init(&fs->released, NULL);
+    mnt_cond_init(&fs->released);
     fs->mem_budget = opts->metadata_budget_bytes ? opts->metadata_budget_bytes : 8u << 20;
     fs->bucket = strdup(opts->bucket);
     fs->directory_bucket = s3f_bucket_is_directory(opts->bucket);
@@ -440,6 +484,8 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
 
 int mnt_fs_start(struct mnt_fs *fs, struct fuse_session *se) {
     fs->se = se;
+    if (mnt_heads_start(fs))
+        return -1;
     return mnt_notifier_start(fs);
 }
 
@@ -447,6 +493,7 @@ void mnt_fs_free(struct mnt_fs *fs) {
     if (!fs)
         return;
     mnt_notifier_stop(fs);
+    mnt_heads_stop(fs);
     mnt_pf_free(fs);
     /* the session has ended: no operation runs or will run on these handles */
     mnt_writers_free(fs);

@@ -16,8 +16,9 @@
  *   prefetch.c   --prefetch-listed: small listed files fetched ahead of their opens
  *
  * LOCK ORDER (the only one): a handle's mutex (struct fh / struct dh), then fs->mu. Never
- * the other way round (prefetch.c's own mutex is a leaf: nothing is taken under it); fs->mu is never held across a request to S3 or a call into the
- * kernel (fuse_reply_*, fuse_lowlevel_notify_*).
+ * the other way round (prefetch.c's own mutex and meta.c's HEAD workers' are leaves:
+ * nothing is taken under them); fs->mu is never held across a request to S3 or a call
+ * into the kernel (fuse_reply_*, fuse_lowlevel_notify_*).
  *
  * NEVER RE-ENTER: no handler makes a system call on a path inside its own mount, and no
  * handler calls fuse_lowlevel_notify_* (the kernel may hold a directory lock that the
@@ -73,6 +74,7 @@ struct fh;
 struct dh;
 struct note;
 struct mnt_pf;
+struct mnt_heads;
 struct overwrite;
 
 /* A rename or unlink in flight (namespace.c): no writer opens its names until it is done
@@ -101,7 +103,9 @@ struct mnt_fs {
     struct meta *lru_head, *lru_tail;
     size_t n_meta;
     /* memory account (meta.c): inode table, metadata and listing caches, directory
-     * handles' listing copies; never above mem_budget after an insert */
+     * handles' listing copies and the listings they share (dir.c), the prefetch order
+     * (prefetch.c); never above mem_budget after an insert, but for the inodes the kernel
+     * holds and the kept listings open handles share */
     uint64_t mem_used, mem_budget;
     uint64_t mem_inodes;      /* the inode table's part of mem_used (freed by forget only) */
     /* generations (meta.c): bumped by every change the mount makes */
@@ -127,6 +131,7 @@ struct mnt_fs {
     struct note *notes_head, *notes_tail, *notes_busy;
     size_t n_notes;
     struct mnt_pf *pf;        /* --prefetch-listed (prefetch.c), NULL when off */
+    struct mnt_heads *heads;  /* the lookups' HEAD workers, o.max_threads (meta.c) */
 };
 
 /* An open file (read.c, write.c). */
@@ -165,7 +170,12 @@ struct fh {
 
 /* ---- fs.c ---- */
 int mnt_errno_of(enum s3f_status st, int open_handle);
-double mnt_now(void);
+double mnt_now(void); /* monotonic seconds */
+/* Every timed wait of the mount is on the monotonic clock (a step of the wall clock
+ * neither stretches nor cuts it): its condition variables are made by mnt_cond_init and
+ * their deadlines by mnt_deadline(seconds from now). */
+int mnt_cond_init(pthread_cond_t *cv);
+struct timespec mnt_deadline(double s);
 char *mnt_key_of(const struct mnt_fs *fs, const char *path, const char *suffix);
 char *mnt_child_path(const char *dir, const char *name, size_t name_len);
 void mnt_parent_of(const char *path, char *out); /* out[PATH_MAX] */
@@ -245,6 +255,8 @@ int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0);
 void mnt_mem_charge(struct mnt_fs *fs, int64_t bytes); /* + charge, - release */
 void mnt_mem_reclaim(struct mnt_fs *fs);               /* evict down to the budget */
 /* not under fs->mu: */
+int mnt_heads_start(struct mnt_fs *fs); /* before lookups come; -1: out of memory */
+void mnt_heads_stop(struct mnt_fs *fs); /* after the last lookup */
 int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh);
 int mnt_parent_ok(struct mnt_fs *fs, const char *path);
 
@@ -256,6 +268,11 @@ struct localdir *mnt_localdir_find(struct mnt_fs *fs, const char *path);
 void mnt_localdir_remove(struct mnt_fs *fs, const char *path);
 int mnt_holds_local(struct mnt_fs *fs, const char *dir);
 void mnt_localdirs_free(struct mnt_fs *fs);
+#ifdef S3F_TEST_HOOKS
+/* What the open directory handles hold of listings, counted from their entries (fs->mu
+ * held; the test builds' user.s3flash.test.stats): each copy, each shared listing once. */
+uint64_t mnt_dirs_held(struct mnt_fs *fs);
+#endif
 void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void mnt_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi);

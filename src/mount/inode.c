@@ -138,7 +138,7 @@ static struct inode *inode_new(struct mnt_fs *fs, fuse_ino_t ino, const char *pa
 
 int mnt_inodes_init(struct mnt_fs *fs) {
     pthread_cond_init(&fs->notes_cv, NULL);
-    pthread_cond_init(&fs->notes_done_cv, NULL);
+    mnt_cond_init(&fs->notes_done_cv);
     fs->ino_hash = calloc(INO_BUCKETS, sizeof(*fs->ino_hash));
     fs->path_hash = calloc(INO_BUCKETS, sizeof(*fs->path_hash));
     if (!fs->ino_hash || !fs->path_hash)
@@ -350,9 +350,7 @@ struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait) {
 void mnt_notify_wait(struct mnt_fs *fs, struct note *n) {
     if (!n)
         return;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += NOTIFY_WAIT_S;
+    struct timespec until = mnt_deadline(NOTIFY_WAIT_S);
     while (!n->done && !fs->notifier_stop)
         if (pthread_cond_timedwait(&fs->notes_done_cv, &fs->mu, &until) == ETIMEDOUT)
             break;

@@ -15,6 +15,8 @@
  *   after g0.
  * - mem_used counts what is charged (mnt_mem_charge); after mnt_mem_reclaim it is at most
  *   mem_budget, unless what is left is held by the kernel (inodes) or open handles.
+ * - A lookup's HEAD goes to one of the HEAD workers started with the mount (no thread is
+ *   created per lookup); fs->heads->mu is a leaf.
  */
 #include <errno.h>
 #include <limits.h>
@@ -306,18 +308,132 @@ int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0) {
 
 /* ---- resolve: what a path is ------------------------------------------------------- */
 
+/* A lookup's HEAD, sent by one of the HEAD workers while the lookup LISTs (no thread per
+ * lookup): as many as FUSE worker threads (--max-threads), started with the mount, so
+ * that every lookup in flight has its HEAD sent at once. A job not yet taken by a worker when the LIST is answered is taken
+ * back and sent by the lookup itself: a lookup never waits behind others' HEADs. The
+ * pool's mutex is a leaf (nothing is taken under it, no request is sent under it). */
+enum head_state { HJ_QUEUED, HJ_RUNNING, HJ_DONE };
+
 struct head_job {
+    struct head_job *next;        /* in the queue */
     struct mnt_fs *fs;
     char *key;
+    enum head_state state;        /* pool->mu */
     enum s3f_status st;
     struct s3f_object_info info;
     struct s3f_error err;
 };
 
-static void *head_job_run(void *arg) {
-    struct head_job *j = arg;
+struct mnt_heads {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    struct head_job *head, *tail; /* queued jobs, oldest first */
+    int stop;
+    pthread_t *threads;
+    size_t n_threads;
+};
+
+static void head_job_run(struct head_job *j) {
     j->st = s3f_head_object(j->fs->c, j->fs->bucket, j->key, NULL, &j->info, &j->err);
+}
+
+static void *head_worker(void *arg) {
+    struct mnt_heads *h = arg;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        while (!h->stop && !h->head)
+            pthread_cond_wait(&h->work, &h->mu);
+        if (h->stop)
+            break;
+        struct head_job *j = h->head;
+        h->head = j->next;
+        if (!h->head)
+            h->tail = NULL;
+        j->state = HJ_RUNNING;
+        pthread_mutex_unlock(&h->mu);
+        head_job_run(j);
+        pthread_mutex_lock(&h->mu);
+        j->state = HJ_DONE;
+        pthread_cond_broadcast(&h->done);
+    }
+    pthread_mutex_unlock(&h->mu);
     return NULL;
+}
+
+int mnt_heads_start(struct mnt_fs *fs) {
+    struct mnt_heads *h = calloc(1, sizeof(*h));
+    if (!h)
+        return -1;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->work, NULL);
+    pthread_cond_init(&h->done, NULL);
+    size_t n = fs->o.max_threads ? fs->o.max_threads : 1;
+    h->threads = calloc(n, sizeof(*h->threads));
+    while (h->threads && h->n_threads < n &&
+           pthread_create(&h->threads[h->n_threads], NULL, head_worker, h) == 0)
+        h->n_threads++;
+    fs->heads = h; /* with no worker, every lookup sends its HEAD itself */
+    return 0;
+}
+
+void mnt_heads_stop(struct mnt_fs *fs) {
+    struct mnt_heads *h = fs->heads;
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_broadcast(&h->work);
+    pthread_mutex_unlock(&h->mu);
+    for (size_t i = 0; i < h->n_threads; i++)
+        pthread_join(h->threads[i], NULL);
+    pthread_cond_destroy(&h->work);
+    pthread_cond_destroy(&h->done);
+    pthread_mutex_destroy(&h->mu);
+    free(h->threads);
+    free(h);
+    fs->heads = NULL;
+}
+
+/* Hand the HEAD to the workers (or keep it: j stays HJ_QUEUED off the queue). */
+static void head_submit(struct mnt_fs *fs, struct head_job *j) {
+    struct mnt_heads *h = fs->heads;
+    j->state = HJ_QUEUED;
+    j->next = NULL;
+    if (!h || !h->n_threads)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (h->tail)
+        h->tail->next = j;
+    else
+        h->head = j;
+    h->tail = j;
+    pthread_cond_signal(&h->work);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* The HEAD's answer: sent here when no worker has taken it yet, else waited for. */
+static void head_finish(struct mnt_fs *fs, struct head_job *j) {
+    struct mnt_heads *h = fs->heads;
+    if (h && h->n_threads) {
+        pthread_mutex_lock(&h->mu);
+        if (j->state == HJ_QUEUED) {
+            struct head_job *prev = NULL;
+            for (struct head_job *x = h->head; x && x != j; x = x->next)
+                prev = x;
+            if (prev)
+                prev->next = j->next;
+            else
+                h->head = j->next;
+            if (h->tail == j)
+                h->tail = prev;
+        }
+        while (j->state == HJ_RUNNING)
+            pthread_cond_wait(&h->done, &h->mu);
+        pthread_mutex_unlock(&h->mu);
+    }
+    if (j->state == HJ_QUEUED)
+        head_job_run(j);
 }
 
 #define RESOLVE_TRIES 4
@@ -370,8 +486,8 @@ static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int
     uint64_t gen0 = fs->gen;
     pthread_mutex_unlock(&fs->mu);
 
-    /* The HEAD of the key runs on a helper thread while this one LISTs key/: one round
-     * trip. A directory shadows a file of the same name. */
+    /* The HEAD of the key goes to a worker while this thread LISTs key/: one round trip.
+     * A directory shadows a file of the same name. */
     struct head_job hj;
     memset(&hj, 0, sizeof(hj));
     hj.fs = fs;
@@ -383,18 +499,14 @@ static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int
         return -ENOMEM;
     }
     s3f_error_clear(&hj.err);
-    pthread_t th;
-    int threaded = pthread_create(&th, NULL, head_job_run, &hj) == 0;
-    if (!threaded)
-        head_job_run(&hj);
+    head_submit(fs, &hj);
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_list_options lo = {.prefix = dkey, .max_keys = 1};
     struct s3f_list_page *page = NULL;
     enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
     free(dkey);
-    if (threaded)
-        pthread_join(th, NULL);
+    head_finish(fs, &hj);
     free(hj.key);
     if (st != S3F_OK) {
         mnt_log_error("lookup", path, &err);

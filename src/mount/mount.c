@@ -349,6 +349,7 @@ int mnt_run(const struct mnt_options *in) {
         uint64_t t = o.memory_target_bytes / (16ull << 20);
         threads = t < 4 ? 4 : t > 16 ? 16 : (unsigned)t;
     }
+    o.max_threads = threads; /* fs: as many lookups' HEAD workers (meta.c) */
     o.metadata_budget_bytes = o.memory_target_bytes / 16;
     if (o.metadata_budget_bytes < (4ull << 20))
         o.metadata_budget_bytes = 4ull << 20;

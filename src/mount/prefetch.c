@@ -5,7 +5,8 @@
  * Invariants:
  * - Off (N = 0): no state, no thread, no request; every hook returns at once.
  * - The order is the last directory listed through readdir (its files, in the order the
- *   kernel was given them, at most PF_ORDER_MAX). An open of listed file i followed by an
+ *   kernel was given them, at most PF_ORDER_MAX and a quarter of the metadata budget,
+ *   charged to fs's memory account outside pf->mu). An open of listed file i followed by an
  *   open of listed file i+1 (the next open of a file of that directory) queues files
  *   i+2 .. i+1+N; each following open in order tops the window up.
  * - Each prefetch is one GET without a Range (s3f_fetch: many in flight on the readers'
@@ -71,6 +72,7 @@ struct mnt_pf {
     char *dir;                 /* the listed directory */
     struct ordent *ord;
     size_t n_ord, cap_ord;
+    uint64_t ord_bytes, ord_max; /* the order's size (charged to fs's memory account) */
     size_t last;               /* index of the last file opened, n_ord when none */
     size_t next_q;             /* the next index to queue */
     int streak;
@@ -121,9 +123,14 @@ static void drop_all(struct mnt_pf *p) {
     }
 }
 
+static uint64_t ordent_bytes(const char *name) {
+    return sizeof(struct ordent) + strlen(name) + 1 + 16;
+}
+
 static void order_clear(struct mnt_pf *p) {
     for (size_t i = 0; i < p->n_ord; i++)
         free(p->ord[i].name);
+    p->ord_bytes = 0;
     p->n_ord = 0;
     p->last = 0;
     p->next_q = 0;
@@ -164,9 +171,7 @@ static void *pf_worker(void *arg) {
             continue;
         }
         if (s3f_fetch_pending(p->f) == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = mnt_deadline(1);
             pthread_cond_timedwait(&p->cv, &p->mu, &ts);
             drop_idle(p, mnt_now());
             continue;
@@ -221,9 +226,10 @@ int mnt_pf_init(struct mnt_fs *fs) {
     if (!p)
         return -1;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    mnt_cond_init(&p->cv);
     p->n_max = fs->o.prefetch_listed;
     p->bytes_max = fs->mem_budget / 4;
+    p->ord_max = fs->mem_budget / 4;
     p->file_max = PF_MAX_FILE;
     p->idle_s = fs->o.metadata_ttl_s < PF_IDLE_S ? fs->o.metadata_ttl_s : PF_IDLE_S;
     if (fs->part_size && fs->part_size < p->file_max)
@@ -271,6 +277,7 @@ void mnt_pf_listed(struct mnt_fs *fs, const char *dir, uint64_t index, const cha
     if (!p || a->kind != K_FILE)
         return;
     pthread_mutex_lock(&p->mu);
+    uint64_t ord_bytes0 = p->ord_bytes;
     if (!p->dir || strcmp(p->dir, dir) != 0 || index == 0) {
         char *d = strdup(dir);
         if (!d)
@@ -281,7 +288,7 @@ void mnt_pf_listed(struct mnt_fs *fs, const char *dir, uint64_t index, const cha
         p->dir = d;
         order_clear(p);
     }
-    if (p->n_ord >= PF_ORDER_MAX)
+    if (p->n_ord >= PF_ORDER_MAX || p->ord_bytes + ordent_bytes(name) > p->ord_max)
         goto out;
     for (size_t i = p->n_ord; i-- > 0 && i + 8 >= p->n_ord;)
         if (strcmp(p->ord[i].name, name) == 0)
@@ -301,9 +308,18 @@ void mnt_pf_listed(struct mnt_fs *fs, const char *dir, uint64_t index, const cha
     o->size = a->size;
     snprintf(o->etag, sizeof(o->etag), "%s", a->etag);
     p->n_ord++;
+    p->ord_bytes += ordent_bytes(name);
     p->last = p->n_ord; /* nothing opened yet */
-out:
+out:;
+    int64_t delta = (int64_t)p->ord_bytes - (int64_t)ord_bytes0;
     pthread_mutex_unlock(&p->mu);
+    if (delta) {
+        pthread_mutex_lock(&fs->mu);
+        mnt_mem_charge(fs, delta);
+        if (delta > 0)
+            mnt_mem_reclaim(fs);
+        pthread_mutex_unlock(&fs->mu);
+    }
 }
 
 static struct pfe *pfe_find(struct mnt_pf *p, const char *path) {
@@ -395,9 +411,7 @@ int mnt_pf_open(struct mnt_fs *fs, const char *path, const char *etag, void **da
         double until = mnt_now() + PF_WAIT_S;
         while (e && (e->state == PF_QUEUED || e->state == PF_INFLIGHT) && !p->stop &&
                mnt_now() < until) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = mnt_deadline(1);
             pthread_cond_timedwait(&p->cv, &p->mu, &ts);
             e = pfe_find(p, path);
         }

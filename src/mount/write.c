@@ -66,9 +66,7 @@ static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
  * is waited for, up to 5 s, so that a rename or open right after close (rsync's temporary
  * file) finds the object. */
 int mnt_writer_busy(struct mnt_fs *fs, const char *path) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 5;
+    struct timespec until = mnt_deadline(5);
     for (;;) {
         struct fh *h = mnt_writer_find(fs, path);
         if (!h)

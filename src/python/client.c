@@ -852,6 +852,14 @@ static PyObject *Client_stats(ClientObject *self, PyObject *args, PyObject *kw) 
                          "cache_evicted_bytes", (unsigned long long)s.cache_evicted_bytes);
 }
 
+static PyObject *Client_cache_flush(ClientObject *self, PyObject *unused) {
+    CLIENT_OR_NULL(self, c);
+    Py_BEGIN_ALLOW_THREADS
+    s3f_client_cache_flush(c);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *Client_get_region(ClientObject *self, void *unused) {
     CLIENT_OR_NULL(self, c);
     return PyUnicode_FromString(s3f_client_region(c));
@@ -966,6 +974,9 @@ static PyMethodDef Client_methods[] = {
      "(at most the data connections)."},
     {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,
      "stats(reset_high_water=False) -> dict\nEngine counters (s3f_client_stats)."},
+    {"cache_flush", (PyCFunction)Client_cache_flush, METH_NOARGS,
+     "cache_flush() -> None\nWait until the block cache's queued inserts are written or "
+     "dropped (s3f_client_cache_flush)."},
     {NULL, NULL, 0, NULL},
 };
 

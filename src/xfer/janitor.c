@@ -37,11 +37,7 @@ struct s3f__abort_job {
 void s3f__janitor_init(struct s3f__janitor *j) {
     memset(j, 0, sizeof(*j));
     pthread_mutex_init(&j->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    s3f__cond_init_monotonic(&j->cond);
 }
 
 static void job_free(struct s3f__abort_job *a) {
@@ -111,11 +107,7 @@ static void *janitor_main(void *arg) {
     uint32_t delay_ms = BACKOFF_FIRST_MS;
     pthread_mutex_lock(&j->lock);
     while (!j->stopping && j->jobs) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)delay_ms * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
+        struct timespec ts = s3f__deadline_ms(delay_ms);
         int rc = 0;
         while (!j->stopping && rc != ETIMEDOUT)
             rc = pthread_cond_timedwait(&j->cond, &j->lock, &ts);

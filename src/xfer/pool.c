@@ -16,11 +16,11 @@ enum s3f_status s3f__pool_init(struct s3f__pool *p, size_t chunk_size, uint64_t 
         return S3F_ERR_NO_MEMORY;
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->lenders_lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    if (s3f__cond_init_monotonic(&p->cond)) {
+        free(p->free);
+        p->free = NULL;
+        return S3F_ERR_NO_MEMORY;
+    }
     return S3F_OK;
 }
 

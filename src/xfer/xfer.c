@@ -274,6 +274,13 @@ void s3f_client_set_max_inflight_requests(struct s3f_client *c, uint32_t n) {
     s3f__sched_set_max(&x->sched, n);
 }
 
+void s3f_client_cache_flush(struct s3f_client *c) {
+    struct s3f__xfer_shared *x = NULL;
+    if (!c || s3f__xfer_shared_get(c, &x, NULL) || !x->cache)
+        return;
+    s3f__cache_flush(x->cache);
+}
+
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
     memset(out, 0, sizeof(*out));
     struct s3f__xfer_shared *x = NULL;

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -29,6 +28,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTPROXY = ROOT / "tests" / "servers" / "faultproxy.py"
+sys.path.insert(0, str(ROOT / "tests" / "servers"))
+from ready import read_line, wait_http  # noqa: E402
 
 
 class FaultProxy:
@@ -77,6 +78,11 @@ class FaultProxy:
         """Listen again on the same port and forward."""
         self._call("POST", "/up", {})
 
+    def release(self, rule=None):
+        """End the stall or delay of rule `rule` (None: of every rule) now, for the requests
+        it holds and those it fires on later; returns how many rules were released."""
+        return self._call("POST", "/release", {} if rule is None else {"rule": rule})["released"]
+
     def stop(self, timeout=10):
         """SIGTERM, wait; returns the exit status (KILL after `timeout` seconds)."""
         if self.proc.poll() is None:
@@ -86,6 +92,8 @@ class FaultProxy:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         if self._workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
@@ -98,42 +106,30 @@ class FaultProxy:
         self.stop()
 
 
-def _read_port(path):
-    try:
-        text = Path(path).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def start_faultproxy(upstream_host, upstream_port, verbose=False, timeout=10):
+def start_faultproxy(upstream_host, upstream_port, verbose=False, timeout=30):
     """Start a proxy in front of upstream_host:upstream_port (loopback only); returns a
-    FaultProxy once both of its ports listen."""
+    FaultProxy once it has printed its ports (after both listen) and its control API
+    answered a request."""
     workdir = tempfile.mkdtemp(prefix="s3flash-faultproxy-")
-    port_file = os.path.join(workdir, "port")
-    control_file = os.path.join(workdir, "control-port")
     cmd = [sys.executable, str(FAULTPROXY), "--listen", "127.0.0.1:0",
-           "--upstream", f"{upstream_host}:{upstream_port}", "--port-file", port_file,
-           "--control-port-file", control_file]
+           "--upstream", f"{upstream_host}:{upstream_port}", "--print-ports"]
     if verbose:
         cmd.append("--verbose")
     log = open(os.path.join(workdir, "log"), "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
     log.close()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        port, control = _read_port(port_file), _read_port(control_file)
-        if port and control:
-            return FaultProxy(proc, port, control, workdir)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    proc.kill()
-    proc.wait()
-    text = Path(workdir, "log").read_text(errors="replace")
-    shutil.rmtree(workdir, ignore_errors=True)
-    raise RuntimeError(f"faultproxy did not start (rc {proc.returncode}): {text[-2000:]}")
+    try:
+        m = read_line(proc, r"^ports (\d+) (\d+)$", "faultproxy", timeout)
+        port, control = int(m.group(1)), int(m.group(2))
+        wait_http(f"http://127.0.0.1:{control}/stats", proc, "faultproxy's control API",
+                  timeout)
+        return FaultProxy(proc, port, control, workdir)
+    except AssertionError as e:
+        proc.kill()
+        proc.wait()
+        text = Path(workdir, "log").read_text(errors="replace")
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise RuntimeError(f"faultproxy did not start: {e}; its log: {text[-2000:]}") from None
 
 
 def s3_error(code="SlowDown", status=503, match=None, **kw):

@@ -67,6 +67,44 @@ def mountinfo_device(path):
     return found
 
 
+_STATFS = """import os, sys
+st = os.stat(sys.argv[1])
+os.statvfs(sys.argv[1])
+print(os.major(st.st_dev), os.minor(st.st_dev))
+"""
+
+
+def wait_answering(path, proc=None, timeout=20):
+    """Until the file system mounted on `path` answers: a child process stat()s and
+    statfs()s the mount point under a deadline (the watchdog: a hung FUSE mount kills the
+    child, not the test), and the device it sees must be the one /proc/self/mountinfo lists
+    on `path` (the mount's own, not the directory under it). Never the existence of a file
+    or a PID. Raises MountError saying what it saw."""
+    end = time.monotonic() + timeout
+    while True:
+        dev = mountinfo_device(path)
+        if dev is not None:
+            left = max(1.0, end - time.monotonic())
+            try:
+                r = subprocess.run([sys.executable, "-c", _STATFS, path], capture_output=True,
+                                   text=True, timeout=left)
+            except subprocess.TimeoutExpired:
+                raise MountError(f"the mount on {path} did not answer stat/statfs within "
+                                 f"{timeout} s") from None
+            if r.returncode == 0 and tuple(map(int, r.stdout.split())) == dev:
+                return
+            seen = r.stdout.strip() or r.stderr.strip()[-300:]
+        else:
+            seen = "not in /proc/self/mountinfo"
+        if proc is not None and proc.poll() is not None:
+            raise MountError(f"the daemon exited {proc.returncode} before {path} answered "
+                             f"({seen})")
+        if time.monotonic() > end:
+            raise MountError(f"{path} did not answer as the mount within {timeout} s: "
+                             f"{seen} (mountinfo: {dev})")
+        time.sleep(0.01)
+
+
 def fuse_connection_id(path):
     """The name of the mount's directory under /sys/fs/fuse/connections: the kernel's dev_t
     of its super block (major 0 for FUSE: the device minor), or None when not mounted."""
@@ -167,16 +205,12 @@ class Mount:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv(), env=self.env(), stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while not is_mounted(self.dir):
-            if self.proc.poll() is not None:
-                raise MountError(f"s3flash mount exited {self.proc.returncode}: "
-                                 f"{self.log_tail()}")
-            if time.monotonic() > deadline:
+        try:
+            wait_answering(self.dir, self.proc, timeout)
+        except MountError as e:
+            if self.proc.poll() is None:
                 self.kill()
-                raise MountError(f"s3flash mount did not mount within {timeout} s: "
-                                 f"{self.log_tail()}")
-            time.sleep(0.01)
+            raise MountError(f"s3flash mount: {e}: {self.log_tail()}") from None
         return self
 
     @property

@@ -396,6 +396,51 @@ def test_stall_request(proxy, upstream):
     c.close()
 
 
+def test_release_ends_a_hold(proxy, upstream):
+    """POST /release ends a delay and a request stall of the rule named (held for 600 s
+    otherwise), for the request it holds and for those it fires on later; the other rules
+    still hold."""
+    proxy.set_faults([{"match": {"path": "/obj/1$"}, "action": "delay", "seconds": 600},
+                      {"match": {"method": "PUT"}, "action": "stall", "seconds": 600,
+                       "direction": "request", "at": 10},
+                      {"match": {"path": "/obj/2$"}, "action": "delay", "seconds": 600}])
+    got = {}
+
+    def run(name, fn):
+        got[name] = fn()
+
+    def put():
+        c = conn(proxy, timeout=30)
+        c.request("PUT", "/b/held", body=pattern(5000))
+        return json.loads(c.getresponse().read())["len"]
+
+    ts = [threading.Thread(target=run, args=("get", lambda: get(proxy, "/obj/1", 30)[1])),
+          threading.Thread(target=run, args=("put", put))]
+    for t in ts:
+        t.start()
+    def held():
+        log = proxy.stats()["log"]
+        return any(e["rule"] == 0 for e in log) and \
+            any(e["rule"] == 1 and e["acted"] for e in log)
+    wait_for(held, 10, "both requests held")
+    assert not got
+    assert proxy.release(0) == 1
+    ts[0].join(10)
+    assert got.get("get") == pattern(1) and "put" not in got
+    assert proxy.release(1) == 1
+    ts[1].join(10)
+    assert got.get("put") == 5000
+    # released for later requests too; rule 2 was not released
+    t0 = time.monotonic()
+    assert get(proxy, "/obj/1")[1] == pattern(1)
+    assert time.monotonic() - t0 < 5
+    with pytest.raises((socket.timeout, TimeoutError)):
+        get(proxy, "/obj/2", timeout=0.5)
+    assert proxy.release() == 3
+    with pytest.raises(Exception, match="400"):
+        proxy.release(7)
+
+
 def test_delay_and_throttle(proxy):
     proxy.set_faults([{"match": {"path": "/obj/1$"}, "action": "delay", "seconds": 0.5}])
     t0 = time.monotonic()

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from netns import Netns, unavailable  # noqa: E402
+from ready import read_line  # noqa: E402
 from test_sink import sink_exe  # noqa: E402
 
 PREFIX = "s3ftest"
@@ -46,15 +47,10 @@ def namespaces():
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
     n = Netns(2, prefix=PREFIX)
-    port_file = tmp_path_factory.mktemp("netns") / "port"
     sink = n.popen("store", [sink_exe(), "--bind", n.addr("store"), "--port", "0",
-                             "--port-file", str(port_file), "--threads", "2", "--quiet"])
-    deadline = time.monotonic() + 10
-    while not port_file.exists():
-        assert sink.poll() is None, "sink exited"
-        assert time.monotonic() < deadline, "sink did not start"
-        time.sleep(0.01)
-    n.sink_port = int(port_file.read_text())
+                             "--print-port", "--threads", "2", "--quiet"],
+                   stdout=subprocess.PIPE)
+    n.sink_port = int(read_line(sink, r"^port (\d+)$", "the sink in the store host").group(1))
     n.sink = sink
     yield n
     n.down()

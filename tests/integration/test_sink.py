@@ -12,10 +12,14 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
-import time
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "servers"))
+from ready import read_line  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,17 +59,19 @@ def sink_exe():
 
 
 class Sink:
+    """The sink on an ephemeral port: ready once it printed the port (--print-port, after
+    listen() and its workers started) on the pipe. No request is sent to confirm it: the
+    tests count what the sink saw (its exit statistics, the prefix limits' counts)."""
+
     def __init__(self, tmp_path, *args):
-        self.port_file = tmp_path / f"port-{time.monotonic_ns()}"
-        self.proc = subprocess.Popen([sink_exe(), "--port", "0", "--port-file",
-                                      str(self.port_file), *args],
-                                     stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 10
-        while not self.port_file.exists():
-            assert self.proc.poll() is None, self.proc.stderr.read()
-            assert time.monotonic() < deadline, "sink did not start"
-            time.sleep(0.01)
-        self.port = int(self.port_file.read_text())
+        self.proc = subprocess.Popen([sink_exe(), "--port", "0", "--print-port", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.port = int(read_line(self.proc, r"^port (\d+)$", "the sink").group(1))
+        except AssertionError:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=15)
+            raise AssertionError(f"the sink did not start: {err[-2000:]}") from None
 
     def conn(self):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)

@@ -32,6 +32,67 @@ def wait_for(cond, timeout=30, what="condition"):
     raise AssertionError("timed out waiting for " + what)
 
 
+# a refused first connect (the socket file exists before the server listens) is retried in
+# milliseconds, not after gRPC's default backoff of 1 s growing to 2 minutes
+FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 20), ("grpc.min_reconnect_backoff_ms", 20),
+                  ("grpc.max_reconnect_backoff_ms", 250)]
+
+
+def _gone(proc, what, log):
+    tail = ""
+    if log is not None:
+        try:
+            tail = ": " + Path(log).read_text(errors="replace")[-3000:]
+        except OSError:
+            pass
+    return AssertionError("%s exited (status %s) before it answered%s" % (what, proc.returncode,
+                                                                         tail))
+
+
+def wait_served(target, proc, what, log=None, timeout=60):
+    """A channel to the gRPC server at `target` once it answers: the channel is READY
+    (channel_ready_future) and Identity.Probe answered. Never the socket file: gRPC makes it
+    before it listens, and a client whose first connect is refused backs off for seconds.
+    Fails at once, with the log, if the process exits first."""
+    from s3flash.csi.proto import Stub, pb
+    ch = grpc.insecure_channel(target, options=FAST_RECONNECT)
+    ready = grpc.channel_ready_future(ch)
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                ready.result(timeout=0.25)
+                break
+            except grpc.FutureTimeoutError:
+                if proc.poll() is not None:
+                    raise _gone(proc, what, log)
+                if time.monotonic() > end:
+                    raise AssertionError("%s did not answer on %s in %d s" % (what, target,
+                                                                              timeout))
+        Stub(ch, "Identity").Probe(pb.ProbeRequest(), timeout=timeout)
+    except BaseException:
+        ready.cancel()
+        ch.close()
+        raise
+    return ch
+
+
+def wait_mounter(sock, proc, what="the mounter", log=None, timeout=60):
+    """Until the mounter at `sock` answers a request ({"op": "list"})."""
+    from s3flash.csi import sysmount
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return sysmount.call(str(sock), {"op": "list"}, timeout=timeout)
+        except OSError as e:  # not there yet, or not listening yet
+            if proc.poll() is not None:
+                raise _gone(proc, what, log)
+            if time.monotonic() > end:
+                raise AssertionError("%s did not answer on %s in %d s: %s" % (what, sock,
+                                                                              timeout, e))
+        time.sleep(0.02)
+
+
 def mountinfo():
     with open("/proc/self/mountinfo") as f:
         return [line.split(" - ")[0].split(" ")[4] for line in f]
@@ -74,7 +135,7 @@ class Driver:
             self.mounter_sock.unlink()
         self.mounter = self._spawn("mounter", ["mounter", "--socket", str(self.mounter_sock),
                                                "--state-dir", str(self.state)])
-        wait_for(self.mounter_sock.exists, what="the mounter's socket")
+        wait_mounter(self.mounter_sock, self.mounter, log=self.root / "mounter.log")
 
     def start_node(self):
         if self.csi_sock.exists():
@@ -83,8 +144,10 @@ class Driver:
                                          "--node-id", "test-node", "--mounter-socket",
                                          str(self.mounter_sock), "--state-dir",
                                          str(self.state)] + self.node_args)
-        wait_for(self.csi_sock.exists, what="the node's socket")
-        self._channel = None
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = wait_served("unix://%s" % self.csi_sock, self.node, "the node",
+                                    log=self.root / "node.log")
 
     def start(self):
         self.start_mounter()
@@ -99,8 +162,8 @@ class Driver:
     @property
     def channel(self):
         if self._channel is None:
-            self._channel = grpc.insecure_channel("unix://%s" % self.csi_sock)
-            grpc.channel_ready_future(self._channel).result(timeout=20)
+            self._channel = wait_served("unix://%s" % self.csi_sock, self.node, "the node",
+                                        log=self.root / "node.log")
         return self._channel
 
     def stub(self, service):

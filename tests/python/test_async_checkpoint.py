@@ -15,13 +15,14 @@ import sys
 import textwrap
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import s3flash
-from conftest import exists, integration_faults
+from conftest import exists, faultproxy, integration_faults
 from helpers import assert_same_tensor
 
 MiB = 1 << 20
@@ -335,12 +336,15 @@ def test_retention_never_deletes_last_committed(region, bucket, prefix, proxy, s
         _assert_same(sd, ck.load())
         # keep_remote=1 would keep only the newest committed step: 4, never none
         proxy.set_faults([])
+    # the next writer (the first one is closed: retention_window_s=0 says no other writer is
+    # saving) removes the first one's commits and leftovers at once
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
-                                   endpoint=proxy.endpoint, keep_remote=1) as ck:
+                                   endpoint=proxy.endpoint, keep_remote=1,
+                                   retention_window_s=0) as ck:
         info = ck.save(sd, 6).result()
         ck.wait()
         assert ck.steps() == [6] and info.seq == 5
-        # the uncommitted step 5 went with the retention (older than the newest commit)
+        # the uncommitted step 5 went with the retention (older than the window)
         assert _keys(s3, bucket, prefix) == [
             f"{prefix}commits/0000000000000005.json",
             f"{prefix}step-000000000006/{info.manifest['save_id']}/state.pt"]
@@ -375,8 +379,10 @@ def test_uncommitted_steps_are_not_seen(region, endpoint, bucket, prefix, s3):
         for s in (2, 3, 4):
             with pytest.raises(FileNotFoundError):
                 ck.load(s)
-        # the next commit takes the number after the highest record: 6
-        assert ck.save(sd, 7).result().seq == 6
+        # the next commit takes the number after the highest record: 6; the records above
+        # were written after this writer's first commit, by a writer without an id
+        with pytest.warns(s3flash.ConcurrentWriterWarning, match="a writer without an id"):
+            assert ck.save(sd, 7).result().seq == 6
         assert ck.steps() == [1, 7]
 
 
@@ -401,9 +407,11 @@ def test_reads_the_version_1_layout(region, endpoint, bucket, prefix, s3, tmp_pa
         d.mkdir(parents=True)
         (d / "state.pt").write_bytes(body)
         (d / "manifest.json").write_text(json.dumps(m))
+    # the version 1 commits were written just now by no writer of this checkpointer:
+    # retention_window_s=0 lets its retention remove them at once
     with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
                                    endpoint=endpoint, local_dir=str(local), keep_remote=2,
-                                   keep_local=1) as ck:
+                                   keep_local=1, retention_window_s=0) as ck:
         assert ck.steps() == [5, 6] and ck.latest() == 6
         assert [c.seq for c in ck.commits()] == [None, None]
         assert torch.equal(ck.load()["w"], torch.full((10,), 6.0))
@@ -570,7 +578,8 @@ def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
     """SIGKILL while the fault proxy holds one request of a chosen phase of the background
     save (seen in its log): the upload, the commit, the retention. The last committed step
     stays latest() and loads, from both tiers; the killed step is not visible; a new save
-    commits and its retention removes the leftovers."""
+    commits and its retention removes the leftovers (retention_window_s=0: the killed
+    writer is known to be gone)."""
     rule, want_latest = PHASES[phase]
     prefix = f"phase-{phase}-{uuid.uuid4().hex[:6]}/"
     uri = f"s3://{bucket}/{prefix}"
@@ -585,7 +594,8 @@ def test_sigkill_at_each_phase(region, bucket, proxy, s3, tmp_path, phase):
         assert [k for k in _keys(s3, bucket, prefix) if k.startswith(step2)]
         assert not exists(s3, bucket, f"{prefix}commits/0000000000000002.json")
     with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
-                                   local_dir=str(local), keep_remote=2) as ck:
+                                   local_dir=str(local), keep_remote=2,
+                                   retention_window_s=0) as ck:
         assert ck.latest() == want_latest
         for tier_dir in (str(local), None):
             ck.local_dir = tier_dir
@@ -642,7 +652,8 @@ RESAVE_PHASES = {
 def test_sigkill_during_resave(region, bucket, proxy, s3, tmp_path, phase):
     """SIGKILL at each point of a re-save of a committed step (keep_remote=1): step 100 is
     always loadable, from both tiers, with the values of a whole commit: the first one
-    until the re-save has committed, the re-save's after (never none, never a mix)."""
+    until the re-save has committed, the re-save's after (never none, never a mix). The next
+    writer (retention_window_s=0: the killed one is known to be gone) removes the rest."""
     rule, want = RESAVE_PHASES[phase]
     prefix = f"resave-{phase}-{uuid.uuid4().hex[:6]}/"
     uri = f"s3://{bucket}/{prefix}"
@@ -650,7 +661,8 @@ def test_sigkill_during_resave(region, bucket, proxy, s3, tmp_path, phase):
     out = _kill_when_held(proxy, rule, RESAVE_CHILD, region, uri, local)
     assert ("COMMITTED 2" in out) == (want == 2), out
     with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
-                                   local_dir=str(local), keep_remote=1) as ck:
+                                   local_dir=str(local), keep_remote=1,
+                                   retention_window_s=0) as ck:
         assert ck.latest() == 100 and ck.steps() == [100]
         for tier_dir in (str(local), None):
             ck.local_dir = tier_dir
@@ -739,15 +751,23 @@ def test_two_writers_race_for_one_commit(region, bucket, prefix, proxy, s3, cond
     b = s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
                                   conditional_put=conditional)
     try:
-        fa = a.save({"w": torch.full((10,), 1.0)}, 7)
-        _wait_for(lambda: any(e["rule"] == 0 and e["acted"] is not None
-                              for e in proxy.stats()["log"]))
-        ib = b.save({"w": torch.full((10,), 2.0)}, 7).result()
-        assert not fa.done()   # A's commit is still held
-        ia = fa.result()
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", s3flash.ConcurrentWriterWarning)
+            fa = a.save({"w": torch.full((10,), 1.0)}, 7)
+            _wait_for(lambda: any(e["rule"] == 0 and e["acted"] is not None
+                                  for e in proxy.stats()["log"]))
+            ib = b.save({"w": torch.full((10,), 2.0)}, 7).result()
+            assert not fa.done()   # A's commit is still held
+            ia = fa.result()
     finally:
         a.close()
         b.close()
+    # the number A was committing under taken by B: A says a second writer is saving
+    said = [str(w.message) for w in warned if w.category is s3flash.ConcurrentWriterWarning]
+    if conditional is None:
+        assert len(said) == 1 and f"writer {b.writer_id} " in said[0], said
+    else:
+        assert not said, said  # both took 1, under names of their own: no sign of the other
     puts = [e["path"] for e in proxy.stats()["log"]
             if e["method"] == "PUT" and "/commits/0" in e["path"]]
     assert ia.commit_uri != ib.commit_uri
@@ -767,3 +787,244 @@ def test_two_writers_race_for_one_commit(region, bucket, prefix, proxy, s3, cond
             r = s3flash.load(f"s3://{bucket}/{info.manifest['objects'][0]['key']}",
                              region=region, endpoint=proxy.endpoint)
             assert torch.equal(r["w"], torch.full((10,), v))
+
+
+# -- several writers on one prefix --------------------------------------------------------
+
+WRITER_CHILD = textwrap.dedent("""
+    import sys, warnings, torch, s3flash
+    region, endpoint, uri, window = sys.argv[1:5]
+    kw = {} if window == "default" else {"retention_window_s": float(window)}
+    ck = s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint, keep_remote=1, **kw)
+    def said(message, category, *rest):  # warnings of the background thread, one a line
+        print("WARNED", category.__name__, str(message).replace("\\n", " "), flush=True)
+    warnings.showwarning = said
+    warnings.simplefilter("always")
+    print("WRITER", getattr(ck, "writer_id", "?"), flush=True)
+    def state(step):
+        g = torch.Generator().manual_seed(step)
+        return {"w": torch.randn(64 * 1024, generator=g), "step": step}
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "QUIT":
+            break
+        step = int(args[0])
+        f = ck.save(state(step), step)
+        try:
+            info = f.result()
+        except Exception as e:
+            print("FAILED", step, type(e).__name__, str(e).replace("\\n", " "), flush=True)
+            continue
+        ck.wait()  # this writer's retention is done
+        print("COMMITTED", step, info.seq, flush=True)
+        try:  # what save() reported, read back at once
+            got = ck.load(step)
+            ok = torch.equal(got["w"], state(step)["w"]) and got["step"] == step
+            print("LOADED" if ok else "CHANGED", step, flush=True)
+        except Exception as e:
+            print("LOST", step, type(e).__name__, str(e).replace("\\n", " "), flush=True)
+    ck.close()
+    print("DONE", flush=True)
+""")
+
+
+class _Writer:
+    """A child process with an AsyncCheckpointer (keep_remote=1) on `uri`, through its own
+    fault proxy; it saves the step it is sent and answers one line per event."""
+
+    def __init__(self, region, proxy, uri, window="default"):
+        import queue
+        import threading
+        self.proxy = proxy
+        self.p = subprocess.Popen([sys.executable, "-c", WRITER_CHILD, region, proxy.endpoint,
+                                   uri, str(window)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines = queue.Queue()
+        self.seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.id = self.expect("WRITER")[1]
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.put(line.split(" ", 3))
+        self.lines.put(None)
+
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def expect(self, *kinds, timeout=120):
+        """The next line of one of `kinds` (WARNED lines are kept in self.seen)."""
+        import queue
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                words = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {kinds} from the writer in {timeout} s") from None
+            assert words is not None, f"the writer exited: {self.p.stderr.read()}"
+            words[-1] = words[-1].rstrip("\n")
+            self.seen.append(words)
+            if words[0] in kinds:
+                return words
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.send("QUIT")
+                self.expect("DONE")
+            finally:
+                self.p.kill()
+        self.p.wait()
+
+
+def _hold_commit(proxy):
+    """The writer's next commit PUT held by its proxy (before it reaches the server) until
+    released."""
+    proxy.set_faults([{"match": {"method": "PUT", "path": r"/commits/\d{16}"},
+                       "action": "delay", "seconds": 600, "max_count": 1}])
+
+
+def _lockstep_round(held, other, held_step, other_step):
+    """`held` saves `held_step`: its object is complete and its commit is held at its proxy
+    while `other` saves `other_step`, commits and runs its retention; then the commit goes.
+    Returns (what `held` answered: COMMITTED or FAILED, then LOADED/LOST/CHANGED if it
+    committed)."""
+    _hold_commit(held.proxy)
+    held.send(f"SAVE {held_step}")
+    _wait_for(lambda: any(e["rule"] == 0 for e in held.proxy.stats()["log"]), timeout=120)
+    other.send(f"SAVE {other_step}")
+    assert other.expect("COMMITTED", "FAILED")[0] == "COMMITTED"
+    assert other.expect("LOADED", "LOST", "CHANGED")[0] == "LOADED"
+    assert held.proxy.release(0) == 1
+    first = held.expect("COMMITTED", "FAILED")
+    if first[0] == "FAILED":
+        return first, None
+    return first, held.expect("LOADED", "LOST", "CHANGED")
+
+
+def test_two_writers_in_two_processes_keep_every_reported_commit(region, endpoint, bucket, s3):
+    """Issue 28 R1: two checkpointers in two processes on one prefix, keep_remote=1, saving
+    in lock-step: each round one writer's commit is held at its fault proxy (its object
+    complete) while the other saves, commits and runs its retention. Every commit save()
+    reports loads bit-exact at once (the held writer's object and its earlier commits are
+    younger than the window: the other's retention spares them), each writer says it saw
+    the other, and at the end each writer's last commit is there and loads."""
+    prefix = f"two-writers-{uuid.uuid4().hex[:8]}/"
+    uri = f"s3://{bucket}/{prefix}"
+    with faultproxy(endpoint) as pa, faultproxy(endpoint) as pb:
+        a, b = _Writer(region, pa, uri), _Writer(region, pb, uri)
+        try:
+            last = {}
+            for rnd in range(4):  # A held in even rounds, B in odd ones
+                held, other = (a, b) if rnd % 2 == 0 else (b, a)
+                hs, os_ = 100 + 2 * rnd, 101 + 2 * rnd
+                first, then = _lockstep_round(held, other, hs, os_)
+                assert first[0] == "COMMITTED", first
+                assert then[0] == "LOADED", (rnd, then)
+                last[held.id], last[other.id] = hs, os_
+            a.close()
+            b.close()
+        finally:
+            a.close()
+            b.close()
+        for w in (a, b):
+            other = b if w is a else a
+            warned = [x for x in w.seen if x[0] == "WARNED"]
+            assert any(x[1] == "ConcurrentWriterWarning" and other.id in x[2] + x[3]
+                       for x in warned), warned
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint) as ck:
+        # each writer's retention removed its own older commits, never the other's
+        assert sorted(ck.steps()) == sorted(last.values())
+        for step in last.values():
+            g = torch.Generator().manual_seed(step)
+            assert torch.equal(ck.load(step)["w"], torch.randn(64 * 1024, generator=g))
+
+
+def test_a_commit_whose_object_is_gone_raises_naming_the_other_writer(region, endpoint,
+                                                                      bucket, s3):
+    """A writer whose retention window is 0 (it believes it is alone) removes the complete,
+    not yet committed object of the other writer; the other's save() then raises
+    ConcurrentWriterError naming that writer, instead of reporting a commit that does not
+    load."""
+    prefix = f"writer-error-{uuid.uuid4().hex[:8]}/"
+    uri = f"s3://{bucket}/{prefix}"
+    with faultproxy(endpoint) as pa, faultproxy(endpoint) as pb:
+        a, b = _Writer(region, pa, uri, window=0), _Writer(region, pb, uri)
+        try:
+            first, _ = _lockstep_round(b, a, 201, 200)
+            assert first[0] == "FAILED" and first[2] == "ConcurrentWriterError", first
+            assert f"writer {a.id} " in first[3] and "is gone" in first[3], first
+            assert "retention_window_s" in first[3]
+        finally:
+            a.close()
+            b.close()
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=endpoint) as ck:
+        assert ck.steps() == [200]
+
+
+def test_a_restarted_writer_removes_its_predecessors_leftovers_after_the_window(
+        region, bucket, prefix, proxy, s3):
+    """A writer that died left its last commit and a complete object it never committed.
+    The next writer's retention (default window: 3600 s) spares both, which could be a
+    live writer's; a writer with a 2 s window removes them once they are older than that
+    (by the server's clock; checked by saving until they are gone, bounded): a restarted
+    job is never blocked for longer than its window."""
+    uri = f"s3://{bucket}/{prefix}"
+    sd = {"w": torch.zeros(100)}
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   keep_remote=1,
+                                   s3client_config=s3flash.S3ClientConfig(max_attempts=1)
+                                   ) as ck:
+        ck.save(sd, 1).result()
+        dead_commit = ck.save(sd, 2).result()
+        proxy.set_faults([integration_faults().s3_error("AccessDenied", 403, match={
+            "method": "PUT", "path": "/commits/"})])
+        with pytest.raises(s3flash.S3PermissionError):
+            ck.save(sd, 3).result()
+        proxy.set_faults([])
+    dead = set(_keys(s3, bucket, prefix))
+    assert len([k for k in dead if "/step-000000000003/" in k]) == 1  # left over
+    assert len(dead) == 3  # commit 2, its object, step 3's object
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   keep_remote=1) as ck:
+        info = ck.save(sd, 4).result()
+        ck.wait()
+        assert dead <= set(_keys(s3, bucket, prefix))
+        assert ck.steps() == [2, 4] and dead_commit.seq < info.seq
+    with s3flash.AsyncCheckpointer(uri, region=region, endpoint=proxy.endpoint,
+                                   keep_remote=1, retention_window_s=2) as ck:
+        deadline = time.monotonic() + 60
+        for step in range(5, 1000):
+            info = ck.save(sd, step).result()
+            ck.wait()
+            own = [info.commit_uri.split("/", 3)[3], info.manifest["objects"][0]["key"]]
+            if _keys(s3, bucket, prefix) == sorted(own):
+                break  # both dead writers' commits and leftovers are gone
+            assert time.monotonic() < deadline, "the dead writers' leftovers stayed"
+            time.sleep(0.2)  # the next poll of the condition, not a wait for an outcome
+        assert ck.steps() == [step]
+
+
+def test_local_tier_is_private_under_a_permissive_umask(region, endpoint, bucket, prefix,
+                                                       tmp_path):
+    """Issue 28 R14: with umask 0, the local tier's folders (local_dir and the folders above
+    it that the checkpointer makes, step-N, the save's) are 0700 and its files (state.pt,
+    manifest.json) 0600: a checkpoint is not readable by other users of the node."""
+    import stat
+    top = tmp_path / "made"
+    local = top / "tier"
+    old = os.umask(0)
+    try:
+        with s3flash.AsyncCheckpointer(f"s3://{bucket}/{prefix}", region=region,
+                                       endpoint=endpoint, local_dir=str(local)) as ck:
+            info = ck.save({"w": torch.zeros(1000)}, 1).result()
+    finally:
+        os.umask(old)
+    saved = Path(info.local_path)
+    assert saved.parent.parent == local
+    mode = {p: stat.S_IMODE(p.stat().st_mode) for p in
+            (top, local, saved.parent, saved, saved / "state.pt", saved / "manifest.json")}
+    assert mode == {top: 0o700, local: 0o700, saved.parent: 0o700, saved: 0o700,
+                    saved / "state.pt": 0o600, saved / "manifest.json": 0o600}, \
+        {str(p): oct(m) for p, m in mode.items()}

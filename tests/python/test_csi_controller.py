@@ -11,7 +11,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
 
-from csi_harness import is_mount, running, wait_for  # noqa: E402
+from csi_harness import is_mount, running, wait_served  # noqa: E402
 from s3flash.csi.proto import Stub, pb  # noqa: E402
 
 M = pb.VolumeCapability.AccessMode
@@ -29,8 +29,12 @@ def controller(tmp_path_factory, endpoint):
     with open(d / "controller.log", "wb") as log:
         p = subprocess.Popen([sys.executable, "-m", "s3flash.csi", "controller", "--endpoint",
                               "unix://%s" % sock], env=env, stdout=log, stderr=log)
-    wait_for(sock.exists, what="the controller's socket")
-    ch = grpc.insecure_channel("unix://%s" % sock)
+    try:
+        ch = wait_served("unix://%s" % sock, p, "the controller", log=d / "controller.log")
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
     yield Stub(ch, "Controller"), Stub(ch, "Identity")
     ch.close()
     p.terminate()

@@ -8,7 +8,6 @@ worker), checkpoints, ReadOnly sessions, a revoked session re-created, rename an
 import dataclasses
 import os
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 import s3flash
+from ready import read_line
 from s3flash import S3Checkpoint, S3Client, S3ClientConfig, S3IterableDataset, S3MapDataset
 from s3flash import S3PermissionError
 
@@ -29,16 +29,18 @@ class ExpressSink:
         exe = Path(build) / "bench" / "s3flash-sink"
         if not exe.exists():
             pytest.skip(f"{exe} not built")
-        self.port_file = tmp_path / f"port-{time.monotonic_ns()}"
-        self.proc = subprocess.Popen([str(exe), "--port", "0", "--port-file",
-                                      str(self.port_file), "--express", "--store", "256M",
-                                      *args], stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 10
-        while not self.port_file.exists():
-            assert self.proc.poll() is None, self.proc.stderr.read()
-            assert time.monotonic() < deadline, "sink did not start"
-            time.sleep(0.01)
-        self.endpoint = f"http://127.0.0.1:{int(self.port_file.read_text())}"
+        # ready once it printed its port (after listen()); asked nothing more: the tests
+        # count the requests it saw (?sink-stats)
+        self.proc = subprocess.Popen([str(exe), "--port", "0", "--print-port", "--express",
+                                      "--store", "256M", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        try:
+            port = int(read_line(self.proc, r"^port (\d+)$", "the sink").group(1))
+        except AssertionError:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=15)
+            raise AssertionError(f"the sink did not start: {err[-2000:]}") from None
+        self.endpoint = f"http://127.0.0.1:{port}"
 
     def stats(self):
         with urllib.request.urlopen(f"{self.endpoint}/?sink-stats", timeout=10) as r:

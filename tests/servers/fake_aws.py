@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A fake of the AWS credential endpoints, for the credentials tests (standard library only).
 
-    python3 tests/servers/fake_aws.py --port-file F
+    python3 tests/servers/fake_aws.py --print-port (or --port-file F)
 
 binds 127.0.0.1 on a free port and writes the port number to F (atomically), then serves:
 
@@ -242,7 +242,9 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--port-file", help="write the port here once listening")
+    ap.add_argument("--print-port", action="store_true",
+                    help="print 'port N' on stdout once listening (tests read the pipe)")
     ap.add_argument("--token", default="good-web-identity-token")
     ap.add_argument("--role-arn", default="arn:aws:iam::123456789012:role/s3flash-test")
     ap.add_argument("--container-auth", default="Bearer container-auth-token")
@@ -250,10 +252,13 @@ def main():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     srv.state = State(args)
-    tmp = args.port_file + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("%d\n" % srv.server_address[1])
-    os.replace(tmp, args.port_file)
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % srv.server_address[1])
+        os.replace(tmp, args.port_file)
+    if args.print_port:
+        print("port %d" % srv.server_address[1], flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

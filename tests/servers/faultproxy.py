@@ -5,7 +5,7 @@ It sits between a client and one S3 server on loopback, forwards requests with k
 applies faults per request, chosen by rules set over a small control API:
 
     python3 tests/servers/faultproxy.py --listen 127.0.0.1:0 --upstream 127.0.0.1:PORT \\
-        --port-file F --control-port-file G [--verbose]
+        [--print-ports] [--port-file F --control-port-file G] [--verbose]
 
 The proxy parses the framing of each request and response (request line, headers,
 Content-Length or chunked bodies, bodies read to the close) so a fault can act at a body
@@ -32,6 +32,10 @@ Control API (JSON over HTTP on the control port):
                    resets them at once (counted in "refused"). With "seconds", the proxy
                    comes back up by itself after S seconds; else on POST /up
     POST /up       listen (on the same port) and forward again
+    POST /release  {"rule": I} (or {} for every rule): end the stall or delay of rule I now,
+                   for the requests it holds and for those it fires on later (a hold that
+                   the test lifts when it has seen what it waits for, instead of a guess
+                   at how long that takes)
 
 RULE = {"match": MATCH, "action": NAME, ...parameters}. MATCH (every field optional):
     "method": "PUT"            exact, case-insensitive
@@ -354,6 +358,7 @@ class Rule:
         self.offset_rng = random.Random(f"{seed}:offsets")
         self.matched = 0
         self.fired = 0
+        self.released = threading.Event()  # POST /release: stall and delay no longer wait
         for key in ("at", "seconds", "bytes_per_second", "status"):
             v = spec.get(key)
             if v is not None and not (isinstance(v, (int, float)) or v == "random"):
@@ -636,10 +641,31 @@ class Proxy:
             except OSError:
                 pass
 
-    def wait(self, seconds):
-        """Sleep, but wake (and end the exchange) when the proxy stops."""
-        if self.stopping.wait(seconds):
-            raise Abort("stopping")
+    def wait(self, seconds, release=None):
+        """Sleep, but wake (and end the exchange) when the proxy stops, and return early when
+        `release` (a rule's POST /release event) is set."""
+        if release is None:
+            if self.stopping.wait(seconds):
+                raise Abort("stopping")
+            return
+        deadline = time.monotonic() + seconds
+        while not release.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            release.wait(min(left, 0.05))
+            if self.stopping.is_set():
+                raise Abort("stopping")
+
+    def release(self, index=None):
+        """End the stalls and delays of rule `index` (None: of every rule), now and later."""
+        with self.lock:
+            rules = [r for r in self.rules if index is None or r.index == index]
+        if index is not None and not rules:
+            raise ValueError(f"no rule {index}")
+        for r in rules:
+            r.released.set()
+        return len(rules)
 
     def handle_client(self, sock, link):
         try:
@@ -726,7 +752,7 @@ class Proxy:
         if action == "respond":
             return self.respond(sock, client, fault, framing, length, expect, client_keep)
         if action == "delay":
-            self.wait(fault.seconds())
+            self.wait(fault.seconds(), fault.rule.released)
         if action == "throttle" and fault.spec.get("client_rcvbuf"):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(fault.spec["client_rcvbuf"]))
 
@@ -761,7 +787,7 @@ class Proxy:
                         up.drop()
                         rst(sock)
                         raise Abort("reset mid request body")
-                    self.wait(fault.seconds())  # stall
+                    self.wait(fault.seconds(), fault.rule.released)  # stall
                     req_at = None
                     data = data[cut:]
                     offset += cut
@@ -893,7 +919,7 @@ class Proxy:
                             up.drop()
                             fin(sock)
                             raise Abort("truncated response")
-                        self.wait(fault.seconds())  # stall
+                        self.wait(fault.seconds(), fault.rule.released)  # stall
                         at = None
                         data = data[cut:]
                         offset += cut
@@ -910,7 +936,7 @@ class Proxy:
             raise Abort("fault after the (empty) response body")
         if at is not None and action == "stall":
             self.note_acted(entry)
-            self.wait(fault.seconds())
+            self.wait(fault.seconds(), fault.rule.released)
         if not up_keep:
             up.drop()
         return keep
@@ -1034,6 +1060,14 @@ def control_server(proxy, host):
                     self.reply(400, {"error": str(e)})
                     return
                 self.reply(200, {"ok": True})
+            elif self.path == "/release":
+                try:
+                    doc = json.loads(raw or b"{}")
+                    count = proxy.release(doc.get("rule"))
+                except (ValueError, TypeError, AttributeError) as e:
+                    self.reply(400, {"error": str(e)})
+                    return
+                self.reply(200, {"ok": True, "released": count})
             elif self.path == "/up":
                 try:
                     proxy.go_up()
@@ -1091,6 +1125,9 @@ def main(argv=None):
     ap.add_argument("--upstream", required=True, help="HOST:PORT of the server (loopback)")
     ap.add_argument("--port-file", help="write the proxy's port here once listening")
     ap.add_argument("--control-port-file", help="write the control API's port here")
+    ap.add_argument("--print-ports", action="store_true",
+                    help="print 'ports PROXY CONTROL' on stdout once both listen (tests read "
+                         "it from the pipe instead of polling for files)")
     ap.add_argument("--faults", help="JSON file of initial rules")
     ap.add_argument("--verbose", action="store_true", help="log requests and faults to stderr")
     a = ap.parse_args(argv)
@@ -1116,6 +1153,8 @@ def main(argv=None):
         write_port(a.control_port_file, ctl.server_address[1])
     if a.port_file:
         write_port(a.port_file, proxy.port)
+    if a.print_ports:
+        print(f"ports {proxy.port} {ctl.server_address[1]}", flush=True)
     print(f"faultproxy: listening on {listen[0]}:{proxy.port}, control on "
           f"{listen[0]}:{ctl.server_address[1]}, upstream {upstream[0]}:{upstream[1]}",
           file=sys.stderr, flush=True)

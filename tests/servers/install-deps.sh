@@ -22,6 +22,7 @@ APT_PACKAGES=(
     libfuse3-dev fuse3      # s3flash mount (src/mount) and its tests (tests/integration/test_mount.py)
     rsync                   # tests/integration/test_mount_use.py (rsync -r into a mount)
     s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
+    stress-ng               # tests/run.sh --under-load: the CPU hog beside the gate
 )
 PIP_PACKAGES=(meson ninja pytest pytest-xdist 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml)
 

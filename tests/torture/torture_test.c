@@ -57,6 +57,7 @@
 #include <openssl/crypto.h>
 
 #include "s3flash/s3flash.h"
+#include "../unit/testutil.h"
 
 /* ---- the allocation hooks ------------------------------------------------------------- */
 
@@ -675,33 +676,14 @@ static int start_sink(void) {
         fprintf(stderr, "torture_test: %s not built (set S3FLASH_SINK)\n", exe);
         return -77;
     }
-    char port_file[300];
-    snprintf(port_file, sizeof(port_file), "%s/sink-port", g_dir);
-    pid_t p = fork();
-    if (p < 0)
-        return -1;
-    if (p == 0) {
-        execl(exe, exe, "--port", "0", "--port-file", port_file, "--quiet", "--threads", "2",
-              (char *)NULL);
-        _exit(127);
-    }
-    g_sink_pid = p;
-    for (int i = 0; i < 1000; i++) {
-        FILE *f = fopen(port_file, "r");
-        int port = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &port);
-            fclose(f);
-            if (ok == 1 && port > 0) {
-                unlink(port_file);
-                return port;
-            }
-        }
-        if (waitpid(p, NULL, WNOHANG) == p)
-            return -1;
-        usleep(10000); /* polling for the port file the sink writes once listening */
-    }
-    return -1;
+    /* ready when it printed its port, after it listens (never a port file) */
+    char *argv[] = {(char *)exe, "--port", "0", "--print-port", "--quiet", "--threads", "2",
+                    NULL};
+    int pid;
+    int port = test_spawn_port(argv, "port", 30000, &pid);
+    if (port > 0)
+        g_sink_pid = pid;
+    return port;
 }
 
 /* The files setup() writes in g_dir (runs remove their own). */

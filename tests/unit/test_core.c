@@ -1,4 +1,6 @@
 /* Core helpers: encodings, time parsing, checksums against the published check values. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +98,34 @@ static void test_time(void) {
     CHECK_STR(amz, "20150830T123600Z");
 }
 
+/* Timed waits are on CLOCK_MONOTONIC: the deadline is monotonic time (far from the wall
+ * clock's), and a wait on a condition variable made by s3f__cond_init_monotonic lasts
+ * until it. On a CLOCK_REALTIME condition variable the same deadline is decades in the
+ * past and the wait returns at once. */
+static void test_monotonic_waits(void) {
+    struct timespec mono, wall;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_gettime(CLOCK_REALTIME, &wall);
+    struct timespec d = s3f__deadline_ms(1500);
+    int64_t ahead_ms = ((int64_t)d.tv_sec - mono.tv_sec) * 1000 +
+                       ((int64_t)d.tv_nsec - mono.tv_nsec) / 1000000;
+    CHECK(ahead_ms >= 1500 && ahead_ms < 1500 + 1000);
+    CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    CHECK(d.tv_sec < wall.tv_sec - 3600 || d.tv_sec > wall.tv_sec + 3600);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv;
+    CHECK_INT(s3f__cond_init_monotonic(&cv), 0);
+    uint64_t t0 = s3f__now_ms();
+    struct timespec until = s3f__deadline_ms(50);
+    pthread_mutex_lock(&mu);
+    int rc = 0;
+    while (rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&cv, &mu, &until);
+    pthread_mutex_unlock(&mu);
+    CHECK(s3f__now_ms() - t0 >= 50);
+    pthread_cond_destroy(&cv);
+}
+
 static void test_checksums(void) {
     /* check values from shared/vectors/README.md */
     CHECK_INT(s3f__crc32c(0, "123456789", 9), 0xe3069283u);
@@ -144,6 +174,7 @@ int main(void) {
     RUN(test_uri_encode);
     RUN(test_buf_cap);
     RUN(test_time);
+    RUN(test_monotonic_waits);
     RUN(test_checksums);
     RUN(test_errors);
     return test_summary();

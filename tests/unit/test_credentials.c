@@ -122,34 +122,32 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 /* ---- the fake server ----------------------------------------------------------------------- */
 
+static long ctl(const char *path, struct s3f__buf *body);
+
+/* Ready when it printed its port (after it listens) and answered its control API. */
 static bool server_start(void) {
-    char portfile[512], script[4096];
-    snprintf(portfile, sizeof(portfile), "%s/port", tmpdir);
+    char script[4096];
     s3f__strlcpy(script, test_src_path("tests/servers/fake_aws.py"), sizeof(script));
-    pid_t pid = fork();
-    if (pid < 0)
+    char *argv[] = {"python3", script, "--print-port", NULL};
+    int pid;
+    int port = test_spawn_port(argv, "port", 30000, &pid);
+    if (port < 0)
         return false;
-    if (pid == 0) {
-        execlp("python3", "python3", script, "--port-file", portfile, (char *)NULL);
-        _exit(127);
-    }
     server_pid = pid;
-    for (int i = 0; i < 1000; i++) {
-        char *text = test_read_file(portfile, NULL);
-        int port = text ? atoi(text) : 0;
-        free(text);
-        if (port > 0) {
-            snprintf(server_url, sizeof(server_url), "http://127.0.0.1:%d", port);
-            return true;
-        }
-        int ws;
-        if (waitpid(pid, &ws, WNOHANG) == pid) {
-            server_pid = -1;
-            return false;
-        }
-        s3f__sleep_ms(10);
+    snprintf(server_url, sizeof(server_url), "http://127.0.0.1:%d", port);
+    struct s3f__buf b;
+    s3f__buf_init(&b, 0);
+    long code = ctl("/_stats", &b);
+    s3f__buf_cleanup(&b);
+    if (code != 200) {
+        fprintf(stderr, "fake_aws.py printed port %d but its /_stats answered %ld\n", port,
+                code);
+        kill(server_pid, SIGKILL);
+        waitpid(server_pid, NULL, 0);
+        server_pid = -1;
+        return false;
     }
-    return false;
+    return true;
 }
 
 static void server_stop(void) {

@@ -53,6 +53,12 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 char *test_read_file(const char *path, size_t *len);
 /* Path under the source tree ($S3F_SOURCE_ROOT, else "."), into a static buffer. */
 const char *test_src_path(const char *rel);
+/* Start a server (argv[0] looked up in PATH) with its stdout on a pipe and read, within
+ * timeout_ms, the line "<word> N" it prints once it listens (docs/TESTING.md: a server is
+ * waited for by asking it, never by polling for a port file). Returns N, with the child in
+ * *pid (its stdout stays open: it writes nothing more), or -1 when it exited first, printed
+ * something else or nothing in time (the child is then killed and reaped, *pid -1). */
+int test_spawn_port(char *const argv[], const char *word, int timeout_ms, int *pid);
 /* Print the summary line and return the exit code (0 iff no failure and >0 checks). */
 int test_summary(void);
 
