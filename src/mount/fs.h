@@ -110,7 +110,8 @@ struct mnt_fs {
     /* directories made by mkdir, files open for writing (write.c) */
     struct localdir *localdirs;
     struct fh *writers;
-    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers */
+    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers, and when a
+                               * rename or unlink ends (fs->renaming) */
     uint64_t writer_reserved, writer_budget;
     struct listing *listings; /* most recent first (dir.c) */
     size_t n_listings;
@@ -237,6 +238,12 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path);
 void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid);
 void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid);
 int mnt_overwriting(struct mnt_fs *fs, const char *path);
+/* A lookup of `path` by thread `tid`: is it an overwrite's retry (1)? From then until the
+ * retry's OPEN is answered, the name is pinned for it: */
+int mnt_overwrite_lookup(struct mnt_fs *fs, const char *path, pid_t tid);
+/* Is `path` pinned by the retry of a thread other than `tid` (an unlink, rename or create
+ * of it is EBUSY: it would change the inode the retry looked up before its OPEN)? */
+int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid);
 void mnt_overwrites_free(struct mnt_fs *fs);
 /* Has the mount changed `path` since `gen0`? */
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
@@ -270,6 +277,8 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                  struct fuse_file_info *fi);
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h);
+/* Does a handle read inode `in` through the page cache? (fs->mu held) */
+int mnt_read_cached(struct mnt_fs *fs, const struct inode *in);
 void mnt_readers_free(struct mnt_fs *fs);
 struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path);
 void mnt_fh_free(struct mnt_fs *fs, struct fh *h); /* not under fs->mu */
@@ -307,8 +316,10 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags);
 
-/* Is `path` the source or target of a rename in flight? (fs->mu held) */
+/* Is `path` the source or target of a rename (or unlink) in flight? (fs->mu held) */
 int mnt_renaming(struct mnt_fs *fs, const char *path);
+/* Wait (fs->mu held, 15 s at most) until none is. */
+void mnt_renaming_wait(struct mnt_fs *fs, const char *path);
 
 /* The path of `name` in the directory inode `parent` (NULL with *err set). */
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);

@@ -212,8 +212,11 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         rc = -EBUSY;
         goto out;
     }
-    /* another version open on this inode with the page cache: read around it */
-    int other = 0;
+    /* another version open on this inode with the page cache: read around it. So too
+     * when the inode's name is being overwritten (the ESTALE came after the check above,
+     * or a rename moved this inode to that name since): the overwrite's retry opens the
+     * inode its lookup gave, which must hold no page cache that it would cut (write.c) */
+    int other = h->in->current && mnt_overwriting(fs, h->in->path);
     for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
         other = o->in == h->in && !o->direct && strcmp(o->etag, h->etag) != 0;
     if (other) {
@@ -338,6 +341,13 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     } else {
         fuse_reply_buf(req, buf, n);
     }
+}
+
+int mnt_read_cached(struct mnt_fs *fs, const struct inode *in) {
+    for (const struct fh *o = fs->readers; o; o = o->rd_next)
+        if (o->in == in && !o->direct)
+            return 1;
+    return 0;
 }
 
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h) {

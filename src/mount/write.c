@@ -138,10 +138,7 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
      * checks for a writer under the lock that lists it, read.c): a reader listed between
      * a check made earlier and this writer kept the page cache of an inode cut in place
      * (a read of 0 bytes). */
-    int reading = 0;
-    for (struct fh *o = existing ? fs->readers : NULL; o && !reading; o = o->rd_next)
-        reading = o->in == in && !o->direct;
-    if (reading) {
+    if (existing && mnt_read_cached(fs, in)) {
         if (in->current && strcmp(in->path, path) == 0)
             mnt_inode_detach(fs, path); /* not freed: the caller holds it (nopen) */
         mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
@@ -280,7 +277,9 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         rc = mnt_resolve(fs, path, &a, 0);
         if (rc == 0) {
             pthread_mutex_lock(&fs->mu);
-            int busy = a.kind != K_DIR && !(fi->flags & O_EXCL) && mnt_writer_busy(fs, path);
+            int busy = a.kind != K_DIR && !(fi->flags & O_EXCL) &&
+                       (mnt_writer_busy(fs, path) ||
+                        mnt_overwrite_pinned(fs, path, fuse_req_ctx(req)->pid));
             pthread_mutex_unlock(&fs->mu);
             rc = a.kind == K_DIR ? -EISDIR
                  : (fi->flags & O_EXCL) ? -EEXIST

@@ -139,18 +139,19 @@ else:
 
 @pytest.fixture
 def race_mount(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factory):  # noqa: F811
-    """race_mount(objects, options) -> (Mount, Watchdog, proxy, prefix): a mount of a new
-    prefix holding `objects` ({name: bytes}), through a fault proxy; stopped at the end."""
+    """race_mount(objects, options[, base]) -> (Mount, Watchdog, proxy, prefix): a mount of
+    a new prefix holding `objects` ({name: bytes}), through a fault proxy, with `base`
+    (default RACE_OPTS) and `options`; stopped at the end."""
     made = []
 
-    def make(objects, options):
+    def make(objects, options, base=RACE_OPTS):
         u = urllib.parse.urlsplit(rgw.endpoint)
         proxy = faultproxy_factory(u.hostname, u.port)
         pfx = f"race-{uuid.uuid4().hex[:8]}/"
         for n, b in objects.items():
             s3.put_object(Bucket=bucket, Key=pfx + n, Body=b)
         m = Mount(cli_path, proxy.endpoint, rgw.access_key, rgw.secret_key,
-                  f"{bucket}/{pfx}", tmp_path / f"m{len(made)}", [*RACE_OPTS, *options],
+                  f"{bucket}/{pfx}", tmp_path / f"m{len(made)}", [*base, *options],
                   region=rgw.region, log_path=str(tmp_path / f"m{len(made)}.log")).start()
         wd = Watchdog(m, bound_s=30)
         made.append(wd)
@@ -463,3 +464,133 @@ print("written")
         wd.wait([r1] + ([r2] if r2 else []))
     assert bucket_body(s3, bucket, pfx + "a") == b"new"
     assert wd.read(f"{m.dir}/a") == b"new"
+
+
+# a reader of argv[1] held open (through the page cache) until argv[3] exists; prints
+# "opened" or the errno's name, then touches argv[2]
+HOLD_READER = r"""
+import errno, os, sys, time
+try:
+    f = open(sys.argv[1], "rb")
+except OSError as e:
+    print(errno.errorcode[e.errno], flush=True)
+    open(sys.argv[2], "w").close()
+    sys.exit(0)
+print("opened", flush=True)
+open(sys.argv[2], "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+f.close()
+"""
+
+# open(argv[1], O_WRONLY|O_TRUNC|O_CREAT), write b"new", close: "written" or the errno
+CREAT_OVERWRITE = r"""
+import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC | os.O_CREAT, 0o644)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+    sys.exit(0)
+os.write(fd, b"new")
+os.close(fd)
+print("written")
+"""
+
+# argv[1]: "rename" (argv[2] -> argv[3]) or "unlink" (argv[2]): "done" or the errno
+CHANGE = r"""
+import errno, os, sys
+try:
+    if sys.argv[1] == "rename":
+        os.rename(sys.argv[2], sys.argv[3])
+    else:
+        os.unlink(sys.argv[2])
+    print("done")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+@pytest.mark.parametrize("change", ["rename-onto", "unlink", "rename-away"])
+def test_overwrite_retry_name_changed_between_its_lookup_and_open(race_mount, s3, bucket,
+                                                                   tmp_path, change):
+    """An overwrite of a told ESTALE (a handle reads a through the page cache) looks a up
+    again and opens what it found; here its OPEN's LIST of a/ is held 6 s at the proxy and
+    meanwhile a is changed again: `mv b a`, `rm a` or `mv a c`. Before, the change went
+    through and the OPEN, on an inode that was no longer a's, was answered ESTALE a second
+    time: the caller saw it (the concurrent model: 'write: ESTALE (opened: False)'). Now
+    the name is pinned from the retry's lookup until its OPEN is answered: the change is
+    EBUSY (a is being overwritten) and the overwrite goes through."""
+    old = b"<old a>" * 300
+    m, wd, proxy, pfx = race_mount({"a": old, "b": b"<b>" * 50}, TTLS["ttl0"])
+    opened, go = tmp_path / "opened", tmp_path / "go"
+    r1 = wd.start([sys.executable, "-c", HOLD_READER, f"{m.dir}/a", opened, go],
+                  what="a reader of a, held open")
+    try:
+        wait_for(lambda: opened.exists(), 20, "the reader")
+        assert r1.proc.poll() is None, wd.wait([r1])
+        # the LISTs of a/ from here: the writer's lookup, its OPEN's, its retry's lookup
+        # (the revalidation), the kernel's lookup of the name again, the retry's OPEN's
+        q = "prefix=" + urllib.parse.quote(pfx + "a/", safe="")
+        proxy.set_faults([{"match": {"method": "GET", "query": q, "nth": 5},
+                           "action": "delay", "seconds": 6}])
+        writer = wd.start([sys.executable, "-c", CREAT_OVERWRITE, f"{m.dir}/a"],
+                          what="open(a, O_WRONLY|O_TRUNC|O_CREAT), write, close")
+        wait_for(lambda: fired(proxy) or writer.proc.poll() is not None, timeout=20,
+                 what="the retry's OPEN's LIST of a/ held at the proxy")
+        assert fired(proxy), f"the writer ended before its retry's OPEN: {writer!r}"
+        args = {"rename-onto": ["rename", f"{m.dir}/b", f"{m.dir}/a"],
+                "unlink": ["unlink", f"{m.dir}/a"],
+                "rename-away": ["rename", f"{m.dir}/a", f"{m.dir}/c"]}[change]
+        op = wd.py(CHANGE, *args, what=f"{change} while the retry's OPEN waits")
+        assert writer.proc.poll() is None, "the retry's OPEN was answered before the change"
+        wd.wait([writer])
+        assert writer.text.strip() == "written", writer
+        assert op.text.strip() == "EBUSY", op
+    finally:
+        go.touch()
+        wd.wait([r1])
+    assert bucket_body(s3, bucket, pfx + "a") == b"new"
+    assert wd.read(f"{m.dir}/a") == b"new"
+    assert bucket_body(s3, bucket, pfx + "b") == b"<b>" * 50
+    assert bucket_body(s3, bucket, pfx + "c") is None
+
+
+def test_overwrite_retry_lands_on_an_inode_a_rename_brought_in(race_mount, s3, bucket,
+                                                                tmp_path):
+    """`mv b a` (its copy held 4 s at the proxy) while an overwrite of a is told ESTALE (a
+    handle reads a through the page cache) and another handle reads b through the page
+    cache: the retry's lookup of a comes while the rename runs. Before, the retry's OPEN
+    reached the inode the rename moved from b to a, which b's reader holds: a second
+    ESTALE, to the caller. Now the retry's lookup waits for the rename's end, and lets go
+    of that inode (its reader keeps it): the retry opens a new inode of a."""
+    old_b = b"<old b>" * 300
+    m, wd, proxy, pfx = race_mount({"a": b"<old a>" * 300, "b": old_b}, TTLS["ttl0"])
+    opened1, opened2, go = tmp_path / "opened1", tmp_path / "opened2", tmp_path / "go"
+    r1 = wd.start([sys.executable, "-c", HOLD_READER, f"{m.dir}/a", opened1, go],
+                  what="a reader of a, held open")
+    r2 = wd.start([sys.executable, "-c", HOLD_READER, f"{m.dir}/b", opened2, go],
+                  what="a reader of b, held open")
+    mv = None
+    try:
+        wait_for(lambda: opened1.exists() and opened2.exists(), 20, "the readers")
+        assert r1.proc.poll() is None and r2.proc.poll() is None, wd.wait([r1, r2])
+        proxy.set_faults([{"match": {"method": "PUT", "path": "/a$"}, "action": "delay",
+                           "seconds": 4}])
+        mv = wd.start([sys.executable, "-c", CHANGE, "rename", f"{m.dir}/b", f"{m.dir}/a"],
+                      what="rename b -> a (its copy held 4 s)")
+        wait_for(lambda: fired(proxy) or mv.proc.poll() is not None, timeout=20,
+                 what="the rename's CopyObject held at the proxy")
+        assert fired(proxy), f"the rename ended before its copy: {wd.wait([mv])}"
+        writer = wd.py(CREAT_OVERWRITE, f"{m.dir}/a",
+                       what="open(a, O_WRONLY|O_TRUNC|O_CREAT) while the rename copies b")
+        wd.wait([mv])
+        assert mv.text.strip() == "done", mv
+        assert writer.text.strip() == "written", writer
+    finally:
+        go.touch()
+        wd.wait([r1, r2])
+    assert bucket_body(s3, bucket, pfx + "a") == b"new"
+    assert wd.read(f"{m.dir}/a") == b"new"
+    assert bucket_body(s3, bucket, pfx + "b") is None
+
