@@ -242,7 +242,8 @@ int mnt_overwriting(struct mnt_fs *fs, const char *path);
  * retry's OPEN is answered, the name is pinned for it: */
 int mnt_overwrite_lookup(struct mnt_fs *fs, const char *path, pid_t tid);
 /* Is `path` pinned by the retry of a thread other than `tid` (an unlink, rename or create
- * of it is EBUSY: it would change the inode the retry looked up before its OPEN)? */
+ * of it is EBUSY: it would change the inode the retry looked up before its OPEN)? tid 0
+ * (a caller outside the daemon's PID namespace) is never the same thread. */
 int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid);
 void mnt_overwrites_free(struct mnt_fs *fs);
 /* Has the mount changed `path` since `gen0`? */

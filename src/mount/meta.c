@@ -307,7 +307,7 @@ int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid) {
         return 0;
     overwrites_prune(fs, 0, 0);
     for (struct overwrite *o = fs->overwrites; o; o = o->next)
-        if (o->looked && o->tid != tid && strcmp(o->path, path) == 0)
+        if (o->looked && (o->tid != tid || tid == 0) && strcmp(o->path, path) == 0)
             return 1;
     return 0;
 }

@@ -82,8 +82,12 @@ int mnt_writer_busy(struct mnt_fs *fs, const char *path) {
 }
 
 /* The process (thread group) of the thread `tid` that FUSE names as the caller, from
- * /proc (not inside the mount); `tid` itself when that cannot be read. */
+ * /proc (not inside the mount); `tid` itself when that cannot be read. 0 for 0: FUSE
+ * names no thread for a caller outside the daemon's PID namespace, and such a caller is
+ * no process in particular (it is never taken for a writer's opener). */
 static pid_t process_of(pid_t tid) {
+    if (tid <= 0)
+        return 0;
     char name[64], line[256];
     snprintf(name, sizeof(name), "/proc/%d/status", (int)tid);
     FILE *f = fopen(name, "re");
@@ -497,7 +501,10 @@ void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         /* under h->mu even for a reader: release (which takes it) comes after, in the
          * kernel's order, and the sanitizers see it */
         pthread_mutex_lock(&h->mu);
-        int opener = h->is_write && process_of(fuse_req_ctx(req)->pid) == h->opener;
+        /* an opener that FUSE could not name (pid 0, another PID namespace) is never
+         * this caller: two such processes are not one */
+        int opener = h->is_write && h->opener != 0 &&
+                     process_of(fuse_req_ctx(req)->pid) == h->opener;
         if (opener && h->append) {
             rc = append_flush(fs, h); /* each close by the opener appends what it wrote */
         } else if (opener) {
