@@ -8,7 +8,10 @@
  *   never on one a rename moved there and the kernel has not looked up under it since
  *   (in->moved) nor one the name let go of: those opens are answered ESTALE (create:
  *   EBUSY), so a write reaches the object of the name the kernel looked up, and the
- *   name's current inode is the one written.
+ *   name's current inode is the one written. Such an ESTALE's retry is not refused again:
+ *   its name is pinned from its lookup until its OPEN is answered (no unlink, rename or
+ *   create of it meanwhile), and that lookup hands out no inode a page-cache reader
+ *   holds (fs.c, meta.c).
  * - A writer never opens on an inode a handle reads through the page cache (that open is
  *   answered ESTALE, the name lets go of the inode): checked under the fs->mu section
  *   that lists the writer, as a read open checks for a writer under the one that lists
