@@ -229,13 +229,15 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag);
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
-/* An open for writing of `path` by thread `tid` was answered ESTALE (the name is gone,
- * read.c; a reader reads its inode through the page cache, or an inode that is not the
- * name's, write.c): until
+/* An open for writing of `path` (inode `in`) by thread `tid` was answered ESTALE (the name
+ * is gone, read.c; a reader reads its inode through the page cache, or an inode that is
+ * not the name's, write.c): until
  * that thread's retry opens (its next OPEN answered, its CREATE, or a lookup of it that
  * finds nothing; 15 s at most), read opens of the name are EBUSY (it is being overwritten), so
- * that the retry meets no new reader that would refuse it again. */
-void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid);
+ * that the retry meets no new reader that would refuse it again. Not when `path` is the
+ * name a rename still running moved `in` to: the open came from the old name. */
+void mnt_overwrite_pending(struct mnt_fs *fs, const struct inode *in, const char *path,
+                           pid_t tid);
 void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid);
 int mnt_overwriting(struct mnt_fs *fs, const char *path);
 /* A lookup of `path` by thread `tid`: is it an overwrite's retry (1)? From then until the

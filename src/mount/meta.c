@@ -257,8 +257,14 @@ static void overwrites_prune(struct mnt_fs *fs, pid_t tid, int all_of_tid) {
     }
 }
 
-void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid) {
+void mnt_overwrite_pending(struct mnt_fs *fs, const struct inode *in, const char *path,
+                           pid_t tid) {
     overwrites_prune(fs, tid, 1); /* a thread retries one open at a time */
+    if (in->moved && strcmp(in->path, path) == 0 && mnt_renaming(fs, path))
+        return; /* the name the rename still running gave it: the open came from the old
+                 * name (the kernel moves its entry once the rename is answered), which the
+                 * retry looks up; guarding this one made its readers EBUSY for a write of
+                 * another name */
     if (fs->n_overwrites >= OVERWRITES_MAX)
         return; /* the retry may meet a new reader: a second ESTALE */
     size_t len = strlen(path);

@@ -149,7 +149,7 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             /* read opens are EBUSY until the retry: a rename onto the name may come
              * before it, and a reader of what it brings would refuse the retry */
             pthread_mutex_lock(&fs->mu);
-            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+            mnt_overwrite_pending(fs, in, path, fuse_req_ctx(req)->pid);
             pthread_mutex_unlock(&fs->mu);
         }
         if (rc == 0) {

@@ -148,7 +148,7 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
     if (existing && mnt_read_cached(fs, in)) {
         if (in->current && strcmp(in->path, path) == 0)
             mnt_inode_detach(fs, path); /* not freed: the caller holds it (nopen) */
-        mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+        mnt_overwrite_pending(fs, in, path, fuse_req_ctx(req)->pid);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
@@ -169,7 +169,7 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
          * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
          * it again (read.c, meta.c). */
         if (existing) /* create answers EBUSY instead: no retry comes */
-            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+            mnt_overwrite_pending(fs, in, path, fuse_req_ctx(req)->pid);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
