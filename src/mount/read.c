@@ -17,7 +17,8 @@
  * - A read handle opens only on an inode its name still resolves to (in->current): an
  *   open of one the name let go of is answered ESTALE, so the VFS looks the name up again
  *   (the kernel may hold such an inode under another name since a rename: its path is
- *   no longer the key it stands for).
+ *   no longer the key it stands for); so is one a rename still running moved to a new
+ *   name (the open came from the old one).
  * - Each handle has its own s3f_reader, used under its mutex (fh->mu); any number of
  *   handles read at once. Reads are asynchronous (FUSE_CAP_ASYNC_READ): the kernel sends a
  *   file's read-ahead as several requests at once, served one at a time by the handle's
@@ -123,8 +124,11 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
      * inode, which is no name's any more). Reading its path would read another name's
      * key (or none: EIO), and the checks below would be of that name. The VFS, told
      * ESTALE, looks the name up again (the name's inode now) and opens that. Opens for
-     * writing are refused the same way in writer_open. */
-    int let_go = !writing && !in->current;
+     * writing are refused the same way in writer_open. So is a read open of an inode a
+     * rename still running moved to its path: it came from the old name (the kernel moves
+     * its entry once the rename is answered), and the checks below would be of the new
+     * one (a read of the source was EBUSY for a write of the target). */
+    int let_go = !writing && (!in->current || (in->moved && mnt_renaming(fs, in->path)));
     int busy = !let_go && mnt_writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
     if (let_go) {
