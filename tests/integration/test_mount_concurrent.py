@@ -137,6 +137,37 @@ else:
     print(sys.argv[2])
 """
 
+# a reader of argv[1] held open (through the page cache) until argv[3] exists; prints
+# "opened" or the errno's name, then touches argv[2]
+HOLD_READER = r"""
+import errno, os, sys, time
+try:
+    f = open(sys.argv[1], "rb")
+except OSError as e:
+    print(errno.errorcode[e.errno], flush=True)
+    open(sys.argv[2], "w").close()
+    sys.exit(0)
+print("opened", flush=True)
+open(sys.argv[2], "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+f.close()
+"""
+
+# open(argv[1], O_WRONLY|O_TRUNC|O_CREAT), write b"new", close: "written" or the errno
+CREAT_OVERWRITE = r"""
+import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC | os.O_CREAT, 0o644)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+    sys.exit(0)
+os.write(fd, b"new")
+os.close(fd)
+print("written")
+"""
+
 @pytest.fixture
 def race_mount(cli_path, rgw, s3, bucket, tmp_path, faultproxy_factory):  # noqa: F811
     """race_mount(objects, options[, base]) -> (Mount, Watchdog, proxy, prefix): a mount of
@@ -407,22 +438,7 @@ def test_overwrite_retry_slower_than_the_old_bound_meets_no_new_reader(race_moun
     old = b"<old a>" * 300
     m, wd, proxy, pfx = race_mount({"a": old}, TTLS["ttl0"])
     opened, go = tmp_path / "opened", tmp_path / "go"
-    hold = r"""
-import errno, os, sys, time
-try:
-    f = open(sys.argv[1], "rb")
-except OSError as e:
-    print(errno.errorcode[e.errno], flush=True)
-    open(sys.argv[2], "w").close()
-    sys.exit(0)
-print("opened", flush=True)
-open(sys.argv[2], "w").close()
-deadline = time.monotonic() + 30
-while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
-    time.sleep(0.01)
-f.close()
-"""
-    r1 = wd.start([sys.executable, "-c", hold, f"{m.dir}/a", opened, go],
+    r1 = wd.start([sys.executable, "-c", HOLD_READER, f"{m.dir}/a", opened, go],
                   what="a reader of a, held open")
     r2 = None
     try:
@@ -435,24 +451,15 @@ f.close()
         nth = 3 if held == "lookup" else 5
         proxy.set_faults([{"match": {"method": "GET", "query": q, "nth": nth},
                            "action": "delay", "seconds": 6}])
-        writer = wd.start([sys.executable, "-c", r"""
-import errno, os, sys
-try:
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC | os.O_CREAT, 0o644)
-except OSError as e:
-    print(errno.errorcode[e.errno])
-    sys.exit(0)
-os.write(fd, b"new")
-os.close(fd)
-print("written")
-""", f"{m.dir}/a"], what="open(a, O_WRONLY|O_TRUNC|O_CREAT), write, close")
+        writer = wd.start([sys.executable, "-c", CREAT_OVERWRITE, f"{m.dir}/a"],
+                          what="open(a, O_WRONLY|O_TRUNC|O_CREAT), write, close")
         wait_for(lambda: fired(proxy) or writer.proc.poll() is not None, timeout=20,
                  what=f"the retry's {held}'s LIST of a/ held at the proxy")
         assert fired(proxy), f"the writer ended before its retry's {held}: {writer!r}"
         if held == "lookup":
             time.sleep(2.5)   # past the old 2 s bound of the guard (the LIST is held 6 s)
         opened2 = tmp_path / "opened2"
-        r2 = wd.start([sys.executable, "-c", hold, f"{m.dir}/a", opened2, go],
+        r2 = wd.start([sys.executable, "-c", HOLD_READER, f"{m.dir}/a", opened2, go],
                       what="a second reader of a, 2.5 s into the retry")
         wait_for(lambda: opened2.exists(), 20, "the second reader's open")
         assert writer.proc.poll() is None, "the retry's lookup was answered before the reader"
@@ -465,37 +472,6 @@ print("written")
     assert bucket_body(s3, bucket, pfx + "a") == b"new"
     assert wd.read(f"{m.dir}/a") == b"new"
 
-
-# a reader of argv[1] held open (through the page cache) until argv[3] exists; prints
-# "opened" or the errno's name, then touches argv[2]
-HOLD_READER = r"""
-import errno, os, sys, time
-try:
-    f = open(sys.argv[1], "rb")
-except OSError as e:
-    print(errno.errorcode[e.errno], flush=True)
-    open(sys.argv[2], "w").close()
-    sys.exit(0)
-print("opened", flush=True)
-open(sys.argv[2], "w").close()
-deadline = time.monotonic() + 30
-while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
-    time.sleep(0.01)
-f.close()
-"""
-
-# open(argv[1], O_WRONLY|O_TRUNC|O_CREAT), write b"new", close: "written" or the errno
-CREAT_OVERWRITE = r"""
-import errno, os, sys
-try:
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC | os.O_CREAT, 0o644)
-except OSError as e:
-    print(errno.errorcode[e.errno])
-    sys.exit(0)
-os.write(fd, b"new")
-os.close(fd)
-print("written")
-"""
 
 # argv[1]: "rename" (argv[2] -> argv[3]) or "unlink" (argv[2]): "done" or the errno
 CHANGE = r"""
