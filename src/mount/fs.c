@@ -172,6 +172,21 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     char *path = mnt_req_path_at(req, fs, parent, name);
     if (!path)
         return;
+    /* an overwrite's retry (told ESTALE: read.c, write.c): the name is pinned for it from
+     * now until its OPEN is answered (meta.c), so that the inode given here is the one it
+     * opens. A rename or unlink of the name in flight is waited for (the kernel holds the
+     * name's directory for it, so it holds none for this lookup): what it leaves is what
+     * the retry opens. An inode of the name that a handle reads through the page cache (a
+     * rename brought it in since the ESTALE) is let go of, as the open would (write.c):
+     * the lookup hands out a new one, which no reader holds, and the OPEN writes that. */
+    pthread_mutex_lock(&fs->mu);
+    if (mnt_overwrite_lookup(fs, path, fuse_req_ctx(req)->pid)) {
+        mnt_renaming_wait(fs, path);
+        struct inode *cur = mnt_inode_current(fs, path);
+        if (cur && mnt_read_cached(fs, cur))
+            mnt_inode_detach(fs, path); /* not freed: its readers hold it */
+    }
+    pthread_mutex_unlock(&fs->mu);
     struct attr a;
     int rc = mnt_resolve(fs, path, &a, 0);
     if (rc) {

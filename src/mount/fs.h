@@ -114,7 +114,8 @@ struct mnt_fs {
     /* directories made by mkdir, files open for writing (write.c) */
     struct localdir *localdirs;
     struct fh *writers;
-    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers */
+    pthread_cond_t released;  /* broadcast when a writer leaves fs->writers, and when a
+                               * rename or unlink ends (fs->renaming) */
     uint64_t writer_reserved, writer_budget;
     struct listing *listings; /* most recent first (dir.c) */
     size_t n_listings;
@@ -238,15 +239,24 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag);
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
-/* An open for writing of `path` by thread `tid` was answered ESTALE (the name is gone,
- * read.c; a reader reads its inode through the page cache, or an inode that is not the
- * name's, write.c): until
+/* An open for writing of `path` (inode `in`) by thread `tid` was answered ESTALE (the name
+ * is gone, read.c; a reader reads its inode through the page cache, or an inode that is
+ * not the name's, write.c): until
  * that thread's retry opens (its next OPEN answered, its CREATE, or a lookup of it that
  * finds nothing; 15 s at most), read opens of the name are EBUSY (it is being overwritten), so
- * that the retry meets no new reader that would refuse it again. */
-void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid);
+ * that the retry meets no new reader that would refuse it again. Not when `path` is the
+ * name a rename still running moved `in` to: the open came from the old name. */
+void mnt_overwrite_pending(struct mnt_fs *fs, const struct inode *in, const char *path,
+                           pid_t tid);
 void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid);
 int mnt_overwriting(struct mnt_fs *fs, const char *path);
+/* A lookup of `path` by thread `tid`: is it an overwrite's retry (1)? From then until the
+ * retry's OPEN is answered, the name is pinned for it: */
+int mnt_overwrite_lookup(struct mnt_fs *fs, const char *path, pid_t tid);
+/* Is `path` pinned by the retry of a thread other than `tid` (an unlink, rename or create
+ * of it is EBUSY: it would change the inode the retry looked up before its OPEN)? tid 0
+ * (a caller outside the daemon's PID namespace) is never the same thread. */
+int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid);
 void mnt_overwrites_free(struct mnt_fs *fs);
 /* Has the mount changed `path` since `gen0`? */
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
@@ -287,6 +297,8 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                  struct fuse_file_info *fi);
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h);
+/* Does a handle read inode `in` through the page cache? (fs->mu held) */
+int mnt_read_cached(struct mnt_fs *fs, const struct inode *in);
 void mnt_readers_free(struct mnt_fs *fs);
 struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path);
 void mnt_fh_free(struct mnt_fs *fs, struct fh *h); /* not under fs->mu */
@@ -324,8 +336,10 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags);
 
-/* Is `path` the source or target of a rename in flight? (fs->mu held) */
+/* Is `path` the source or target of a rename (or unlink) in flight? (fs->mu held) */
 int mnt_renaming(struct mnt_fs *fs, const char *path);
+/* Wait (fs->mu held, 15 s at most) until none is. */
+void mnt_renaming_wait(struct mnt_fs *fs, const char *path);
 
 /* The path of `name` in the directory inode `parent` (NULL with *err set). */
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);

@@ -231,13 +231,16 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
  * directory (seconds, with the DELETE or the copy), so the bound is long; it is dropped
  * once the retrying thread's next OPEN has been answered (a writer it opened is listed by
  * then: read opens are EBUSY for it), when its CREATE comes (a new inode, which no reader
- * holds), or when its lookup finds nothing (the open ends there). */
+ * holds), or when its lookup finds nothing (the open ends there). From the retry's lookup
+ * of the name on (`looked`), the name is pinned: an unlink, rename or create of it is
+ * EBUSY until then, so that the inode the lookup gave is still the name's at the OPEN. */
 #define OVERWRITE_PENDING_S 15.0
 #define OVERWRITES_MAX 1024u
 
 struct overwrite {
     struct overwrite *next;
     pid_t tid;
+    int looked;
     double until;
     char path[];
 };
@@ -256,8 +259,14 @@ static void overwrites_prune(struct mnt_fs *fs, pid_t tid, int all_of_tid) {
     }
 }
 
-void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid) {
+void mnt_overwrite_pending(struct mnt_fs *fs, const struct inode *in, const char *path,
+                           pid_t tid) {
     overwrites_prune(fs, tid, 1); /* a thread retries one open at a time */
+    if (in->moved && strcmp(in->path, path) == 0 && mnt_renaming(fs, path))
+        return; /* the name the rename still running gave it: the open came from the old
+                 * name (the kernel moves its entry once the rename is answered), which the
+                 * retry looks up; guarding this one made its readers EBUSY for a write of
+                 * another name */
     if (fs->n_overwrites >= OVERWRITES_MAX)
         return; /* the retry may meet a new reader: a second ESTALE */
     size_t len = strlen(path);
@@ -265,6 +274,7 @@ void mnt_overwrite_pending(struct mnt_fs *fs, const char *path, pid_t tid) {
     if (!o)
         return;
     o->tid = tid;
+    o->looked = 0;
     o->until = mnt_now() + OVERWRITE_PENDING_S;
     memcpy(o->path, path, len + 1);
     o->next = fs->overwrites;
@@ -283,6 +293,29 @@ int mnt_overwriting(struct mnt_fs *fs, const char *path) {
     overwrites_prune(fs, 0, 0);
     for (struct overwrite *o = fs->overwrites; o; o = o->next)
         if (strcmp(o->path, path) == 0)
+            return 1;
+    return 0;
+}
+
+int mnt_overwrite_lookup(struct mnt_fs *fs, const char *path, pid_t tid) {
+    if (!fs->overwrites)
+        return 0;
+    overwrites_prune(fs, 0, 0);
+    for (struct overwrite *o = fs->overwrites; o; o = o->next) {
+        if (o->tid == tid && strcmp(o->path, path) == 0) {
+            o->looked = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid) {
+    if (!fs->overwrites)
+        return 0;
+    overwrites_prune(fs, 0, 0);
+    for (struct overwrite *o = fs->overwrites; o; o = o->next)
+        if (o->looked && (o->tid != tid || tid == 0) && strcmp(o->path, path) == 0)
             return 1;
     return 0;
 }

@@ -9,6 +9,10 @@
  * - A rename holds both its names in fs->renaming from its busy check until it is done,
  *   an unlink its name: writer_open refuses them (EBUSY), so no writer opens on the inode
  *   being moved, and no version is uploaded under a name while its DELETE is in flight.
+ * - A name pinned by an overwrite's retry (told ESTALE, it has looked the name up and its
+ *   OPEN is not answered yet: meta.c) is not unlinked nor renamed (EBUSY, as a name being
+ *   written): the retry opens the inode its lookup gave. A retry's lookup that comes while
+ *   a rename or unlink of its name runs waits for its end (fs.c).
  * - A renamed file's inode is marked moved until the kernel looks it up under its new
  *   name: an open for writing of it before that may come from a lookup of the source
  *   name made before the rename, so it is answered ESTALE and the VFS looks the name up
@@ -114,6 +118,7 @@ static void reserved_drop(struct mnt_fs *fs, struct renaming *r) {
             break;
         }
     }
+    pthread_cond_broadcast(&fs->released); /* an overwrite's retry may wait (fs.c) */
     pthread_mutex_unlock(&fs->mu);
 }
 
@@ -133,8 +138,11 @@ void mnt_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
      * while the DELETE is in flight would upload a version the DELETE may or may not
      * remove, and the name would say "present" or "missing" whatever S3 holds */
     struct renaming self = {.from = path, .to = path};
+    pid_t tid = fuse_req_ctx(req)->pid;
     pthread_mutex_lock(&fs->mu);
-    int busy = mnt_writer_busy(fs, path);
+    /* pinned by an overwrite's retry between its lookup and its OPEN: that open comes
+     * first (meta.c) */
+    int busy = mnt_writer_busy(fs, path) || mnt_overwrite_pinned(fs, path, tid);
     if (!busy) {
         self.next = fs->renaming;
         fs->renaming = &self;
@@ -184,6 +192,15 @@ int mnt_renaming(struct mnt_fs *fs, const char *path) {
     return 0;
 }
 
+void mnt_renaming_wait(struct mnt_fs *fs, const char *path) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 15; /* a copy of a large object: past it, the caller goes on */
+    while (mnt_renaming(fs, path))
+        if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
+            return;
+}
+
 void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                    const char *newname, unsigned int flags) {
     struct mnt_fs *fs = fuse_req_userdata(req);
@@ -218,9 +235,11 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
      * on the source between the copy and the move would write its new version into the
      * inode that becomes the target's (and be deleted with the source) */
     struct renaming self = {.from = from, .to = to};
+    pid_t tid = fuse_req_ctx(req)->pid;
     pthread_mutex_lock(&fs->mu);
     int busy = mnt_writer_busy(fs, from) || mnt_writer_busy(fs, to) ||
-               mnt_renaming(fs, from) || mnt_renaming(fs, to);
+               mnt_renaming(fs, from) || mnt_renaming(fs, to) ||
+               mnt_overwrite_pinned(fs, from, tid) || mnt_overwrite_pinned(fs, to, tid);
     if (!busy) {
         self.next = fs->renaming;
         fs->renaming = &self;

@@ -17,7 +17,8 @@
  * - A read handle opens only on an inode its name still resolves to (in->current): an
  *   open of one the name let go of is answered ESTALE, so the VFS looks the name up again
  *   (the kernel may hold such an inode under another name since a rename: its path is
- *   no longer the key it stands for).
+ *   no longer the key it stands for); so is one a rename still running moved to a new
+ *   name (the open came from the old one).
  * - Each handle has its own s3f_reader, used under its mutex (fh->mu); any number of
  *   handles read at once. Reads are asynchronous (FUSE_CAP_ASYNC_READ): the kernel sends a
  *   file's read-ahead as several requests at once, served one at a time by the handle's
@@ -123,8 +124,11 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
      * inode, which is no name's any more). Reading its path would read another name's
      * key (or none: EIO), and the checks below would be of that name. The VFS, told
      * ESTALE, looks the name up again (the name's inode now) and opens that. Opens for
-     * writing are refused the same way in writer_open. */
-    int let_go = !writing && !in->current;
+     * writing are refused the same way in writer_open. So is a read open of an inode a
+     * rename still running moved to its path: it came from the old name (the kernel moves
+     * its entry once the rename is answered), and the checks below would be of the new
+     * one (a read of the source was EBUSY for a write of the target). */
+    int let_go = !writing && (!in->current || (in->moved && mnt_renaming(fs, in->path)));
     int busy = !let_go && mnt_writer_busy(fs, path);
     pthread_mutex_unlock(&fs->mu);
     if (let_go) {
@@ -149,7 +153,7 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
             /* read opens are EBUSY until the retry: a rename onto the name may come
              * before it, and a reader of what it brings would refuse the retry */
             pthread_mutex_lock(&fs->mu);
-            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+            mnt_overwrite_pending(fs, in, path, fuse_req_ctx(req)->pid);
             pthread_mutex_unlock(&fs->mu);
         }
         if (rc == 0) {
@@ -212,8 +216,11 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         rc = -EBUSY;
         goto out;
     }
-    /* another version open on this inode with the page cache: read around it */
-    int other = 0;
+    /* another version open on this inode with the page cache: read around it. So too
+     * when the inode's name is being overwritten (the ESTALE came after the check above,
+     * or a rename moved this inode to that name since): the overwrite's retry opens the
+     * inode its lookup gave, which must hold no page cache that it would cut (write.c) */
+    int other = h->in->current && mnt_overwriting(fs, h->in->path);
     for (struct fh *o = fs->readers; o && !other; o = o->rd_next)
         other = o->in == h->in && !o->direct && strcmp(o->etag, h->etag) != 0;
     if (other) {
@@ -338,6 +345,13 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     } else {
         fuse_reply_buf(req, buf, n);
     }
+}
+
+int mnt_read_cached(struct mnt_fs *fs, const struct inode *in) {
+    for (const struct fh *o = fs->readers; o; o = o->rd_next)
+        if (o->in == in && !o->direct)
+            return 1;
+    return 0;
 }
 
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h) {

@@ -8,7 +8,10 @@
  *   never on one a rename moved there and the kernel has not looked up under it since
  *   (in->moved) nor one the name let go of: those opens are answered ESTALE (create:
  *   EBUSY), so a write reaches the object of the name the kernel looked up, and the
- *   name's current inode is the one written.
+ *   name's current inode is the one written. Such an ESTALE's retry is not refused again:
+ *   its name is pinned from its lookup until its OPEN is answered (no unlink, rename or
+ *   create of it meanwhile), and that lookup hands out no inode a page-cache reader
+ *   holds (fs.c, meta.c).
  * - A writer never opens on an inode a handle reads through the page cache (that open is
  *   answered ESTALE, the name lets go of the inode): checked under the fs->mu section
  *   that lists the writer, as a read open checks for a writer under the one that lists
@@ -80,8 +83,12 @@ int mnt_writer_busy(struct mnt_fs *fs, const char *path) {
 }
 
 /* The process (thread group) of the thread `tid` that FUSE names as the caller, from
- * /proc (not inside the mount); `tid` itself when that cannot be read. */
+ * /proc (not inside the mount); `tid` itself when that cannot be read. 0 for 0: FUSE
+ * names no thread for a caller outside the daemon's PID namespace, and such a caller is
+ * no process in particular (it is never taken for a writer's opener). */
 static pid_t process_of(pid_t tid) {
+    if (tid <= 0)
+        return 0;
     char name[64], line[256];
     snprintf(name, sizeof(name), "/proc/%d/status", (int)tid);
     FILE *f = fopen(name, "re");
@@ -136,13 +143,10 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
      * checks for a writer under the lock that lists it, read.c): a reader listed between
      * a check made earlier and this writer kept the page cache of an inode cut in place
      * (a read of 0 bytes). */
-    int reading = 0;
-    for (struct fh *o = existing ? fs->readers : NULL; o && !reading; o = o->rd_next)
-        reading = o->in == in && !o->direct;
-    if (reading) {
+    if (existing && mnt_read_cached(fs, in)) {
         if (in->current && strcmp(in->path, path) == 0)
             mnt_inode_detach(fs, path); /* not freed: the caller holds it (nopen) */
-        mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+        mnt_overwrite_pending(fs, in, path, fuse_req_ctx(req)->pid);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
@@ -163,7 +167,7 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
          * opens meanwhile are EBUSY, so the retry meets no new reader that would refuse
          * it again (read.c, meta.c). */
         if (existing) /* create answers EBUSY instead: no retry comes */
-            mnt_overwrite_pending(fs, path, fuse_req_ctx(req)->pid);
+            mnt_overwrite_pending(fs, in, path, fuse_req_ctx(req)->pid);
         pthread_mutex_unlock(&fs->mu);
         mnt_fh_free(fs, h);
         return -ESTALE;
@@ -278,7 +282,9 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
         rc = mnt_resolve(fs, path, &a, 0);
         if (rc == 0) {
             pthread_mutex_lock(&fs->mu);
-            int busy = a.kind != K_DIR && !(fi->flags & O_EXCL) && mnt_writer_busy(fs, path);
+            int busy = a.kind != K_DIR && !(fi->flags & O_EXCL) &&
+                       (mnt_writer_busy(fs, path) ||
+                        mnt_overwrite_pinned(fs, path, fuse_req_ctx(req)->pid));
             pthread_mutex_unlock(&fs->mu);
             rc = a.kind == K_DIR ? -EISDIR
                  : (fi->flags & O_EXCL) ? -EEXIST
@@ -496,7 +502,10 @@ void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         /* under h->mu even for a reader: release (which takes it) comes after, in the
          * kernel's order, and the sanitizers see it */
         pthread_mutex_lock(&h->mu);
-        int opener = h->is_write && process_of(fuse_req_ctx(req)->pid) == h->opener;
+        /* an opener that FUSE could not name (pid 0, another PID namespace) is never
+         * this caller: two such processes are not one */
+        int opener = h->is_write && h->opener != 0 &&
+                     process_of(fuse_req_ctx(req)->pid) == h->opener;
         if (opener && h->append) {
             rc = append_flush(fs, h); /* each close by the opener appends what it wrote */
         } else if (opener) {

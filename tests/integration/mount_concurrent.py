@@ -44,10 +44,12 @@ also leaves n as it was before it: the last ones' effects cover that). So:
 - write: succeeds, or EBUSY (another mutation of n overlaps), or ENOENT (e/h/x while e/h may
   be gone). Its close never fails.
 - unlink: succeeds only if n may be present; ENOENT only if it may be absent; EBUSY only if
-  it may be being written.
+  it may be being written, or a write of n overlaps it whatever its result (an overwrite
+  told ESTALE pins the name from its retry's lookup until its retry's open is answered,
+  which may still fail: docs/SEMANTICS.md).
 - rename a -> b: as unlink for a (ENOENT, EBUSY), ENOENT also when b's directory may be
-  gone, EBUSY also when b may be being written, EIO only when a mutation of a or b overlaps
-  (the copy pinned to a's ETag found it replaced).
+  gone, EBUSY also when b may be being written or a write of b overlaps it, EIO only when
+  a mutation of a or b overlaps (the copy pinned to a's ETag found it replaced).
 - At the end (every worker done): each name read through the mount and through boto3 is
   in one of the states the last mutations allow, and both agree.
 
@@ -253,6 +255,10 @@ class Checker:
                     return True
         return False
 
+    def write_overlaps(self, n, q):
+        """Does a write of n overlap q, whatever its result?"""
+        return any(w["start"] <= q["end"] and w["end"] >= q["start"] for w in self.writes[n])
+
     @staticmethod
     def may(states, kind):
         return any(s[0] == kind for s in states)
@@ -274,8 +280,7 @@ class Checker:
                     f"read {r.get('len')} bytes that are no version {n} could hold then"
             if err == "ENOENT" and (absent or dir_gone):
                 return None
-            if err == "EBUSY" and (writing or any(
-                    w["start"] <= r["end"] and w["end"] >= r["start"] for w in self.writes[n])):
+            if err == "EBUSY" and (writing or self.write_overlaps(n, r)):
                 return None
             if err == "EIO" and overlapped:
                 return None
@@ -304,7 +309,7 @@ class Checker:
                 return None if present else "unlink succeeded on a name that was absent"
             if err == "ENOENT" and absent:
                 return None
-            if err == "EBUSY" and writing:
+            if err == "EBUSY" and (writing or self.write_overlaps(n, r)):
                 return None
             return f"unlink: {err}"
         if kind == "rename":
@@ -316,7 +321,8 @@ class Checker:
                                                                              "absent"))):
                 return None
             if err == "EBUSY" and (writing or self.may(st2, "writing") or overlapped
-                                   or over2):
+                                   or over2 or self.write_overlaps(n, r)
+                                   or self.write_overlaps(to, r)):
                 return None
             if err == "EIO" and (overlapped or over2):
                 return None

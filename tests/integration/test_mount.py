@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 
@@ -19,6 +20,7 @@ import pytest
 
 from faults import faultproxy_factory, s3_error  # noqa: F401 (a fixture)
 from helpers import wait_for
+from mountutil import Mount
 
 
 def _fuse_missing():
@@ -577,6 +579,48 @@ def test_close_on_another_thread_completes_the_upload(mounter, s3, bucket, pfx):
     # close returned once the object was in S3 (flush, not the later release)
     assert s3.get_object(Bucket=bucket, Key=pfx + "threads")["Body"].read() == \
         b"written on one thread"
+
+
+def test_callers_from_another_pid_namespace_are_never_the_opener(cli_path, rgw, s3, bucket,
+                                                                 pfx, tmp_path):
+    """The daemon in a PID namespace of its own (unshare --pid, as in a container): FUSE
+    names every caller outside it pid 0. A process that opened a file for writing and its
+    child closing its copy of the descriptor were then one process to the daemon: the
+    child's close completed the upload, and the parent's next write failed EINVAL. pid 0
+    is no process: never the opener, and the upload completes at release."""
+    wrapper = tmp_path / "s3flash-in-a-pid-namespace"
+    wrapper.write_text(f'#!/bin/sh\nexec unshare --pid --fork --kill-child {cli_path} "$@"\n')
+    wrapper.chmod(0o755)
+    m = Mount(wrapper, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/{pfx}",
+              tmp_path / "m", [], region=rgw.region, log_path=str(tmp_path / "m.log")).start()
+    try:
+        p = subprocess.run([sys.executable, "-c", r"""
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"first ")
+pid = os.fork()
+if pid == 0:
+    os.close(fd)                     # the child's copy of the descriptor: a FLUSH
+    os._exit(0)
+os.waitpid(pid, 0)
+try:
+    os.write(fd, b"second")
+    os.close(fd)
+    print("written")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+""", f"{m.dir}/f"], capture_output=True, timeout=60)
+        assert p.stdout.decode().strip() == "written", (p.stdout, p.stderr, m.log_tail())
+
+        def uploaded():
+            try:
+                return s3.get_object(Bucket=bucket, Key=pfx + "f")["Body"].read()
+            except s3.exceptions.NoSuchKey:
+                return None
+        wait_for(lambda: uploaded() is not None, timeout=20, what="the upload at release")
+        assert uploaded() == b"first second"
+    finally:
+        m.stop()
 
 
 @pytest.mark.parametrize("page", ["1", "2", "3"])
