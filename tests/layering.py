@@ -45,6 +45,13 @@ HTTP_ALLOWED = {"auth": {"s3f__http_status_of_curl"},
 # copies that trust the source to fit: not anywhere in src/ (issue 28, N12)
 UNBOUNDED_COPY = re.compile(r"\b(strcpy|stpcpy|strcat|sprintf|vsprintf|gets)\s*\(")
 
+# a timed wait's deadline is on the clock its condition variable waits on: every condition
+# variable with a timed wait is made monotonic (s3f__cond_init_monotonic, mnt_cond_init), so
+# every deadline comes from s3f__deadline_ms or mnt_deadline (issue 28, R8: a CLOCK_REALTIME
+# deadline on a monotonic condition variable never times out)
+TIMEDWAIT = re.compile(r"\bpthread_cond_timedwait\s*\([^;]*?,\s*&\s*(\w+)\s*\)")
+DEADLINE_OF = r"\b{}\s*=\s*(s3f__deadline_ms|mnt_deadline)\s*\("
+
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
@@ -106,6 +113,12 @@ def check(src):
                     problems.append(f"{rel}:{n}: includes <{inc}>: {folder}/ may not use "
                                     f"{top}")
             code = strip_comments(raw)
+            for m in TIMEDWAIT.finditer(code):
+                if not re.search(DEADLINE_OF.format(re.escape(m.group(1))), code):
+                    n = code.count("\n", 0, m.start()) + 1
+                    problems.append(f"{rel}:{n}: a timed wait until {m.group(1)}, which is not "
+                                    f"set from s3f__deadline_ms or mnt_deadline (the monotonic "
+                                    f"clock of the condition variable)")
             for n, line in enumerate(code.splitlines(), 1):
                 for m in UNBOUNDED_COPY.finditer(line):
                     problems.append(f"{rel}:{n}: calls {m.group(1)}: an unbounded copy "

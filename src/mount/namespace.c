@@ -193,9 +193,9 @@ int mnt_renaming(struct mnt_fs *fs, const char *path) {
 }
 
 void mnt_renaming_wait(struct mnt_fs *fs, const char *path) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 15; /* a copy of a large object: past it, the caller goes on */
+    /* a copy of a large object: past it, the caller goes on (fs->released waits on the
+     * monotonic clock: mnt_cond_init) */
+    struct timespec until = mnt_deadline(15);
     while (mnt_renaming(fs, path))
         if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
             return;

@@ -73,8 +73,8 @@ static void reclaim_loans(struct s3f__pool *p) {
 }
 
 static void wait_until(struct s3f__pool *p, uint64_t until_ms) {
-    struct timespec ts = {.tv_sec = (time_t)(until_ms / 1000),
-                          .tv_nsec = (long)(until_ms % 1000) * 1000000L};
+    uint64_t now = s3f__now_ms();
+    struct timespec ts = s3f__deadline_ms(until_ms > now ? until_ms - now : 0);
     (void)pthread_cond_timedwait(&p->cond, &p->lock, &ts); /* timed out or woken: look again */
 }
 
