@@ -164,10 +164,14 @@ cleanup() {
 trap cleanup EXIT
 
 if [ $under_load = 1 ]; then
-    # the CPU hog: one busy worker per core for the whole run, in its own process group (the
-    # cleanup kills the group); nice 0, as the other work a shared machine runs beside it
+    # the CPU hog: one busy worker per core for the whole run, nice 0, as the other work a
+    # shared machine runs beside it. It lives in a process group of its own (the cleanup
+    # kills the group), whose leader also ends it once this script is gone however it ended
+    # (a kill, an interrupt that reached no trap): no hog outlives the run
     command -v stress-ng >/dev/null || { echo "tests/run.sh --under-load needs stress-ng (tests/servers/install-deps.sh installs it)" >&2; exit 1; }
-    setsid stress-ng --cpu "$(nproc)" --cpu-method all --quiet >/dev/null 2>&1 &
+    setsid bash -c 'stress-ng --cpu "$1" --cpu-method all --quiet &
+        while kill -0 "$2" 2>/dev/null; do sleep 1; done
+        kill -- -$$' hog "$(nproc)" "$$" >/dev/null 2>&1 &
     hog_pid=$!
     echo "=== under load: stress-ng --cpu $(nproc) (pid $hog_pid)" >&2
 fi
