@@ -284,7 +284,10 @@ static void XMLCALL sts_end(void *ud, const XML_Char *name) {
 
 static void XMLCALL sts_chars(void *ud, const XML_Char *s, int len) {
     struct sts_doc *d = ud;
-    (void)s3f__buf_append(&d->text, s, (size_t)len); /* past the cap: field truncated */
+    /* past the cap: the field truncated; out of memory: the document is (an empty token
+     * must not read as the server's fault, nor be refused as one) */
+    if (s3f__buf_append(&d->text, s, (size_t)len) == S3F_ERR_NO_MEMORY)
+        d->oom = true;
 }
 
 static void XMLCALL sts_doctype(void *ud, const XML_Char *name, const XML_Char *sysid,
