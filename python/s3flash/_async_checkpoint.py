@@ -640,7 +640,12 @@ class AsyncCheckpointer:
                                     else f"no committed checkpoint of step {step} under "
                                     f"{self.uri}")
         commit = commits[-1]
-        obj = next(o for o in commit.manifest["objects"] if o["name"] == STATE_NAME)
+        obj = next((o for o in commit.manifest["objects"] if o["name"] == STATE_NAME), None)
+        if obj is None:
+            raise ValueError(f"commit {commit.seq} of step {commit.step} under {self.uri} names no "
+                             f"{STATE_NAME} (a directory checkpoint, "
+                             f"{commit.manifest.get('directory')!r}: s3flash.hf.resolve_checkpoint "
+                             "downloads it)")
         self.last_load_tier = "s3"
         path = self._local_valid(commit, obj)
         if path is not None:
@@ -710,7 +715,6 @@ class AsyncCheckpointer:
                 self._cond.notify_all()
 
     def _save_job(self, job: _Job) -> CheckpointInfo:
-        import torch
         save_id = _new_save_id()
         sdir = self.prefix + _step_dir(job.step) + save_id + "/"
         key = sdir + STATE_NAME
@@ -736,11 +740,7 @@ class AsyncCheckpointer:
             if info.get("size") is not None and int(info["size"]) != size:
                 raise _s3flash.S3IOError(f"{key}: uploaded {info['size']} bytes, "
                                          f"serialized {size}")
-            manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
-                        "step": job.step, "save_id": save_id, "time": time.time(),
-                        "torch": torch.__version__, "objects": [obj],
-                        "writer": {"id": self.writer_id, "host": self._host,
-                                   "pid": os.getpid()}}
+            manifest = self._new_manifest(job.step, save_id, [obj])
             # the commit: the manifest, after every object is complete
             seq, ckey, body = self._commit(manifest, save_id)
             committed = True
@@ -766,6 +766,16 @@ class AsyncCheckpointer:
                     os.rmdir(local_save)
                 except OSError:
                     pass
+
+    def _new_manifest(self, step: int, save_id: str, objects: List[Dict[str, Any]],
+                      **extra: Any) -> Dict[str, Any]:
+        """The manifest of a save (its "seq" is added by _commit): the objects it names, each
+        with name, key, size, crc32 and etag; `extra` fields beside them."""
+        import torch
+        return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "step": step,
+                "save_id": save_id, "time": time.time(), "torch": torch.__version__,
+                "objects": objects, **extra,
+                "writer": {"id": self.writer_id, "host": self._host, "pid": os.getpid()}}
 
     def _commit(self, manifest: Dict[str, Any], save_id: str) -> Tuple[int, str, bytes]:
         """Write the manifest as the next commit: commits/<seq>.json with If-None-Match: *
