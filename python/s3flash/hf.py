@@ -30,10 +30,10 @@ import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 try:
+    import transformers
     import accelerate  # noqa: F401
     import safetensors  # noqa: F401
     import torch
-    import transformers
 except ImportError as e:  # pragma: no cover - exercised without the extra
     raise ImportError(f"s3flash.hf needs the optional dependencies of the extra 'hf' "
                       f"(transformers, accelerate, safetensors): pip install 's3flash[hf]' "
@@ -127,7 +127,7 @@ def _load_weights(client: S3Client, bucket: str, prefix: str,
     if SAFE_WEIGHTS_NAME in listing:
         return st.load_file(uri + SAFE_WEIGHTS_NAME, device=device, client=client)
     if SAFE_WEIGHTS_INDEX_NAME in listing:
-        return st.load_file(uri + SAFE_WEIGHTS_INDEX_NAME, device=device, client=client)
+        return st.load_sharded(uri + SAFE_WEIGHTS_INDEX_NAME, device=device, client=client)
     others = sorted(n for n in listing if n.lower().endswith(_WEIGHT_SUFFIXES))
     raise FileNotFoundError(f"{uri}: no {SAFE_WEIGHTS_NAME} or {SAFE_WEIGHTS_INDEX_NAME} "
                             f"(weights found: {others or 'none'}; s3flash.hf loads "

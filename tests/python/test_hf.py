@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -172,7 +173,93 @@ def test_missing_weights_fail_naming_them(bucket, client, s3):
         s3flash.hf.from_pretrained(LlamaForCausalLM, uri, client=client)
 
 
+def test_import_without_the_extra_names_it():
+    """`import s3flash` needs none of the extra; `import s3flash.hf` says which extra."""
+    code = ("import sys; sys.modules['transformers'] = None\n"
+            "import s3flash\n"
+            "try:\n    import s3flash.hf\n"
+            "except ImportError as e:\n    print('ERR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERR s3flash.hf needs" in out.stdout and "s3flash[hf]" in out.stdout, out.stdout
+
+
 # -- Trainer checkpoints --------------------------------------------------------------------
+
+def test_callback_uploads_in_the_background_and_commits_last(bucket, client, proxy, tmp_path,
+                                                            region):
+    """on_save returns while the upload is held at the proxy; the folder's files are in the
+    bucket but no reader sees the checkpoint until its commit record is written; the local
+    folder may be deleted meanwhile (the Trainer's own rotation): the snapshot is uploaded."""
+    uri = f"s3://{bucket}/bg/"
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    blobs = {"model.safetensors": os.urandom(300_000), "optimizer.pt": os.urandom(70_000),
+             "trainer_state.json": b'{"global_step": 2}'}
+    for n, b in blobs.items():
+        (folder / n).write_bytes(b)
+    proxy.set_faults([{"match": {"method": "PUT", "path": "/bg/commits/0"},
+                       "action": "stall", "seconds": 120, "direction": "request"}])
+    cb = s3flash.hf.S3CheckpointCallback(uri, region=region, endpoint=proxy.endpoint,
+                                         conditional_put=True)
+    args = SimpleNamespace(output_dir=str(tmp_path), save_total_limit=None)
+    cb.on_save(args, SimpleNamespace(global_step=2, is_world_process_zero=True), None)
+    (fut_step, fut), = cb._uploads.futures
+    reader = DirectoryCheckpointer(uri, client=client)
+    deadline = time.monotonic() + 60
+    while not proxy.stats()["faults_total"]:  # the commit's PUT came and is held
+        assert time.monotonic() < deadline, "the commit was never attempted"
+        time.sleep(0.05)
+    assert not fut.done()
+    uploaded = {o.key.rsplit("/", 1)[1] for o in client.list_objects(bucket, "bg/step-")}
+    assert uploaded == set(blobs)
+    assert reader.steps() == []
+    with pytest.raises(FileNotFoundError, match="no committed checkpoint folder"):
+        s3flash.hf.resolve_checkpoint(uri, str(tmp_path / "r"), client=client)
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+    proxy.release()
+    cb.wait()
+    assert fut.result().step == 2 and reader.steps() == [2]
+    got = Path(s3flash.hf.resolve_checkpoint(uri, str(tmp_path / "r"), client=client))
+    assert got.name == "checkpoint-2"
+    assert {f.name: f.read_bytes() for f in got.iterdir()} == blobs
+    cb.close()
+
+
+def test_accelerator_save_state_is_uploaded_and_loaded(bucket, client, tmp_path):
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+    acc = Accelerator(cpu=True, project_config=ProjectConfiguration(
+        project_dir=str(tmp_path / "proj"), automatic_checkpoint_naming=True, total_limit=2))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, opt = acc.prepare(model, opt)
+    up = s3flash.hf.S3AcceleratorCheckpoint(acc, f"s3://{bucket}/acc/", client=client)
+    for _ in range(3):
+        loss = model(torch.randn(2, 8)).sum()
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        acc.save_state()
+    up.wait()
+    # checkpoint_0, _1, _2 committed; total_limit=2 kept the newest two in the bucket too
+    assert up.checkpointer.steps() == [1, 2]
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    path = up.load_state(str(tmp_path / "restore"))
+    assert path == str(tmp_path / "restore" / "checkpoint_2")
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    up.close()
+    assert "save_state" not in acc.__dict__
+
+
 
 def child(mode, uri, endpoint, out, n):
     return subprocess.Popen([sys.executable, str(HERE / "hf_trainer_child.py"), mode, uri,
