@@ -4,6 +4,7 @@ the meta-device loading path, and a Trainer run with S3CheckpointCallback that i
 and resumed from s3:// in a fresh process and folder."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,43 +190,50 @@ def test_import_without_the_extra_names_it():
 
 def test_callback_uploads_in_the_background_and_commits_last(bucket, client, proxy, tmp_path,
                                                             region):
-    """on_save returns while the upload is held at the proxy; the folder's files are in the
-    bucket but no reader sees the checkpoint until its commit record is written; the local
-    folder may be deleted meanwhile (the Trainer's own rotation): the snapshot is uploaded."""
+    """on_save returns while the upload is held at the proxy (the commit PUT of step 2); the
+    files are in the bucket but no reader sees the checkpoint until its commit record is
+    written. A second save queued behind it (max_pending=2) is uploaded from its snapshot
+    after the Trainer's rotation deleted both local folders."""
     uri = f"s3://{bucket}/bg/"
-    folder = tmp_path / "checkpoint-2"
-    folder.mkdir()
-    blobs = {"model.safetensors": os.urandom(300_000), "optimizer.pt": os.urandom(70_000),
-             "trainer_state.json": b'{"global_step": 2}'}
-    for n, b in blobs.items():
-        (folder / n).write_bytes(b)
+    blobs = {}
+    for step in (2, 4):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        blobs[step] = {"model.safetensors": os.urandom(300_000),
+                       "optimizer.pt": os.urandom(70_000),
+                       "trainer_state.json": b'{"global_step": %d}' % step}
+        for n, b in blobs[step].items():
+            (folder / n).write_bytes(b)
     proxy.set_faults([{"match": {"method": "PUT", "path": "/bg/commits/0"},
                        "action": "stall", "seconds": 120, "direction": "request"}])
     cb = s3flash.hf.S3CheckpointCallback(uri, region=region, endpoint=proxy.endpoint,
-                                         conditional_put=True)
+                                         conditional_put=True, max_pending=2)
     args = SimpleNamespace(output_dir=str(tmp_path), save_total_limit=None)
     cb.on_save(args, SimpleNamespace(global_step=2, is_world_process_zero=True), None)
-    (fut_step, fut), = cb._uploads.futures
     reader = DirectoryCheckpointer(uri, client=client)
     deadline = time.monotonic() + 60
     while not proxy.stats()["faults_total"]:  # the commit's PUT came and is held
         assert time.monotonic() < deadline, "the commit was never attempted"
         time.sleep(0.05)
-    assert not fut.done()
+    cb.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    futs = [f for _, f in cb._uploads.futures]
+    assert len(futs) == 2 and not any(f.done() for f in futs)
     uploaded = {o.key.rsplit("/", 1)[1] for o in client.list_objects(bucket, "bg/step-")}
-    assert uploaded == set(blobs)
+    assert uploaded == set(blobs[2])
     assert reader.steps() == []
     with pytest.raises(FileNotFoundError, match="no committed checkpoint folder"):
         s3flash.hf.resolve_checkpoint(uri, str(tmp_path / "r"), client=client)
-    for f in folder.iterdir():
-        f.unlink()
-    folder.rmdir()
+    for step in (2, 4):
+        shutil.rmtree(tmp_path / f"checkpoint-{step}")
     proxy.release()
     cb.wait()
-    assert fut.result().step == 2 and reader.steps() == [2]
-    got = Path(s3flash.hf.resolve_checkpoint(uri, str(tmp_path / "r"), client=client))
-    assert got.name == "checkpoint-2"
-    assert {f.name: f.read_bytes() for f in got.iterdir()} == blobs
+    assert [f.result().step for f in futs] == [2, 4] and reader.steps() == [2, 4]
+    for step in (2, 4):
+        got = Path(s3flash.hf.resolve_checkpoint(uri, str(tmp_path / "r"), step=step,
+                                                 client=client))
+        assert got.name == f"checkpoint-{step}"
+        assert {f.name: f.read_bytes() for f in got.iterdir()} == blobs[step]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".s3flash-upload")]
     cb.close()
 
 
