@@ -30,19 +30,6 @@ __all__ = ["S3CheckpointCallback", "S3AcceleratorCheckpoint", "resolve_checkpoin
 _FROM_FRAMEWORK: Any = object()  # save_total_limit / total_limit: the framework's setting
 
 
-def _checkpointer(uri: str, keep: Optional[int], max_pending: int, region: Optional[str],
-                  endpoint: Optional[str], s3client_config: Optional[S3ClientConfig],
-                  client: Optional[S3Client], retention_window_s: float,
-                  conditional_put: Optional[bool]) -> DirectoryCheckpointer:
-    if keep is not None and keep < 1:
-        raise ValueError(f"the number of checkpoints kept in S3 must be >= 1 or None, got {keep}")
-    return DirectoryCheckpointer(
-        uri, max_pending=max_pending, keep_remote=keep,
-        client=client if client is not None else _shared_client(region, endpoint,
-                                                                s3client_config),
-        retention_window_s=retention_window_s, conditional_put=conditional_put)
-
-
 def resolve_checkpoint(uri: str, local_dir: str, *, step: Optional[int] = None,
                        region: Optional[str] = None, endpoint: Optional[str] = None,
                        s3client_config: Optional[S3ClientConfig] = None,
@@ -62,34 +49,88 @@ def resolve_checkpoint(uri: str, local_dir: str, *, step: Optional[int] = None,
     return ck.download(local_dir, step)
 
 
-class _Uploads:
-    """The futures of one uploader's saves: failures reported once (a warning when noticed,
-    then an error from ``wait``)."""
+class _FolderUploader:
+    """What the Trainer callback and the Accelerate wrapper share: the client settings,
+    the DirectoryCheckpointer (made by the uploading process only), and the futures of its
+    saves, whose failures are reported once (a warning when noticed, then an error from
+    ``wait``)."""
 
-    def __init__(self, who: str):
-        self.who = who
-        self.futures: List[Any] = []
-        self.failed: List[Any] = []   # (step, exception)
-        self.reported = 0
+    _who = "s3flash.hf"
 
-    def collect(self) -> None:
+    def _setup(self, uri: str, max_pending: int, region: Optional[str],
+               endpoint: Optional[str], s3client_config: Optional[S3ClientConfig],
+               client: Optional[S3Client], retention_window_s: float,
+               conditional_put: Optional[bool]) -> None:
+        if not isinstance(uri, str) or not uri.startswith("s3://"):
+            raise ValueError(f"{self._who} needs an s3:// prefix, got {uri!r}")
+        self.uri = uri
+        self._client_args = (region, endpoint, s3client_config, client)
+        self._options = (max_pending, retention_window_s, conditional_put)
+        self._ck: Optional[DirectoryCheckpointer] = None
+        self._futures: List[Any] = []   # (step, future) not yet looked at
+        self._failed: List[Any] = []    # (step, exception)
+        self._reported = 0
+
+    def _start(self, keep: Optional[int]) -> DirectoryCheckpointer:
+        if self._ck is None:
+            if keep is not None and keep < 1:
+                raise ValueError(f"{self._who}: the number of checkpoints kept in S3 must be "
+                                 f">= 1 or None, got {keep}")
+            max_pending, window, conditional_put = self._options
+            region, endpoint, config, client = self._client_args
+            self._ck = DirectoryCheckpointer(
+                self.uri, max_pending=max_pending, keep_remote=keep,
+                client=client if client is not None else _shared_client(region, endpoint,
+                                                                        config),
+                retention_window_s=window, conditional_put=conditional_put)
+        return self._ck
+
+    def _queue(self, path: str, step: int) -> None:
+        self._collect()
+        assert self._ck is not None
+        self._futures.append((step, self._ck.save_dir(path, step)))
+
+    def _collect(self) -> None:
         left = []
-        for step, f in self.futures:
+        for step, f in self._futures:
             if not f.done():
                 left.append((step, f))
             elif f.exception() is not None:
-                self.failed.append((step, f.exception()))
-                warnings.warn(f"{self.who}: the upload of step {step} failed and was not "
+                self._failed.append((step, f.exception()))
+                warnings.warn(f"{self._who}: the upload of step {step} failed and was not "
                               f"committed: {f.exception()}", RuntimeWarning)
-        self.futures = left
+        self._futures = left
 
-    def raise_failures(self) -> None:
-        self.collect()
-        new = self.failed[self.reported:]
-        self.reported = len(self.failed)
+    @property
+    def checkpointer(self) -> Optional[DirectoryCheckpointer]:
+        """The uploader (in the uploading process, once made), else None."""
+        return self._ck
+
+    def resolve(self, local_dir: str, step: Optional[int] = None) -> str:
+        """``resolve_checkpoint`` of this prefix, with these client settings."""
+        region, endpoint, config, client = self._client_args
+        return resolve_checkpoint(self.uri, local_dir, step=step, region=region,
+                                  endpoint=endpoint, s3client_config=config, client=client)
+
+    def wait(self) -> None:
+        """Wait for every upload asked for so far (and its retention); RuntimeError when one
+        failed since the last wait (each failure is also warned about when noticed)."""
+        if self._ck is not None:
+            self._ck.wait()
+        self._collect()
+        new = self._failed[self._reported:]
+        self._reported = len(self._failed)
         if new:
-            raise RuntimeError(f"{self.who}: {len(new)} checkpoint upload(s) failed, steps "
+            raise RuntimeError(f"{self._who}: {len(new)} checkpoint upload(s) failed, steps "
                                f"{[s for s, _ in new]}: {new[-1][1]}") from new[-1][1]
+
+    def close(self) -> None:
+        """Wait for the uploads, then stop the background thread."""
+        try:
+            self.wait()
+        finally:
+            if self._ck is not None:
+                self._ck.close()
 
 
 def _barrier() -> None:
@@ -100,7 +141,7 @@ def _barrier() -> None:
         dist.barrier()
 
 
-class S3CheckpointCallback(transformers.TrainerCallback):
+class S3CheckpointCallback(_FolderUploader, transformers.TrainerCallback):
     """Uploads each ``checkpoint-N`` folder the Trainer saves to ``uri`` (the run's prefix,
     ``s3://bucket/run/``), in the background, as a commit of the AsyncCheckpointer protocol:
     a folder is visible to ``resolve_checkpoint`` only once all its files are uploaded and
@@ -118,8 +159,10 @@ class S3CheckpointCallback(transformers.TrainerCallback):
         region, endpoint, s3client_config, client: the S3 client (``client`` to share one).
 
     Only the world process zero uploads (after a barrier when torch.distributed is
-    initialized); every rank resumes with ``resolve_checkpoint``.
+    initialized); every rank resumes with ``resolve_checkpoint`` (or ``resolve``).
     """
+
+    _who = "s3flash.hf.S3CheckpointCallback"
 
     def __init__(self, uri: str, *, save_total_limit: Any = _FROM_FRAMEWORK,
                  max_pending: int = 1, region: Optional[str] = None,
@@ -128,68 +171,27 @@ class S3CheckpointCallback(transformers.TrainerCallback):
                  client: Optional[S3Client] = None,
                  retention_window_s: float = DEFAULT_RETENTION_WINDOW_S,
                  conditional_put: Optional[bool] = None):
-        if not isinstance(uri, str) or not uri.startswith("s3://"):
-            raise ValueError(f"S3CheckpointCallback needs an s3:// prefix, got {uri!r}")
-        self.uri = uri
+        self._setup(uri, max_pending, region, endpoint, s3client_config, client,
+                    retention_window_s, conditional_put)
         self.save_total_limit = save_total_limit
-        self._client_args = (region, endpoint, s3client_config, client)
-        self._max_pending = max_pending
-        self._window = retention_window_s
-        self._conditional_put = conditional_put
-        self._ck: Optional[DirectoryCheckpointer] = None
-        self._uploads = _Uploads("s3flash.hf.S3CheckpointCallback")
-
-    @property
-    def checkpointer(self) -> Optional[DirectoryCheckpointer]:
-        """The uploader (rank 0, after its first save), None before."""
-        return self._ck
-
-    def _checkpointer(self, args: Any) -> DirectoryCheckpointer:
-        if self._ck is None:
-            keep = args.save_total_limit if self.save_total_limit is _FROM_FRAMEWORK \
-                else self.save_total_limit
-            self._ck = _checkpointer(self.uri, keep, self._max_pending, *self._client_args,
-                                     self._window, self._conditional_put)
-        return self._ck
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _barrier()
         if not state.is_world_process_zero:
             return
-        self._uploads.collect()
-        path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        fut = self._checkpointer(args).save_dir(path, state.global_step)
-        self._uploads.futures.append((state.global_step, fut))
+        self._start(args.save_total_limit if self.save_total_limit is _FROM_FRAMEWORK
+                    else self.save_total_limit)
+        self._queue(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"),
+                    state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.wait()
-
-    def wait(self) -> None:
-        """Wait for every upload asked for so far (and its retention); RuntimeError when one
-        failed since the last wait (each failure is also warned about when noticed)."""
-        if self._ck is not None:
-            self._ck.wait()
-        self._uploads.raise_failures()
-
-    def close(self) -> None:
-        """Wait for the uploads, then stop the background thread."""
-        try:
-            self.wait()
-        finally:
-            if self._ck is not None:
-                self._ck.close()
-
-    def resolve(self, local_dir: str, step: Optional[int] = None) -> str:
-        """``resolve_checkpoint`` of this callback's prefix, with its client."""
-        region, endpoint, config, client = self._client_args
-        return resolve_checkpoint(self.uri, local_dir, step=step, region=region,
-                                  endpoint=endpoint, s3client_config=config, client=client)
 
 
 _TRAILING_INT = re.compile(r"(\d+)$")
 
 
-class S3AcceleratorCheckpoint:
+class S3AcceleratorCheckpoint(_FolderUploader):
     """Uploads the folder of every ``accelerator.save_state(...)`` to ``uri`` in the
     background, as a commit of the AsyncCheckpointer protocol.
 
@@ -199,9 +201,11 @@ class S3AcceleratorCheckpoint:
     on the main process queues the upload of the folder it returned. The step recorded is
     the number that ends the folder's name (``checkpoint_3`` with automatic naming), else
     the save iteration. ``total_limit``: committed folders kept in S3 (default: the
-    ``ProjectConfiguration``'s ``total_limit``). Resume: ``load_state(local_dir)``
-    (``resolve_checkpoint`` then ``accelerator.load_state``).
+    ``ProjectConfiguration``'s ``total_limit``). The other arguments are
+    S3CheckpointCallback's. Resume: ``load_state(local_dir)``.
     """
+
+    _who = "s3flash.hf.S3AcceleratorCheckpoint"
 
     def __init__(self, accelerator: Any, uri: str, *, total_limit: Any = _FROM_FRAMEWORK,
                  max_pending: int = 1, region: Optional[str] = None,
@@ -210,24 +214,14 @@ class S3AcceleratorCheckpoint:
                  client: Optional[S3Client] = None,
                  retention_window_s: float = DEFAULT_RETENTION_WINDOW_S,
                  conditional_put: Optional[bool] = None):
-        if not isinstance(uri, str) or not uri.startswith("s3://"):
-            raise ValueError(f"S3AcceleratorCheckpoint needs an s3:// prefix, got {uri!r}")
+        self._setup(uri, max_pending, region, endpoint, s3client_config, client,
+                    retention_window_s, conditional_put)
         self.accelerator = accelerator
-        self.uri = uri
-        keep = accelerator.project_configuration.total_limit \
-            if total_limit is _FROM_FRAMEWORK else total_limit
-        self._client_args = (region, endpoint, s3client_config, client)
-        self._ck: Optional[DirectoryCheckpointer] = None
         if accelerator.is_main_process:
-            self._ck = _checkpointer(uri, keep, max_pending, *self._client_args,
-                                     retention_window_s, conditional_put)
-        self._uploads = _Uploads("s3flash.hf.S3AcceleratorCheckpoint")
+            self._start(accelerator.project_configuration.total_limit
+                        if total_limit is _FROM_FRAMEWORK else total_limit)
         self._original = accelerator.save_state
         accelerator.save_state = self._save_state
-
-    @property
-    def checkpointer(self) -> Optional[DirectoryCheckpointer]:
-        return self._ck
 
     def _save_state(self, output_dir: Any = None, *args: Any, **kwargs: Any) -> Any:
         acc = self.accelerator
@@ -235,27 +229,17 @@ class S3AcceleratorCheckpoint:
         location = self._original(output_dir, *args, **kwargs)
         acc.wait_for_everyone()
         if self._ck is not None:
-            self._uploads.collect()
             path = os.fspath(location)
             m = _TRAILING_INT.search(os.path.basename(path.rstrip("/")))
-            step = int(m.group(1)) if m else int(iteration)
-            self._uploads.futures.append((step, self._ck.save_dir(path, step)))
+            self._queue(path, int(m.group(1)) if m else int(iteration))
         return location
 
     def load_state(self, local_dir: str, step: Optional[int] = None, **kwargs: Any) -> str:
         """Download the newest committed folder (or that of `step`) into `local_dir` and
         ``accelerator.load_state`` it on this process; returns its path."""
-        region, endpoint, config, client = self._client_args
-        path = resolve_checkpoint(self.uri, local_dir, step=step, region=region,
-                                  endpoint=endpoint, s3client_config=config, client=client)
+        path = self.resolve(local_dir, step)
         self.accelerator.load_state(path, **kwargs)
         return path
-
-    def wait(self) -> None:
-        """Wait for the uploads asked for so far; RuntimeError when one failed."""
-        if self._ck is not None:
-            self._ck.wait()
-        self._uploads.raise_failures()
 
     def detach(self) -> None:
         """Give the accelerator its own save_state back (uploads in flight go on)."""
@@ -265,9 +249,4 @@ class S3AcceleratorCheckpoint:
     def close(self) -> None:
         """Detach, wait for the uploads, stop the background thread."""
         self.detach()
-        try:
-            self.wait()
-        finally:
-            if self._ck is not None:
-                self._ck.close()
-
+        super().close()

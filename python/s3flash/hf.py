@@ -22,6 +22,7 @@ Training checkpoints (``S3CheckpointCallback``, ``S3AcceleratorCheckpoint``,
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import json
 import os
 import re
@@ -29,15 +30,21 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
+
+def _missing_extra(name: str) -> ImportError:
+    return ImportError(f"s3flash.hf needs the optional dependencies of the extra 'hf' "
+                       f"(transformers, accelerate, safetensors): pip install 's3flash[hf]' "
+                       f"({name} is not installed)")
+
+
 try:
-    import transformers
-    import accelerate  # noqa: F401
-    import safetensors  # noqa: F401
+    import transformers  # noqa: F401
     import torch
-except ImportError as e:  # pragma: no cover - exercised without the extra
-    raise ImportError(f"s3flash.hf needs the optional dependencies of the extra 'hf' "
-                      f"(transformers, accelerate, safetensors): pip install 's3flash[hf]' "
-                      f"({e.name or e} is not installed)") from e
+except ImportError as e:  # tested without the extra (test_hf.py)
+    raise _missing_extra(e.name or str(e)) from e
+for _name in ("accelerate", "safetensors"):  # imported when used (accelerate is slow to load)
+    if importlib.util.find_spec(_name) is None:
+        raise _missing_extra(_name)
 
 from ._client import ObjectInfo, S3Client, _shared_client
 from ._config import S3ClientConfig

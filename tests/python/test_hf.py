@@ -216,7 +216,7 @@ def test_callback_uploads_in_the_background_and_commits_last(bucket, client, pro
         assert time.monotonic() < deadline, "the commit was never attempted"
         time.sleep(0.05)
     cb.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
-    futs = [f for _, f in cb._uploads.futures]
+    futs = [f for _, f in cb._futures]
     assert len(futs) == 2 and not any(f.done() for f in futs)
     uploaded = {o.key.rsplit("/", 1)[1] for o in client.list_objects(bucket, "bg/step-")}
     assert uploaded == set(blobs[2])
@@ -234,6 +234,9 @@ def test_callback_uploads_in_the_background_and_commits_last(bucket, client, pro
         assert got.name == f"checkpoint-{step}"
         assert {f.name: f.read_bytes() for f in got.iterdir()} == blobs[step]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".s3flash-upload")]
+    # a folder's commit is not a state dict: AsyncCheckpointer.load says so
+    with pytest.raises(ValueError, match="directory checkpoint, 'checkpoint-4'"):
+        s3flash.AsyncCheckpointer(uri, client=client).load()
     cb.close()
 
 
