@@ -57,10 +57,12 @@ class _FolderUploader:
 
     _who = "s3flash.hf"
 
-    def _setup(self, uri: str, max_pending: int, region: Optional[str],
-               endpoint: Optional[str], s3client_config: Optional[S3ClientConfig],
-               client: Optional[S3Client], retention_window_s: float,
-               conditional_put: Optional[bool]) -> None:
+    def _setup(self, uri: str, *, max_pending: int = 1, region: Optional[str] = None,
+               endpoint: Optional[str] = None,
+               s3client_config: Optional[S3ClientConfig] = None,
+               client: Optional[S3Client] = None,
+               retention_window_s: float = DEFAULT_RETENTION_WINDOW_S,
+               conditional_put: Optional[bool] = None) -> None:
         if not isinstance(uri, str) or not uri.startswith("s3://"):
             raise ValueError(f"{self._who} needs an s3:// prefix, got {uri!r}")
         self.uri = uri
@@ -152,6 +154,7 @@ class S3CheckpointCallback(_FolderUploader, transformers.TrainerCallback):
         save_total_limit: committed checkpoints kept in S3 (the newest ones; older ones are
             deleted after a newer one commits, never the newest, never one being written).
             By default ``TrainingArguments.save_total_limit`` (None: all are kept).
+        options (keywords only, shared with S3AcceleratorCheckpoint):
         max_pending: uploads queued or running at once; ``on_save`` waits beyond that.
         retention_window_s, conditional_put: as for ``AsyncCheckpointer`` (another writer's
             commits are removed only once older than the window: pass 0 on a resumed run
@@ -165,14 +168,8 @@ class S3CheckpointCallback(_FolderUploader, transformers.TrainerCallback):
     _who = "s3flash.hf.S3CheckpointCallback"
 
     def __init__(self, uri: str, *, save_total_limit: Any = _FROM_FRAMEWORK,
-                 max_pending: int = 1, region: Optional[str] = None,
-                 endpoint: Optional[str] = None,
-                 s3client_config: Optional[S3ClientConfig] = None,
-                 client: Optional[S3Client] = None,
-                 retention_window_s: float = DEFAULT_RETENTION_WINDOW_S,
-                 conditional_put: Optional[bool] = None):
-        self._setup(uri, max_pending, region, endpoint, s3client_config, client,
-                    retention_window_s, conditional_put)
+                 **options: Any):
+        self._setup(uri, **options)
         self.save_total_limit = save_total_limit
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -208,14 +205,8 @@ class S3AcceleratorCheckpoint(_FolderUploader):
     _who = "s3flash.hf.S3AcceleratorCheckpoint"
 
     def __init__(self, accelerator: Any, uri: str, *, total_limit: Any = _FROM_FRAMEWORK,
-                 max_pending: int = 1, region: Optional[str] = None,
-                 endpoint: Optional[str] = None,
-                 s3client_config: Optional[S3ClientConfig] = None,
-                 client: Optional[S3Client] = None,
-                 retention_window_s: float = DEFAULT_RETENTION_WINDOW_S,
-                 conditional_put: Optional[bool] = None):
-        self._setup(uri, max_pending, region, endpoint, s3client_config, client,
-                    retention_window_s, conditional_put)
+                 **options: Any):
+        self._setup(uri, **options)
         self.accelerator = accelerator
         if accelerator.is_main_process:
             self._start(accelerator.project_configuration.total_limit
