@@ -506,7 +506,8 @@ static void format_shape(const struct s3f_safetensors_tensor *t, char *buf, size
 /* The tensors tile the data section exactly (the rules of safetensors' validate). */
 static enum s3f_status check_layout(struct s3f_safetensors_header *h, struct s3f_error *err) {
     char nb[96], nb2[96], sb[96];
-    qsort(h->tensors, h->n_tensors, sizeof(*h->tensors), by_offsets);
+    if (h->n_tensors > 1) /* tensors is NULL when there are none: no qsort(NULL, 0) */
+        qsort(h->tensors, h->n_tensors, sizeof(*h->tensors), by_offsets);
     uint64_t at = 0;
     for (size_t k = 0; k < h->n_tensors; k++) {
         struct s3f_safetensors_tensor *t = &h->tensors[k];
