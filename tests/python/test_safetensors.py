@@ -9,6 +9,7 @@ import json
 import re
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -277,6 +278,45 @@ def test_sharded_missing_shard(client, s3, bucket):
     assert ei.value.request_id and ei.value.request_id in msg
 
 
+def test_shards_in_parallel_bounded(proxied, proxy, client, s3, bucket):
+    """Six shards, every GET of them held at the proxy: four shards' GETs are held at once
+    (fetched in parallel), and the other two start only after the hold is lifted (at most
+    max_parallel=4 at a time); then every tensor arrives."""
+    state = {f"t{i}": torch.full((64,), float(i)) for i in range(12)}
+    put(s3, bucket, "par/model.safetensors.index.json",
+        save_sharded(client, bucket, "par/", state, 6))
+    proxy.reset()
+    proxy.set_faults([{"match": {"method": "GET", "path": r"/par/model-\d+-of-\d+"},
+                       "action": "delay", "seconds": 60}])
+    result = {}
+
+    def load():
+        try:
+            result["state"] = s3st.load_sharded(f"s3://{bucket}/par/", client=proxied)
+        except Exception as e:  # noqa: BLE001  (checked below)
+            result["error"] = e
+
+    def shards_asked():
+        return {e["path"] for e in proxy.stats()["log"] if "-of-" in e["path"]}
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        for _ in range(1500):  # bounded polling of the proxy's log
+            if len(shards_asked()) >= 4 or not t.is_alive():
+                break
+            t.join(0.02)
+        held = shards_asked()
+    finally:
+        released_at = time.monotonic()
+        proxy.release(0)
+        t.join(60)
+    assert len(held) == 4, held
+    assert set(result.get("state", {})) == set(state), result
+    later = [e for e in proxy.stats()["log"] if "-of-" in e["path"] and e["path"] not in held]
+    assert {e["path"] for e in later} and all(e["time"] > released_at for e in later), later
+
+
 # ---- hostile headers --------------------------------------------------------------------------
 
 def hostile_cases():
@@ -390,7 +430,8 @@ def test_replaced_between_header_and_data(proxied, proxy, s3, bucket):
     """The object replaced after its header was read: the data's GET carries If-Match of
     the header's ETag and the load fails with S3's 412 (never tensors of two versions):
     safe_open then get_tensor, and load_file with its data GET held at the proxy while the
-    object is replaced."""
+    object is replaced (from this thread, while the loader's thread waits in the download
+    with the GIL released: held, this thread could not run until the 60 s delay ended)."""
     key = "replaced/m.safetensors"
     old = st.save({"x": torch.zeros(4096), "y": torch.ones(10)})
     new = st.save({"x": torch.ones(4096), "y": torch.zeros(10)})
@@ -421,6 +462,8 @@ def test_replaced_between_header_and_data(proxied, proxy, s3, bucket):
                 break
             t.join(0.02)
         assert len(ranges(proxy, key)) >= 2, "the data GET never came"
+        # this thread ran while the loader waited in the download: the GIL was released
+        assert t.is_alive()
         put(s3, bucket, key, new)
     finally:
         proxy.release(0)
