@@ -340,8 +340,11 @@ static enum s3f_status add_tensor(struct parser *p, struct s3f_safetensors_heade
         goto check;
     do {
         char *field = NULL;
-        if ((st = parse_string(p, &field, NULL)))
+        size_t flen = 0;
+        if ((st = parse_string(p, &field, &flen)))
             return st;
+        if (strlen(field) != flen) /* "dtype\u0000..." is no "dtype" */
+            field[0] = 0;
         if (!eat(p, ':')) {
             free(field);
             return bad(p, "':' expected");

@@ -340,9 +340,9 @@ static void plan_parts(struct download *d, uint32_t *queue, bool *send_head) {
         struct s3f_error e;
         s3f_error_clear(&e);
         s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "download", d->resource,
-                       "the object has %" PRIu64 " bytes, more than the %" PRIu64
+                       "the %s has %" PRIu64 " bytes, more than the %" PRIu64
                        " bytes of the buffer",
-                       d->size, d->capacity);
+                       d->ranged ? "range" : "object", d->size, d->capacity);
         fail(d, S3F_ERR_INVALID_ARGUMENT, &e);
         return;
     }

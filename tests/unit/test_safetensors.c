@@ -98,6 +98,14 @@ static void test_what_safetensors_writes(void) {
         }
         s3f_safetensors_free(h);
     }
+    /* a member named "dtype\0..." is not the dtype (names are compared with their length) */
+    h = NULL;
+    CHECK_INT(parse("{\"a\":{\"dtype\":\"U8\",\"dtype\\u0000\":\"XX\",\"shape\":[1],"
+                    "\"data_offsets\":[0,1]}}",
+                    1, &h, &err),
+              S3F_OK);
+    CHECK(h && strcmp(h->tensors[0].dtype, "U8") == 0);
+    s3f_safetensors_free(h);
     /* no tensor at all, and metadata null */
     h = NULL;
     CHECK_INT(parse("{\"__metadata__\":null}", 0, &h, &err), S3F_OK);
