@@ -209,6 +209,9 @@ def test_callback_uploads_in_the_background_and_commits_last(bucket, client, pro
     cb = s3flash.hf.S3CheckpointCallback(uri, region=region, endpoint=proxy.endpoint,
                                          conditional_put=True, max_pending=2)
     args = SimpleNamespace(output_dir=str(tmp_path), save_total_limit=None)
+    # another rank: nothing uploaded, no client made
+    cb.on_save(args, SimpleNamespace(global_step=2, is_world_process_zero=False), None)
+    assert cb.checkpointer is None and cb._futures == []
     cb.on_save(args, SimpleNamespace(global_step=2, is_world_process_zero=True), None)
     reader = DirectoryCheckpointer(uri, client=client)
     deadline = time.monotonic() + 60
@@ -278,7 +281,7 @@ def child(mode, uri, endpoint, out, n):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def wait_for_steps(ck, want, proc, timeout_s=120):
+def wait_for_steps(ck, want, proc, timeout_s=240):
     """Poll the bucket (bounded) until the committed steps are `want`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
