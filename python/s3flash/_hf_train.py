@@ -25,7 +25,8 @@ from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
 from ._dir_checkpoint import DirectoryCheckpointer
 
-__all__ = ["S3CheckpointCallback", "S3AcceleratorCheckpoint", "resolve_checkpoint"]
+__all__ = ["S3CheckpointCallback", "S3AcceleratorCheckpoint", "S3ResumeMixin", "S3Trainer",
+           "resolve_checkpoint"]
 
 _FROM_FRAMEWORK: Any = object()  # save_total_limit / total_limit: the framework's setting
 
@@ -183,6 +184,30 @@ class S3CheckpointCallback(_FolderUploader, transformers.TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.wait()
+
+
+class S3ResumeMixin:
+    """Lets ``Trainer.train`` take ``resume_from_checkpoint="s3://bucket/run/"``: before the
+    Trainer's own ``train``, the URI becomes ``resolve_checkpoint(uri, args.output_dir)`` (the
+    newest committed folder, downloaded by every rank), with the client settings of the
+    Trainer's S3CheckpointCallback when it has one (else the AWS environment's). Mix it in
+    before the Trainer class: ``class MyTrainer(S3ResumeMixin, Trainer)``, or use
+    ``S3Trainer``. Anything else (a local path, True, None) goes through unchanged."""
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.startswith("s3://"):
+            cbs = [c for c in self.callback_handler.callbacks  # type: ignore[attr-defined]
+                   if isinstance(c, S3CheckpointCallback)]
+            region, endpoint, config, client = cbs[0]._client_args if cbs else (None,) * 4
+            resume_from_checkpoint = resolve_checkpoint(
+                resume_from_checkpoint, self.args.output_dir,  # type: ignore[attr-defined]
+                region=region, endpoint=endpoint, s3client_config=config, client=client)
+        return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
+
+
+class S3Trainer(S3ResumeMixin, transformers.Trainer):
+    """``transformers.Trainer`` whose ``train`` also takes an ``s3://`` prefix as
+    ``resume_from_checkpoint`` (S3ResumeMixin)."""
 
 
 _TRAILING_INT = re.compile(r"(\d+)$")

@@ -16,7 +16,7 @@ generation config and tokenizer files are the small files beside them, fetched i
 into a private temporary folder and read by transformers' own loaders.
 
 Training checkpoints (``S3CheckpointCallback``, ``S3AcceleratorCheckpoint``,
-``resolve_checkpoint``) are in s3flash/_hf_train.py and exported here.
+``resolve_checkpoint``, ``S3Trainer``) are in s3flash/_hf_train.py and exported here.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ from ._client import ObjectInfo, S3Client, _shared_client
 from ._config import S3ClientConfig
 from . import _s3flash
 from ._hf_train import (S3AcceleratorCheckpoint, S3CheckpointCallback,  # noqa: F401
-                        resolve_checkpoint)
+                        S3ResumeMixin, S3Trainer, resolve_checkpoint)
 
 __all__ = ["from_pretrained", "save_pretrained", "resolve_checkpoint",
-           "S3CheckpointCallback", "S3AcceleratorCheckpoint", "SAFE_WEIGHTS_NAME",
-           "SAFE_WEIGHTS_INDEX_NAME"]
+           "S3CheckpointCallback", "S3AcceleratorCheckpoint", "S3ResumeMixin", "S3Trainer",
+           "SAFE_WEIGHTS_NAME", "SAFE_WEIGHTS_INDEX_NAME"]
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"

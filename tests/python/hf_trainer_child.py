@@ -4,9 +4,10 @@
         trains with S3CheckpointCallback (save_steps=2, save_total_limit=2); after the save of
         HOLD_STEP has committed it blocks until it is killed (the test SIGKILLs it).
     python hf_trainer_child.py resume URI ENDPOINT OUTPUT_DIR MAX_STEPS
-        resolve_checkpoint(URI) into OUTPUT_DIR, then Trainer.train(resume_from_checkpoint=...)
-        to MAX_STEPS with the callback (retention_window_s=0: the killed writer is dead);
-        OUTPUT_DIR/probe.pt gets the global step and optimizer state seen at on_train_begin.
+        S3Trainer.train(resume_from_checkpoint=URI) (the newest committed checkpoint, downloaded
+        into OUTPUT_DIR) to MAX_STEPS with the callback (retention_window_s=0: the killed writer
+        is dead); OUTPUT_DIR/probe.pt gets the global step and optimizer state seen at
+        on_train_begin.
 """
 
 import os
@@ -41,13 +42,13 @@ def tiny_model():
                                         num_key_value_heads=2, max_position_embeddings=32))
 
 
-def trainer(output_dir, max_steps, callbacks):
+def trainer(output_dir, max_steps, callbacks, cls=Trainer):
     args = TrainingArguments(output_dir=output_dir, max_steps=max_steps, save_steps=2,
                              save_total_limit=2, per_device_train_batch_size=4,
                              learning_rate=1e-3, lr_scheduler_type="constant", report_to=[],
                              use_cpu=True, logging_steps=1000, seed=0,
                              dataloader_num_workers=0, disable_tqdm=True)
-    return Trainer(model=tiny_model(), args=args, train_dataset=Tokens(), callbacks=callbacks)
+    return cls(model=tiny_model(), args=args, train_dataset=Tokens(), callbacks=callbacks)
 
 
 class Hold(TrainerCallback):
@@ -79,12 +80,10 @@ def main():
         cb = s3flash.hf.S3CheckpointCallback(uri, region=REGION, endpoint=endpoint)
         trainer(out, 1000, [cb, Hold(n, cb)]).train()
         raise SystemExit("the run ended without being held")
-    path = s3flash.hf.resolve_checkpoint(uri, out, region=REGION, endpoint=endpoint)
-    print(f"resuming from {path}", flush=True)
     cb = s3flash.hf.S3CheckpointCallback(uri, region=REGION, endpoint=endpoint,
                                          retention_window_s=0)
-    result = trainer(out, n, [cb, Probe(os.path.join(out, "probe.pt"))]).train(
-        resume_from_checkpoint=path)
+    t = trainer(out, n, [cb, Probe(os.path.join(out, "probe.pt"))], s3flash.hf.S3Trainer)
+    result = t.train(resume_from_checkpoint=uri)   # the newest committed checkpoint
     print(f"done at {result.global_step}", flush=True)
 
 
