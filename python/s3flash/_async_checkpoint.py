@@ -642,10 +642,10 @@ class AsyncCheckpointer:
         commit = commits[-1]
         obj = next((o for o in commit.manifest["objects"] if o["name"] == STATE_NAME), None)
         if obj is None:
-            raise ValueError(f"commit {commit.seq} of step {commit.step} under {self.uri} names no "
-                             f"{STATE_NAME} (a directory checkpoint, "
-                             f"{commit.manifest.get('directory')!r}: s3flash.hf.resolve_checkpoint "
-                             "downloads it)")
+            raise ValueError(f"commit {commit.seq} of step {commit.step} under {self.uri} "
+                             f"names no {STATE_NAME} (a directory checkpoint, "
+                             f"{commit.manifest.get('directory')!r}: "
+                             "s3flash.hf.resolve_checkpoint downloads it)")
         self.last_load_tier = "s3"
         path = self._local_valid(commit, obj)
         if path is not None:
