@@ -247,9 +247,14 @@ def from_pretrained(cls: Any, uri: str, *, dtype: Any = None, torch_dtype: Any =
         raise FileNotFoundError(f"s3://{bucket}/{prefix}: no objects in this folder")
     tmp = tempfile.mkdtemp(prefix="s3flash-hf-")  # 0700: private to this user
     try:
-        _fetch_small_files(c, bucket, prefix, listing, tmp)
+        fetched = _fetch_small_files(c, bucket, prefix, listing, tmp)
         if not _is_model_class(cls):
-            obj = cls.from_pretrained(tmp, **kwargs)
+            try:
+                obj = cls.from_pretrained(tmp, **kwargs)
+            except (OSError, ValueError) as e:  # its message names the temporary folder
+                raise (OSError if isinstance(e, OSError) else ValueError)(
+                    f"{uri}: {getattr(cls, '__name__', cls)}.from_pretrained found nothing it "
+                    f"reads among {fetched}: {e}") from e
             for attr in ("name_or_path", "_name_or_path"):
                 if isinstance(getattr(obj, attr, None), str):
                     try:
@@ -259,6 +264,8 @@ def from_pretrained(cls: Any, uri: str, *, dtype: Any = None, torch_dtype: Any =
             return obj
         want = _as_dtype(dtype if dtype is not None else torch_dtype)
         if config is None:
+            if "config.json" not in fetched:
+                raise FileNotFoundError(f"{uri}: no config.json (pass config=)")
             from transformers import AutoConfig
             config_cls = getattr(cls, "config_class", None) or AutoConfig
             config = config_cls.from_pretrained(tmp, **kwargs)

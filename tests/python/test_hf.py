@@ -172,6 +172,12 @@ def test_missing_weights_fail_naming_them(bucket, client, s3):
     s3.delete_object(Bucket=bucket, Key="llama-missing/model.safetensors")
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         s3flash.hf.from_pretrained(LlamaForCausalLM, uri, client=client)
+    s3.delete_object(Bucket=bucket, Key="llama-missing/config.json")
+    with pytest.raises(FileNotFoundError, match=f"{uri}: no config.json"):
+        s3flash.hf.from_pretrained(LlamaForCausalLM, uri, client=client)
+    with pytest.raises((OSError, ValueError),
+                       match=f"{uri}: AutoTokenizer.from_pretrained found nothing"):
+        s3flash.hf.from_pretrained(AutoTokenizer, uri, client=client)
 
 
 def test_import_without_the_extra_names_it():
