@@ -19,6 +19,7 @@ MAY_INCLUDE = {
     "s3": {"core", "auth", "http"},
     "xfer": {"core", "s3", "cache"},
     "cache": {"core"},
+    "format": {"core"},                # file formats read from objects (safetensors)
     "cli": {"mount"},                  # `s3flash mount` hands its options to the daemon
     "python": set(),
     "mount": set(),

@@ -594,6 +594,20 @@ struct s3f_download_options {
     int fsync;
     s3f_progress_fn progress;
     void *progress_user_data;
+    /* A byte range instead of the whole object (s3f_download_iov, _buffer and _file only;
+     * s3f_download_alloc and _stream refuse it with S3F_ERR_INVALID_ARGUMENT). Both 0: the
+     * whole object. Else the bytes [range_offset, range_offset + range_bytes), range_bytes
+     * 0 meaning to the end of the object; they land at the start of the destination and
+     * info->size is their count. The range is downloaded as a whole object is: a first
+     * ranged GET learns the object's size and ETag (pass the ETag you know as if_match, so
+     * that an object replaced since fails with S3F_ERR_PRECONDITION_FAILED instead of
+     * mixing two versions), then parts of part_size_bytes in parallel, each answer checked
+     * (ETag, the object's size, Content-Range exact). A range that does not lie within the
+     * object (one starting at its end included) fails with S3F_ERR_INVALID_RANGE, naming the
+     * object's size. verify_checksum is not used (the server's checksum is of the whole
+     * object) and neither is the block cache (cache_dir). */
+    uint64_t range_offset;
+    uint64_t range_bytes;
 };
 
 /* Responses checked (every download, the reader, s3f_get_object): each GET's answer is
@@ -953,6 +967,67 @@ S3F_API void s3f_uploads_page_free(struct s3f_uploads_page *page);
 S3F_API enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char *bucket,
                             const char *key, uint32_t expires_s, char **url,
                             struct s3f_error *err);
+
+/* ---------------------------------------------------------------------------------------
+ * safetensors headers (src/format/safetensors.c)
+ * ------------------------------------------------------------------------------------- */
+/* A safetensors file is an 8-byte little-endian header length N, N bytes of JSON naming
+ * each tensor's dtype, shape and data_offsets (and an optional "__metadata__" map of
+ * strings), then the data section the offsets count from. The header is checked with the
+ * rules of safetensors' own loader (0.8) before any tensor byte is read, so that a hostile
+ * file fails with a message naming what was wrong, and a load never reads past the data. */
+#define S3F_SAFETENSORS_MAX_HEADER_BYTES ((uint64_t)100000000) /* safetensors' own cap */
+
+struct s3f_safetensors_tensor {
+    const char *name;       /* decoded UTF-8, NUL-terminated (a "\u0000" in it stays one) */
+    size_t name_len;
+    const char *dtype;      /* a static string: "BOOL", "U8", "BF16", "F8_E4M3", ... */
+    unsigned dtype_bits;    /* bits per element: 4 (F4), 6 (F6_*), 8, 16, 32 or 64 */
+    size_t n_dims;          /* 0: a scalar */
+    uint64_t *shape;
+    uint64_t begin, end;    /* [begin, end) within the data section */
+};
+struct s3f_safetensors_kv {
+    const char *key, *value; /* decoded UTF-8, NUL-terminated */
+    size_t key_len, value_len;
+};
+struct s3f_safetensors_header {
+    uint64_t header_bytes;  /* N */
+    uint64_t data_offset;   /* 8 + N: where the data section starts in the file */
+    uint64_t data_bytes;    /* the data section's size: the file's size - data_offset */
+    struct s3f_safetensors_tensor *tensors; /* in file order (by begin, then end) */
+    size_t n_tensors;
+    struct s3f_safetensors_kv *metadata;    /* "__metadata__", in the header's order */
+    size_t n_metadata;
+    int has_metadata;       /* 1: the header had "__metadata__" (an object, or null) */
+};
+
+/* The header's length N from the first 8 bytes of a file of `file_size` bytes, checked:
+ * the file must hold 8 + N bytes and N be at most max_header_bytes (0:
+ * S3F_SAFETENSORS_MAX_HEADER_BYTES). Errors: S3F_ERR_INVALID_ARGUMENT, the message saying
+ * which. Thread-safe (no state). */
+S3F_API enum s3f_status s3f_safetensors_header_length(const void *first8, uint64_t file_size,
+                                                      uint64_t max_header_bytes,
+                                                      uint64_t *header_bytes,
+                                                      struct s3f_error *err);
+/* Parse and validate the header: `data` holds the first `len` bytes of a file of
+ * `file_size` bytes, at least 8 + N (what s3f_safetensors_header_length returns; more is
+ * ignored). Checked: the length (as above); UTF-8 JSON, an object, nested at most 16 deep,
+ * nothing after it but whitespace; each tensor an object with a known dtype, a shape of
+ * non-negative integers and data_offsets of two; "__metadata__" an object of strings (or
+ * null); names unique; shape x dtype bits whole bytes and equal to end - begin; the
+ * tensors, in order of their offsets, tiling the data section exactly (no overlap, no gap,
+ * nothing past its end, nothing left after the last). Members of a tensor other than
+ * those three are ignored, as safetensors does. On success *out (free with
+ * s3f_safetensors_free). Errors: S3F_ERR_INVALID_ARGUMENT with a message naming the tensor
+ * and what was wrong (the header's bytes are never copied into it, names cut at 80 bytes),
+ * S3F_ERR_NO_MEMORY. Thread-safe (no state). */
+S3F_API enum s3f_status s3f_safetensors_parse(const void *data, size_t len, uint64_t file_size,
+                                              uint64_t max_header_bytes,
+                                              struct s3f_safetensors_header **out,
+                                              struct s3f_error *err);
+/* NULL is accepted. */
+S3F_API void s3f_safetensors_free(struct s3f_safetensors_header *h);
 
 #ifdef __cplusplus
 }

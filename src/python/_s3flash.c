@@ -35,7 +35,7 @@
  * in each dealloc), and no macro that reads an object's fields (PyBytes_AS_STRING...) is used.
  *
  * Files (s3flash_py.h lists what they share): this one (module init, parse_uri, the shared
- * helpers), errors.c, client.c, writer.c, reader.c.
+ * helpers), errors.c, client.c, writer.c, reader.c, fetch.c, safetensors.c.
  */
 #include "s3flash_py.h"
 
@@ -192,6 +192,15 @@ static PyMethodDef module_methods[] = {
     {"list_tokens", (PyCFunction)mod_list_tokens, METH_NOARGS,
      "list_tokens() -> the continuation tokens of one listing, to pass as list_objects's "
      "tokens=\n(one listing, one thread at a time)."},
+    {"safetensors_header_length", (PyCFunction)(void (*)(void))mod_safetensors_header_length,
+     METH_VARARGS | METH_KEYWORDS,
+     "safetensors_header_length(first8, file_size, max_header_bytes=0) -> int\nThe header's "
+     "length from a safetensors file's first 8 bytes, checked; ValueError naming what is wrong."},
+    {"parse_safetensors_header", (PyCFunction)(void (*)(void))mod_parse_safetensors_header,
+     METH_VARARGS | METH_KEYWORDS,
+     "parse_safetensors_header(data, file_size, max_header_bytes=0) -> dict\nA safetensors "
+     "header (data: the file's first 8 + N bytes) parsed and validated; ValueError naming what "
+     "is wrong."},
     {"parse_uri", (PyCFunction)mod_parse_uri, METH_O,
      "parse_uri(uri) -> (bucket, key)\nSplit 's3://bucket/key'; ValueError naming the URI."},
     {NULL, NULL, 0, NULL},

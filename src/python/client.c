@@ -933,6 +933,14 @@ static PyMethodDef Client_methods[] = {
      "Server-side copy of any size (CopyObject, or UploadPartCopy parts in parallel)."},
     {"download_into", (PyCFunction)Client_download_into, METH_VARARGS,
      "download_into(bucket, key, buffer) -> int\nThe whole object into a writable buffer."},
+    {"download_range_into", (PyCFunction)(void (*)(void))Client_download_range_into,
+     METH_VARARGS | METH_KEYWORDS,
+     "download_range_into(bucket, key, offset, buffers, if_match=None, part_size=0,\n"
+     "version_id=None) -> info\nBytes [offset, offset + total length of buffers) into the "
+     "writable buffers, parallel ranged GETs pinned to if_match."},
+    {"get_range", (PyCFunction)(void (*)(void))Client_get_range, METH_VARARGS | METH_KEYWORDS,
+     "get_range(bucket, key, offset, length, if_match=None) -> (bytes, info)\nOne ranged GET "
+     "of at most length bytes; info['size'] is the object's size."},
     {"download_whole", (PyCFunction)(void (*)(void))Client_download_whole,
      METH_VARARGS | METH_KEYWORDS,
      "download_whole(bucket, key, max_size=-1) -> (bytes, info) or None\nThe whole object "

@@ -12,6 +12,8 @@
  *   writer.c    Writer (a streaming upload) and Client.open_writer
  *   reader.c    Reader (a random-access reader) and Client.open_reader
  *   fetch.c     Fetch (many whole objects fetched concurrently) and Client.open_fetch
+ *   safetensors.c  ranged downloads into regions, a ranged GET, the safetensors header's
+ *               parser (for python/s3flash/safetensors.py)
  * As CPython's Modules/_io/ splits its types. Private to src/python. */
 #ifndef S3FLASH_PY_H
 #define S3FLASH_PY_H
@@ -70,6 +72,11 @@ struct s3f_client *client_get(ClientObject *self);
 PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_fetch(ClientObject *self, PyObject *args, PyObject *kw);
+/* safetensors.c */
+PyObject *Client_download_range_into(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_get_range(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *mod_safetensors_header_length(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *mod_parse_safetensors_header(PyObject *mod, PyObject *args, PyObject *kw);
 int get_contiguous(PyObject *obj, Py_buffer *view, void **copy);
 /* The token set inside a list_tokens() capsule (borrowed), or NULL with TypeError set. */
 struct s3f_list_tokens **list_tokens_of(PyObject *obj);

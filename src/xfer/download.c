@@ -72,6 +72,10 @@ struct download {
     size_t n_iov;
     uint64_t *iov_end;
     uint64_t capacity;
+    /* a range (s3f_download_options.range_*): its first byte in the object, its length (0:
+     * to the end); parts, d->size and the destination count from range_offset */
+    bool ranged;
+    uint64_t range_offset, range_bytes;
     int fd;
     const char *path;           /* the destination file (the caller's), for errors */
     uint64_t part_size;
@@ -89,7 +93,8 @@ struct download {
     enum dl_state state;
     bool first_sent;
     bool no_range;              /* the ranged first GET got 416 (empty object): plain GET */
-    uint64_t size;
+    uint64_t size;              /* the bytes to download: the object's, or the range's */
+    uint64_t object_size;       /* the object's (pinned on every part) */
     char etag[128];             /* pinned: sent as If-Match */
     struct s3f_object_info info;
     struct dpart *parts;
@@ -301,6 +306,31 @@ static int sink_file(struct dreq *q, const char *p, size_t len, uint64_t offset)
     return 0;
 }
 
+/* The first response told the object's size and ETag (lock held): pin them and set the
+ * bytes to download (a range must lie within the object). false: failed. */
+static bool take_size(struct download *d, uint64_t total, const char *etag) {
+    d->object_size = total;
+    s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : etag, sizeof(d->etag));
+    if (!d->ranged) {
+        d->size = total;
+        return true;
+    }
+    if (d->range_offset > total ||
+        (d->range_bytes && d->range_bytes > total - d->range_offset)) {
+        struct s3f_error e;
+        s3f_error_clear(&e);
+        s3f__error_set(&e, S3F_ERR_INVALID_RANGE, "download", d->resource,
+                       "bytes %" PRIu64 "-%" PRIu64 " asked, the object has %" PRIu64 " bytes",
+                       d->range_offset,
+                       d->range_bytes ? d->range_offset + d->range_bytes - 1 : UINT64_MAX,
+                       total);
+        fail(d, S3F_ERR_INVALID_RANGE, &e);
+        return false;
+    }
+    d->size = d->range_bytes ? d->range_bytes : total - d->range_offset;
+    return true;
+}
+
 /* The size and the ETag are known (d->size, d->etag; lock held): check them against the
  * destination, lay out the parts (part 0 is the first request, still in flight or done)
  * and decide the checksum HEAD. *queue: parts to hand to the scheduler; *send_head: the
@@ -374,9 +404,7 @@ static void first_head(struct dreq *q) {
     else
         return; /* planned when the request completes */
     pthread_mutex_lock(&d->lock);
-    if (d->state == DL_FIRST && !d->status) {
-        d->size = total;
-        s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : h.etag, sizeof(d->etag));
+    if (d->state == DL_FIRST && !d->status && take_size(d, total, h.etag)) {
         uint32_t queue = 0;
         bool send_head = false;
         plan_parts(d, &queue, &send_head);
@@ -395,6 +423,7 @@ static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
     s3f__xfer_timing_body(&q->t, len);
     if (q->part == SIZE_MAX && !q->head_seen)
         first_head(q);
+    offset -= d->range_offset; /* the executor hands over nothing before the range asked */
     if (d->dst == DST_FILE)
         return sink_file(q, data, len, offset);
     if (offset + len > d->capacity) {
@@ -438,7 +467,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
                        d->path ? d->path : "the file", strerror(q->io_errno));
         fail(d, S3F_ERR_IO, &e);
     } else if (q->part == SIZE_MAX && st == S3F_ERR_INVALID_RANGE && !d->no_range &&
-               !d->status) {
+               !d->ranged && !d->status) {
         /* S3 answers 416 to a range of an empty object: ask again without one */
         d->no_range = true;
         d->first_sent = false;
@@ -448,12 +477,8 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     } else if (q->part == SIZE_MAX) {
         /* the first response: size, ETag and the plan, unless its head gave them already */
         d->info = q->op.info;
-        if (d->state == DL_FIRST) {
-            d->size = q->op.info.size;
-            s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : q->op.info.etag,
-                         sizeof(d->etag));
+        if (d->state == DL_FIRST && take_size(d, q->op.info.size, q->op.info.etag))
             plan_parts(d, &queue, &send_head);
-        }
         uint64_t first = d->size < d->part_size ? d->size : d->part_size;
         if (d->status || d->state != DL_PARTS) {
             /* failed while planning */
@@ -586,15 +611,17 @@ static bool start_get(struct s3f__sched_entry *e) {
     r->sink = sink;
     r->sink_ud = q;
     if (part == SIZE_MAX) {
+        uint64_t n = d->range_bytes && d->range_bytes < d->part_size ? d->range_bytes
+                                                                      : d->part_size;
         r->has_range = !d->no_range;
-        r->range_start = 0;
-        r->range_end = d->part_size - 1;
+        r->range_start = d->range_offset;
+        r->range_end = d->range_offset + n - 1;
     } else {
         r->has_range = true;
-        r->range_start = d->parts[part].offset;
-        r->range_end = d->parts[part].offset + d->parts[part].size - 1;
+        r->range_start = d->range_offset + d->parts[part].offset;
+        r->range_end = r->range_start + d->parts[part].size - 1;
         r->has_object_size = true; /* pinned by the first response, as the ETag */
-        r->object_size = d->size;
+        r->object_size = d->object_size;
         d->parts[part].state = DP_SENDING;
     }
     d->outstanding++;
@@ -617,6 +644,9 @@ static enum s3f_status download_init(struct download *d, struct s3f_client *c,
     enum s3f_status st = s3f__op_check_args("download", bucket, key, true, err);
     if (st)
         return st;
+    if (opts->range_bytes && opts->range_offset + opts->range_bytes < opts->range_offset)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL,
+                              "range_offset + range_bytes overflows");
     struct s3f__xfer_shared *x;
     if ((st = s3f__xfer_shared_get(c, &x, err)))
         return st;
@@ -631,6 +661,11 @@ static enum s3f_status download_init(struct download *d, struct s3f_client *c,
     if (d->part_size < MIN_RANGE)
         d->part_size = MIN_RANGE;
     d->verify = opts->verify_checksum;
+    d->range_offset = opts->range_offset;
+    d->range_bytes = opts->range_bytes;
+    d->ranged = d->range_offset || d->range_bytes;
+    if (d->ranged)
+        d->verify = -1; /* the server's checksum is of the whole object */
     d->alg = x->checksum;
     d->progress = opts->progress;
     d->progress_ud = opts->progress_user_data;
@@ -815,13 +850,13 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
         d.iov_end[i] = d.capacity;
     }
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    if (d.x->cache && s3f__cache_serve_iov(c, d.x->cache, bucket, key, opts->version_id,
+    if (d.x->cache && !d.ranged && s3f__cache_serve_iov(c, d.x->cache, bucket, key, opts->version_id,
                                            opts->if_match, iov, n_iov, info ? info : &cinfo)) {
         download_cleanup(&d);
         return S3F_OK;
     }
     st = download_run(&d, info, err);
-    if (st == S3F_OK && d.x->cache)
+    if (st == S3F_OK && d.x->cache && !d.ranged)
         s3f__cache_fill_iov(d.x->cache, bucket, key, d.etag, d.size, iov, n_iov);
     download_cleanup(&d);
     return st;
@@ -904,10 +939,10 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
         return st;
     }
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    bool cached = d.x->cache && s3f__cache_serve_fd(c, d.x->cache, bucket, key, opts->version_id,
+    bool cached = d.x->cache && !d.ranged && s3f__cache_serve_fd(c, d.x->cache, bucket, key, opts->version_id,
                                                     opts->if_match, d.fd, info ? info : &cinfo);
     st = cached ? S3F_OK : download_run(&d, info, err);
-    if (st == S3F_OK && !cached && d.x->cache)
+    if (st == S3F_OK && !cached && d.x->cache && !d.ranged)
         s3f__cache_fill_fd(d.x->cache, bucket, key, d.etag, d.size, d.fd);
     if (st == S3F_OK && opts->fsync && fsync(d.fd) != 0)
         st = s3f__error_set(err, S3F_ERR_IO, "download", path, "fsync: %s", strerror(errno));
@@ -1089,6 +1124,9 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     if (!data || !len)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
                               "data and len are required");
+    if (opts->range_offset || opts->range_bytes)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
+                              "a range is for s3f_download_iov, _buffer and _file");
     *data = NULL;
     *len = 0;
     enum s3f_status st = s3f__op_check_args(op_name, bucket, key, true, err);
