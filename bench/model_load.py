@@ -46,7 +46,7 @@ WORKER = os.path.join(HERE, "compare", "model_worker.py")
 
 # (client, what the row is) in the order of the first repetition; s3flash's load_file first:
 # the ratios are to it.
-LOADERS = [("s3flash", "s3flash.safetensors.load_file"),
+LOADERS = [("s3flash", "s3flash.safetensors.load_file (sharded: load_sharded of the index)"),
            ("runai", "Run:ai Model Streamer (SafetensorsStreamer)"),
            ("s3tc", "s3torchconnector get_object().read() + safetensors.torch.load"),
            ("boto3", "boto3 download_fileobj + safetensors.torch.load"),
