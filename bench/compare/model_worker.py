@@ -313,7 +313,8 @@ def model_first(env, spec):
         with safe_open(uri, framework="pt", **kw) as f:
             first = next(iter(f.keys()))
             t = f.get_tensor(first)
-    emit(ph.result(t.numel() * t.element_size(), first=ph.wall, tensor=first))
+    emit(ph.result(t.numel() * t.element_size(), first=ph.wall, tensor=first,
+                   tensor_bytes=t.numel() * t.element_size()))
 
 
 # -- savers --------------------------------------------------------------------------------
