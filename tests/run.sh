@@ -259,7 +259,7 @@ if [ "${S3FLASH_SKIP_ASAN:-0}" != 1 ]; then
         step asan-python python3 -m pytest -q -p no:cacheprovider --rootdir tests/python \
         "${xdist[@]}" tests/python/test_io.py \
         tests/python/test_files.py tests/python/test_errors.py tests/python/test_roundtrip.py \
-        tests/python/test_fork.py tests/python/test_lazy_load.py
+        tests/python/test_fork.py tests/python/test_lazy_load.py tests/python/test_safetensors.py
     # allocation-failure torture of whole operations against the sink (docs/TESTING.md)
     step asan-torture meson test -C build-asan --suite torture --print-errorlogs
 fi

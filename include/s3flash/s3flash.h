@@ -726,7 +726,9 @@ S3F_API enum s3f_status s3f_fetch_take(struct s3f_fetch *f, void **data, size_t 
  * drop what was fetched and not taken, free the fetch. NULL is accepted. */
 S3F_API void s3f_fetch_free(struct s3f_fetch *f);
 
-/* Download into the concatenation of `n_iov` regions (the object may be shorter). */
+/* Download into the concatenation of `n_iov` regions (the object may be shorter): the whole
+ * object, or the range of opts->range_offset / range_bytes (what s3flash.safetensors loads
+ * a file's data section with, the tensors' memory as the regions). */
 S3F_API enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket,
                                          const char *key, const struct s3f_iovec *iov,
                                          size_t n_iov, const struct s3f_download_options *opts,

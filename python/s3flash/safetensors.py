@@ -141,10 +141,10 @@ def _bytes_of(t: Any) -> Any:
     return t.reshape(-1).view(torch.uint8).numpy()
 
 
-def _empty(entry: Tuple[str, str, Tuple[int, ...], int, int], pin: bool = False) -> Any:
+def _empty(entry: Tuple[str, str, Tuple[int, ...], int, int]) -> Any:
     import torch
     _, dtype, shape, _, _ = entry
-    return torch.empty(shape, dtype=_torch_dtype(dtype), pin_memory=pin)
+    return torch.empty(shape, dtype=_torch_dtype(dtype))
 
 
 def _to_device(h: _Header, device: Any) -> Dict[str, Any]:
@@ -156,7 +156,7 @@ def _to_device(h: _Header, device: Any) -> Dict[str, Any]:
     flat = {name: t.reshape(-1).view(torch.uint8) for name, t in out.items() if t.numel()}
     size = min(CUDA_STAGING, max(h.data_bytes, 1))
     stages = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-    done: List[Optional[Any]] = [None, None]
+    done: List[Any] = [None, None]  # the event after the copies out of each buffer
     pos, k = 0, 0
     while pos < h.data_bytes:
         n = min(size, h.data_bytes - pos)
@@ -404,6 +404,7 @@ def save_file(tensors: Dict[str, Any], uri: str, metadata: Optional[Dict[str, st
 
 def _read_json(c: S3Client, bucket: str, key: str) -> Any:
     got = c.native.download_whole(bucket, key)
+    assert got is not None  # None only with a max_size
     try:
         return json.loads(got[0])
     except ValueError as e:

@@ -115,6 +115,10 @@ enum s3f_status s3f__uri_encode(struct s3f__buf *out, const char *s, size_t len,
 /* Decode %XX (and '+' stays '+'). Returns malloc'ed string or NULL if invalid. */
 char *s3f__uri_decode(const char *s, size_t len);
 
+/* Length of the valid UTF-8 prefix of s[0..n) (n when all of it is valid): no overlong
+ * forms, no surrogates, nothing above U+10FFFF. */
+size_t s3f__utf8_valid_prefix(const unsigned char *s, size_t n);
+
 /* ---- hashes (OpenSSL) and checksums (ISA-L) ------------------------------------------ */
 /* Each returns 0, or -1 when OpenSSL fails (the output is then zeroed): callers turn that
  * into a status (S3F_ERR_INTERNAL), never send what came out. */

@@ -340,8 +340,11 @@ static enum s3f_status add_tensor(struct parser *p, struct s3f_safetensors_heade
         goto check;
     do {
         char *field = NULL;
-        if ((st = parse_string(p, &field, NULL)))
+        size_t flen = 0;
+        if ((st = parse_string(p, &field, &flen)))
             return st;
+        if (strlen(field) != flen) /* "dtype\u0000..." is no "dtype" */
+            field[0] = 0;
         if (!eat(p, ':')) {
             free(field);
             return bad(p, "':' expected");
@@ -452,32 +455,6 @@ static enum s3f_status add_metadata(struct parser *p, struct s3f_safetensors_hea
     return S3F_OK;
 }
 
-/* Is [s, s+n) UTF-8 (no overlong forms, no surrogates, at most U+10FFFF)? */
-static bool valid_utf8(const unsigned char *s, size_t n, size_t *where) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t m = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        uint32_t cp = m == 1 ? c : m == 2 ? c & 0x1F : m == 3 ? c & 0x0F : c & 0x07;
-        if (!m || n - i < m)
-            goto bad;
-        for (size_t k = 1; k < m; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                goto bad;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((m == 2 && cp < 0x80) || (m == 3 && cp < 0x800) || (m == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            goto bad;
-        i += m;
-        continue;
-    bad:
-        *where = i;
-        return false;
-    }
-    return true;
-}
-
 static int by_offsets(const void *a, const void *b) {
     const struct s3f_safetensors_tensor *x = a, *y = b;
     if (x->begin != y->begin)
@@ -506,7 +483,8 @@ static void format_shape(const struct s3f_safetensors_tensor *t, char *buf, size
 /* The tensors tile the data section exactly (the rules of safetensors' validate). */
 static enum s3f_status check_layout(struct s3f_safetensors_header *h, struct s3f_error *err) {
     char nb[96], nb2[96], sb[96];
-    qsort(h->tensors, h->n_tensors, sizeof(*h->tensors), by_offsets);
+    if (h->n_tensors > 1) /* tensors is NULL when there are none: no qsort(NULL, 0) */
+        qsort(h->tensors, h->n_tensors, sizeof(*h->tensors), by_offsets);
     uint64_t at = 0;
     for (size_t k = 0; k < h->n_tensors; k++) {
         struct s3f_safetensors_tensor *t = &h->tensors[k];
@@ -633,8 +611,8 @@ enum s3f_status s3f_safetensors_parse(const void *data, size_t len, uint64_t fil
     h->data_offset = 8 + n;
     h->data_bytes = file_size - h->data_offset;
     struct parser p = {.s = (const char *)data + 8, .n = (size_t)n, .err = err};
-    size_t where = 0, cap = 0;
-    if (!valid_utf8((const unsigned char *)p.s, p.n, &where)) {
+    size_t where, cap = 0;
+    if ((where = s3f__utf8_valid_prefix((const unsigned char *)p.s, p.n)) != p.n) {
         st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL,
                             "the header is not UTF-8 (offset %zu)", where);
         goto out;

@@ -123,6 +123,13 @@ PyObject *Client_get_range(ClientObject *self, PyObject *args, PyObject *kw) {
     return res;
 }
 
+/* A header refused by the parser: ValueError with its message (MemoryError for memory). */
+static PyObject *header_error(enum s3f_status st, const struct s3f_error *err) {
+    PyErr_SetString(st == S3F_ERR_NO_MEMORY ? PyExc_MemoryError : PyExc_ValueError,
+                    err->message);
+    return NULL;
+}
+
 /* safetensors_header_length(first8, file_size, max_header_bytes=0) -> int */
 PyObject *mod_safetensors_header_length(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"first8", "file_size", "max_header_bytes", NULL};
@@ -137,11 +144,8 @@ PyObject *mod_safetensors_header_length(PyObject *mod, PyObject *args, PyObject 
     enum s3f_status st = s3f_safetensors_header_length(view.buf, view.len < 8 && size >= 8 ? 0 : size, max,
                                                        &n, &err);
     PyBuffer_Release(&view);
-    if (st) {
-        PyErr_SetString(st == S3F_ERR_NO_MEMORY ? PyExc_MemoryError : PyExc_ValueError,
-                        err.message);
-        return NULL;
-    }
+    if (st)
+        return header_error(st, &err);
     return PyLong_FromUnsignedLongLong(n);
 }
 
@@ -223,11 +227,8 @@ PyObject *mod_parse_safetensors_header(PyObject *mod, PyObject *args, PyObject *
     st = s3f_safetensors_parse(view.buf, (size_t)view.len, size, max, &h, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (st) {
-        PyErr_SetString(st == S3F_ERR_NO_MEMORY ? PyExc_MemoryError : PyExc_ValueError,
-                        err.message);
-        return NULL;
-    }
+    if (st)
+        return header_error(st, &err);
     PyObject *res = header_to_dict(h);
     s3f_safetensors_free(h);
     return res;

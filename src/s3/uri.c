@@ -11,43 +11,6 @@
 
 #define S3F_KEY_MAX 1024
 
-/* Length of the valid UTF-8 prefix of s[0..n) (n when all of it is valid). */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return i;
-        }
-        if (i + len > n)
-            return i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return i;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return i;
-        i += len;
-    }
-    return n;
-}
-
 static enum s3f_status bad(struct s3f_error *err, const char *uri, size_t len,
                            const char *reason) {
     char shown[200];
@@ -125,7 +88,7 @@ enum s3f_status s3f__uri_parse_len(const char *uri, size_t len, char *bucket, si
                  S3F_KEY_MAX);
         return bad(err, uri, len, reason);
     }
-    if (utf8_valid_prefix((const unsigned char *)k, klen) != klen)
+    if (s3f__utf8_valid_prefix((const unsigned char *)k, klen) != klen)
         return bad(err, uri, len, "the key is not valid UTF-8");
     if (blen + 1 > bucket_len || klen + 1 > key_len)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "parse URI", NULL,

@@ -319,11 +319,12 @@ static bool take_size(struct download *d, uint64_t total, const char *etag) {
         (d->range_bytes && d->range_bytes > total - d->range_offset)) {
         struct s3f_error e;
         s3f_error_clear(&e);
+        char last[24] = "";
+        if (d->range_bytes)
+            snprintf(last, sizeof(last), "%" PRIu64, d->range_offset + d->range_bytes - 1);
         s3f__error_set(&e, S3F_ERR_INVALID_RANGE, "download", d->resource,
-                       "bytes %" PRIu64 "-%" PRIu64 " asked, the object has %" PRIu64 " bytes",
-                       d->range_offset,
-                       d->range_bytes ? d->range_offset + d->range_bytes - 1 : UINT64_MAX,
-                       total);
+                       "bytes %" PRIu64 "-%s asked, the object has %" PRIu64 " bytes",
+                       d->range_offset, last, total);
         fail(d, S3F_ERR_INVALID_RANGE, &e);
         return false;
     }
@@ -340,9 +341,9 @@ static void plan_parts(struct download *d, uint32_t *queue, bool *send_head) {
         struct s3f_error e;
         s3f_error_clear(&e);
         s3f__error_set(&e, S3F_ERR_INVALID_ARGUMENT, "download", d->resource,
-                       "the object has %" PRIu64 " bytes, more than the %" PRIu64
+                       "the %s has %" PRIu64 " bytes, more than the %" PRIu64
                        " bytes of the buffer",
-                       d->size, d->capacity);
+                       d->ranged ? "range" : "object", d->size, d->capacity);
         fail(d, S3F_ERR_INVALID_ARGUMENT, &e);
         return;
     }

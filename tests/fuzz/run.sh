@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-targets=(xml json sts profile uri endpoint time headers sigv4 cache response mount_listing)
+targets=(xml json sts profile uri endpoint time headers sigv4 cache response safetensors mount_listing)
 
 usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -ge 1 ]] || usage

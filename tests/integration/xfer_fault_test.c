@@ -12,6 +12,10 @@
  *   xfer_fault_test download_stream BUCKET KEY DST        s3f_download_stream into DST
  *   xfer_fault_test put_if_absent   BUCKET KEY SRC        s3f_put_object, If-None-Match: *
  *   xfer_fault_test download_alloc  BUCKET KEY DST        s3f_download_alloc, then DST
+ *   xfer_fault_test download_range  BUCKET KEY DST OFFSET LEN   s3f_download_iov of bytes
+ *                                   [OFFSET, OFFSET+LEN) into 3 regions (LEN 0: to the end,
+ *                                   into one of the object's size less OFFSET), then DST;
+ *                                   FAULT_IF_MATCH: the If-Match ETag
  *
  * Environment: S3FLASH_TEST_ENDPOINT (the proxy), _ACCESS_KEY, _SECRET_KEY, _REGION
  * (FAULT_CHAIN_CREDS=1: ignore the keys, use the default credentials chain);
@@ -419,6 +423,20 @@ int main(int argc, char **argv) {
         free(buf);
     } else if (strcmp(op, "expired_beside") == 0) {
         rc = expired_beside(c, bucket, key);
+    } else if (strcmp(op, "download_range") == 0 && argc > 6) {
+        uint64_t off = strtoull(argv[5], NULL, 10), len = strtoull(argv[6], NULL, 10);
+        struct s3f_download_options d = {.range_offset = off, .range_bytes = len,
+                                         .if_match = getenv("FAULT_IF_MATCH")};
+        size_t cap = len ? (size_t)len : (size_t)env_ull("FAULT_RANGE_CAP", 64 * MIB);
+        unsigned char *buf = malloc(cap + 1);
+        /* three regions of uneven sizes: the parts do not line up with them */
+        size_t a = cap / 3, b = cap / 2 - a / 2;
+        struct s3f_iovec iov[3] = {{buf, a}, {buf + a, b}, {buf + a + b, cap - a - b}};
+        st = s3f_download_iov(c, bucket, key, iov, 3, &d, &info, &e);
+        rc = report(st, t0, &e, &info);
+        if (st == S3F_OK && write_all(path, buf, (size_t)info.size) != 0)
+            rc = 2;
+        free(buf);
     } else if (strcmp(op, "download_alloc") == 0) {
         struct s3f_download_options d = {.verify_checksum = (int)atoi(
                                              getenv("FAULT_VERIFY") ? getenv("FAULT_VERIFY") : "0")};

@@ -597,6 +597,14 @@ static void test_abort(void) {
     s3f_client_free(c);
 }
 
+static int sink_discard(void *ud, const void *data, size_t len, uint64_t offset) {
+    (void)ud;
+    (void)data;
+    (void)len;
+    (void)offset;
+    return 0;
+}
+
 static void test_errors(void) {
     struct s3f_client *c = client();
     struct s3f_error e;
@@ -634,6 +642,38 @@ static void test_errors(void) {
     struct s3f_download_options wrong = {.if_match = "\"00000000000000000000000000000000\""};
     CHECK_INT(s3f_download_buffer(c, bucket, "err/obj", buf, n, &wrong, NULL, &e),
               S3F_ERR_PRECONDITION_FAILED);
+    /* a range: into a buffer and into a file; refused where it has no meaning */
+    struct s3f_download_options rng = {.range_offset = PART - 3, .range_bytes = PART + 7};
+    struct s3f_object_info ri;
+    memset(buf, 0, n);
+    CHECK_INT(s3f_download_buffer(c, bucket, "err/obj", buf, n, &rng, &ri, &e), S3F_OK);
+    CHECK_INT(ri.size, PART + 7);
+    CHECK(memcmp(buf, data + PART - 3, PART + 7) == 0);
+    char rpath[600];
+    snprintf(rpath, sizeof(rpath), "%s/range.bin", tmpdir);
+    rng.range_bytes = 0; /* to the end */
+    CHECK_INT(s3f_download_file(c, bucket, "err/obj", rpath, &rng, &ri, &e), S3F_OK);
+    CHECK_INT(ri.size, n - (PART - 3));
+    size_t flen = 0;
+    char *fdata = test_read_file(rpath, &flen);
+    CHECK(fdata && flen == n - (PART - 3) && memcmp(fdata, data + PART - 3, flen) == 0);
+    free(fdata);
+    unlink(rpath);
+    rng.range_bytes = 10;
+    void *adata = NULL;
+    size_t alen = 0;
+    CHECK_INT(s3f_download_alloc(c, bucket, "err/obj", &rng, NULL, NULL, &adata, &alen, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(e.message, "a range is for") != NULL);
+    CHECK_INT(s3f_download_stream(c, bucket, "err/obj", &rng, sink_discard, NULL, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    struct s3f_download_options wrap = {.range_offset = 2, .range_bytes = UINT64_MAX};
+    CHECK_INT(s3f_download_buffer(c, bucket, "err/obj", buf, n, &wrap, NULL, &e),
+              S3F_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(e.message, "overflows") != NULL);
+    struct s3f_download_options past = {.range_offset = n - 1, .range_bytes = 2};
+    CHECK_INT(s3f_download_buffer(c, bucket, "err/obj", buf, n, &past, NULL, &e),
+              S3F_ERR_INVALID_RANGE);
     /* bad arguments */
     CHECK_INT(s3f_upload_buffer(c, bucket, "", data, 1, NULL, NULL, &e), S3F_ERR_INVALID_ARGUMENT);
     struct s3f_upload_options tiny = {.part_size_bytes = 1000};

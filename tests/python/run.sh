@@ -21,7 +21,7 @@ pip_install() {
 if [ "${S3FLASH_SKIP_INSTALL:-0}" != 1 ]; then
     # torch pinned, and held there while the rest resolves (lightning asks for torch>=...)
     pip_install "torch==2.13.0" pytest pytest-xdist boto3 meson-python meson ninja
-    pip_install "torch==2.13.0" "lightning==2.6.6" fsspec pandas mypy zstandard
+    pip_install "torch==2.13.0" "lightning==2.6.6" fsspec pandas mypy zstandard safetensors
     pip_install --no-build-isolation .
 fi
 # from outside the tree, so that `import s3flash` is the installed package
