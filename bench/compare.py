@@ -164,10 +164,11 @@ class Sink:
         return self.err.read().strip()
 
 
-def run_worker(spec, timeout):
-    """Run one worker; its RESULT lines (dicts). A crash gives one {'error': ...}."""
+def run_worker(spec, timeout, worker=WORKER):
+    """Run one worker (compare's, or another that prints RESULT lines: bench/model_load.py's);
+    its RESULT lines (dicts). A crash gives one {'error': ...}."""
     try:
-        p = subprocess.run([sys.executable, WORKER, json.dumps(spec)], capture_output=True,
+        p = subprocess.run([sys.executable, worker, json.dumps(spec)], capture_output=True,
                            text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return [{"error": f"timed out after {timeout} s"}]
