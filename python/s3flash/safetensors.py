@@ -111,6 +111,7 @@ class _Header:
                                            if_match=self.etag)
                 first += rest
             h = _s3flash.parse_safetensors_header(first, self.size)
+            self.first = first  # [0, len(first)) of the object: the header and data after it
         except ValueError as e:
             if isinstance(e, _s3flash.S3Exception):
                 raise
@@ -121,9 +122,25 @@ class _Header:
         self.entries = h["tensors"]  # (name, dtype, shape, begin, end), in file order
         self.by_name = {e[0]: e for e in self.entries}
 
-    def fetch(self, begin: int, regions: List[Any]) -> None:
-        """Bytes from `begin` of the data section into the regions (writable buffers)."""
-        regions = [r for r in regions if len(r)]
+    def fetch(self, begin: int, regions: List[Any], reuse: bool = False) -> None:
+        """Bytes from `begin` of the data section into the regions (writable buffers). With
+        reuse (load_file), those the header's GET already brought (it reads HEADER_CHUNK
+        bytes) are copied from it and only the rest is downloaded (nothing more for a file
+        within the first GET)."""
+        have = memoryview(self.first)[self.data_offset + begin:] \
+            if reuse and self.data_offset + begin < len(self.first) else b""
+        rest = []
+        for r in regions:
+            if not len(r):
+                continue
+            k = min(len(have), len(r))
+            if k:
+                r[:k] = have[:k]
+                have = have[k:]
+                begin += k
+            if k < len(r):
+                rest.append(r[k:])
+        regions = rest
         if regions:
             self.native.download_range_into(self.bucket, self.key, self.data_offset + begin,
                                             regions, if_match=self.etag)
@@ -183,7 +200,7 @@ def _load(h: _Header, device: Any) -> Dict[str, Any]:
     if dev.type == "cuda" and torch.cuda.is_available():
         return _to_device(h, dev)
     out = {e[0]: _empty(e) for e in h.entries}
-    h.fetch(0, [_bytes_of(out[e[0]]) for e in h.entries if e[4] > e[3]])
+    h.fetch(0, [_bytes_of(out[e[0]]) for e in h.entries if e[4] > e[3]], reuse=True)
     if dev.type != "cpu":
         out = {k: v.to(dev) for k, v in out.items()}
     return out
