@@ -239,6 +239,9 @@ void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag);
 void mnt_meta_expire(struct mnt_fs *fs, const char *path);
+/* Did the mount find `path` missing last (its entry says so, fresh or not)? Then a lookup
+ * may have left the kernel a negative entry of it (--negative-metadata-ttl). */
+int mnt_meta_was_missing(struct mnt_fs *fs, const char *path);
 /* An open for writing of `path` (inode `in`) by thread `tid` was answered ESTALE (the name
  * is gone, read.c; a reader reads its inode through the page cache, or an inode that is
  * not the name's, write.c): until
@@ -318,7 +321,6 @@ void mnt_pf_stats(struct mnt_fs *fs, uint64_t *bytes, size_t *n);
 /* ---- write.c ---- */
 struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path);
 int mnt_writer_busy(struct mnt_fs *fs, const char *path); /* fs->mu held; may wait on it */
-void mnt_promote_parents(struct mnt_fs *fs, const char *path);
 int mnt_open_writer(fuse_req_t req, struct mnt_fs *fs, struct inode *in, const char *path,
                     const struct attr *append,
                     struct fuse_file_info *fi);
@@ -340,6 +342,15 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
 int mnt_renaming(struct mnt_fs *fs, const char *path);
 /* Wait (fs->mu held, 15 s at most) until none is. */
 void mnt_renaming_wait(struct mnt_fs *fs, const char *path);
+/* A new object at `path` (fs->mu held; the caller's last step under it): the directories
+ * above it are directories in S3 now (no longer local ones). The kernel's entry of one the
+ * mount had found missing (a negative entry, left by a lookup while an unlink had emptied
+ * it and this rename into it or upload under it ran) is invalidated before this returns
+ * (2 s at most), or, in a directory the kernel holds locked for the calling request
+ * (`locked1`/`locked2`, NULL: none), through `later` once the request is answered. */
+struct deferred;
+void mnt_promote_parents(struct mnt_fs *fs, const char *path, const char *locked1,
+                         const char *locked2, struct deferred *later);
 
 /* The path of `name` in the directory inode `parent` (NULL with *err set). */
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err);

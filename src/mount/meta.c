@@ -219,6 +219,11 @@ void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64
     mnt_mem_reclaim(fs);
 }
 
+int mnt_meta_was_missing(struct mnt_fs *fs, const char *path) {
+    struct meta *m = mnt_meta_find(fs, path);
+    return m && m->kind == K_MISSING;
+}
+
 void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
     struct meta *m = change_begin(fs, path);
     if (m)

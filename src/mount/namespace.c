@@ -24,6 +24,13 @@
  *   holds locked for this very request (unlink's directory, rename's source and
  *   destination directories): those are queued only once the request is answered, so
  *   that the notifier never waits behind a request that waits for it.
+ * - The directories above a rename's target (or a closed upload's name) are directories
+ *   from then on (mnt_promote_parents). One that the mount had found missing may have a
+ *   negative entry in the kernel (an unlink emptied it while the rename waited for the
+ *   kernel's lock of the target directory, which it had resolved before, and a lookup
+ *   came): that entry is invalidated, waited for as above, once the caches say directory,
+ *   so a lookup after it finds the new name (the kernel's lock of the entry's directory
+ *   orders it after a lookup in flight there).
  */
 #include <errno.h>
 #include <limits.h>
@@ -37,10 +44,11 @@
 /* Invalidations of entries in directories the kernel holds locked for the request: they
  * are queued once the request has been answered (else the notifier would wait behind
  * them for that very request, and every note after them with it). */
+#define DEFERRED_MAX 4 /* the entries a rename's emptied and new directories touch */
 struct deferred {
     size_t n;
-    char dir[2][PATH_MAX];
-    char name[2][MNT_NAME_MAX + 1];
+    char dir[DEFERRED_MAX][PATH_MAX];
+    char name[DEFERRED_MAX][MNT_NAME_MAX + 1];
 };
 
 static void deferred_send(struct mnt_fs *fs, const struct deferred *d) {
@@ -52,6 +60,59 @@ static void deferred_send(struct mnt_fs *fs, const struct deferred *d) {
     pthread_mutex_unlock(&fs->mu);
 }
 
+/* The notes a handler waits for (fs->mu held) before it answers; past WAIT_MAX, queued
+ * without waiting. */
+#define WAIT_MAX 16
+struct waits {
+    size_t n;
+    struct note *note[WAIT_MAX];
+};
+
+/* The kernel's invalidation of `name` in `dir` (fs->mu held): deferred to `later` when the
+ * kernel holds `dir` locked for the calling request (`locked1`/`locked2`), else queued,
+ * and added to `w` while there is room. */
+static void invalidate_entry(struct mnt_fs *fs, const char *dir, const char *name,
+                             const char *locked1, const char *locked2,
+                             struct deferred *later, struct waits *w) {
+    if ((locked1 && strcmp(dir, locked1) == 0) || (locked2 && strcmp(dir, locked2) == 0)) {
+        if (later && later->n < DEFERRED_MAX && strlen(name) <= MNT_NAME_MAX) {
+            snprintf(later->dir[later->n], sizeof(later->dir[0]), "%s", dir);
+            snprintf(later->name[later->n], sizeof(later->name[0]), "%s", name);
+            later->n++;
+        }
+        return;
+    }
+    struct note *n = mnt_notify_entry(fs, dir, name, w->n < WAIT_MAX);
+    if (n && w->n < WAIT_MAX)
+        w->note[w->n++] = n;
+}
+
+static void wait_all(struct mnt_fs *fs, struct waits *w) {
+    for (size_t i = 0; i < w->n; i++)
+        mnt_notify_wait(fs, w->note[i]);
+}
+
+void mnt_promote_parents(struct mnt_fs *fs, const char *path, const char *locked1,
+                         const char *locked2, struct deferred *later) {
+    struct waits w = {0};
+    char dir[PATH_MAX];
+    for (mnt_parent_of(path, dir); strcmp(dir, "/") != 0;) {
+        char up[PATH_MAX];
+        mnt_parent_of(dir, up);
+        /* the kernel may keep the ENOENT a lookup got: its negative entry would hide the
+         * new name for --negative-metadata-ttl (a negative timeout of 0 keeps none; a
+         * local directory is never missing, the kernel holds the one mkdir made) */
+        int stale = fs->o.negative_ttl_s > 0 && !mnt_localdir_find(fs, dir) &&
+                    mnt_meta_was_missing(fs, dir);
+        mnt_localdir_remove(fs, dir);
+        mnt_meta_change(fs, dir, K_DIR, 0, 0, NULL);
+        if (stale) /* after the change: a lookup that follows finds the directory */
+            invalidate_entry(fs, up, strrchr(dir, '/') + 1, locked1, locked2, later, &w);
+        snprintf(dir, sizeof(dir), "%s", up);
+    }
+    wait_all(fs, &w);
+}
+
 /* After the key `path` was deleted: each directory above it that nothing keeps any more
  * is gone (one LIST of max-keys 1 per directory checked, from the nearest up, stopping at
  * the first that has a key). `locked1`/`locked2`: directories the kernel holds locked for
@@ -60,8 +121,7 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
                                    const char *locked2, struct deferred *later) {
     char dir[PATH_MAX];
     mnt_parent_of(path, dir);
-    struct note *wait[16];
-    size_t n_wait = 0;
+    struct waits w = {0};
     while (strcmp(dir, "/") != 0) {
         pthread_mutex_lock(&fs->mu);
         int kept = mnt_localdir_find(fs, dir) || mnt_holds_local(fs, dir);
@@ -85,27 +145,14 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
             break;
         char up[PATH_MAX];
         mnt_parent_of(dir, up);
-        const char *name = strrchr(dir, '/') + 1;
-        int locked = (locked1 && strcmp(up, locked1) == 0) ||
-                     (locked2 && strcmp(up, locked2) == 0);
-        if (locked && later->n < 2 && strlen(name) <= MNT_NAME_MAX) {
-            snprintf(later->dir[later->n], sizeof(later->dir[0]), "%s", up);
-            snprintf(later->name[later->n], sizeof(later->name[0]), "%s", name);
-            later->n++;
-        }
         pthread_mutex_lock(&fs->mu);
         mnt_meta_expire(fs, dir); /* looked up again: missing, or a file it shadowed */
-        if (!locked) {
-            struct note *n = mnt_notify_entry(fs, up, name, n_wait < 16);
-            if (n && n_wait < 16)
-                wait[n_wait++] = n;
-        }
+        invalidate_entry(fs, up, strrchr(dir, '/') + 1, locked1, locked2, later, &w);
         pthread_mutex_unlock(&fs->mu);
         snprintf(dir, sizeof(dir), "%s", up);
     }
     pthread_mutex_lock(&fs->mu);
-    for (size_t i = 0; i < n_wait; i++)
-        mnt_notify_wait(fs, wait[i]);
+    wait_all(fs, &w);
     pthread_mutex_unlock(&fs->mu);
 }
 
@@ -269,6 +316,9 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
         rc = -ENOMEM;
         goto out;
     }
+    char from_dir[PATH_MAX], to_dir[PATH_MAX]; /* the kernel holds them locked */
+    mnt_parent_of(from, from_dir);
+    mnt_parent_of(to, to_dir);
     struct s3f_copy_options co = {.src_if_match = a.etag[0] ? a.etag : NULL};
     struct s3f_object_info info;
     struct s3f_error err;
@@ -289,9 +339,9 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
         }
         pthread_mutex_lock(&fs->mu);
         mnt_meta_change(fs, to, K_FILE, a.size, a.mtime, a.etag);
-        mnt_promote_parents(fs, to);
         mnt_inode_move(fs, from, to);
         mnt_meta_change(fs, from, K_MISSING, 0, 0, NULL);
+        mnt_promote_parents(fs, to, from_dir, to_dir, &later);
         pthread_mutex_unlock(&fs->mu);
         goto emptied;
     }
@@ -305,7 +355,6 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     int64_t mtime = info.last_modified ? info.last_modified : (int64_t)time(NULL);
     uint64_t size = info.size ? info.size : a.size;
     mnt_meta_change(fs, to, K_FILE, size, mtime, info.etag);
-    mnt_promote_parents(fs, to);
     /* the copy is the same bytes under a new ETag (multipart copies get another): the
      * moved inode becomes that object */
     mnt_inode_move(fs, from, to);
@@ -315,6 +364,7 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
         in->a.mtime = mtime;
         snprintf(in->a.etag, sizeof(in->a.etag), "%s", info.etag);
     }
+    mnt_promote_parents(fs, to, from_dir, to_dir, &later);
     pthread_mutex_unlock(&fs->mu);
     st = s3f_delete_object(fs->cw, fs->bucket, src, &err);
     if (st != S3F_OK) {
@@ -325,10 +375,7 @@ void mnt_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
     pthread_mutex_lock(&fs->mu);
     mnt_meta_change(fs, from, K_MISSING, 0, 0, NULL);
     pthread_mutex_unlock(&fs->mu);
-emptied:;
-    char from_dir[PATH_MAX], to_dir[PATH_MAX];
-    mnt_parent_of(from, from_dir);
-    mnt_parent_of(to, to_dir);
+emptied:
     forget_emptied_parents(fs, from, from_dir, to_dir, &later);
 out:
     if (reserved)

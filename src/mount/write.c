@@ -105,20 +105,6 @@ static pid_t process_of(pid_t tid) {
     return tgid > 0 ? tgid : tid;
 }
 
-/* A new object at `path` (fs->mu held): the local directories above it are now prefixes
- * in S3, no longer local. */
-void mnt_promote_parents(struct mnt_fs *fs, const char *path) {
-    char dir[PATH_MAX];
-    mnt_parent_of(path, dir);
-    while (strcmp(dir, "/") != 0) {
-        mnt_localdir_remove(fs, dir);
-        mnt_meta_change(fs, dir, K_DIR, 0, 0, NULL);
-        char up[PATH_MAX];
-        mnt_parent_of(dir, up);
-        snprintf(dir, sizeof(dir), "%s", up);
-    }
-}
-
 /* Open a write handle on `path` for inode `in` (whose nopen reference the handle takes
  * over on success; `existing`: an OPEN of an inode the kernel held, not create's new
  * one). The checks of create/open are the caller's. 0 or -errno; the caller replies. */
@@ -432,7 +418,7 @@ static int finish_upload(struct mnt_fs *fs, struct fh *h) {
             h->in->a.mtime = now;
             snprintf(h->in->a.etag, sizeof(h->in->a.etag), "%s", info.etag);
         }
-        mnt_promote_parents(fs, h->path);
+        mnt_promote_parents(fs, h->path, NULL, NULL, NULL);
     } else {
         mnt_notify_wait(fs, upload_failed(fs, h, 1));
     }

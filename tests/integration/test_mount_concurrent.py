@@ -25,7 +25,7 @@ import pytest
 from faults import faultproxy_factory  # noqa: F401 (a fixture)
 from mount_concurrent import FIXED, INITIAL, NAMES, check_all, content, describe
 from helpers import wait_for
-from mountutil import Mount, Watchdog, mount_supported
+from mountutil import Mount, Watchdog, _stack, _state, mount_supported
 
 pytestmark = pytest.mark.skipif(mount_supported() is not None,
                                 reason=mount_supported() or "")
@@ -628,3 +628,66 @@ def test_concurrent_creat_trunc_is_never_eexist(race_mount, s3, bucket, overwrit
     body = bucket_body(s3, bucket, pfx + "f")
     assert body is not None and len(body) in {len(b"<%d:%d>" % (i, k) * 100)
                                               for i in range(8) for k in range(60)}
+
+
+def blocked_on_a_directory_lock(pid):
+    """The process waits in the kernel for the locks of a rename's directories (not for
+    the mount); without its kernel stack, any uninterruptible wait."""
+    stack = _stack(pid)
+    if not stack:
+        return _state(pid) == "D"
+    return stack[0] in ("lock_two_directories", "lock_rename", "rwsem_down_write_slowpath",
+                        "down_write_nested", "down_write")
+
+
+def test_rename_into_a_directory_an_unlink_emptied_meanwhile(race_mount, s3, bucket):
+    """`rm e/h/x` (its DELETE held at the proxy) while `rename(d/g, e/h/x)` waits for the
+    lock of e/h that the unlink holds: the rename resolved e/h before the unlink found e/h
+    and e empty and invalidated them, so the kernel moves x into its old entry of e/h.
+    Lookups of e/h/x while the rename's copy is held find e missing (it is, in S3), and the
+    kernel keeps that negative entry (--negative-metadata-ttl). Once the rename has
+    returned, e/h/x is the renamed file on the mount as in the bucket (the concurrent
+    model, seed 2 ttl-default, saw ENOENT for e/h/x and e/h until its end)."""
+    g = b"<g>" * 1000
+    m, wd, proxy, pfx = race_mount({"e/h/x": b"<x>" * 300, "d/g": g, "d/keep": b"k"},
+                                   ["--metadata-ttl", "30", "--negative-metadata-ttl", "30"])
+    # the kernel holds e, e/h, e/h/x, d and d/g (the rename's walk sends nothing)
+    assert wd.read(f"{m.dir}/e/h/x") == b"<x>" * 300
+    assert wd.read(f"{m.dir}/d/g") == g
+    proxy.set_faults([
+        {"match": {"method": "DELETE", "path": "/e/h/x$"}, "action": "delay", "seconds": 20},
+        {"match": {"method": "PUT", "path": "/e/h/x$"}, "action": "delay", "seconds": 20},
+    ])
+    unlink = wd.start(["rm", "-f", f"{m.dir}/e/h/x"], what="rm e/h/x (its DELETE held)")
+    mv = None
+    try:
+        wait_for(lambda: fired(proxy, 0) or unlink.proc.poll() is not None, timeout=20,
+                 what="the unlink's DELETE held at the proxy")
+        assert fired(proxy, 0), f"the unlink ended before its DELETE: {unlink!r}"
+        mv = wd.start([sys.executable, "-c", "import os, sys; os.rename(sys.argv[1], sys.argv[2])",
+                       f"{m.dir}/d/g", f"{m.dir}/e/h/x"], what="rename d/g -> e/h/x")
+        wait_for(lambda: blocked_on_a_directory_lock(mv.proc.pid) or mv.proc.poll() is not None,
+                 timeout=20, what="the rename waiting for the lock of e/h")
+        assert mv.proc.poll() is None, f"the rename ended before the unlink: {mv!r}"
+        proxy.release(0)
+        wd.wait([unlink])
+        assert unlink.rc == 0, unlink
+        wait_for(lambda: fired(proxy, 1) or mv.proc.poll() is not None, timeout=20,
+                 what="the rename's CopyObject held at the proxy")
+        assert fired(proxy, 1), f"the rename ended before its copy: {mv!r}"
+        # e and e/h are gone in S3 for now: the lookups find them missing
+        during = [wd.exists(f"{m.dir}/e/h/x"), wd.exists(f"{m.dir}/e/h"),
+                  wd.exists(f"{m.dir}/e")]
+        proxy.release(1)
+    finally:
+        proxy.release()
+        wd.wait([unlink] + ([mv] if mv else []))
+    assert mv.rc == 0, mv
+    assert during == [False, False, False], during
+    # read-after-write for the mount's own rename, at once (the negative entries last 30 s)
+    assert wd.exists(f"{m.dir}/e/h/x")
+    assert wd.read(f"{m.dir}/e/h/x") == g
+    assert wd.listdir(f"{m.dir}/e/h") == ["x"]
+    assert bucket_body(s3, bucket, pfx + "e/h/x") == g
+    assert bucket_body(s3, bucket, pfx + "d/g") is None
+    assert not wd.exists(f"{m.dir}/d/g")
