@@ -147,11 +147,27 @@ def check(src):
     return problems
 
 
+def unpackaged(src):
+    """Python modules of python/s3flash/ that src/python/meson.build does not install: the
+    wheel and `pip install .` would lack them (tests run from the source tree would not see
+    it; the gate's Python step did, as an ImportError of s3flash.hf)."""
+    root = os.path.dirname(os.path.abspath(src))
+    pkg = os.path.join(root, "python", "s3flash")
+    build = os.path.join(src, "python", "meson.build")
+    if not os.path.isdir(pkg) or not os.path.exists(build):
+        return []
+    with open(build, encoding="utf-8") as f:
+        listed = set(re.findall(r"python/s3flash/([\w.]+)'", f.read()))
+    return [f"python/s3flash/{n}: not installed by src/python/meson.build's install_sources"
+            for n in sorted(os.listdir(pkg))
+            if n.endswith((".py", ".pyi")) and n not in listed]
+
+
 def main():
     src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.environ.get("S3F_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..")),
         "src")
-    problems = check(src)
+    problems = check(src) + unpackaged(src)
     for p in problems:
         print(p)
     if problems:
