@@ -139,10 +139,14 @@ PyObject *mod_safetensors_header_length(PyObject *mod, PyObject *args, PyObject 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "y*K|K:safetensors_header_length", kwlist,
                                      &view, &size, &max))
         return NULL;
+    if (view.len < 8 && size >= 8) { /* the C call reads 8 bytes: never past the buffer */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "fewer than the 8 bytes of the header's length given");
+        return NULL;
+    }
     struct s3f_error err;
     uint64_t n = 0;
-    enum s3f_status st = s3f_safetensors_header_length(view.buf, view.len < 8 && size >= 8 ? 0 : size, max,
-                                                       &n, &err);
+    enum s3f_status st = s3f_safetensors_header_length(view.buf, size, max, &n, &err);
     PyBuffer_Release(&view);
     if (st)
         return header_error(st, &err);
