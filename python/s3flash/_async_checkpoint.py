@@ -586,14 +586,20 @@ class AsyncCheckpointer:
             raise
         fut.set_running_or_notify_cancel()
         with self._cond:
-            self._pending.append(_Job(step, staged, fut, torch_save_kwargs))  # type: ignore
-            self._inflight += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="s3flash-checkpoint",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+            self._enqueue(_Job(step, staged, fut, torch_save_kwargs))  # type: ignore
         return fut
+
+    _thread_name = "s3flash-checkpoint"
+
+    def _enqueue(self, job: "_Job") -> None:
+        """Queue a save for the background thread, started on first use (self._cond held)."""
+        self._pending.append(job)
+        self._inflight += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._thread_name,
+                                            daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
 
     def wait(self) -> None:
         """Wait until every save asked for so far has committed (or failed) and its retention

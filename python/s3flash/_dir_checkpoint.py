@@ -94,6 +94,8 @@ class DirectoryCheckpointer(AsyncCheckpointer):
     tier: the folders are local already); ``keep_remote`` is the number of committed
     folders kept in S3."""
 
+    _thread_name = "s3flash-dir-checkpoint"
+
     def __init__(self, uri: str, *, max_pending: int = 1, **kwargs: Any):
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
@@ -119,14 +121,7 @@ class DirectoryCheckpointer(AsyncCheckpointer):
                 if self._closed:
                     raise ValueError("DirectoryCheckpointer is closed")
                 fut.set_running_or_notify_cancel()
-                self._pending.append(_Job(step, snap, fut, {}))  # type: ignore[arg-type]
-                self._inflight += 1
-                if self._thread is None:
-                    import threading
-                    self._thread = threading.Thread(target=self._run, daemon=True,
-                                                    name="s3flash-dir-checkpoint")
-                    self._thread.start()
-                self._cond.notify_all()
+                self._enqueue(_Job(step, snap, fut, {}))  # type: ignore[arg-type]
         except BaseException:
             shutil.rmtree(snap.path, ignore_errors=True)
             raise
