@@ -108,7 +108,7 @@ build() { # build DIR [meson args...]
     local dir=$1
     shift
     if [ ! -f "$dir/build.ninja" ]; then
-        meson setup "$dir" -Dwerror=true -Dtest_hooks=enabled "$@"
+        meson setup "$dir" -Dwerror=true -Dtest_hooks=enabled -Dasserts=enabled "$@"
     fi
     ninja -C "$dir" -j2
 }
