@@ -77,7 +77,9 @@ static int read_key(const struct cli_ctx *ctx, int alg_opt, int key_opt, const c
     if (strcmp(alg, "AES256") != 0)
         return cli_usage_error(ctx->cmd, "--%s takes AES256, not '%s'", alg_name, alg);
     if (spec)
-        return read_key_file(ctx->cmd, key_name, strchr(spec, ':') + 3, out);
+        return read_key_file(ctx->cmd, key_opt == OPT_SSE_C_KEY ? "--sse-c-key"
+                                                                : "--sse-c-copy-source-key",
+                             strchr(spec, ':') + 3, out);
     const char *v = getenv(env_name);
     if (!v || !*v)
         return cli_usage_error(ctx->cmd, "--%s AES256 needs the key: --%s fileb://PATH or %s "
@@ -91,6 +93,8 @@ static int read_key(const struct cli_ctx *ctx, int alg_opt, int key_opt, const c
 
 int cli_request_options_read(struct cli_ctx *ctx) {
     const struct cli_args *a = ctx->args;
+    if (a->value[OPT_SSE] && a->value[OPT_SSE_C])
+        return cli_usage_error(ctx->cmd, "--sse and --sse-c exclude each other");
     int rc = read_key(ctx, OPT_SSE_C, OPT_SSE_C_KEY, "sse-c", "sse-c-key", "S3FLASH_SSE_C_KEY",
                       ctx->req.sse_c_key);
     if (rc == CLI_EXIT_OK)
@@ -104,8 +108,6 @@ int cli_request_options_read(struct cli_ctx *ctx) {
         strcmp(sse, "aws:kms:dsse") != 0)
         return cli_usage_error(ctx->cmd, "--sse takes AES256, aws:kms or aws:kms:dsse, not '%s'",
                                sse);
-    if (sse && a->value[OPT_SSE_C])
-        return cli_usage_error(ctx->cmd, "--sse and --sse-c exclude each other");
     bool kms = sse && strncmp(sse, "aws:kms", 7) == 0;
     if (!kms && (a->value[OPT_SSE_KMS_KEY_ID] || a->value[OPT_SSE_KMS_CONTEXT] ||
                  a->set[OPT_BUCKET_KEY]))
