@@ -258,8 +258,11 @@ static void easy_release(struct io_thread *t, CURL *e) {
 /* The proxy of a request, always set: an empty CURLOPT_PROXY keeps libcurl from reading
  * http_proxy & co. itself, so that only what the s3 layer resolved applies (and an empty
  * CURLOPT_NOPROXY exempts no host). False when out of memory. */
-static bool set_proxy(CURL *e, const struct s3f__http_pool *pool, const char *url) {
-    const char *proxy = strncasecmp(url, "https:", 6) == 0 ? pool->https_proxy : pool->http_proxy;
+static bool set_proxy(CURL *e, const struct s3f__http_pool *pool,
+                      struct s3f__http_request *req) {
+    const char *proxy = strncasecmp(req->url, "https:", 6) == 0 ? pool->https_proxy
+                                                                : pool->http_proxy;
+    req->proxy = proxy;
     const char *ca = pool->proxy_ca_bundle ? pool->proxy_ca_bundle : pool->ca_bundle;
     if (curl_easy_setopt(e, CURLOPT_PROXY, proxy ? proxy : "") == CURLE_OUT_OF_MEMORY ||
         curl_easy_setopt(e, CURLOPT_NOPROXY, pool->no_proxy ? pool->no_proxy : "") ==
@@ -331,7 +334,7 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     if (t->pool->ca_bundle &&
         curl_easy_setopt(e, CURLOPT_CAINFO, t->pool->ca_bundle) == CURLE_OUT_OF_MEMORY)
         return false;
-    if (!set_proxy(e, t->pool, req->url))
+    if (!set_proxy(e, t->pool, req))
         return false;
     if (o->tls_insecure) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
@@ -415,6 +418,14 @@ static void complete(struct io_thread *t, struct s3f__http_request *req, CURLcod
     }
     if (code != CURLE_OK && !req->error[0])
         s3f__strlcpy(req->error, curl_easy_strerror(code), sizeof(req->error));
+    if ((code == CURLE_COULDNT_RESOLVE_PROXY ||
+         (code == CURLE_COULDNT_CONNECT && req->proxy && !t->pool->no_proxy)) && req->proxy) {
+        /* libcurl's text names the host it tried, not that it is the proxy */
+        char shown[256];
+        s3f__url_redact(req->proxy, shown, sizeof(shown));
+        size_t n = strlen(req->error);
+        snprintf(req->error + n, sizeof(req->error) - n, " (the proxy %s)", shown);
+    }
     atomic_fetch_sub(&t->load, 1);
     s3f__http_done_fn done = req->done;
     void *ud = req->done_ud;

@@ -93,6 +93,7 @@ struct s3f__http_request {
     int http_status;              /* 0 if none */
     int curl_code;                /* CURLcode */
     char error[CURL_ERROR_SIZE];  /* transport error text, empty on success */
+    const char *proxy;            /* the proxy this attempt was given (the pool's), or NULL */
     uint64_t bytes_sent;
     uint64_t bytes_received;      /* body bytes */
     uint64_t start_ns, end_ns;

@@ -214,6 +214,7 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
         .logger = &c->logger,
     };
     st = s3f__http_pool_new(&ho, &c->http, err);
+    s3f__proxy_log(&proxy, &c->logger);
     s3f__proxy_cleanup(&proxy);
     if (st)
         goto fail;

@@ -336,6 +336,16 @@ enum s3f_status s3f__proxy_resolve(const struct s3f_client_options *opts,
     return S3F_OK;
 }
 
+void s3f__proxy_log(const struct s3f__proxy_config *p, const struct s3f__logger *logger) {
+    if (!p->http_proxy && !p->https_proxy)
+        return;
+    char h[256], hs[256];
+    s3f__url_redact(p->http_proxy ? p->http_proxy : "none", h, sizeof(h));
+    s3f__url_redact(p->https_proxy ? p->https_proxy : "none", hs, sizeof(hs));
+    s3f__log(logger, S3F_LOG_DEBUG, "client: proxy %s for http://, %s for https://; not for %s",
+             h, hs, p->no_proxy ? p->no_proxy : "(no NO_PROXY)");
+}
+
 void s3f__proxy_cleanup(struct s3f__proxy_config *p) {
     free(p->http_proxy);
     free(p->https_proxy);

@@ -67,5 +67,7 @@ enum s3f_status s3f__proxy_resolve(const struct s3f_client_options *opts,
                                    const char *profile_ca_bundle, struct s3f__proxy_config *out,
                                    struct s3f_error *err);
 void s3f__proxy_cleanup(struct s3f__proxy_config *p);
+/* One DEBUG line of the proxies in use (passwords in their URLs redacted). */
+void s3f__proxy_log(const struct s3f__proxy_config *p, const struct s3f__logger *logger);
 
 #endif

@@ -65,7 +65,11 @@ def test_https_endpoint_tunnels_with_connect(cli, rgw, bucket, hproxy):
 
 
 def test_proxy_away_fails_the_request(cli, rgw, bucket):
-    # a proxy that is set is used: one that does not answer fails the command
+    # a proxy that is set is used: one that does not answer fails the command, and the
+    # error says it was the proxy (its password redacted)
+    port = closed_port()
     r = cli.run("--aws-max-attempts", "1", "ls", f"s3://{bucket}/",
-                env=env(cli, HTTP_PROXY=f"http://127.0.0.1:{closed_port()}"))
+                env=env(cli, HTTP_PROXY=f"http://user:proxypass@127.0.0.1:{port}"))
     assert r.rc == 1, r
+    assert f"(the proxy http://***@127.0.0.1:{port})" in r.err, r.err
+    assert "proxypass" not in r.err
