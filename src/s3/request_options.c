@@ -210,6 +210,23 @@ static int kind_of(const char *operation) {
     return 0;
 }
 
+/* The three SSE-C headers of a key (an object's own, or a copy source's) at hdrs[n]. */
+static size_t customer_key_headers(struct s3f__header *hdrs, size_t n, bool copy_source,
+                                   const char *key, const char *md5) {
+    static const char *const names[2][3] = {
+        {"x-amz-server-side-encryption-customer-algorithm",
+         "x-amz-server-side-encryption-customer-key",
+         "x-amz-server-side-encryption-customer-key-md5"},
+        {"x-amz-copy-source-server-side-encryption-customer-algorithm",
+         "x-amz-copy-source-server-side-encryption-customer-key",
+         "x-amz-copy-source-server-side-encryption-customer-key-md5"},
+    };
+    hdrs[n++] = (struct s3f__header){names[copy_source][0], "AES256"};
+    hdrs[n++] = (struct s3f__header){names[copy_source][1], key};
+    hdrs[n++] = (struct s3f__header){names[copy_source][2], md5};
+    return n;
+}
+
 size_t s3f__request_options_headers(const struct s3f__request_options *o, const char *operation,
                                     const char *bucket, bool copy_source,
                                     struct s3f__header *hdrs) {
@@ -236,30 +253,12 @@ size_t s3f__request_options_headers(const struct s3f__request_options *o, const 
         if (o->acl)
             hdrs[n++] = (struct s3f__header){"x-amz-acl", o->acl};
     }
-    if ((what & CUSTOMER) && o->sse_c) {
-        hdrs[n++] = (struct s3f__header){"x-amz-server-side-encryption-customer-algorithm",
-                                         "AES256"};
-        hdrs[n++] = (struct s3f__header){"x-amz-server-side-encryption-customer-key",
-                                         o->sse_c_key};
-        hdrs[n++] = (struct s3f__header){"x-amz-server-side-encryption-customer-key-md5",
-                                         o->sse_c_md5};
-    }
-    if ((what & COPY_SOURCE_AS_OWN) && o->copy_source_sse_c) {
-        hdrs[n++] = (struct s3f__header){"x-amz-server-side-encryption-customer-algorithm",
-                                         "AES256"};
-        hdrs[n++] = (struct s3f__header){"x-amz-server-side-encryption-customer-key",
-                                         o->copy_source_key};
-        hdrs[n++] = (struct s3f__header){"x-amz-server-side-encryption-customer-key-md5",
-                                         o->copy_source_md5};
-    }
-    if ((what & COPY_SOURCE) && o->copy_source_sse_c) {
-        hdrs[n++] = (struct s3f__header){
-            "x-amz-copy-source-server-side-encryption-customer-algorithm", "AES256"};
-        hdrs[n++] = (struct s3f__header){"x-amz-copy-source-server-side-encryption-customer-key",
-                                         o->copy_source_key};
-        hdrs[n++] = (struct s3f__header){
-            "x-amz-copy-source-server-side-encryption-customer-key-md5", o->copy_source_md5};
-    }
+    if ((what & CUSTOMER) && o->sse_c)
+        n = customer_key_headers(hdrs, n, false, o->sse_c_key, o->sse_c_md5);
+    if ((what & COPY_SOURCE_AS_OWN) && o->copy_source_sse_c)
+        n = customer_key_headers(hdrs, n, false, o->copy_source_key, o->copy_source_md5);
+    if ((what & COPY_SOURCE) && o->copy_source_sse_c)
+        n = customer_key_headers(hdrs, n, true, o->copy_source_key, o->copy_source_md5);
     S3F_ASSERT(n <= S3F_REQUEST_OPTION_HEADERS_MAX);
     return n;
 }
