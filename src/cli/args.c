@@ -18,8 +18,9 @@ const struct cli_opt_spec cli_global_opts[] = {
      "pay for the requests to a Requester Pays bucket (x-amz-request-payer)"},
     {"force-path-style", 0, 0, OPT_FORCE_PATH_STYLE, NULL,
      "address buckets as http://host/bucket/key (also S3FLASH_FORCE_PATH_STYLE=1)"},
-    {"sse", 0, 1, OPT_SSE, "AES256|aws:kms|aws:kms:dsse",
-     "server-side encryption of the objects written (x-amz-server-side-encryption)"},
+    {"sse", 0, 1, OPT_SSE, "MODE",
+     "server-side encryption of the objects written: AES256, aws:kms or aws:kms:dsse "
+     "(x-amz-server-side-encryption)"},
     {"sse-kms-key-id", 0, 1, OPT_SSE_KMS_KEY_ID, "ID", "KMS key of --sse aws:kms[:dsse]"},
     {"sse-kms-encryption-context", 0, 1, OPT_SSE_KMS_CONTEXT, "JSON",
      "KMS encryption context, a JSON object of strings"},
