@@ -332,8 +332,10 @@ int main(int argc, char **argv) {
     ctx.quiet = args.set[OPT_QUIET] ? 1 : 0;
     ctx.umask_bits = umask(0);
     umask(ctx.umask_bits);
-    if ((rc = cli_request_options_read(&ctx)) != CLI_EXIT_OK)
+    if ((rc = cli_request_options_read(&ctx)) != CLI_EXIT_OK) {
+        cli_request_options_wipe(&ctx); /* a key read before the error */
         return rc;
+    }
 
     rc = cmd->run(&ctx);
     if (fflush(stdout) != 0 && rc == CLI_EXIT_OK)
