@@ -26,6 +26,7 @@
 #include "core/core.h"
 #include "http/http.h"
 #include "s3/endpoint.h"
+#include "s3/request_options.h"
 
 /* AWS standard retry mode token bucket. Guarded by its own lock. */
 struct s3f__retry_bucket {
@@ -45,6 +46,7 @@ struct s3f_client {
     bool use_fips, use_dual_stack, accelerate; /* AWS endpoint variants */
     bool anonymous;
     bool requester_pays;      /* x-amz-request-payer: requester on every request */
+    struct s3f__request_options ropts; /* encryption, storage class, ACL, owner, User-Agent */
     int max_attempts;
     char *ca_bundle;
     uint32_t connect_timeout_ms;
@@ -211,6 +213,9 @@ struct s3f__s3_request {
     /* S3 Express: a bucket operation of the regional control endpoint (CreateBucket,
      * DeleteBucket of a directory bucket), signed with the caller's credentials */
     bool s3express_control;
+    /* A HeadObject of a copy's source: it carries the SSE-C key of copy sources
+     * (request_options.h) instead of the client's. */
+    bool copy_source;
     /* private: the executor's state */
     struct s3f__s3_call call;
 };

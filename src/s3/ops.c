@@ -72,19 +72,33 @@ enum s3f_status s3f__op_checksum_start(enum s3f_checksum_algorithm alg,
     return S3F_OK;
 }
 
-enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
-                                const char *version_id, struct s3f_object_info *info,
-                                struct s3f_error *err) {
+static enum s3f_status head_object(struct s3f_client *c, const char *bucket, const char *key,
+                                   const char *version_id, bool copy_source,
+                                   struct s3f_object_info *info, struct s3f_error *err) {
     enum s3f_status st = s3f__op_check_args("HeadObject", bucket, key, true, err);
     if (st)
         return st;
     struct s3f__op op;
-    if ((st = s3f__op_get(&op, true, bucket, key, version_id, NULL, true, err)) == S3F_OK)
+    if ((st = s3f__op_get(&op, true, bucket, key, version_id, NULL, true, err)) == S3F_OK) {
+        op.r.copy_source = copy_source;
         st = s3f__s3_execute(c, &op.r, err);
+    }
     if (st == S3F_OK && info)
         *info = op.info;
     s3f__op_cleanup(&op);
     return st;
+}
+
+enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *version_id, struct s3f_object_info *info,
+                                struct s3f_error *err) {
+    return head_object(c, bucket, key, version_id, false, info, err);
+}
+
+enum s3f_status s3f__head_copy_source(struct s3f_client *c, const char *bucket, const char *key,
+                                      const char *version_id, struct s3f_object_info *info,
+                                      struct s3f_error *err) {
+    return head_object(c, bucket, key, version_id, true, info, err);
 }
 
 struct verify_sink {

@@ -384,7 +384,7 @@ enum s3f_status s3f_copy(struct s3f_client *c, const char *src_bucket, const cha
     /* the source: its size, ETag (every request is pinned to it) and content type */
     struct s3f_object_info src;
     memset(&src, 0, sizeof(src));
-    st = s3f_head_object(c, src_bucket, src_key, opts->src_version_id, &src, err);
+    st = s3f__head_copy_source(c, src_bucket, src_key, opts->src_version_id, &src, err);
     if (st == S3F_OK && opts->src_if_match && *opts->src_if_match &&
         strcmp(opts->src_if_match, src.etag) != 0)
         st = s3f__error_set(err, S3F_ERR_PRECONDITION_FAILED, "copy", NULL,
