@@ -159,6 +159,8 @@ bool s3f__bucket_name_valid(const char *name, bool strict) {
     if (!name)
         return false;
     size_t n = strlen(name);
+    if (!strict && n >= 4 && s3f__arn_bucket_len(name, n) == n)
+        return true;
     if (!strict) {
         if (n < 3 || n > 255)
             return false;

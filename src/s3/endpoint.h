@@ -95,7 +95,8 @@ char *s3f__endpoint_object_path(const struct s3f__endpoint *e, const char *key);
  * Standard names and Ceph RGW relaxed names): 3-255 bytes of A-Z a-z 0-9 . _ -.
  * s3f__bucket_dns_compatible: usable as a virtual host (the SDKs' isVirtualHostableS3Bucket):
  * 3+ bytes, lowercase, not an IPv4 address, and a valid DNS label (allow_dots: a dot-separated
- * series of labels) of a-z 0-9 - not starting or ending with '-'. NULL gives false. */
+ * series of labels) of a-z 0-9 - not starting or ending with '-'. NULL gives false.
+ * An ARN bucket (s3f__arn_bucket_len) is valid when not strict: the resolver checks it. */
 bool s3f__bucket_name_valid(const char *name, bool strict);
 /* S3 Express One Zone: whether the name is a directory bucket's (ends in --x-s3, or --xa-s3
  * for its access points), and its Availability Zone id ("use1-az4" of
@@ -103,5 +104,10 @@ bool s3f__bucket_name_valid(const char *name, bool strict);
 bool s3f__bucket_is_directory(const char *bucket);
 bool s3f__directory_bucket_zone(const char *bucket, char *zone, size_t cap);
 bool s3f__bucket_dns_compatible(const char *name, bool allow_dots);
+/* The length of the ARN bucket at the start of s[0..len) ("arn:...:accesspoint/NAME",
+ * "arn:...:outpost/ID/accesspoint/NAME", as aws-cli splits s3://ARN/KEY: the last resource
+ * component runs to the next '/'), or 0 when s does not start with an ARN of 255 printable
+ * ASCII bytes at most. Only the shape is checked; s3f__endpoint_resolve checks the rest. */
+size_t s3f__arn_bucket_len(const char *s, size_t len);
 
 #endif /* S3F_S3_ENDPOINT_H */

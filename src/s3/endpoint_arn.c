@@ -318,6 +318,36 @@ int s3f__endpoint_resolve_arn(const struct s3f__endpoint_params *p, const char *
     return FAIL("Invalid ARN: Unrecognized format: %s (type: %s)", bucket, type);
 }
 
+/* ---- ARN buckets in s3:// URIs ------------------------------------------------------------ */
+size_t s3f__arn_bucket_len(const char *s, size_t len) {
+    if (!s || len < 4 || strncmp(s, "arn:", 4) != 0)
+        return 0;
+    size_t i = 0;
+    for (int colons = 0; colons < 5; i++) { /* the resource starts after the 5th ':' */
+        if (i >= len || s[i] == '/')
+            return 0;
+        if (s[i] == ':')
+            colons++;
+    }
+    /* aws-cli's forms: accesspoint[:/]NAME, outpost[:/]ID[:/]accesspoint[:/]NAME; the last
+     * component runs to the next '/' */
+    int parts = len - i >= 8 && strncmp(s + i, "outpost", 7) == 0 &&
+                        (s[i + 7] == ':' || s[i + 7] == '/')
+                    ? 4
+                    : 2;
+    for (int k = 1; k < parts && i < len; i++)
+        if (s[i] == ':' || s[i] == '/')
+            k++;
+    while (i < len && s[i] != '/')
+        i++;
+    if (i > 255)
+        return 0;
+    for (size_t j = 0; j < i; j++)
+        if ((unsigned char)s[j] <= 0x20 || (unsigned char)s[j] >= 0x7f)
+            return 0;
+    return i;
+}
+
 /* ---- S3 on Outposts bucket aliases: NAME...-[oe]OUTPOSTID(17)...REGION(4)...--op-s3 ------ */
 bool s3f__bucket_is_outposts_alias(const char *bucket) {
     if (!bucket)

@@ -616,7 +616,62 @@ static void test_express(void) {
     s3f__endpoint_cleanup(&e);
 }
 
+/* s3://ARN/KEY splits as aws-cli splits it: the bucket is the ARN up to the access point's
+ * name, the key the rest; the ARN then resolves to the access point's host. */
+static void test_arn_uris(void) {
+    static const char *const cases[][3] = {
+        {"s3://arn:aws:s3:us-west-2:123456789012:accesspoint/myap/dir/key.bin",
+         "arn:aws:s3:us-west-2:123456789012:accesspoint/myap", "dir/key.bin"},
+        {"s3://arn:aws:s3:us-west-2:123456789012:accesspoint:myap/k",
+         "arn:aws:s3:us-west-2:123456789012:accesspoint:myap", "k"},
+        {"s3://arn:aws:s3:us-west-2:123456789012:accesspoint/myap",
+         "arn:aws:s3:us-west-2:123456789012:accesspoint/myap", ""},
+        {"s3://arn:aws:s3::123456789012:accesspoint/mfzwi23gnjvgw.mrap/a/b",
+         "arn:aws:s3::123456789012:accesspoint/mfzwi23gnjvgw.mrap", "a/b"},
+        {"s3://arn:aws:s3-outposts:us-east-1:123456789012:outpost/op-01234567890123456/"
+         "accesspoint/reports/x/y",
+         "arn:aws:s3-outposts:us-east-1:123456789012:outpost/op-01234567890123456/accesspoint/"
+         "reports",
+         "x/y"},
+        {"s3://arn:aws:s3-object-lambda:us-east-1:123456789012:accesspoint/mybanner/k",
+         "arn:aws:s3-object-lambda:us-east-1:123456789012:accesspoint/mybanner", "k"},
+        {"s3://plain-bucket/arn:aws:s3:x", "plain-bucket", "arn:aws:s3:x"},
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(cases); i++) {
+        char bucket[256], key[1100];
+        struct s3f_error err;
+        s3f_error_clear(&err);
+        CHECK_INT(s3f_uri_parse(cases[i][0], bucket, sizeof(bucket), key, sizeof(key), &err),
+                  S3F_OK);
+        CHECK_STR(bucket, cases[i][1]);
+        CHECK_STR(key, cases[i][2]);
+    }
+    /* not an ARN: fewer than 6 fields, a space; still refused as bucket names */
+    char bucket[256], key[1100];
+    CHECK_INT(s3f_uri_parse("s3://arn:aws:s3/k", bucket, sizeof(bucket), key, sizeof(key), NULL),
+              S3F_ERR_INVALID_URI);
+    CHECK_INT(s3f_uri_parse("s3://arn:aws:s3:r:1:access point/x/k", bucket, sizeof(bucket), key,
+                            sizeof(key), NULL),
+              S3F_ERR_INVALID_URI);
+    CHECK(!s3f__bucket_name_valid("arn:aws:s3:us-west-2:123456789012:accesspoint/myap", true));
+    CHECK(s3f__bucket_name_valid("arn:aws:s3:us-west-2:123456789012:accesspoint/myap", false));
+    CHECK(!s3f__bucket_name_valid("arn:aws:s3:us-west-2:1:accesspoint/a/b", false));
+    /* the bucket of the first URI resolves to the access point */
+    struct s3f__endpoint e;
+    struct s3f__endpoint_params p = {.region = "us-east-1",
+                                     .bucket = "arn:aws:s3:us-west-2:123456789012:accesspoint/myap"};
+    CHECK_INT(s3f__endpoint_resolve(&p, &e, NULL), S3F_OK);
+    CHECK_STR(e.host, "myap-123456789012.s3-accesspoint.us-west-2.amazonaws.com");
+    CHECK_STR(e.signing_region, "us-west-2");
+    CHECK(e.signing_region_set == NULL && e.arn && !e.path_style);
+    char *op = s3f__endpoint_object_path(&e, "dir/key.bin");
+    CHECK_STR(op, "/dir/key.bin");
+    free(op);
+    s3f__endpoint_cleanup(&e);
+}
+
 int main(void) {
+    RUN(test_arn_uris);
     RUN(test_vectors);
     RUN(test_express);
     RUN(test_custom_endpoints);
