@@ -1,0 +1,150 @@
+"""ARN buckets on the wire: the CLI addresses an access point ARN and a Multi-Region Access
+Point ARN; the test build's S3FLASH_TEST_CONNECT_TO (libcurl's CURLOPT_CONNECT_TO) connects
+the resolved AWS host to a TLS server started here on loopback, so the URL, the Host header
+and the TLS name stay AWS's (the server's certificate names the AWS hosts, trusted through
+AWS_CA_BUNDLE). The server records each request and checks its signature independently:
+
+- access point: host NAME-ACCOUNT.s3-accesspoint.REGION.amazonaws.com, the ARN's region in
+  the SigV4 scope (.../us-west-2/s3/aws4_request) though the client's region is us-east-1,
+  and an HMAC signature recomputed from AWS's documented rules (test_express_sigv4's);
+- MRAP: host ALIAS.accesspoint.s3-global.amazonaws.com, a SigV4a Authorization
+  (AWS4-ECDSA-P256-SHA256, scope DATE/s3/aws4_request, X-Amz-Region-Set: * signed) whose
+  ECDSA signature verifies with the public key derived here, in Python, from the test's
+  secret as the AWS SDKs derive it (the KDF of aws-c-auth; `cryptography` for P-256).
+"""
+import hashlib
+import hmac
+import http.server
+import ssl
+import subprocess
+import threading
+
+import pytest
+
+from test_express_sigv4 import canonical_request, expected_signature
+
+ACCOUNT = "123456789012"
+AP_ARN = f"arn:aws:s3:us-west-2:{ACCOUNT}:accesspoint/myap"
+AP_HOST = f"myap-{ACCOUNT}.s3-accesspoint.us-west-2.amazonaws.com"
+MRAP_ARN = f"arn:aws:s3::{ACCOUNT}:accesspoint/mfzwi23gnjvgw.mrap"
+MRAP_HOST = "mfzwi23gnjvgw.mrap.accesspoint.s3-global.amazonaws.com"
+# P-256 group order
+N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+def sigv4a_private_key(akid, secret):
+    """aws-c-auth's derivation: HMAC-SHA256 keyed with "AWS4A"+secret over
+    00000001 || label || 00 || akid || counter || 00000100 until k0 <= n-2; d = k0+1."""
+    for counter in range(1, 255):
+        fixed = (b"\x00\x00\x00\x01" + b"AWS4-ECDSA-P256-SHA256" + b"\x00" + akid.encode() +
+                 bytes([counter]) + b"\x00\x00\x01\x00")
+        k0 = int.from_bytes(hmac.new(b"AWS4A" + secret.encode(), fixed, hashlib.sha256).digest(),
+                            "big")
+        if k0 <= N - 2:
+            return k0 + 1
+    raise AssertionError("no key")
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen = []
+
+    def log_message(self, *a):
+        pass
+
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        h = {k.lower(): v for k, v in self.headers.items()}
+        type(self).seen.append((self.command, self.path, h, body))
+        out = b"payload" if self.command in ("GET", "HEAD") else b""
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("Last-Modified", "Sun, 06 Dec 2026 12:00:00 GMT")
+        self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+        self.send_header("x-amz-request-id", "arn-test-1")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    do_GET = do_PUT = do_HEAD = handle_any
+
+
+@pytest.fixture
+def aws_host_server(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", f"/CN={AP_HOST}",
+                    "-addext", f"subjectAltName=DNS:{AP_HOST},DNS:{MRAP_HOST}",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    handler = type("H", (Recorder,), {"seen": []})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1], cert, handler
+    srv.shutdown()
+    t.join(timeout=10)
+
+
+def run_cli(cli, port, cert, *args, **kw):
+    env = cli.env(S3FLASH_TEST_CONNECT_TO=f"127.0.0.1:{port}", AWS_CA_BUNDLE=str(cert),
+                  AWS_REGION="us-east-1")
+    return cli.run(*args, endpoint=False, env=env, **kw)
+
+
+def test_access_point_arn_host_and_scope(cli_nosrv, aws_host_server):
+    port, cert, handler = aws_host_server
+    r = run_cli(cli_nosrv, port, cert, "cp", "-", f"s3://{AP_ARN}/dir/a b.bin", input=b"hello")
+    assert r.rc == 0, r
+    r = run_cli(cli_nosrv, port, cert, "cp", f"s3://{AP_ARN}/dir/a b.bin", "-")
+    assert r.rc == 0, r
+    assert r.out == b"payload", r
+    methods = [m for m, *_ in handler.seen]
+    assert "PUT" in methods and "GET" in methods, handler.seen
+    for method, path, h, body in handler.seen:
+        assert h["host"] == AP_HOST, h
+        assert path.split("?")[0] == "/dir/a%20b.bin", path
+        assert "/us-west-2/s3/aws4_request" in h["authorization"], h["authorization"]
+        akid, service, signed, got, want = expected_signature(
+            method, path, h, cli_nosrv.rgw.secret_key)
+        assert (akid, service) == (cli_nosrv.rgw.access_key, "s3")
+        assert "host" in signed and got == want, (method, path)
+        assert "x-amz-region-set" not in h
+    assert any(body == b"hello" for m, _, _, body in handler.seen if m == "PUT")
+
+
+def test_mrap_arn_signed_with_sigv4a(cli_nosrv, aws_host_server):
+    ec = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
+    hashes = pytest.importorskip("cryptography.hazmat.primitives.hashes")
+    exceptions = pytest.importorskip("cryptography.exceptions")
+    port, cert, handler = aws_host_server
+    r = run_cli(cli_nosrv, port, cert, "cp", "-", f"s3://{MRAP_ARN}/ckpt/k.bin", input=b"mrap")
+    assert r.rc == 0, r
+    assert handler.seen, "no request reached the server"
+    akid, secret = cli_nosrv.rgw.access_key, cli_nosrv.rgw.secret_key
+    pub = ec.derive_private_key(sigv4a_private_key(akid, secret), ec.SECP256R1()).public_key()
+    other = ec.derive_private_key(sigv4a_private_key(akid, secret + "x"),
+                                  ec.SECP256R1()).public_key()
+    for method, path, h, _ in handler.seen:
+        assert h["host"] == MRAP_HOST, h
+        assert h["x-amz-region-set"] == "*", h
+        auth = h["authorization"]
+        assert auth.startswith("AWS4-ECDSA-P256-SHA256 "), auth
+        fields = dict(p.strip().split("=", 1)
+                      for p in auth[len("AWS4-ECDSA-P256-SHA256 "):].split(","))
+        cred = fields["Credential"].split("/")
+        assert cred[0] == akid and cred[2:] == ["s3", "aws4_request"], cred  # no region
+        signed = fields["SignedHeaders"].split(";")
+        assert "x-amz-region-set" in signed and "host" in signed, signed
+        creq = canonical_request(method, path, h, signed)
+        sts = "\n".join(["AWS4-ECDSA-P256-SHA256", h["x-amz-date"], "/".join(cred[1:]),
+                         hashlib.sha256(creq.encode()).hexdigest()])
+        sig = bytes.fromhex(fields["Signature"])
+        pub.verify(sig, sts.encode(), ec.ECDSA(hashes.SHA256()))  # raises if it does not
+        with pytest.raises(exceptions.InvalidSignature):
+            other.verify(sig, sts.encode(), ec.ECDSA(hashes.SHA256()))
+        with pytest.raises(exceptions.InvalidSignature):
+            pub.verify(sig, (sts + "x").encode(), ec.ECDSA(hashes.SHA256()))
