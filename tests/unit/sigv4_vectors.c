@@ -346,3 +346,60 @@ size_t list_subdirs(const char *dir, char ***out) {
     return n;
 }
 
+
+void cauth_expect_read(const char *dir, bool query_form, struct cauth_expect *x) {
+    const char *prefix = query_form ? "query" : "header";
+    char fname[64];
+    FMT(fname, "%s-canonical-request.txt", prefix);
+    x->creq = read_rel(dir, fname);
+    FMT(fname, "%s-string-to-sign.txt", prefix);
+    x->sts = read_rel(dir, fname);
+    FMT(fname, "%s-signature.txt", prefix);
+    x->sig = read_rel(dir, fname);
+    FMT(fname, "%s-signed-request.txt", prefix);
+    x->sreq = read_rel(dir, fname);
+}
+
+void cauth_expect_free(struct cauth_expect *x) {
+    free(x->creq);
+    free(x->sts);
+    free(x->sig);
+    free(x->sreq);
+    memset(x, 0, sizeof(*x));
+}
+
+struct s3f__sigv4_config cauth_config(const struct json *ctx, bool normalize) {
+    int64_t t = 0;
+    CHECK_INT(s3f__time_parse(json_get(ctx, "timestamp"), &t), 0);
+    const char *exp = json_get(ctx, "expiration_in_seconds");
+    return (struct s3f__sigv4_config){
+        .region = json_get(ctx, "region"),
+        .service = json_get(ctx, "service"),
+        .time = t,
+        .normalize_path = normalize,
+        .expires_s = exp ? (uint32_t)strtoul(exp, NULL, 10) : 0,
+        .add_content_sha256_header = json_true(ctx, "sign_body"),
+        .omit_session_token = json_true(ctx, "omit_session_token"),
+    };
+}
+
+struct s3f__sigv4_credentials cauth_credentials(const struct json *ctx) {
+    return (struct s3f__sigv4_credentials){json_get(ctx, "credentials.access_key_id"),
+                                           json_get(ctx, "credentials.secret_access_key"),
+                                           json_get(ctx, "credentials.token")};
+}
+
+void cauth_header_request(struct s3f__buf *b, const struct raw_req *r,
+                          const struct s3f__sigv4_signed *out) {
+    s3f__buf_appendf(b, "%s %s HTTP/1.1\n%s", r->method, r->target, r->header_text);
+    struct s3f__header add[5];
+    size_t na = s3f__sigv4_signed_headers(out, add);
+    for (size_t i = 0; i < na; i++)
+        s3f__buf_appendf(b, "%s:%s\n", add[i].name, add[i].value);
+    s3f__buf_appendf(b, "\n%s", r->body);
+}
+
+void cauth_query_request(struct s3f__buf *b, const struct raw_req *r, const char *query) {
+    s3f__buf_appendf(b, "%s %s?%s HTTP/1.1\n%s\n%s", r->method, r->path, query, r->header_text,
+                     r->body);
+}

@@ -58,4 +58,22 @@ const char *json_get(const struct json *j, const char *key);
 bool json_true(const struct json *j, const char *key);
 size_t list_subdirs(const char *dir, char ***out);
 
+/* aws-c-auth's expectations of one form ("header" or "query") of a case: the canonical
+ * request, string to sign, signature and signed request (each NULL when absent). */
+struct cauth_expect {
+    char *creq, *sts, *sig, *sreq;
+};
+void cauth_expect_read(const char *dir, bool query_form, struct cauth_expect *x);
+void cauth_expect_free(struct cauth_expect *x);
+/* The signing config of a context.json (region and service, time, expiration, sign_body,
+ * omit_session_token); normalize_path from `normalize`. */
+struct s3f__sigv4_config cauth_config(const struct json *ctx, bool normalize);
+/* The credentials of a context.json (pointing into ctx). */
+struct s3f__sigv4_credentials cauth_credentials(const struct json *ctx);
+/* The signed request as aws-c-auth writes it: the header form (the request plus the signer's
+ * headers in its order) or the query form (the presigned query on the request line). */
+void cauth_header_request(struct s3f__buf *b, const struct raw_req *r,
+                          const struct s3f__sigv4_signed *out);
+void cauth_query_request(struct s3f__buf *b, const struct raw_req *r, const char *query);
+
 #endif /* S3F_TESTS_SIGV4_VECTORS_H */

@@ -192,33 +192,12 @@ static void test_botocore_suite(void) {
 /* One form (header or query) of one case in one mode. */
 static void cauth_run(const char *dir, const struct raw_req *r, const struct json *ctx,
                       bool normalize, bool query_form, const char *label) {
-    const char *prefix = query_form ? "query" : "header";
-    char fname[64];
-    FMT(fname, "%s-canonical-request.txt", prefix);
-    char *want_creq = read_rel(dir, fname);
-    FMT(fname, "%s-string-to-sign.txt", prefix);
-    char *want_sts = read_rel(dir, fname);
-    FMT(fname, "%s-signature.txt", prefix);
-    char *want_sig = read_rel(dir, fname);
-    FMT(fname, "%s-signed-request.txt", prefix);
-    char *want_sreq = read_rel(dir, fname);
-    CHECK(want_creq && want_sts && want_sig && want_sreq);
-
-    const char *secret = json_get(ctx, "credentials.secret_access_key");
-    struct s3f__sigv4_credentials creds = {json_get(ctx, "credentials.access_key_id"), secret,
-                                           json_get(ctx, "credentials.token")};
-    int64_t t = 0;
-    CHECK_INT(s3f__time_parse(json_get(ctx, "timestamp"), &t), 0);
-    const char *exp = json_get(ctx, "expiration_in_seconds");
-    struct s3f__sigv4_config cfg = {
-        .region = json_get(ctx, "region"),
-        .service = json_get(ctx, "service"),
-        .time = t,
-        .normalize_path = normalize,
-        .expires_s = exp ? (uint32_t)strtoul(exp, NULL, 10) : 0,
-        .add_content_sha256_header = json_true(ctx, "sign_body"),
-        .omit_session_token = json_true(ctx, "omit_session_token"),
-    };
+    struct cauth_expect x;
+    cauth_expect_read(dir, query_form, &x);
+    CHECK(x.creq && x.sts && x.sig && x.sreq);
+    struct s3f__sigv4_credentials creds = cauth_credentials(ctx);
+    const char *secret = creds.secret_access_key;
+    struct s3f__sigv4_config cfg = cauth_config(ctx, normalize);
     char body_hash[65];
     s3f__sha256_hex(r->body, r->body_len, body_hash);
     struct s3f__header hdrs[MAX_HEADERS];
@@ -236,17 +215,11 @@ static void cauth_run(const char *dir, const struct raw_req *r, const struct jso
         if (st) {
             fprintf(stderr, "  %s: %s\n", label, err.message);
         } else {
-            CHECK_STR(out.canonical_request, want_creq);
-            CHECK_STR(out.string_to_sign, want_sts);
-            CHECK_STR(out.signature, want_sig);
-            /* The signed request: as given, plus the signer's headers in its order. */
-            s3f__buf_appendf(&sreq, "%s %s HTTP/1.1\n%s", r->method, r->target, r->header_text);
-            struct s3f__header add[5];
-            size_t na = s3f__sigv4_signed_headers(&out, add);
-            for (size_t i = 0; i < na; i++)
-                s3f__buf_appendf(&sreq, "%s:%s\n", add[i].name, add[i].value);
-            s3f__buf_appendf(&sreq, "\n%s", r->body);
-            CHECK_STR(sreq.data, want_sreq);
+            CHECK_STR(out.canonical_request, x.creq);
+            CHECK_STR(out.string_to_sign, x.sts);
+            CHECK_STR(out.signature, x.sig);
+            cauth_header_request(&sreq, r, &out);
+            CHECK_STR(sreq.data, x.sreq);
             check_no_secret(out.authorization, secret);
             check_no_secret(out.canonical_request, secret);
             check_no_secret(out.string_to_sign, secret);
@@ -259,13 +232,12 @@ static void cauth_run(const char *dir, const struct raw_req *r, const struct jso
         if (st) {
             fprintf(stderr, "  %s: %s\n", label, err.message);
         } else {
-            CHECK_STR(creq, want_creq);
-            CHECK_STR(sts, want_sts);
+            CHECK_STR(creq, x.creq);
+            CHECK_STR(sts, x.sts);
             const char *sig = strstr(query, "&X-Amz-Signature=");
-            CHECK_STR(sig ? sig + 17 : NULL, want_sig);
-            s3f__buf_appendf(&sreq, "%s %s?%s HTTP/1.1\n%s\n%s", r->method, r->path, query,
-                             r->header_text, r->body);
-            CHECK_STR(sreq.data, want_sreq);
+            CHECK_STR(sig ? sig + 17 : NULL, x.sig);
+            cauth_query_request(&sreq, r, query);
+            CHECK_STR(sreq.data, x.sreq);
             check_no_secret(query, secret);
             check_no_secret(creq, secret);
             check_no_secret(sts, secret);
@@ -276,10 +248,7 @@ static void cauth_run(const char *dir, const struct raw_req *r, const struct jso
     }
     s3f__buf_cleanup(&sreq);
     free(path);
-    free(want_creq);
-    free(want_sts);
-    free(want_sig);
-    free(want_sreq);
+    cauth_expect_free(&x);
 }
 
 static void test_aws_c_auth_suite(void) {

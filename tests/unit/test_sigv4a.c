@@ -62,37 +62,17 @@ struct v4a_case {
 
 /* One form (header or query) of one case. expect: the suite has its expectations. */
 static void run_form(const struct v4a_case *c, bool query_form, bool expect, const char *label) {
-    const char *prefix = query_form ? "query" : "header";
-    char fname[64];
-    char *want_creq = NULL, *want_sts = NULL, *want_sig = NULL, *want_sreq = NULL;
+    struct cauth_expect x = {0};
     if (expect) {
-        FMT(fname, "%s-canonical-request.txt", prefix);
-        want_creq = read_rel(c->dir, fname);
-        FMT(fname, "%s-string-to-sign.txt", prefix);
-        want_sts = read_rel(c->dir, fname);
-        FMT(fname, "%s-signature.txt", prefix);
-        want_sig = read_rel(c->dir, fname);
-        FMT(fname, "%s-signed-request.txt", prefix);
-        want_sreq = read_rel(c->dir, fname);
-        CHECK(want_creq && want_sts && want_sig && want_sreq);
+        cauth_expect_read(c->dir, query_form, &x);
+        CHECK(x.creq && x.sts && x.sig && x.sreq);
     }
-    const struct json *ctx = c->ctx;
     const struct raw_req *r = c->r;
-    const char *secret = json_get(ctx, "credentials.secret_access_key");
-    struct s3f__sigv4_credentials creds = {json_get(ctx, "credentials.access_key_id"), secret,
-                                           json_get(ctx, "credentials.token")};
-    int64_t t = 0;
-    CHECK_INT(s3f__time_parse(json_get(ctx, "timestamp"), &t), 0);
-    const char *exp = json_get(ctx, "expiration_in_seconds");
-    struct s3f__sigv4_config cfg = {
-        .service = json_get(ctx, "service"),
-        .time = t,
-        .normalize_path = json_true(ctx, "normalize"),
-        .expires_s = exp ? (uint32_t)strtoul(exp, NULL, 10) : 0,
-        .add_content_sha256_header = json_true(ctx, "sign_body"),
-        .omit_session_token = json_true(ctx, "omit_session_token"),
-        .region_set = json_get(ctx, "region"),
-    };
+    struct s3f__sigv4_credentials creds = cauth_credentials(c->ctx);
+    const char *secret = creds.secret_access_key;
+    struct s3f__sigv4_config cfg = cauth_config(c->ctx, json_true(c->ctx, "normalize"));
+    cfg.region_set = cfg.region; /* SigV4a: the context's region is the region set */
+    cfg.region = NULL;
     char body_hash[65];
     s3f__sha256_hex(r->body, r->body_len, body_hash);
     struct s3f__header hdrs[MAX_HEADERS];
@@ -117,12 +97,7 @@ static void run_form(const struct v4a_case *c, bool query_form, bool expect, con
         sts = out.string_to_sign;
         sig = out.signature;
         CHECK(strncmp(out.authorization, S3F__SIGV4A_ALGORITHM " Credential=", 34) == 0);
-        s3f__buf_appendf(&sreq, "%s %s HTTP/1.1\n%s", r->method, r->target, r->header_text);
-        struct s3f__header add[5];
-        size_t na = s3f__sigv4_signed_headers(&out, add);
-        for (size_t i = 0; i < na; i++)
-            s3f__buf_appendf(&sreq, "%s:%s\n", add[i].name, add[i].value);
-        s3f__buf_appendf(&sreq, "\n%s", r->body);
+        cauth_header_request(&sreq, r, &out);
         check_no_secret(out.authorization, secret);
     } else {
         enum s3f_status st = s3f__sigv4_presign(&req, &creds, &cfg, &query, &creq, &sts, &err);
@@ -135,8 +110,7 @@ static void run_form(const struct v4a_case *c, bool query_form, bool expect, con
         CHECK(s != NULL);
         sig = s ? (char *)s + 17 : NULL;
         CHECK(strstr(query, "X-Amz-Algorithm=" S3F__SIGV4A_ALGORITHM "&") != NULL);
-        s3f__buf_appendf(&sreq, "%s %s?%s HTTP/1.1\n%s\n%s", r->method, r->path, query,
-                         r->header_text, r->body);
+        cauth_query_request(&sreq, r, query);
         check_no_secret(query, secret);
     }
     check_no_secret(creq, secret);
@@ -144,11 +118,11 @@ static void run_form(const struct v4a_case *c, bool query_form, bool expect, con
     /* ours verifies with the public key */
     CHECK(sig && s3f__sigv4a_verify(c->x, c->y, sts, strlen(sts), sig));
     if (expect) {
-        CHECK_STR(creq, want_creq);
-        CHECK_STR(sts, want_sts);
+        CHECK_STR(creq, x.creq);
+        CHECK_STR(sts, x.sts);
         /* the suite's signature verifies with the same key over its string to sign */
-        CHECK(s3f__sigv4a_verify(c->x, c->y, want_sts, strlen(want_sts), want_sig));
-        char *want = with_signature(want_sreq, sig ? sig : "");
+        CHECK(s3f__sigv4a_verify(c->x, c->y, x.sts, strlen(x.sts), x.sig));
+        char *want = with_signature(x.sreq, sig ? sig : "");
         CHECK_STR(sreq.data, want);
         free(want);
     }
@@ -161,10 +135,7 @@ out:
     s3f__sigv4_signed_cleanup(&out);
     s3f__buf_cleanup(&sreq);
     free(path);
-    free(want_creq);
-    free(want_sts);
-    free(want_sig);
-    free(want_sreq);
+    cauth_expect_free(&x);
 }
 
 static void test_aws_c_auth_v4a_suite(void) {
