@@ -13,12 +13,8 @@ AWS_CA_BUNDLE). The server records each request and checks its signature indepen
   secret as the AWS SDKs derive it (the KDF of aws-c-auth; `cryptography` for P-256).
 """
 import hashlib
-import hmac
-import http.server
-import ssl
-import subprocess
-import threading
 
+import aws_host
 import pytest
 
 from test_express_sigv4 import canonical_request, expected_signature
@@ -28,65 +24,12 @@ AP_ARN = f"arn:aws:s3:us-west-2:{ACCOUNT}:accesspoint/myap"
 AP_HOST = f"myap-{ACCOUNT}.s3-accesspoint.us-west-2.amazonaws.com"
 MRAP_ARN = f"arn:aws:s3::{ACCOUNT}:accesspoint/mfzwi23gnjvgw.mrap"
 MRAP_HOST = "mfzwi23gnjvgw.mrap.accesspoint.s3-global.amazonaws.com"
-# P-256 group order
-N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
-
-
-def sigv4a_private_key(akid, secret):
-    """aws-c-auth's derivation: HMAC-SHA256 keyed with "AWS4A"+secret over
-    00000001 || label || 00 || akid || counter || 00000100 until k0 <= n-2; d = k0+1."""
-    for counter in range(1, 255):
-        fixed = (b"\x00\x00\x00\x01" + b"AWS4-ECDSA-P256-SHA256" + b"\x00" + akid.encode() +
-                 bytes([counter]) + b"\x00\x00\x01\x00")
-        k0 = int.from_bytes(hmac.new(b"AWS4A" + secret.encode(), fixed, hashlib.sha256).digest(),
-                            "big")
-        if k0 <= N - 2:
-            return k0 + 1
-    raise AssertionError("no key")
-
-
-class Recorder(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    seen = []
-
-    def log_message(self, *a):
-        pass
-
-    def handle_any(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(n) if n else b""
-        h = {k.lower(): v for k, v in self.headers.items()}
-        type(self).seen.append((self.command, self.path, h, body))
-        out = b"payload" if self.command in ("GET", "HEAD") else b""
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(out)))
-        self.send_header("Last-Modified", "Sun, 06 Dec 2026 12:00:00 GMT")
-        self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
-        self.send_header("x-amz-request-id", "arn-test-1")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(out)
-
-    do_GET = do_PUT = do_HEAD = handle_any
 
 
 @pytest.fixture
 def aws_host_server(tmp_path):
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", f"/CN={AP_HOST}",
-                    "-addext", f"subjectAltName=DNS:{AP_HOST},DNS:{MRAP_HOST}",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    handler = type("H", (Recorder,), {"seen": []})
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(cert), str(key))
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield srv.server_address[1], cert, handler
-    srv.shutdown()
-    t.join(timeout=10)
+    with aws_host.serve(tmp_path, [AP_HOST, MRAP_HOST]) as srv:
+        yield srv
 
 
 def run_cli(cli, port, cert, *args, **kw):
@@ -125,8 +68,8 @@ def test_mrap_arn_signed_with_sigv4a(cli_nosrv, aws_host_server):
     assert r.rc == 0, r
     assert handler.seen, "no request reached the server"
     akid, secret = cli_nosrv.rgw.access_key, cli_nosrv.rgw.secret_key
-    pub = ec.derive_private_key(sigv4a_private_key(akid, secret), ec.SECP256R1()).public_key()
-    other = ec.derive_private_key(sigv4a_private_key(akid, secret + "x"),
+    pub = ec.derive_private_key(aws_host.sigv4a_private_key(akid, secret), ec.SECP256R1()).public_key()
+    other = ec.derive_private_key(aws_host.sigv4a_private_key(akid, secret + "x"),
                                   ec.SECP256R1()).public_key()
     for method, path, h, _ in handler.seen:
         assert h["host"] == MRAP_HOST, h
