@@ -16,14 +16,10 @@ import hashlib
 
 import aws_host
 import pytest
+from aws_host import AP_ARN, AP_HOST, MRAP_ARN, MRAP_HOST
 
 from test_express_sigv4 import canonical_request, expected_signature
 
-ACCOUNT = "123456789012"
-AP_ARN = f"arn:aws:s3:us-west-2:{ACCOUNT}:accesspoint/myap"
-AP_HOST = f"myap-{ACCOUNT}.s3-accesspoint.us-west-2.amazonaws.com"
-MRAP_ARN = f"arn:aws:s3::{ACCOUNT}:accesspoint/mfzwi23gnjvgw.mrap"
-MRAP_HOST = "mfzwi23gnjvgw.mrap.accesspoint.s3-global.amazonaws.com"
 
 
 @pytest.fixture

@@ -5,15 +5,11 @@ S3FLASH_TEST_CONNECT_TO), signed for the ARN's region (SigV4) or with SigV4a. Th
 signature itself is verified in tests/integration/test_arn.py."""
 import aws_host
 import pytest
+from aws_host import AP_ARN, AP_HOST, MRAP_ARN, MRAP_HOST
 
 from s3flash import S3Client, S3ClientConfig
 from s3flash._checkpoint import parse_s3_uri
 
-ACCOUNT = "123456789012"
-AP_ARN = f"arn:aws:s3:us-west-2:{ACCOUNT}:accesspoint/myap"
-AP_HOST = f"myap-{ACCOUNT}.s3-accesspoint.us-west-2.amazonaws.com"
-MRAP_ARN = f"arn:aws:s3::{ACCOUNT}:accesspoint/mfzwi23gnjvgw.mrap"
-MRAP_HOST = "mfzwi23gnjvgw.mrap.accesspoint.s3-global.amazonaws.com"
 
 
 @pytest.fixture

@@ -17,6 +17,12 @@ import subprocess
 import threading
 
 PAYLOAD = b"payload"
+# an access point and a Multi-Region Access Point, and their hosts by the endpoint rules
+ACCOUNT = "123456789012"
+AP_ARN = f"arn:aws:s3:us-west-2:{ACCOUNT}:accesspoint/myap"
+AP_HOST = f"myap-{ACCOUNT}.s3-accesspoint.us-west-2.amazonaws.com"
+MRAP_ARN = f"arn:aws:s3::{ACCOUNT}:accesspoint/mfzwi23gnjvgw.mrap"
+MRAP_HOST = "mfzwi23gnjvgw.mrap.accesspoint.s3-global.amazonaws.com"
 # P-256 group order
 N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
