@@ -13,6 +13,7 @@ AWS_CA_BUNDLE). The server records each request and checks its signature indepen
   secret as the AWS SDKs derive it (the KDF of aws-c-auth; `cryptography` for P-256).
 """
 import hashlib
+import os
 
 import aws_host
 import pytest
@@ -87,3 +88,34 @@ def test_mrap_arn_signed_with_sigv4a(cli_nosrv, aws_host_server):
             other.verify(sig, sts.encode(), ec.ECDSA(hashes.SHA256()))
         with pytest.raises(exceptions.InvalidSignature):
             pub.verify(sig, (sts + "x").encode(), ec.ECDSA(hashes.SHA256()))
+
+
+def test_mount_of_an_access_point_arn(cli_path, aws_host_server, tmp_path):
+    """`s3flash mount ARN/PREFIX/ DIR`: the ARN runs to the access point's name, the rest is
+    the prefix; listings and reads go to the access point's host."""
+    mountutil = pytest.importorskip("mountutil")
+    why = mountutil.mount_supported()
+    if why:
+        pytest.skip(why)
+    port, cert, handler = aws_host_server
+
+    class ArnMount(mountutil.Mount):
+        def argv(self):  # no custom endpoint, no path style: the rules' AWS host
+            return [self.cli, "mount", "--foreground", *self.options, self.source, self.dir]
+
+    m = ArnMount(cli_path, None, "AKIDARNMOUNT", "arn-mount-secret", f"{AP_ARN}/pre/",
+                 tmp_path / "mnt", env={"S3FLASH_TEST_CONNECT_TO": f"127.0.0.1:{port}",
+                                        "AWS_CA_BUNDLE": str(cert)}).start()
+    try:
+        assert os.listdir(m.dir) == ["a.bin"]
+        with open(os.path.join(m.dir, "a.bin"), "rb") as f:
+            assert f.read() == aws_host.PAYLOAD
+    finally:
+        m.stop()
+    assert handler.seen
+    for method, path, h, _ in handler.seen:
+        assert h["host"] == AP_HOST, (method, path, h)
+        assert "/us-west-2/s3/aws4_request" in h["authorization"]
+    lists = [p for m_, p, _, _ in handler.seen if "list-type=2" in p]
+    assert lists and all("prefix=pre%2F" in p for p in lists), lists
+    assert any(m_ == "GET" and p.startswith("/pre/a.bin") for m_, p, _, _ in handler.seen)

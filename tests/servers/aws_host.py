@@ -3,7 +3,8 @@ Points...): its certificate names the given hosts, so a client built with test h
 S3FLASH_TEST_CONNECT_TO=127.0.0.1:PORT (libcurl's CURLOPT_CONNECT_TO), trusting the
 certificate through AWS_CA_BUNDLE or ca_bundle, reaches it with AWS's URL, Host header and
 TLS name. It records every request (method, raw path, lowercase headers, body) and answers
-200: GET and HEAD with the 7 bytes b"payload", PUT with an ETag. Shared by
+200: GET and HEAD with the 7 bytes b"payload", PUT with an ETag, and a ListObjectsV2 with
+one object, PREFIX + "a.bin" of 7 bytes. Shared by
 tests/integration/test_arn.py and tests/python/test_arn.py.
 
 sigv4a_private_key: the SigV4a key of credentials as the AWS SDKs derive it, written here
@@ -15,6 +16,7 @@ import http.server
 import ssl
 import subprocess
 import threading
+import urllib.parse
 
 PAYLOAD = b"payload"
 # an access point and a Multi-Region Access Point, and their hosts by the endpoint rules
@@ -53,6 +55,9 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         h = {k.lower(): v for k, v in self.headers.items()}
         type(self).seen.append((self.command, self.path, h, body))
         out = PAYLOAD if self.command in ("GET", "HEAD") else b""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        if self.command == "GET" and "list-type" in query:
+            out = self.listing(query.get("prefix", [""])[0], "encoding-type" in query)
         self.send_response(200)
         self.send_header("Content-Length", str(len(out)))
         self.send_header("Last-Modified", "Sun, 06 Dec 2026 12:00:00 GMT")
@@ -61,6 +66,18 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(out)
+
+    @staticmethod
+    def listing(prefix, url_encoded):
+        enc = (lambda v: urllib.parse.quote(v, safe="")) if url_encoded else (lambda v: v)
+        return ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
+                'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>ap</Name>'
+                f'<Prefix>{enc(prefix)}</Prefix><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys>'
+                f'<IsTruncated>false</IsTruncated>{"<EncodingType>url</EncodingType>" if url_encoded else ""}'
+                f'<Contents><Key>{enc(prefix + "a.bin")}</Key>'
+                '<LastModified>2026-12-06T12:00:00.000Z</LastModified>'
+                '<ETag>"0123456789abcdef0123456789abcdef"</ETag><Size>7</Size>'
+                '<StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>').encode()
 
     do_GET = do_PUT = do_HEAD = handle_any
 
