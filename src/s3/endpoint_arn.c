@@ -109,13 +109,24 @@ static enum s3f_status set_prefixed(struct s3f__endpoint *out, const char *prefi
     return S3F_OK;
 }
 
-/* The checks the access point and Object Lambda branches share after the resource shape:
- * UseArnRegion, the partitions, the ARN's region and account. */
+#define NO_AP_NAME                                                                              \
+    "Invalid ARN: Expected a resource of the format `accesspoint:<accesspoint name>` but no "   \
+    "name was provided"
+#define SINGLE_COMPONENT                                                                        \
+    "Invalid ARN: The ARN may only contain a single resource component after `accesspoint`."
+
+/* The checks the access point, Object Lambda and Outposts branches share, in the rules'
+ * order: (access points: DisableAccessPoints, one resource component after the name)
+ * UseArnRegion, the partitions, the ARN's region (Object Lambda: its account is set). */
 static enum s3f_status check_region_account(const struct s3f__endpoint_params *p,
                                             const char *bucket, const struct arn *a,
                                             const struct s3f__partition **bucket_part,
-                                            bool check_missing_account, struct s3f_error *err,
-                                            const char *resource) {
+                                            bool access_point, bool check_missing_account,
+                                            struct s3f_error *err, const char *resource) {
+    if (access_point && p->disable_access_points)
+        return FAIL("Access points are not supported for this operation");
+    if (access_point && res_at(a, 2))
+        return FAIL(SINGLE_COMPONENT);
     if (p->reject_arn_region && strcmp(a->region, p->region) != 0)
         return FAIL("Invalid configuration: region from ARN `%s` does not match client region "
                     "`%s` and UseArnRegion is `false`",
@@ -146,11 +157,6 @@ static enum s3f_status bad_ap_name(const char *name, struct s3f_error *err,
                 name);
 }
 
-#define NO_AP_NAME                                                                              \
-    "Invalid ARN: Expected a resource of the format `accesspoint:<accesspoint name>` but no "   \
-    "name was provided"
-#define SINGLE_COMPONENT                                                                        \
-    "Invalid ARN: The ARN may only contain a single resource component after `accesspoint`."
 
 static enum s3f_status object_lambda_arn(const struct s3f__endpoint_params *p, const char *bucket,
                                          const struct arn *a, const struct s3f__url *u,
@@ -170,12 +176,8 @@ static enum s3f_status object_lambda_arn(const struct s3f__endpoint_params *p, c
         return FAIL("S3 Object Lambda does not support S3 Accelerate");
     if (!*a->region)
         return FAIL("Invalid ARN: bucket ARN is missing a region");
-    if (p->disable_access_points)
-        return FAIL("Access points are not supported for this operation");
-    if (res_at(a, 2))
-        return FAIL(SINGLE_COMPONENT);
     const struct s3f__partition *bp;
-    enum s3f_status st = check_region_account(p, bucket, a, &bp, true, err, resource);
+    enum s3f_status st = check_region_account(p, bucket, a, &bp, true, true, err, resource);
     if (st)
         return st;
     if (!s3f__valid_host_label(a->account, false))
@@ -195,12 +197,8 @@ static enum s3f_status access_point_arn(const struct s3f__endpoint_params *p, co
                                         const struct arn *a, const char *name,
                                         const struct s3f__url *u, struct s3f__endpoint *out,
                                         const char *resource, struct s3f_error *err) {
-    if (p->disable_access_points)
-        return FAIL("Access points are not supported for this operation");
-    if (res_at(a, 2))
-        return FAIL(SINGLE_COMPONENT);
     const struct s3f__partition *bp;
-    enum s3f_status st = check_region_account(p, bucket, a, &bp, false, err, resource);
+    enum s3f_status st = check_region_account(p, bucket, a, &bp, true, false, err, resource);
     if (st)
         return st;
     if (strcmp(a->service, "s3") != 0)
@@ -267,7 +265,7 @@ static enum s3f_status outposts_arn(const struct s3f__endpoint_params *p, const 
                     "`%s`",
                     outpost);
     const struct s3f__partition *bp;
-    enum s3f_status st = check_region_account(p, bucket, a, &bp, false, err, resource);
+    enum s3f_status st = check_region_account(p, bucket, a, &bp, false, false, err, resource);
     if (st)
         return st;
     if (!s3f__valid_host_label(a->account, false))

@@ -403,3 +403,21 @@ void cauth_query_request(struct s3f__buf *b, const struct raw_req *r, const char
     s3f__buf_appendf(b, "%s %s?%s HTTP/1.1\n%s\n%s", r->method, r->path, query, r->header_text,
                      r->body);
 }
+
+void cauth_case_open(const char *root, const char *name, struct cauth_case *c) {
+    memset(c, 0, sizeof(*c));
+    FMT(c->dir, "%s/%s", root, name);
+    c->ctx_text = read_rel(c->dir, "context.json");
+    c->req_text = read_rel(c->dir, "request.txt");
+    c->ok = c->ctx_text && c->req_text && json_parse(c->ctx_text, &c->ctx) == 0 &&
+            raw_req_parse(c->req_text, &c->r) == 0;
+    CHECK(c->ok);
+}
+
+void cauth_case_close(struct cauth_case *c) {
+    if (c->ok)
+        raw_req_free(&c->r);
+    free(c->ctx_text);
+    free(c->req_text);
+    memset(c, 0, sizeof(*c));
+}

@@ -76,4 +76,16 @@ void cauth_header_request(struct s3f__buf *b, const struct raw_req *r,
                           const struct s3f__sigv4_signed *out);
 void cauth_query_request(struct s3f__buf *b, const struct raw_req *r, const char *query);
 
+/* One case folder of an aws-c-auth suite: its context.json and request.txt read and parsed
+ * (ok: both were; CHECKed). Close with cauth_case_close. */
+struct cauth_case {
+    char dir[4096];
+    char *ctx_text, *req_text;
+    struct json ctx;
+    struct raw_req r;
+    bool ok;
+};
+void cauth_case_open(const char *root, const char *name, struct cauth_case *c);
+void cauth_case_close(struct cauth_case *c);
+
 #endif /* S3F_TESTS_SIGV4_VECTORS_H */

@@ -257,32 +257,24 @@ static void test_aws_c_auth_suite(void) {
     char **subs;
     size_t n = list_subdirs(root, &subs);
     for (size_t i = 0; i < n; i++) {
-        char dir[4096];
-        FMT(dir, "%s/%s", root, subs[i]);
         int before = test_checks_failed;
-        char *ctx_text = read_rel(dir, "context.json");
-        char *req_text = read_rel(dir, "request.txt");
-        struct json ctx;
-        struct raw_req r;
-        bool ok = ctx_text && req_text && json_parse(ctx_text, &ctx) == 0 &&
-                  raw_req_parse(req_text, &r) == 0;
-        CHECK(ok);
-        bool normalize = ok && json_true(&ctx, "normalize");
+        struct cauth_case k;
+        cauth_case_open(root, subs[i], &k);
+        bool normalize = k.ok && json_true(&k.ctx, "normalize");
         bool rerun = false;
-        if (ok) {
+        if (k.ok) {
             for (int form = 0; form < 2; form++)
-                cauth_run(dir, &r, &ctx, normalize, form == 1, subs[i]);
+                cauth_run(k.dir, &k.r, &k.ctx, normalize, form == 1, subs[i]);
             if (normalize) {
-                if (path_is_normal(r.path)) {
+                if (path_is_normal(k.r.path)) {
                     rerun = true;
                     s3_reruns++;
                     for (int form = 0; form < 2; form++)
-                        cauth_run(dir, &r, &ctx, false, form == 1, subs[i]);
+                        cauth_run(k.dir, &k.r, &k.ctx, false, form == 1, subs[i]);
                 } else {
                     s3_rerun_skipped++;
                 }
             }
-            raw_req_free(&r);
         }
         bool pass = test_checks_failed == before;
         if (pass)
@@ -292,8 +284,7 @@ static void test_aws_c_auth_suite(void) {
         printf("%s aws-c-auth/%s (header + query forms, %s%s)\n", pass ? "PASS" : "FAIL",
                subs[i], normalize ? "normalize_path" : "S3 mode",
                rerun ? ", also in S3 mode" : "");
-        free(ctx_text);
-        free(req_text);
+        cauth_case_close(&k);
         free(subs[i]);
     }
     free(subs);

@@ -144,24 +144,18 @@ static void test_aws_c_auth_v4a_suite(void) {
     char **subs;
     size_t n = list_subdirs(root, &subs);
     for (size_t i = 0; i < n; i++) {
-        char dir[4096];
-        FMT(dir, "%s/%s", root, subs[i]);
         int before = test_checks_failed;
-        char *ctx_text = read_rel(dir, "context.json");
-        char *req_text = read_rel(dir, "request.txt");
-        char *pk_text = read_rel(dir, "public-key.json");
-        struct json ctx, pk;
-        struct raw_req r;
-        bool ok = ctx_text && req_text && json_parse(ctx_text, &ctx) == 0 &&
-                  raw_req_parse(req_text, &r) == 0;
-        CHECK(ok);
+        struct cauth_case k;
+        cauth_case_open(root, subs[i], &k);
+        char *pk_text = read_rel(k.dir, "public-key.json");
+        struct json pk;
         bool expect = pk_text != NULL;
-        if (ok) {
-            struct v4a_case c = {.dir = dir, .r = &r, .ctx = &ctx};
+        if (k.ok) {
+            struct v4a_case c = {.dir = k.dir, .r = &k.r, .ctx = &k.ctx};
             uint8_t priv[32], dx[32], dy[32];
             struct s3f_error err = {0};
-            CHECK_INT(s3f__sigv4a_derive_key(json_get(&ctx, "credentials.access_key_id"),
-                                             json_get(&ctx, "credentials.secret_access_key"),
+            CHECK_INT(s3f__sigv4a_derive_key(json_get(&k.ctx, "credentials.access_key_id"),
+                                             json_get(&k.ctx, "credentials.secret_access_key"),
                                              priv, &err),
                       S3F_OK);
             CHECK_INT(s3f__sigv4a_public_key(priv, dx, dy, &err), S3F_OK);
@@ -176,7 +170,6 @@ static void test_aws_c_auth_v4a_suite(void) {
             }
             for (int form = 0; form < 2; form++)
                 run_form(&c, form == 1, expect, subs[i]);
-            raw_req_free(&r);
         }
         bool pass = test_checks_failed == before;
         if (pass)
@@ -185,8 +178,7 @@ static void test_aws_c_auth_v4a_suite(void) {
             cases_failed++;
         printf("%s aws-c-auth/v4a/%s (header + query forms%s)\n", pass ? "PASS" : "FAIL",
                subs[i], expect ? "" : ", no expectations: verified with the derived key");
-        free(ctx_text);
-        free(req_text);
+        cauth_case_close(&k);
         free(pk_text);
         free(subs[i]);
     }
