@@ -56,6 +56,9 @@ struct s3f__http_pool {
     struct s3f__http_pool_options opts;
     char *ca_bundle;
     char *http_proxy, *https_proxy, *no_proxy, *proxy_ca_bundle; /* copies of opts' */
+    /* test builds: CURLOPT_CONNECT_TO "::HOST:PORT" from S3FLASH_TEST_CONNECT_TO=HOST:PORT,
+     * every host reached at a loopback server while URLs, Host and TLS names stay AWS's */
+    struct curl_slist *connect_to;
     CURLSH *share;
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
     struct io_thread *threads;
@@ -336,6 +339,8 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
         return false;
     if (!set_proxy(e, t->pool, req))
         return false;
+    if (t->pool->connect_to)
+        curl_easy_setopt(e, CURLOPT_CONNECT_TO, t->pool->connect_to);
     if (o->tls_insecure) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -656,6 +661,7 @@ static void pool_destroy(struct s3f__http_pool *pool, uint32_t started) {
         pthread_mutex_destroy(&pool->share_locks[i]);
     free(pool->threads);
     free_strings(pool);
+    curl_slist_free_all(pool->connect_to);
     free(pool);
 }
 
@@ -688,6 +694,15 @@ enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
         !copy_string(&pool->no_proxy, opts->no_proxy) ||
         !copy_string(&pool->proxy_ca_bundle, opts->proxy_ca_bundle))
         goto oom;
+#ifdef S3F_TEST_HOOKS
+    const char *ct = getenv("S3FLASH_TEST_CONNECT_TO"); /* test builds only */
+    if (ct && *ct) {
+        char spec[300];
+        snprintf(spec, sizeof(spec), "::%s", ct);
+        if (!(pool->connect_to = curl_slist_append(NULL, spec)))
+            goto oom;
+    }
+#endif
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&pool->share_locks[i], NULL);
     pool->share = curl_share_init();
@@ -737,6 +752,7 @@ oom:
         curl_share_cleanup(pool->share);
     free(pool->threads);
     free_strings(pool);
+    curl_slist_free_all(pool->connect_to);
     free(pool);
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, "http", NULL, "out of memory");
 }

@@ -469,7 +469,8 @@ enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char
                                         creds.session_token};
     struct s3f__sigv4_config cfg = {.region = ep.signing_region ? ep.signing_region : c->region,
                                     .service = ep.signing_name ? ep.signing_name : "s3",
-                                    .time = s3f__wall_time_s(), .expires_s = expires_s};
+                                    .time = s3f__wall_time_s(), .expires_s = expires_s,
+                                    .region_set = ep.signing_region_set};
     if ((st = s3f__sigv4_presign(&sreq, &sc, &cfg, &query, NULL, NULL, err)))
         goto out;
     struct s3f__buf u;

@@ -180,13 +180,20 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .time = s3f__wall_time_s(),
             .normalize_path = false,
             .add_content_sha256_header = true,
+            .region_set = ep.signing_region_set, /* SigV4a: MRAP, Outposts */
         };
-        /* the signing key, derived once per (date, region, service, credentials) */
+        /* the signing key, derived once per (date, region, service, credentials); SigV4a's
+         * ECDSA key from the credentials alone */
         char amz_date[17];
         uint8_t key[32];
         s3f__time_amz(cfg.time, amz_date);
         amz_date[8] = '\0';
-        st = s3f__credentials_signing_key(snap, amz_date, cfg.region, cfg.service, key, err);
+        if (cfg.region_set)
+            st = s3f__sigv4a_derive_key(snap->creds.access_key_id,
+                                        snap->creds.secret_access_key, key, err);
+        else
+            st = s3f__credentials_signing_key(snap, amz_date, cfg.region, cfg.service, key,
+                                              err);
         if (st == S3F_OK) {
             cfg.signing_key = key;
             st = s3f__sigv4_sign_headers(&sreq, &sc, &cfg, &sig, err);
@@ -200,6 +207,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             goto out;
         }
         if ((st = add_header(&hl, "x-amz-date", sig.amz_date)) ||
+            (sig.region_set && (st = add_header(&hl, "x-amz-region-set", sig.region_set))) ||
             (st = add_header(&hl, "x-amz-content-sha256", payload_hash)) ||
             (sig.security_token &&
              (st = add_header(&hl, "x-amz-security-token", sig.security_token))) ||
