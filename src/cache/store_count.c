@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "cache/store_internal.h"
 
 /* ---- the lock and the count ----------------------------------------------------------------- */
@@ -39,6 +40,7 @@ void s3f__store_lock_drop(struct s3f__cache *c) {
 
 /* The count (lock held). */
 void s3f__store_counts_read(struct s3f__cache *c, struct s3f__cache_counts *k) {
+    S3F_ASSERT_HELD(&c->lock);
     unsigned char buf[S3F__CACHE_COUNT_FILE];
     ssize_t n = pread(c->lock_fd, buf, sizeof(buf), 0);
     s3f__cache_counts_parse(buf, n > 0 ? (size_t)n : 0, c->count_limit, k);
@@ -48,6 +50,7 @@ void s3f__store_counts_read(struct s3f__cache *c, struct s3f__cache_counts *k) {
  * then invalid (recounted when next seen). */
 bool s3f__store_slot_write(struct s3f__cache *c, const struct s3f__cache_counts *k, unsigned i,
                            uint64_t v) {
+    S3F_ASSERT_HELD(&c->lock);
     if (!k->head_ok) {
         unsigned char head[S3F__CACHE_COUNT_FILE];
         memset(head, 0, sizeof(head));
@@ -72,6 +75,7 @@ bool s3f__store_slot_write(struct s3f__cache *c, const struct s3f__cache_counts 
 /* Add (or take) `delta` bytes to slot `i` (lock held; k read under the same hold). */
 void s3f__store_slot_add(struct s3f__cache *c, struct s3f__cache_counts *k, unsigned i,
                          int64_t delta) {
+    S3F_ASSERT_HELD(&c->lock);
     if (!k->valid[i])
         return; /* recounted before it is used */
     uint64_t v = k->bytes[i];

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "cache/store_internal.h"
 
 /* ---- eviction: sampled LRU (writer thread) ----------------------------------------------- */
@@ -391,6 +392,7 @@ static void settle(struct s3f__cache *c, uint64_t len, bool inserted) {
 /* Whether block `index` of object `hex` is queued or being written now (q_lock held): a
  * second put of it is not queued again. */
 static bool on_its_way(const struct s3f__cache *c, const char *hex, uint64_t index) {
+    S3F_ASSERT_HELD(&c->q_lock);
     if (c->q_busy && c->q_busy->index == index && !strcmp(c->q_busy->hex, hex))
         return true;
     for (const struct job *q = c->q_head; q; q = q->next)

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "cache/cache.h"
 #include "xfer/download_internal.h"
 
@@ -42,6 +43,7 @@ static void set_state_at(struct download *d, enum dl_state s, int line) {
 
 /* First failure (lock held). */
 static void fail(struct download *d, enum s3f_status st, const struct s3f_error *e) {
+    S3F_ASSERT_HELD(&d->lock);
     if (d->status)
         return;
     d->status = st ? st : S3F_ERR_INTERNAL;
@@ -65,6 +67,7 @@ static void fail(struct download *d, enum s3f_status st, const struct s3f_error 
 
 /* Compare the combined checksum with the server's (lock held, all parts done). */
 static void verify(struct download *d) {
+    S3F_ASSERT_HELD(&d->lock);
     if (!d->expected[0] || strchr(d->expected, '-'))
         return; /* no whole-object checksum of our algorithm to compare with */
     struct s3f__checksum full = d->parts[0].ck;
@@ -88,6 +91,7 @@ static void verify(struct download *d) {
 
 /* Settle the state once nothing is in flight (lock held). */
 static void advance(struct download *d) {
+    S3F_ASSERT_HELD(&d->lock);
     if (d->state == DL_DONE || d->state == DL_FAILED)
         return;
     if (d->status) {
@@ -128,6 +132,7 @@ static void callback_exit(struct download *d) {
 /* The first response told the object's size and ETag (lock held): pin them and set the
  * bytes to download (a range must lie within the object). false: failed. */
 static bool take_size(struct download *d, uint64_t total, const char *etag) {
+    S3F_ASSERT_HELD(&d->lock);
     d->object_size = total;
     s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : etag, sizeof(d->etag));
     if (!d->ranged) {
@@ -156,6 +161,7 @@ static bool take_size(struct download *d, uint64_t total, const char *etag) {
  * and decide the checksum HEAD. *queue: parts to hand to the scheduler; *send_head: the
  * HEAD to submit (counted in outstanding already). Both with no lock held. */
 static void plan_parts(struct download *d, uint32_t *queue, bool *send_head) {
+    S3F_ASSERT_HELD(&d->lock);
     if (d->dst == DST_MEMORY && d->size > d->capacity) {
         struct s3f_error e;
         s3f_error_clear(&e);
@@ -391,6 +397,8 @@ static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 
 static bool start_get(struct s3f__sched_entry *e) {
     struct download *d = (struct download *)((char *)e - offsetof(struct download, entry));
+    S3F_ASSERT_NOT_HELD(&d->lock);
+    S3F_ASSERT_NOT_HELD(&d->x->sched.lock);
     pthread_mutex_lock(&d->lock);
     size_t part;
     if (d->status) {
@@ -454,9 +462,9 @@ static bool start_get(struct s3f__sched_entry *e) {
 /* ---- the calls ---------------------------------------------------------------------- */
 
 enum s3f_status s3f__download_init(struct download *d, struct s3f_client *c,
-                                     const char *bucket, const char *key,
-                                     const struct s3f_download_options *opts,
-                                     struct s3f_error *err) {
+                                   const char *bucket, const char *key,
+                                   const struct s3f_download_options *opts,
+                                   struct s3f_error *err) {
     memset(d, 0, sizeof(*d));
     d->fd = -1;
     if (!c)
@@ -559,7 +567,7 @@ static enum s3f_status verify_other(struct download *d, struct s3f_error *err) {
 
 /* Run the download and wait for it. */
 enum s3f_status s3f__download_run(struct download *d, struct s3f_object_info *info,
-                                    struct s3f_error *err) {
+                                  struct s3f_error *err) {
     s3f__sched_add(&d->x->sched, &d->entry, 1);
     pthread_mutex_lock(&d->lock);
     for (;;) {

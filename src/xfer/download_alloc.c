@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "cache/cache.h"
 #include "s3/client.h"
 #include "s3/ops_internal.h"
@@ -51,6 +52,7 @@ struct whole {
  * s3f__xfer_choose_checksum). */
 static void whole_choose_checksum(struct whole *w, const char *crc32c, const char *crc32,
                                   const char *crc64) {
+    S3F_ASSERT_HELD(&w->lock);
     w->ck_chosen = true;
     if (!w->verify) {
         s3f__checksum_init(&w->ck, S3F_CHECKSUM_NONE);
@@ -141,6 +143,7 @@ static bool whole_start(struct s3f__sched_entry *e) {
 /* Allocate the destination and move the staged bytes into it (caller's thread, lock held;
  * dropped around the allocator). */
 static void whole_allocate(struct whole *w, s3f_alloc_fn alloc, void *alloc_ud) {
+    S3F_ASSERT_HELD(&w->lock);
     w->alloc_tried = true;
     uint64_t size = w->size;
     pthread_mutex_unlock(&w->lock);

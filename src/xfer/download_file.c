@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "cache/cache.h"
 #include "xfer/download_internal.h"
 
@@ -37,6 +38,7 @@ int s3f__download_pwrite_all(int fd, const char *p, size_t len, uint64_t off) {
 
 /* Hand the request's chunk to the caller's thread (lock held), or give it back if empty. */
 void s3f__download_stage_queue_locked(struct download *d, struct dreq *q) {
+    S3F_ASSERT_HELD(&d->lock);
     if (!q->stage)
         return;
     if (q->stage_len == 0) {

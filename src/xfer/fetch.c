@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "s3/client.h"
 #include "s3/ops_internal.h"
 #include "xfer/xfer.h"
@@ -60,6 +61,7 @@ struct s3f_fetch {
 
 /* Grow (or first allocate) the item's buffer to hold `need` bytes (f->lock held). */
 static bool item_reserve(struct item *it, uint64_t need) {
+    S3F_ASSERT_HELD(&it->f->lock);
     if (need <= it->cap && it->data)
         return true;
     uint64_t cap = it->size_known ? it->size : (it->cap ? it->cap * 2 : 64 << 10);

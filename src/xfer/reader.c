@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "xfer/reader_internal.h"
 
 static bool ends_before(struct seg *s, uint64_t pos) {
@@ -147,9 +148,9 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
     }
     kick(rd, n);
     for (struct seg *s = list; s; s = s->next) {
-        while (!s->done && !s->failed)
+        while (s->state != SEG_DONE && s->state != SEG_FAILED)
             pthread_cond_wait(&rd->cond, &rd->lock);
-        if (s->failed && !st)
+        if (s->state == SEG_FAILED && !st)
             st = seg_error(rd, s, err);
     }
     while (list) {
@@ -175,6 +176,7 @@ static enum s3f_status read_direct(struct s3f_reader *rd, uint64_t *pos, uint64_
  * segments of *seg bytes in flight fill the link for the throughput target, within the
  * request slots and the window's cap. */
 static void plan_segments(struct s3f_reader *rd, uint64_t *seg, uint32_t *k) {
+    S3F_ASSERT_HELD(&rd->lock);
     struct s3f__bdp_estimate e;
     s3f__bdp_get(&rd->x->bdp, &e);
     pthread_mutex_lock(&rd->x->sched.lock);
@@ -194,6 +196,7 @@ static void plan_segments(struct s3f_reader *rd, uint64_t *seg, uint32_t *k) {
  * rate of one connection while the second fills, where sixteen of 1 MiB fill in parallel.
  * The segments grow with the window, up to the plan's. */
 static uint64_t ramp_step(const struct s3f_reader *rd, uint64_t from, uint64_t seg, uint32_t k) {
+    S3F_ASSERT_HELD(&rd->lock);
     if (rd->window >= (uint64_t)(k ? k : 1) * seg)
         return seg < rd->window ? seg : rd->window; /* k whole segments fit: the plan's (an
                                                      * 8 MiB part each, as `cp` fetches) */
@@ -217,6 +220,7 @@ static uint64_t ramp_step(const struct s3f_reader *rd, uint64_t from, uint64_t s
  * The window doubles with each top-up, up to what k segments and the one being read need
  * (and never past window_max). */
 static void prefetch(struct s3f_reader *rd, uint64_t pos) {
+    S3F_ASSERT_HELD(&rd->lock);
     if (!rd->window_max)
         return;
     uint64_t seg;
@@ -246,7 +250,7 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
         f = pos;
     uint32_t busy = 0;
     for (struct seg *s = rd->window_segs; s; s = s->next)
-        if (s->end > pos && !s->done && !s->failed)
+        if (s->end > pos && s->state != SEG_DONE && s->state != SEG_FAILED)
             busy++;
     uint32_t n = 0;
     uint64_t step = ramp_step(rd, f, seg, k); /* one size for this top-up's segments */
@@ -283,6 +287,7 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
  * (read_at). Chunks come from the pool, try only: what does not fit is not filled, and
  * reads there fetch what they need. Lock held. */
 static void fill_start(struct s3f_reader *rd, uint64_t pos) {
+    S3F_ASSERT_HELD(&rd->lock);
     rd->filling = true;
     uint64_t step = rd->part_size < (4u << 20) ? rd->part_size : (4u << 20);
     uint64_t first = pos / step * step;
@@ -412,8 +417,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                 }
             }
         }
-        if (s && rd->filling && s != rd->tail && !s->done && !s->failed &&
-            (s->queued || pos - s->start > s->filled + FILL_WAIT)) {
+        if (s && rd->filling && s != rd->tail && s->state != SEG_DONE &&
+            s->state != SEG_FAILED && (s->state == SEG_QUEUED || pos - s->start > s->filled + FILL_WAIT)) {
             /* its fill segment is not there yet: fetch what this read needs of it */
             uint64_t need_end = pos + want < s->end ? pos + want : s->end;
             if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
@@ -466,9 +471,9 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             if (sequential)
                 prefetch(rd, pos);
         }
-        while (!s->failed && s->filled <= pos - s->start)
+        while (s->state != SEG_FAILED && s->filled <= pos - s->start)
             pthread_cond_wait(&rd->cond, &rd->lock);
-        if (s->failed) {
+        if (s->state == SEG_FAILED) {
             unlink_seg(rd, s);
             if (rd->filling && s != rd->tail) {
                 s3f__reader_seg_drop(rd, s); /* a fill's: this read fetches what it needs (above) */

@@ -33,6 +33,24 @@
 #define FILL_WAIT (1u << 20)              /* a read at most this far past a fill segment's
                                            * arrived bytes waits for them, else fetches */
 
+/* A segment's life (reader_seg.c changes it, in seg_set_state only):
+ *
+ *   NEW --queue--> QUEUED --slot--> SENDING --all bytes--> DONE
+ *                    |                 |-----error-------> FAILED
+ *                    '--no request---> FAILED
+ *                                      '--dropped--------> CANCELLED (freed by its completion)
+ *
+ * A NEW, DONE or FAILED segment that the reader drops is freed at once, a QUEUED one taken
+ * off the queue and freed. */
+enum seg_state {
+    SEG_NEW,        /* made, not yet queued */
+    SEG_QUEUED,     /* on the start queue, waiting for a request slot */
+    SEG_SENDING,    /* its ranged GET is in flight */
+    SEG_CANCELLED,  /* dropped while in flight: on rd->dead until its completion frees it */
+    SEG_DONE,       /* every byte of [start, end) arrived */
+    SEG_FAILED,     /* status and err say why */
+};
+
 struct seg {
     struct s3f_reader *rd;
     uint64_t start, end;                  /* object range [start, end) */
@@ -40,7 +58,7 @@ struct seg {
     size_t n_chunks;
     char *direct;                         /* or the caller's buffer for [start, end) */
     uint64_t filled;                      /* bytes arrived from start */
-    bool queued, in_flight, done, failed, cancelled;
+    enum seg_state state;
     enum s3f_status status;
     struct s3f_error err;
     struct s3f__op op;

@@ -11,7 +11,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "xfer/reader_internal.h"
+
+static const char *const seg_state_names[] = {"NEW", "QUEUED", "SENDING", "CANCELLED",
+                                              "DONE", "FAILED"};
+
+/* The transitions allowed from each state (reader_internal.h draws them). */
+static const unsigned seg_allowed[] = {
+    [SEG_NEW] = 1u << SEG_QUEUED,
+    [SEG_QUEUED] = 1u << SEG_SENDING | 1u << SEG_FAILED,
+    [SEG_SENDING] = 1u << SEG_DONE | 1u << SEG_FAILED | 1u << SEG_CANCELLED,
+    [SEG_CANCELLED] = 0,
+    [SEG_DONE] = 0,
+    [SEG_FAILED] = 0,
+};
+
+/* Every change of a segment's state goes through here (rd->lock held): checked against
+ * seg_allowed and traced at S3FLASH_LOG=trace with the line that made it. */
+#define seg_set_state(rd, s, to) seg_set_state_at(rd, s, to, __LINE__)
+static void seg_set_state_at(struct s3f_reader *rd, struct seg *s, enum seg_state to, int line) {
+    S3F_ASSERT_HELD(&rd->lock);
+    S3F_ASSERT(seg_allowed[s->state] & (1u << to));
+    if (s3f__log_enabled(&rd->c->logger, S3F_LOG_TRACE))
+        s3f__log(&rd->c->logger, S3F_LOG_TRACE,
+                 "reader %s: segment [%" PRIu64 ", %" PRIu64 ") %s -> %s (reader_seg.c:%d)",
+                 rd->resource, s->start, s->end, seg_state_names[s->state],
+                 seg_state_names[to], line);
+    s->state = to;
+}
 
 static void seg_free(struct s3f_reader *rd, struct seg *s) {
     if (s->n_chunks)
@@ -24,6 +52,7 @@ static void seg_free(struct s3f_reader *rd, struct seg *s) {
 /* A segment for [start, end): into pool chunks (try only; NULL when the pool is full) or,
  * with `direct`, into the caller's memory. Lock held. */
 struct seg *s3f__reader_seg_new(struct s3f_reader *rd, uint64_t start, uint64_t end, char *direct) {
+    S3F_ASSERT_HELD(&rd->lock);
     struct seg *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
@@ -47,7 +76,8 @@ struct seg *s3f__reader_seg_new(struct s3f_reader *rd, uint64_t start, uint64_t 
 
 /* Queue for a request slot (lock held); returns 1 to pass to s3f__sched_add. */
 uint32_t s3f__reader_seg_queue(struct s3f_reader *rd, struct seg *s) {
-    s->queued = true;
+    S3F_ASSERT_HELD(&rd->lock);
+    seg_set_state(rd, s, SEG_QUEUED);
     s->qnext = NULL;
     if (rd->q_tail)
         rd->q_tail->qnext = s;
@@ -60,7 +90,8 @@ uint32_t s3f__reader_seg_queue(struct s3f_reader *rd, struct seg *s) {
 /* Queue `s` ahead of the others (lock held): a read waits for it, read-ahead and fills
  * do not. */
 uint32_t s3f__reader_seg_queue_front(struct s3f_reader *rd, struct seg *s) {
-    s->queued = true;
+    S3F_ASSERT_HELD(&rd->lock);
+    seg_set_state(rd, s, SEG_QUEUED);
     s->qnext = rd->q_head;
     rd->q_head = s;
     if (!rd->q_tail)
@@ -70,7 +101,8 @@ uint32_t s3f__reader_seg_queue_front(struct s3f_reader *rd, struct seg *s) {
 
 /* The reader no longer wants `s` (already unlinked from its list; lock held). */
 void s3f__reader_seg_drop(struct s3f_reader *rd, struct seg *s) {
-    if (s->queued) {
+    S3F_ASSERT_HELD(&rd->lock);
+    if (s->state == SEG_QUEUED) {
         struct seg **pp = &rd->q_head, *prev = NULL;
         while (*pp && *pp != s) {
             prev = *pp;
@@ -81,8 +113,8 @@ void s3f__reader_seg_drop(struct s3f_reader *rd, struct seg *s) {
         if (rd->q_tail == s)
             rd->q_tail = prev;
         seg_free(rd, s);
-    } else if (s->in_flight) {
-        s->cancelled = true;
+    } else if (s->state == SEG_SENDING) {
+        seg_set_state(rd, s, SEG_CANCELLED);
         s->next = rd->dead;
         rd->dead = s;
     } else {
@@ -91,7 +123,8 @@ void s3f__reader_seg_drop(struct s3f_reader *rd, struct seg *s) {
 }
 
 void s3f__reader_drop_window(struct s3f_reader *rd, bool (*pred)(struct seg *, uint64_t),
-                        uint64_t arg) {
+                             uint64_t arg) {
+    S3F_ASSERT_HELD(&rd->lock);
     struct seg **pp = &rd->window_segs;
     while (*pp) {
         struct seg *s = *pp;
@@ -110,7 +143,7 @@ static int seg_sink(void *ud, const void *data, size_t len, uint64_t offset) {
     struct seg *s = ud;
     struct s3f_reader *rd = s->rd;
     pthread_mutex_lock(&rd->lock);
-    bool stop = s->cancelled;
+    bool stop = s->state == SEG_CANCELLED;
     pthread_mutex_unlock(&rd->lock);
     if (stop)
         return 1;
@@ -149,8 +182,7 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     pthread_mutex_lock(&rd->lock);
     rd->callbacks++;
     rd->outstanding--;
-    s->in_flight = false;
-    if (s->cancelled) {
+    if (s->state == SEG_CANCELLED) {
         struct seg **pp = &rd->dead;
         while (*pp && *pp != s)
             pp = &(*pp)->next;
@@ -158,10 +190,10 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
             *pp = s->next;
         seg_free(rd, s);
     } else if (st == S3F_OK && s->filled == s->end - s->start) {
-        s->done = true;
+        seg_set_state(rd, s, SEG_DONE);
         measured = true;
     } else {
-        s->failed = true;
+        seg_set_state(rd, s, SEG_FAILED);
         s->status = st ? st : S3F_ERR_BAD_RESPONSE;
         if (st == S3F_OK)
             s3f__error_set(&s->err, S3F_ERR_BAD_RESPONSE, "GetObject", rd->resource,
@@ -184,6 +216,8 @@ static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 
 bool s3f__reader_start_seg(struct s3f__sched_entry *e) {
     struct s3f_reader *rd = (struct s3f_reader *)((char *)e - offsetof(struct s3f_reader, entry));
+    S3F_ASSERT_NOT_HELD(&rd->lock);
+    S3F_ASSERT_NOT_HELD(&rd->x->sched.lock);
     pthread_mutex_lock(&rd->lock);
     struct seg *s = rd->q_head;
     if (!s) {
@@ -193,11 +227,10 @@ bool s3f__reader_start_seg(struct s3f__sched_entry *e) {
     rd->q_head = s->qnext;
     if (!rd->q_head)
         rd->q_tail = NULL;
-    s->queued = false;
     enum s3f_status st = s3f__op_get(&s->op, false, rd->bucket, rd->key, rd->version_id,
                                      rd->etag, false, &s->err);
     if (st) {
-        s->failed = true;
+        seg_set_state(rd, s, SEG_FAILED);
         s->status = st;
         pthread_cond_broadcast(&rd->cond);
         pthread_mutex_unlock(&rd->lock);
@@ -210,7 +243,7 @@ bool s3f__reader_start_seg(struct s3f__sched_entry *e) {
     s->op.r.range_end = s->end - 1;
     s->op.r.has_object_size = true; /* pinned at open, as the ETag (If-Match) */
     s->op.r.object_size = rd->size;
-    s->in_flight = true;
+    seg_set_state(rd, s, SEG_SENDING);
     s->t.start_ns = s3f__now_ns();
     rd->outstanding++;
     pthread_mutex_unlock(&rd->lock);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 static const char *const part_state_names[] = {"FILLING", "PREPARED", "QUEUED", "SENDING",
@@ -55,6 +56,7 @@ void s3f__up_release_chunks(struct upload *u, struct upart *p) {
 /* Record the first failure (lock held): stop queued work and free the memory of parts no
  * one is using (the writer's FILLING part is its own to free). */
 void s3f__up_fail(struct upload *u, enum s3f_status st, const struct s3f_error *e) {
+    S3F_ASSERT_HELD(&u->lock);
     if (u->status)
         return;
     u->status = st ? st : S3F_ERR_INTERNAL;
@@ -91,6 +93,7 @@ enum s3f_status s3f__up_fail_msg(struct upload *u, enum s3f_status st, const cha
 
 /* Queue part i if it is prepared and may be sent (lock held). */
 void s3f__up_try_queue(struct upload *u, size_t i, struct actions *act) {
+    S3F_ASSERT_HELD(&u->lock);
     struct upart *p = &u->parts[i];
     if (u->status || p->state != PART_PREPARED)
         return;
@@ -109,6 +112,7 @@ void s3f__up_try_queue(struct upload *u, size_t i, struct actions *act) {
 
 /* Build the control request `kind` into u->ctl (lock held, none in flight). */
 enum s3f_status s3f__up_build_ctl(struct upload *u, enum ctl_kind kind) {
+    S3F_ASSERT_HELD(&u->lock);
     enum s3f_status st = S3F_OK;
     s3f__op_cleanup(&u->ctl);
     switch (kind) {
@@ -174,6 +178,7 @@ void s3f__up_start_ctl(struct upload *u, enum ctl_kind kind, struct actions *act
 
 /* Take the next step the state allows (lock held). */
 void s3f__up_advance(struct upload *u, struct actions *act) {
+    S3F_ASSERT_HELD(&u->lock);
     if (u->ctl_kind != CTL_NONE || act->submit_ctl)
         return; /* wait for the control request in flight */
     if (u->status) {
@@ -226,6 +231,7 @@ void s3f__up_do_actions(struct upload *u, const struct actions *act) {
 
 /* Progress, as the next call should report it (u->lock held). */
 static void progress_now(struct upload *u, uint64_t *done, uint64_t *total) {
+    S3F_ASSERT_HELD(&u->lock);
     *done = u->bytes_done;
     *total = u->input_done ? u->parts[u->n_parts - 1].offset + u->parts[u->n_parts - 1].size
                            : UINT64_MAX;
@@ -233,6 +239,7 @@ static void progress_now(struct upload *u, uint64_t *done, uint64_t *total) {
 
 /* Whether parts completed since the last call (u->lock held). */
 static bool progress_moved(struct upload *u) {
+    S3F_ASSERT_HELD(&u->lock);
     return u->progress && u->parts_done != u->progress_parts;
 }
 
@@ -305,6 +312,7 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 }
 
 enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     struct upart *p = &u->parts[i];
     enum s3f_status st = S3F_OK;
     if (u->multipart)

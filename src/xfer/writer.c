@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 /* ---- the adapter: parts from pool chunks ---------------------------------------------- */
@@ -25,6 +26,7 @@ static long read_chunks(void *ud, char *buf, size_t len, uint64_t offset) {
 }
 
 static enum s3f_status chunks_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     return s3f__up_read_request(u, q, i, read_chunks);
 }
 
@@ -41,6 +43,7 @@ struct s3f_writer {
 
 /* Make room for part `i` (lock held). */
 static enum s3f_status add_part(struct upload *u, uint64_t offset) {
+    S3F_ASSERT_HELD(&u->lock);
     size_t i = u->n_parts;
     uint64_t planned = s3f__plan_stream_part_size(u->part_size, u->part_cap, (uint32_t)i + 1);
     if (planned == 0) {
