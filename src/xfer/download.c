@@ -33,8 +33,21 @@
 
 static const char *const dl_state_names[] = {"FIRST", "PARTS", "DONE", "FAILED"};
 
+/* FIRST -> PARTS (the size is known) -> DONE; FIRST or PARTS -> FAILED. Staying in a
+ * state is always allowed. */
+static const unsigned dl_allowed[] = {
+    [DL_FIRST] = 1u << DL_PARTS | 1u << DL_FAILED,
+    [DL_PARTS] = 1u << DL_DONE | 1u << DL_FAILED,
+    [DL_DONE] = 0,
+    [DL_FAILED] = 0,
+};
+
+/* Every change of the state goes through here (lock held): checked against dl_allowed and
+ * traced at S3FLASH_LOG=trace with the line that made it. */
 #define set_state(d, s) set_state_at(d, s, __LINE__)
 static void set_state_at(struct download *d, enum dl_state s, int line) {
+    S3F_ASSERT_HELD(&d->lock);
+    S3F_ASSERT(d->state == s || (dl_allowed[d->state] & (1u << s)));
     if (d->state != s)
         s3f__log(&d->c->logger, S3F_LOG_TRACE, "download %s: %s -> %s (download.c:%d)",
                  d->resource, dl_state_names[d->state], dl_state_names[s], line);

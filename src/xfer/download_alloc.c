@@ -19,6 +19,29 @@
 #include "s3/ops_internal.h"
 #include "xfer/xfer.h"
 
+/* The request's life: WAITING (for a request slot) -> SENT -> RECEIVING (the first body
+ * bytes came: the size, if announced, is known) -> DONE; SENT -> DONE without a body. */
+enum whole_state { W_WAITING, W_SENT, W_RECEIVING, W_DONE };
+static const char *const whole_state_names[] = {"WAITING", "SENT", "RECEIVING", "DONE"};
+static const unsigned whole_allowed[] = {
+    [W_WAITING] = 1u << W_SENT,
+    [W_SENT] = 1u << W_RECEIVING | 1u << W_DONE,
+    [W_RECEIVING] = 1u << W_DONE,
+    [W_DONE] = 0,
+};
+
+/* The destination's: NONE -> TRYING (the caller's allocator runs, lock dropped) -> READY
+ * (dst) or FAILED; FAILED also when staging the early bytes ran out of memory (from NONE
+ * or TRYING): the next bytes stop the request. */
+enum whole_dst { WD_NONE, WD_TRYING, WD_READY, WD_FAILED };
+static const char *const whole_dst_names[] = {"NONE", "TRYING", "READY", "FAILED"};
+static const unsigned whole_dst_allowed[] = {
+    [WD_NONE] = 1u << WD_TRYING | 1u << WD_FAILED,
+    [WD_TRYING] = 1u << WD_READY | 1u << WD_FAILED,
+    [WD_READY] = 0,
+    [WD_FAILED] = 0,
+};
+
 struct whole {
     struct s3f_client *c;
     struct s3f__xfer_shared *x;
@@ -32,13 +55,13 @@ struct whole {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     /* ---- guarded by lock ---- */
-    bool started, done;
+    enum whole_state state;     /* changed by whole_set_state only */
     enum s3f_status status;
-    bool first_seen;            /* the first body bytes came: size (if announced) known */
     bool size_known;
     uint64_t size;
     char *dst;                  /* the destination, once allocated (caller's thread) */
-    bool alloc_tried, alloc_failed, too_long;
+    enum whole_dst dst_state;   /* changed by whole_set_dst only */
+    bool too_long;
     char *stage;                /* body bytes received before dst existed */
     size_t stage_len, stage_cap;
     uint64_t received;
@@ -47,6 +70,30 @@ struct whole {
     char ck_want[S3F__CHECKSUM_B64_MAX + 8];
     char request_id[128];
 };
+
+/* Every change of the request's state or the destination's goes through these two (lock
+ * held): checked against the tables above and traced at S3FLASH_LOG=trace with the line
+ * that made it. */
+#define whole_set_state(w, to) whole_set_state_at(w, to, __LINE__)
+static void whole_set_state_at(struct whole *w, enum whole_state to, int line) {
+    S3F_ASSERT_HELD(&w->lock);
+    S3F_ASSERT(whole_allowed[w->state] & (1u << to));
+    if (s3f__log_enabled(&w->c->logger, S3F_LOG_TRACE))
+        s3f__log(&w->c->logger, S3F_LOG_TRACE, "download %s: %s -> %s (download_alloc.c:%d)",
+                 w->resource, whole_state_names[w->state], whole_state_names[to], line);
+    w->state = to;
+}
+
+#define whole_set_dst(w, to) whole_set_dst_at(w, to, __LINE__)
+static void whole_set_dst_at(struct whole *w, enum whole_dst to, int line) {
+    S3F_ASSERT_HELD(&w->lock);
+    S3F_ASSERT(whole_dst_allowed[w->dst_state] & (1u << to));
+    if (s3f__log_enabled(&w->c->logger, S3F_LOG_TRACE))
+        s3f__log(&w->c->logger, S3F_LOG_TRACE,
+                 "download %s: destination %s -> %s (download_alloc.c:%d)", w->resource,
+                 whole_dst_names[w->dst_state], whole_dst_names[to], line);
+    w->dst_state = to;
+}
 
 /* Pick the whole-object checksum to verify from the response's headers (lock held; see
  * s3f__xfer_choose_checksum). */
@@ -68,11 +115,11 @@ static int whole_sink(void *ud, const void *data, size_t len, uint64_t offset) {
     struct whole *w = ud;
     int stop = 0;
     pthread_mutex_lock(&w->lock);
-    if (!w->first_seen) {
+    if (w->state == W_SENT) {
         /* The executor's view of this response's head, parsed before the body. */
         struct s3f__s3_response_head h;
         s3f__s3_response_head(&w->op.r, &h);
-        w->first_seen = true;
+        whole_set_state(w, W_RECEIVING);
         if (h.has_total_size) {
             w->size = h.total_size;
             w->size_known = true;
@@ -84,7 +131,7 @@ static int whole_sink(void *ud, const void *data, size_t len, uint64_t offset) {
         whole_choose_checksum(w, h.checksum_crc32c, h.checksum_crc32, h.checksum_crc64nvme);
         pthread_cond_broadcast(&w->cond);
     }
-    if (w->alloc_failed || offset != w->received) {
+    if (w->dst_state == WD_FAILED || offset != w->received) {
         stop = 1;
     } else if (w->size_known && offset + len > w->size) {
         w->too_long = true;
@@ -102,7 +149,7 @@ static int whole_sink(void *ud, const void *data, size_t len, uint64_t offset) {
                     cap = (size_t)w->size;
                 char *p = realloc(w->stage, cap);
                 if (!p) {
-                    w->alloc_failed = true;
+                    whole_set_dst(w, WD_FAILED);
                     pthread_mutex_unlock(&w->lock);
                     return 1;
                 }
@@ -124,7 +171,7 @@ static void whole_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) 
     s3f__sched_done(&w->x->sched);
     pthread_mutex_lock(&w->lock);
     w->status = st;
-    w->done = true;
+    whole_set_state(w, W_DONE);
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
 }
@@ -132,8 +179,9 @@ static void whole_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) 
 static bool whole_start(struct s3f__sched_entry *e) {
     struct whole *w = (struct whole *)((char *)e - offsetof(struct whole, entry));
     pthread_mutex_lock(&w->lock);
-    bool go = !w->started;
-    w->started = true;
+    bool go = w->state == W_WAITING;
+    if (go)
+        whole_set_state(w, W_SENT);
     pthread_mutex_unlock(&w->lock);
     if (go)
         s3f__s3_submit(w->c, &w->op.r, &w->req_err, whole_done, w);
@@ -144,7 +192,7 @@ static bool whole_start(struct s3f__sched_entry *e) {
  * dropped around the allocator). */
 static void whole_allocate(struct whole *w, s3f_alloc_fn alloc, void *alloc_ud) {
     S3F_ASSERT_HELD(&w->lock);
-    w->alloc_tried = true;
+    whole_set_dst(w, WD_TRYING);
     uint64_t size = w->size;
     pthread_mutex_unlock(&w->lock);
     void *p = NULL;
@@ -152,9 +200,12 @@ static void whole_allocate(struct whole *w, s3f_alloc_fn alloc, void *alloc_ud) 
         p = alloc ? alloc(alloc_ud, (size_t)size) : malloc(size ? (size_t)size : 1);
     pthread_mutex_lock(&w->lock);
     if (!p) {
-        w->alloc_failed = true; /* the next bytes stop the request */
+        if (w->dst_state == WD_TRYING) /* else staging failed meanwhile */
+            whole_set_dst(w, WD_FAILED); /* the next bytes stop the request */
         return;
     }
+    if (w->dst_state == WD_TRYING)
+        whole_set_dst(w, WD_READY);
     w->dst = p;
     if (w->stage_len)
         memcpy(w->dst, w->stage, w->stage_len);
@@ -178,16 +229,11 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     if (!data || !len)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
                               "data and len are required");
-    if (opts->range_offset || opts->range_bytes)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
-                              "a range is for s3f_download_iov, _buffer and _file");
     *data = NULL;
     *len = 0;
-    enum s3f_status st = s3f__op_check_args(op_name, bucket, key, true, err);
-    if (st)
-        return st;
     struct s3f__xfer_shared *x;
-    if ((st = s3f__xfer_shared_get(c, &x, err)))
+    enum s3f_status st = s3f__xfer_whole_get_args(c, op_name, bucket, key, opts, &x, err);
+    if (st)
         return st;
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
     if (x->cache && s3f__cache_serve_alloc(c, x->cache, bucket, key, opts->version_id,
@@ -223,16 +269,16 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
 
     pthread_mutex_lock(&w->lock);
     for (;;) {
-        if (w->size_known && !w->alloc_tried && !(w->done && w->status)) {
+        if (w->size_known && w->dst_state == WD_NONE && !(w->state == W_DONE && w->status)) {
             whole_allocate(w, alloc, alloc_user_data);
             continue;
         }
-        if (w->done)
+        if (w->state == W_DONE)
             break;
         pthread_cond_wait(&w->cond, &w->lock);
     }
     st = w->status;
-    if (st == S3F_OK && !w->alloc_tried) {
+    if (st == S3F_OK && w->dst_state == WD_NONE) {
         /* no body bytes (an empty object), or no Content-Length: all of it is staged */
         w->size = w->received;
         w->size_known = true;
@@ -240,7 +286,7 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     }
     pthread_mutex_unlock(&w->lock);
     /* the request is over: no I/O thread touches w from here on */
-    if (w->alloc_failed) {
+    if (w->dst_state == WD_FAILED) {
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, op_name, w->resource,
                             "cannot allocate %" PRIu64 " bytes for the object", w->size);
     } else if (w->too_long) {
@@ -260,9 +306,13 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
                             "the response had %" PRIu64 " bytes, %" PRIu64 " announced",
                             w->received, w->size);
     } else {
-        if (!w->ck_chosen) /* no body: the checksum headers are in the response's info */
+        if (!w->ck_chosen) { /* no body: the checksum headers are in the response's info */
+            pthread_mutex_lock(&w->lock); /* no I/O thread is left: taken so that the
+                                           * rule of whole_choose_checksum has no exception */
             whole_choose_checksum(w, w->op.info.checksum_crc32c, w->op.info.checksum_crc32,
                                   w->op.info.checksum_crc64nvme);
+            pthread_mutex_unlock(&w->lock);
+        }
         if (w->ck_want[0]) {
             char got[S3F__CHECKSUM_B64_MAX];
             s3f__checksum_b64(&w->ck, got);

@@ -31,7 +31,33 @@ static const char *const up_state_names[] = {"RUNNING", "VERIFYING", "COMPLETING
 
 /* ---- state changes (traced) ----------------------------------------------------------- */
 
+/* The transitions allowed from each state; staying in a state is always allowed. Any
+ * state before the end may fail (ABORTING when an upload id exists, else FAILED). */
+#define FAILS (1u << UP_ABORTING | 1u << UP_FAILED)
+static const unsigned up_allowed[] = {
+    [UP_RUNNING] = 1u << UP_VERIFYING | 1u << UP_COMPLETING | 1u << UP_DONE | FAILS,
+    [UP_VERIFYING] = 1u << UP_RUNNING | FAILS,
+    [UP_COMPLETING] = 1u << UP_HEADING | 1u << UP_RUNNING | 1u << UP_DONE | FAILS,
+    [UP_HEADING] = 1u << UP_RUNNING | 1u << UP_DONE | FAILS,
+    [UP_ABORTING] = 1u << UP_FAILED,
+    [UP_DONE] = 0,
+    [UP_FAILED] = 0,
+};
+#undef FAILS
+
+/* A part is filled (the writer's) or planned, then PREPARED; queued, sent, DONE; a part
+ * whose request failed, or that was queued when the upload failed, goes back to PREPARED. */
+static const unsigned part_allowed[] = {
+    [PART_FILLING] = 1u << PART_PREPARED,
+    [PART_PREPARED] = 1u << PART_QUEUED,
+    [PART_QUEUED] = 1u << PART_SENDING | 1u << PART_PREPARED,
+    [PART_SENDING] = 1u << PART_DONE | 1u << PART_PREPARED,
+    [PART_DONE] = 0,
+};
+
 void s3f__up_set_state_at(struct upload *u, enum up_state s, const char *file, int line) {
+    S3F_ASSERT_HELD(&u->lock);
+    S3F_ASSERT(u->state == s || (up_allowed[u->state] & (1u << s)));
     if (u->state != s)
         s3f__log(&u->c->logger, S3F_LOG_TRACE, "upload %s: %s -> %s (%s:%d)",
                  u->resource, up_state_names[u->state], up_state_names[s], file, line);
@@ -41,6 +67,8 @@ void s3f__up_set_state_at(struct upload *u, enum up_state s, const char *file, i
 void s3f__up_part_set_state_at(struct upload *u, size_t i, enum part_state s, const char *file,
                                int line) {
     struct upart *p = &u->parts[i];
+    S3F_ASSERT_HELD(&u->lock);
+    S3F_ASSERT(p->state == s || (part_allowed[p->state] & (1u << s)));
     if (p->state != s && s3f__log_enabled(&u->c->logger, S3F_LOG_TRACE))
         s3f__log(&u->c->logger, S3F_LOG_TRACE, "upload %s part %zu: %s -> %s (%s:%d)",
                  u->resource, i + 1, part_state_names[p->state], part_state_names[s], file, line);

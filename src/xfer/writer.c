@@ -232,6 +232,20 @@ static void writer_finish(struct s3f_writer *w) {
     free(w);
 }
 
+/* The end of close and abort (u->lock held, released here): take the next step, wait for
+ * the upload to settle, free the writer. */
+static enum s3f_status writer_settle(struct s3f_writer *w, struct actions *act,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    struct upload *u = w->u;
+    S3F_ASSERT_HELD(&u->lock);
+    s3f__up_advance(u, act);
+    pthread_mutex_unlock(&u->lock);
+    s3f__up_do_actions(u, act);
+    enum s3f_status st = s3f__upload_wait(u, info, err);
+    writer_finish(w);
+    return st;
+}
+
 enum s3f_status s3f_writer_close(struct s3f_writer *w, struct s3f_object_info *info,
                                  struct s3f_error *err) {
     s3f_error_clear(err);
@@ -251,12 +265,7 @@ enum s3f_status s3f_writer_close(struct s3f_writer *w, struct s3f_object_info *i
         if (p->state == PART_FILLING)
             s3f__up_release_chunks(u, p);
     }
-    s3f__up_advance(u, &act);
-    pthread_mutex_unlock(&u->lock);
-    s3f__up_do_actions(u, &act);
-    enum s3f_status st = s3f__upload_wait(u, info, err);
-    writer_finish(w);
-    return st;
+    return writer_settle(w, &act, info, err);
 }
 
 void s3f_writer_abort(struct s3f_writer *w) {
@@ -274,9 +283,5 @@ void s3f_writer_abort(struct s3f_writer *w) {
     struct upart *p = &u->parts[u->cur];
     if (p->state == PART_FILLING)
         s3f__up_release_chunks(u, p);
-    s3f__up_advance(u, &act);
-    pthread_mutex_unlock(&u->lock);
-    s3f__up_do_actions(u, &act);
-    s3f__upload_wait(u, NULL, NULL);
-    writer_finish(w);
+    writer_settle(w, &act, NULL, NULL);
 }
