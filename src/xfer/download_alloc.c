@@ -221,9 +221,6 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
                                    struct s3f_error *err) {
     static const char *op_name = "GetObject";
     s3f_error_clear(err);
-    static const struct s3f_download_options defaults;
-    if (!opts)
-        opts = &defaults;
     if (!c)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL, "client is NULL");
     if (!data || !len)
@@ -232,7 +229,7 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     *data = NULL;
     *len = 0;
     struct s3f__xfer_shared *x;
-    enum s3f_status st = s3f__xfer_whole_get_args(c, op_name, bucket, key, opts, &x, err);
+    enum s3f_status st = s3f__xfer_whole_get_args(c, op_name, bucket, key, &opts, &x, err);
     if (st)
         return st;
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */

@@ -188,9 +188,12 @@ out:
 
 enum s3f_status s3f__xfer_whole_get_args(struct s3f_client *c, const char *op_name,
                                          const char *bucket, const char *key,
-                                         const struct s3f_download_options *opts,
+                                         const struct s3f_download_options **opts,
                                          struct s3f__xfer_shared **x, struct s3f_error *err) {
-    if (opts->range_offset || opts->range_bytes)
+    static const struct s3f_download_options defaults;
+    if (!*opts)
+        *opts = &defaults;
+    if ((*opts)->range_offset || (*opts)->range_bytes)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
                               "a range is for s3f_download_iov, _buffer and _file");
     enum s3f_status st = s3f__op_check_args(op_name, bucket, key, true, err);
