@@ -5,7 +5,6 @@
  * method table is client.c's. */
 #include "s3flash_py.h"
 
-
 PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "prefix", "delimiter", "continuation_token",
                              "start_after", "max_keys", "tokens", NULL};
@@ -62,7 +61,6 @@ out:
     return res;
 }
 
-
 PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *args,
                                         PyObject *kw) {
     static char *kwlist[] = {"bucket", "prefix", "key_marker", "upload_id_marker", NULL};
@@ -93,7 +91,6 @@ out:
     return res;
 }
 
-
 PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *args,
                                          PyObject *kw) {
     static char *kwlist[] = {"bucket", "key", "content_type", NULL};
@@ -114,7 +111,6 @@ PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *args,
     return res;
 }
 
-
 PyObject *Client_upload_part(ClientObject *self, PyObject *args) {
     const char *bucket, *key, *upload_id;
     int part_number;
@@ -133,7 +129,6 @@ PyObject *Client_upload_part(ClientObject *self, PyObject *args) {
     return part_or_raise(st, &err, &part);
 }
 
-
 PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"bucket", "key", "upload_id", "part_number", "src_bucket",
                              "src_key", "first", "last", "if_match", NULL};
@@ -151,7 +146,6 @@ PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *
                                              first, last, if_match, &part, &err));
     return part_or_raise(st, &err, &part);
 }
-
 
 PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args) {
     const char *bucket, *key, *upload_id;
@@ -195,7 +189,6 @@ PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args) {
     free(parts);
     return info_or_raise(st, &err, &info);
 }
-
 
 PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored)) {
     CLIENT_OR_NULL(self, c);

@@ -4,7 +4,6 @@
  * released; the method table is client.c's. */
 #include "s3flash_py.h"
 
-
 /* Send the bytes of `data` (in place when contiguous, else from a copy) to bucket/key with
  * the GIL released: s3f_put_object with `put` (one PutObject), else s3f_upload_buffer with
  * `up` (parts in parallel). Returns the info dict, or NULL with the exception set. */
@@ -32,7 +31,6 @@ static PyObject *send_buffer(ClientObject *self, const char *bucket, const char 
     PyBuffer_Release(&view);
     return info_or_raise(st, &err, &info);
 }
-
 
 /* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
  * place (no copy), parts in parallel, GIL released. */
@@ -66,7 +64,6 @@ PyObject *Client_put_object(ClientObject *self, PyObject *args, PyObject *kw) {
     return send_buffer(self, bucket, key, data, &o, NULL);
 }
 
-
 /* download_into(bucket, key, buffer) -> int: the object's bytes straight into a writable
  * buffer (parallel ranged GETs); an object larger than the buffer is a ValueError. */
 PyObject *Client_download_into(ClientObject *self, PyObject *args) {
@@ -88,7 +85,6 @@ PyObject *Client_download_into(ClientObject *self, PyObject *args) {
     return PyLong_FromUnsignedLongLong(info.size);
 }
 
-
 /* The destination of download_whole: a bytes object of exactly the object's size, made on
  * the calling thread (s3f_download_alloc calls its allocator there) with the GIL taken back
  * for the moment, so the bytes land in the object that is returned: no second copy. */
@@ -98,7 +94,6 @@ struct whole_alloc {
     long long max_size;    /* < 0: any size */
     int too_big;
 };
-
 
 static void *whole_alloc_bytes(void *ud, size_t size) {
     struct whole_alloc *a = ud;
@@ -113,7 +108,6 @@ static void *whole_alloc_bytes(void *ud, size_t size) {
     a->ts = PyEval_SaveThread(); /* a MemoryError stays set for the caller */
     return p;
 }
-
 
 /* download_whole(bucket, key, max_size=-1) -> (bytes, info) or None: the whole object in
  * one GET without a Range (no HEAD: the size comes from the response), into a bytes object
@@ -163,7 +157,6 @@ PyObject *Client_download_whole(ClientObject *self, PyObject *args, PyObject *kw
     return r;
 }
 
-
 /* Size and modification time of a file, for telling whether it changed during an upload;
  * 0 on success. */
 static int file_identity(const char *path, long long *size, long long *mtime_ns) {
@@ -174,7 +167,6 @@ static int file_identity(const char *path, long long *size, long long *mtime_ns)
     *mtime_ns = (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
     return 0;
 }
-
 
 /* upload_file(bucket, key, path, part_size=0, checksum=None, content_type=None) -> info:
  * the library's file upload (s3f_upload_file): parts read with pread by the I/O threads, no
@@ -236,7 +228,6 @@ out:
     return res;
 }
 
-
 /* download_file(bucket, key, path, part_size=0, verify_checksum=0, fsync=False,
  * if_match=None, version_id=None) -> info: the library's download to a file
  * (s3f_download_file): parts written with pwrite into a temporary file beside `path`,
@@ -270,7 +261,6 @@ out:
     Py_XDECREF(pathb);
     return res;
 }
-
 
 /* copy(src_bucket, src_key, dst_bucket, dst_key, part_size=0, multipart_threshold=0,
  * src_version_id=None, src_if_match=None) -> info: a server-side copy of any size (s3f_copy:
