@@ -28,12 +28,14 @@
 /* ---- the lock and the count ----------------------------------------------------------------- */
 
 void s3f__store_lock_take(struct s3f__cache *c) {
+    S3F_ASSERT_NOT_HELD(&c->lock); /* one step at a time: never taken twice */
     pthread_mutex_lock(&c->lock);
     while (flock(c->lock_fd, LOCK_EX) != 0 && errno == EINTR)
         ;
 }
 
 void s3f__store_lock_drop(struct s3f__cache *c) {
+    S3F_ASSERT_HELD(&c->lock);
     flock(c->lock_fd, LOCK_UN);
     pthread_mutex_unlock(&c->lock);
 }
@@ -144,6 +146,7 @@ uint64_t s3f__store_recount(struct s3f__cache *c, unsigned slot) {
  * Returns with the lock held and k valid. A count that cannot be written (a read-only or
  * broken lock file) is kept in k only. */
 void s3f__store_counts_valid_locked(struct s3f__cache *c, struct s3f__cache_counts *k) {
+    S3F_ASSERT_NOT_HELD(&c->lock); /* taken here, and held on return */
     for (unsigned step = 0;; step++) {
         s3f__store_lock_take(c);
         s3f__store_counts_read(c, k);
