@@ -7,8 +7,9 @@
  * left alone, and a root another user could write is refused. Inserts are queued and
  * written, with the evictions they need, by a background thread of the cache.
  *
- * What it owns and may call: store.c (the block files, their format, eviction) uses only
- * src/core and libc; io.c (the cache's users in the engine: the reader's block-aligned
+ * What it owns and may call: the store (store.c: the block files and their format;
+ * store_count.c: the lock and the count; store_writer.c: inserts and eviction; shared
+ * state in store_internal.h) uses only src/core and libc; io.c (the cache's users in the engine: the reader's block-aligned
  * reads, whole-object downloads served or filled) uses the store and the public API
  * (s3f_head_object, s3f_get_object). src/xfer calls the functions below; nothing here
  * calls src/xfer.

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 /* ---- control requests ----------------------------------------------------------------- */
@@ -19,6 +20,7 @@
  * checksum, else the multipart ETag computed from the part ETags). Then the upload is done
  * and no Abort is sent. Otherwise the Complete's error stands, with what the HEAD found. */
 static void reconcile_head(struct upload *u, enum s3f_status st) {
+    S3F_ASSERT_HELD(&u->lock);
     u->reconciling = false;
     uint64_t size = 0;
     for (size_t i = 0; i < u->n_parts; i++)
@@ -212,6 +214,7 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
  * writers racing for one key within a second is taken to be one writer retrying. Failures
  * are logged, never the upload's. */
 void s3f__up_abort_orphans(struct upload *u) {
+    S3F_ASSERT_NOT_HELD(&u->lock);
     if (!u->upload_id && !u->create_server_date) {
         /* Create failed and no answer told the server's time: a window 15 minutes wide
          * could take another writer's upload. Leave it to cleanup_uploads or a rule. */
