@@ -182,6 +182,7 @@ def operation(e):
 
 
 def by_operation(proxy):
+    """{operation: [the headers of each of its requests]} of what the proxy logged."""
     ops = {}
     for e in proxy.stats()["log"]:
         ops.setdefault(operation(e), []).append(e.get("headers") or {})
