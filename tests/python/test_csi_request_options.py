@@ -59,14 +59,12 @@ def driver(tmp_path):
         yield d
 
 
-def test_mountpoint_request_options_on_the_wire(driver, rgw, s3, bucket, endpoint, tmp_path):
-    if not rgw.kms_key_id:
-        pytest.skip("the RGW has no SSE config (S3FLASH_TEST_KMS_KEY_ID)")
+def test_mountpoint_request_options_on_the_wire(driver, kms, s3, bucket, endpoint, tmp_path):
     owner = s3.get_bucket_acl(Bucket=bucket)["Owner"]["ID"]
     s3.put_object(Bucket=bucket, Key="ro/faulty.bin", Body=b"x" * 100)
     t = tmp_path / "pod"
     # Mountpoint's spellings: "NAME VALUE", "--NAME=VALUE", "NAME=VALUE"
-    flags = ["sse aws:kms", f"sse-kms-key-id {rgw.kms_key_id}", "--storage-class=STANDARD",
+    flags = ["sse aws:kms", f"sse-kms-key-id {kms}", "--storage-class=STANDARD",
              f"expected-bucket-owner={owner}", "aws-max-attempts=4",
              "user-agent-prefix=s3-csi-driver/2.0 k8s/1.30", "allow-overwrite"]
     with faultproxy(endpoint) as proxy:
@@ -87,7 +85,7 @@ def test_mountpoint_request_options_on_the_wire(driver, rgw, s3, bucket, endpoin
     assert ops.get("PutObject"), sorted(ops)
     for h in ops["PutObject"]:
         assert h.get("x-amz-server-side-encryption") == "aws:kms", h
-        assert h.get("x-amz-server-side-encryption-aws-kms-key-id") == rgw.kms_key_id, h
+        assert h.get("x-amz-server-side-encryption-aws-kms-key-id") == kms, h
         assert h.get("x-amz-storage-class") == "STANDARD", h
     for e in log:
         h = e.get("headers") or {}
@@ -96,7 +94,7 @@ def test_mountpoint_request_options_on_the_wire(driver, rgw, s3, bucket, endpoin
     gets = [e for e in log if e["method"] == "GET" and e["path"] == f"/{bucket}/ro/faulty.bin"]
     assert len(gets) in (4, 8), len(gets)   # 4 attempts a read (the kernel may ask twice)
     h = s3.head_object(Bucket=bucket, Key="ro/w.bin")
-    assert h["ServerSideEncryption"] == "aws:kms" and h["SSEKMSKeyId"] == rgw.kms_key_id, h
+    assert h["ServerSideEncryption"] == "aws:kms" and h["SSEKMSKeyId"] == kms, h
 
 
 @pytest.mark.parametrize("flag,needle", [

@@ -53,14 +53,6 @@ def secrets_absent(text):
         assert s not in text
 
 
-@pytest.fixture(scope="module")
-def kms(rgw):
-    if not rgw.kms_key_id:
-        pytest.skip("the RGW has no SSE config (S3FLASH_TEST_KMS_KEY_ID; tests/servers/rgw.sh "
-                    "starts one with it)")
-    return rgw.kms_key_id
-
-
 def test_the_key_is_never_shown():
     cfg = S3ClientConfig(sse_customer_key=KEY, sse_copy_source_customer_key=KEY,
                          proxy="http://user:pa55word@127.0.0.1:3128")
