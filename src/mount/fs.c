@@ -476,6 +476,7 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     fs->c = client;
     fs->cw = wclient;
     pthread_mutex_init(&fs->mu, NULL);
+    mnt_notify_init(fs);
     mnt_cond_init(&fs->released);
     fs->mem_budget = opts->metadata_budget_bytes ? opts->metadata_budget_bytes : 8u << 20;
     fs->bucket = strdup(opts->bucket);
@@ -515,11 +516,13 @@ void mnt_fs_free(struct mnt_fs *fs) {
     mnt_readers_free(fs);
     pthread_mutex_lock(&fs->mu);
     mnt_dirs_free(fs);
+    mnt_listings_free(fs);
     mnt_localdirs_free(fs);
     mnt_overwrites_free(fs);
     mnt_meta_free(fs);
     pthread_mutex_unlock(&fs->mu);
     mnt_inodes_free(fs);
+    mnt_notify_free(fs);
     free(fs->bucket);
     free(fs->prefix);
     pthread_cond_destroy(&fs->released);
