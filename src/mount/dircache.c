@@ -104,6 +104,7 @@ void mnt_listings_trim(struct mnt_fs *fs) {
 }
 
 void mnt_listings_free(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     while (fs->listings) {
         struct listing *l = fs->listings;
         fs->listings = l->next;
@@ -128,6 +129,7 @@ struct listing *mnt_listing_share(struct mnt_fs *fs, const char *path) {
 /* Keep a complete listing (takes `ents`; fs->mu held). */
 static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, size_t n,
                         uint64_t bytes, uint64_t gen0) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct listing *l = calloc(1, sizeof(*l));
     if (!l || !(l->path = strdup(path))) {
         free(l);

@@ -155,7 +155,40 @@ struct mnt_fs {
     struct mnt_heads *heads;  /* the lookups' HEAD workers, o.max_threads (meta.c) */
 };
 
-/* An open file (read.c, write.c). */
+/* An open file's state: where it is in its life, changed by mnt_fh_set_state only (which
+ * asserts the transition is one of these arrows and logs it at TRACE). Readers' states
+ * are guarded by fs->mu (a writer's open marks them stale); a writer's by its h->mu, and
+ * those that list or unlist it by fs->mu too; read atomically by the others (fh_state).
+ *
+ *   read handles:  FH_NEW --open--> FH_READING --release--> FH_RELEASED
+ *                                       |  overwritten in place     ^
+ *                                       `-----> FH_STALE ---release-'
+ *
+ *   write handles: FH_NEW --open--> FH_WRITING --the opener's close, nothing written-->
+ *                  FH_CLOSED (the upload completes at release)
+ *                  FH_WRITING --upload ends or fails--> FH_ENDING --unlisted--> FH_DONE
+ *                  FH_CLOSED  --upload ends or fails--> FH_ENDING_CLOSED --unlisted--> FH_DONE
+ *                  FH_WRITING --the open never reached the caller--> FH_ABANDONED
+ *
+ * Listed in fs->writers: FH_WRITING, FH_CLOSED, FH_ENDING, FH_ENDING_CLOSED. Done (writes
+ * refused, the result in `status`): FH_ENDING, FH_ENDING_CLOSED, FH_DONE. The two ending
+ * states keep whether the opener had closed it (mnt_writer_busy waits for those). */
+enum fh_state {
+    FH_NEW,
+    FH_READING,
+    FH_STALE,         /* its inode was overwritten in place (counted in in->n_stale) */
+    FH_RELEASED,
+    FH_WRITING,
+    FH_CLOSED,
+    FH_ENDING,
+    FH_ENDING_CLOSED,
+    FH_DONE,
+    FH_ABANDONED,
+};
+
+/* An open file (read.c, write.c). Its state is one enum (above); what it was opened as
+ * stays in mode fields chosen at open and never changed after: is_write, rdwr, direct,
+ * in_place, append (not states: no transition ever clears or sets them later). */
 struct fh {
     pthread_mutex_t mu;
     int is_write;
@@ -166,22 +199,21 @@ struct fh {
     uint64_t size;            /* read handles: the version's size and mtime */
     int64_t mtime;
     char etag[128];
-    int direct;               /* read handles: not in the page cache */
-    int stale;                /* read handles: their inode was overwritten in place */
+    enum fh_state state;      /* mnt_fh_set_state; read by others with fh_state() */
+    int direct;               /* read handles: not in the page cache (mode) */
     void *pf_data;            /* read handles: the whole file, prefetched (prefetch.c) */
     size_t pf_len;
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
-    int done, status;
+    int status;               /* done: the upload's result (0 or -errno) */
     pid_t opener;
     int64_t opened;
     uint64_t reserved;
-    int listed, closed;
-    int in_place;             /* writing over its inode's version (open with O_TRUNC) */
+    int in_place;             /* writing over its inode's version (open with O_TRUNC; mode) */
     struct attr prev;         /* ... which was this one */
     /* appends (--incremental-upload, directory buckets; write.c) */
-    int append;               /* open(O_APPEND) of an existing object: appends to it */
+    int append;               /* open(O_APPEND) of an existing object: appends to it (mode) */
     uint64_t apos;            /* the object's size: the next append's write offset */
     char *abuf;               /* bytes not yet appended (at most part_size) */
     size_t alen;
@@ -390,6 +422,19 @@ int mnt_read_cached(struct mnt_fs *fs, const struct inode *in);
 void mnt_readers_free(struct mnt_fs *fs);
 struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path);
 void mnt_fh_free(struct mnt_fs *fs, struct fh *h); /* not under fs->mu */
+/* The one place a handle's state changes: asserts the transition is allowed (enum
+ * fh_state's diagram) and logs it at TRACE. Under the lock that guards the state. */
+void mnt_fh_set_state(struct fh *h, enum fh_state to);
+static inline enum fh_state fh_state(const struct fh *h) {
+    return __atomic_load_n(&h->state, __ATOMIC_RELAXED);
+}
+/* Is the write handle in fs->writers? Done (its upload completed or failed)? */
+static inline int fh_listed(enum fh_state s) {
+    return s == FH_WRITING || s == FH_CLOSED || s == FH_ENDING || s == FH_ENDING_CLOSED;
+}
+static inline int fh_done(enum fh_state s) {
+    return s == FH_ENDING || s == FH_ENDING_CLOSED || s == FH_DONE;
+}
 
 /* ---- prefetch.c (none of these under fs->mu) ---- */
 int mnt_pf_init(struct mnt_fs *fs);  /* after the part size is known; 0 also when off */

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 #define INO_BUCKETS 65536u
@@ -47,10 +48,12 @@ static void inode_charge(struct mnt_fs *fs, int64_t bytes) {
 }
 
 int mnt_inodes_full(const struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     return fs->mem_used >= fs->mem_budget || fs->mem_inodes >= fs->mem_budget / 2;
 }
 
 struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct inode *in = fs->ino_hash[ino % INO_BUCKETS]; in; in = in->ino_next)
         if (in->ino == ino)
             return in;
@@ -58,6 +61,7 @@ struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
 }
 
 struct inode *mnt_inode_current(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct inode *in = fs->path_hash[mnt_hash_str(path) % INO_BUCKETS]; in;
          in = in->path_next)
         if (strcmp(in->path, path) == 0)
@@ -161,6 +165,7 @@ static int same_version(const struct inode *in, const struct attr *a) {
 }
 
 struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct attr *a) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *cur = mnt_inode_current(fs, path);
     if (cur && same_version(cur, a)) {
         if (a->kind == K_FILE && !cur->a.etag[0] && a->etag[0])
@@ -181,6 +186,7 @@ struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct at
 }
 
 struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struct attr *a) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *in = inode_new(fs, fs->next_ino, path, a);
     if (!in)
         return NULL;
@@ -191,6 +197,7 @@ struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struc
 }
 
 void mnt_inode_detach(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *in = mnt_inode_current(fs, path);
     if (!in || in->ino == FUSE_ROOT_ID)
         return;
@@ -200,6 +207,7 @@ void mnt_inode_detach(struct mnt_fs *fs, const char *path) {
 }
 
 void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
+    S3F_ASSERT_HELD(&fs->mu);
     mnt_inode_detach(fs, to);
     struct inode *in = mnt_inode_current(fs, from);
     if (!in)
@@ -219,6 +227,7 @@ void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
 }
 
 void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen) {
+    S3F_ASSERT_HELD(&fs->mu);
     if (in->ino == FUSE_ROOT_ID)
         return;
     in->nlookup = in->nlookup > nlookup ? in->nlookup - nlookup : 0;
@@ -228,6 +237,7 @@ void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsi
 }
 
 char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     pthread_mutex_lock(&fs->mu);
     struct inode *in = mnt_inode_find(fs, ino);
     char *p = in ? strdup(in->path) : NULL;
@@ -237,6 +247,7 @@ char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err) {
 }
 
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     size_t len = strlen(name);
     if (len > MNT_NAME_MAX) {
         *err = ENAMETOOLONG;

@@ -91,11 +91,13 @@ static struct note *note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, con
 }
 
 void mnt_notify_entry_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
+    S3F_ASSERT_HELD(&fs->mu);
     note_queue(fs, 0, parent, name, 0);
 }
 
 struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
                               int wait) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *dir = mnt_inode_current(fs, dir_path);
     if (!dir || !dir->nlookup)
         return NULL; /* the kernel does not hold it */
@@ -103,6 +105,7 @@ struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const cha
 }
 
 struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait) {
+    S3F_ASSERT_HELD(&fs->mu);
     if (!in->nlookup)
         return NULL;
     return note_queue(fs, 1, in->ino, "", wait);
@@ -119,7 +122,7 @@ void mnt_notify_wait(struct mnt_fs *fs, struct note *n) {
             break;
     n->waiters--;
     if (n->done)
-        free(n); /* else the notifier frees it when done (or mnt_inodes_free) */
+        free(n); /* else the notifier frees it when done (or mnt_notify_free) */
 }
 
 /* Send one note to the kernel (on a notifier thread, fs->mu not held). 0 or -errno. */

@@ -158,6 +158,7 @@ static void dh_free(struct mnt_fs *fs, struct dh *d) {
 }
 
 void mnt_dirs_free(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     while (fs->dirs) {
         struct dh *d = fs->dirs;
         fs->dirs = d->next;
@@ -175,6 +176,7 @@ static uint64_t dents_bytes(const struct dent *e, size_t n) {
 }
 
 uint64_t mnt_dirs_held(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     uint64_t b = 0;
     for (struct dh *d = fs->dirs; d; d = d->next) {
         b += dents_bytes(d->all.v, d->all.n);
@@ -340,6 +342,7 @@ struct fetch {
  * page was asked for)? Then the page's attributes of it are not handed to the kernel
  * with a node id. */
 static int changed_after(struct fetch *f, const char *name, size_t len, uint64_t gen) {
+    S3F_ASSERT_HELD(&f->fs->mu);
     char *cp = mnt_child_path(f->d->path, name, len);
     int changed = !cp || mnt_meta_changed_since(f->fs, cp, gen);
     free(cp);
@@ -351,6 +354,7 @@ static int changed_after(struct fetch *f, const char *name, size_t len, uint64_t
  * so far. */
 static int emit_file(struct fetch *f, const char *name, size_t len, struct attr *a,
                      uint64_t gen) {
+    S3F_ASSERT_HELD(&f->fs->mu);
     struct dh *d = f->d;
     char *cp = mnt_child_path(d->path, name, len);
     struct fh *w = cp ? mnt_writer_find(f->fs, cp) : NULL;
@@ -377,6 +381,7 @@ static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr
 
 /* Hand out the directory `name` (fs->mu held). */
 static int emit_dir(struct fetch *f, const char *name, size_t len) {
+    S3F_ASSERT_HELD(&f->fs->mu);
     struct attr a;
     memset(&a, 0, sizeof(a));
     a.kind = K_DIR;
@@ -411,6 +416,7 @@ static int on_page_name(void *user, const char *name, size_t len,
 
 /* The listing is complete: keep it in the listing cache when nothing changed it. */
 static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     dh_set_state(d, DH_LISTED);
     pthread_mutex_lock(&fs->mu);
     mnt_copy_done(fs, &d->all, d->path, d->list_gen0, rc == 0);
@@ -420,6 +426,7 @@ static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
 /* One LIST page of the directory after `token` (NULL: the first). 0 or -errno (logged). */
 static int list_page(struct mnt_fs *fs, struct dh *d, const char *token,
                      struct s3f_list_page **page) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
                                   .continuation_token = token,
                                   .max_keys = fs->o.page_size};
@@ -531,6 +538,7 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
 
 /* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
 static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     dh_drop_page(fs, d);
     if (fs->directory_bucket)
         return dh_fetch_whole(fs, d);
@@ -577,6 +585,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
 
 /* The attributes of the file being written at dir/name, if one is (takes fs->mu). */
 static void writer_attr(struct mnt_fs *fs, const char *dir, const char *name, struct attr *a) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     char *cp = mnt_child_path(dir, name, strlen(name));
     if (!cp)
         return;
