@@ -120,6 +120,7 @@ static void dh_drop_page(struct mnt_fs *fs, struct dh *d) {
  * the account: dh_uncharge done). */
 static void dh_reset(struct mnt_fs *fs, struct dh *d) {
     if (d->shared || d->all.bytes) {
+        S3F_ASSERT_NOT_HELD(&fs->mu);
         pthread_mutex_lock(&fs->mu);
         dh_uncharge(fs, d);
         pthread_mutex_unlock(&fs->mu);
