@@ -454,11 +454,13 @@ int mnt_run(const struct mnt_options *in) {
         (void)w;
         close(report_fd);
         report_fd = -1;
+        /* stderr goes on into the log file where there is one, so that what is written
+         * there (a failed S3F_ASSERT in a test build, libfuse's own complaints) is kept */
         int dn = open("/dev/null", O_RDWR);
         if (dn >= 0) {
             dup2(dn, 0);
             dup2(dn, 1);
-            dup2(dn, 2);
+            dup2(log_fp ? fileno(log_fp) : dn, 2);
             if (dn > 2)
                 close(dn);
         }
