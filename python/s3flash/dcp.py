@@ -1102,7 +1102,7 @@ class S3HostStager(AsyncStager):
 
     def stage(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
         import time
-        from ._async_checkpoint import HostStager
+        from ._staging import HostStager
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         with self._cond:
             while True:
