@@ -9,6 +9,7 @@ PUT until the other has committed, then lets it go (no sleeps)."""
 import json
 import time
 import uuid
+import warnings
 
 import pytest
 
@@ -115,11 +116,14 @@ def test_two_writers_race_for_one_number(region, bucket, prefix, s3, proxy, clie
     B's record is not overwritten, and A commits under 2."""
     a = _log(s3flash.S3Client(region, endpoint=proxy.endpoint), bucket, prefix)
     b = _log(client, bucket, prefix)
-    # A finds the number it was committing under taken: a second live writer, said once
-    with pytest.warns(s3flash.ConcurrentWriterWarning, match=f"writer {b.writer_id} "):
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", s3flash.ConcurrentWriterWarning)
         (seq_a, key_a, _), (seq_b, key_b), mb = _race(proxy, a, b)
     assert (seq_b, key_b) == (1, f"{prefix}commits/{ONE}")
     assert (seq_a, key_a) == (2, f"{prefix}commits/{2:016d}.json")
+    # A found the number it was committing under taken: a second live writer, said once
+    said = [str(w.message) for w in warned if w.category is s3flash.ConcurrentWriterWarning]
+    assert len(said) == 1 and f"writer {b.writer_id} " in said[0], said
     # number 1 is B's record, byte for byte what B wrote; 2 is A's
     assert _record(s3, bucket, key_b) == mb
     assert _record(s3, bucket, key_a)["writer"]["id"] == a.writer_id
