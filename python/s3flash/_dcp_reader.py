@@ -373,13 +373,18 @@ class S3StorageReader(_PathMixin, StorageReader):
                 tensor = _storage_view(meta, raw)
             else:
                 tensor = torch.load(_MemFile(mv[a:b]), map_location="cpu", weights_only=True)
-            tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
-            if target.size() != tensor.size():
-                raise ValueError(f"{req.storage_index}: size {tuple(tensor.size())} in "
-                                 f"{self._uri(info.relative_path)}, {tuple(target.size())} "
-                                 "in the state dict")
-            target.copy_(tensor)
-            planner.commit_tensor(req, target)
+            self._commit_slice(req, info, tensor, target, planner)
+
+    def _commit_slice(self, req: ReadItem, info: _StorageInfo, tensor: torch.Tensor,
+                      target: torch.Tensor, planner: LoadPlanner) -> None:
+        """The item's slice of the stored `tensor` copied into `target`, then committed."""
+        tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
+        if target.size() != tensor.size():
+            raise ValueError(f"{req.storage_index}: size {tuple(tensor.size())} in "
+                             f"{self._uri(info.relative_path)}, {tuple(target.size())} "
+                             "in the state dict")
+        target.copy_(tensor)
+        planner.commit_tensor(req, target)
 
     def _apply_transformed(self, req: ReadItem, info: _StorageInfo, mv: memoryview,
                            planner: LoadPlanner) -> None:
@@ -396,14 +401,7 @@ class S3StorageReader(_PathMixin, StorageReader):
             planner.load_bytes(req, io.BytesIO(data))
             return
         tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        tensor = narrow_tensor_by_index(tensor, req.storage_offsets, req.lengths)
-        target = planner.resolve_tensor(req).detach()
-        if target.size() != tensor.size():
-            raise ValueError(f"{req.storage_index}: size {tuple(tensor.size())} in "
-                             f"{self._uri(info.relative_path)}, {tuple(target.size())} "
-                             "in the state dict")
-        target.copy_(tensor)
-        planner.commit_tensor(req, target)
+        self._commit_slice(req, info, tensor, planner.resolve_tensor(req).detach(), planner)
 
     def _missing_metadata_message(self, name: str) -> str:
         try:
