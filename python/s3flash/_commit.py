@@ -152,7 +152,7 @@ def record_error(m: Any, seq: Optional[int], step: Optional[int] = None) -> str:
 class CommitLog:
     """One writer's commits under ``s3://bucket/prefix/`` (prefix "" or ending in "/").
 
-    ``writer_id`` (random), ``host`` and the pid go into each of its records, so that
+    ``writer_id`` (random), the host name and the pid go into each of its records, so that
     another writer's retention spares its saves and its own retention knows them.
     ``own_leftovers``: keys of this writer's saves that no valid commit names (failed ones),
     removed by the next ``retain``. Not thread-safe: one thread commits and retains.
@@ -178,8 +178,8 @@ class CommitLog:
         self._warned: Set[str] = set()          # writers already warned about
 
     def new_manifest(self, step: int, save_id: str, objects: List[Dict[str, Any]],
-                      **extra: Any) -> Dict[str, Any]:
-        """The manifest of a save (its "seq" is added by _commit): the objects it names, each
+                     **extra: Any) -> Dict[str, Any]:
+        """The manifest of a save (its "seq" is added by commit): the objects it names, each
         with name, key, size, crc32 and etag; `extra` fields beside them."""
         import torch
         return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "step": step,
