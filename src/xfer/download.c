@@ -372,7 +372,6 @@ static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     d->callbacks++;
     d->outstanding--;
     d->head_running = false;
-    d->head_done = true;
     if (st == S3F_OK) {
         size_t n;
         char *v = s3f__xfer_checksum_field(&d->head.info, d->alg, &n);

@@ -85,7 +85,7 @@ struct download {
     uint32_t outstanding, callbacks;
     enum s3f_status status;
     struct s3f_error err;
-    bool head_wanted, head_running, head_done;
+    bool head_running;                  /* the checksum HEAD is in flight */
     struct s3f__op head;
     struct s3f_error head_err;
     char expected[S3F__CHECKSUM_B64_MAX + 8];
