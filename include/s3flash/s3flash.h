@@ -301,6 +301,9 @@ struct s3f_client_options {
     /* CA bundle to verify an https:// proxy with. NULL: S3FLASH_PROXY_CA_BUNDLE, the
      * profile's proxy_ca_bundle, else the bundle of the endpoint (ca_bundle). */
     const char *proxy_ca_bundle;
+    /* Put before the User-Agent of S3 requests ("PREFIX s3flash/VERSION[ EXTRA]", the
+     * meaning of Mountpoint's --user-agent-prefix); printable ASCII, at most 256 bytes. */
+    const char *user_agent_prefix;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import threading
 from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tuple
 
@@ -50,7 +51,26 @@ def _native_client(region: Optional[str], endpoint: Optional[str],
         express_read_only=config.express_read_only,
         disable_express_session_auth=(0 if config.disable_express_session_auth is None
                                       else 1 if config.disable_express_session_auth else -1),
+        sse=config.sse,
+        sse_kms_key_id=config.sse_kms_key_id,
+        sse_kms_encryption_context=config.sse_kms_encryption_context,
+        bucket_key_enabled=(0 if config.bucket_key_enabled is None
+                            else 1 if config.bucket_key_enabled else -1),
+        sse_customer_key=_b64(config.sse_customer_key),
+        sse_copy_source_customer_key=_b64(config.sse_copy_source_customer_key),
+        storage_class=config.storage_class,
+        expected_bucket_owner=config.expected_bucket_owner,
+        acl=config.acl,
+        user_agent_extra=config.user_agent_extra,
+        proxy=config.proxy,
+        no_proxy=config.no_proxy,
+        proxy_ca_bundle=config.proxy_ca_bundle,
     )
+
+
+def _b64(key: Optional[bytes]) -> Optional[str]:
+    """An SSE-C key as the library takes it (base64); b"" stays "" (none)."""
+    return None if key is None else base64.b64encode(key).decode("ascii")
 
 
 class S3Client:

@@ -91,6 +91,19 @@ class Client:
         express_read_only: bool = ...,
         disable_express_session_auth: int = ...,
         memory_wait_timeout_ms: int = ...,
+        sse: Optional[str] = ...,
+        sse_kms_key_id: Optional[str] = ...,
+        sse_kms_encryption_context: Optional[str] = ...,
+        sse_customer_key: Optional[str] = ...,  # base64 of the 32 bytes
+        sse_copy_source_customer_key: Optional[str] = ...,
+        storage_class: Optional[str] = ...,
+        expected_bucket_owner: Optional[str] = ...,
+        acl: Optional[str] = ...,
+        user_agent_extra: Optional[str] = ...,
+        proxy: Optional[str] = ...,
+        no_proxy: Optional[str] = ...,
+        proxy_ca_bundle: Optional[str] = ...,
+        bucket_key_enabled: int = ...,
     ) -> None: ...
     @property
     def region(self) -> str: ...

@@ -112,6 +112,7 @@ enum cli_opt_id {
     OPT_MEMORY_TARGET,
     OPT_MAX_THREADS,
     OPT_PREFETCH_LISTED,
+    OPT_USER_AGENT_PREFIX, /* mount */
     OPT_COUNT_,
 };
 

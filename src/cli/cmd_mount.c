@@ -80,6 +80,7 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
 
     cli_client_options(ctx, &o.client);
     o.client.log_level = S3F_LOG_OFF; /* set by mnt_run from --debug */
+    o.client.user_agent_prefix = a->value[OPT_USER_AGENT_PREFIX];
     o.foreground = a->set[OPT_FOREGROUND] ? 1 : 0;
     o.debug = a->set[OPT_DEBUG] ? 1 : 0;
     o.log_file = a->value[OPT_LOG_FILE];

@@ -138,6 +138,8 @@ static const struct cli_opt_spec mount_opts[] = {
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
      "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},
+    {"user-agent-prefix", 0, 1, OPT_USER_AGENT_PREFIX, "TEXT",
+     "put before the User-Agent of every request (Mountpoint's option)"},
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 

@@ -44,6 +44,23 @@ struct s3f_client *client_get(ClientObject *self) {
     o.cache_min_free_bytes = self->cache_min_free_bytes;
     o.express_read_only = self->express_read_only;
     o.disable_express_session_auth = self->disable_express_session_auth;
+    const char **ropt_fields[ROPT_COUNT_] = {
+        [ROPT_SSE] = &o.sse,
+        [ROPT_SSE_KMS_KEY_ID] = &o.sse_kms_key_id,
+        [ROPT_SSE_KMS_CONTEXT] = &o.sse_kms_encryption_context,
+        [ROPT_SSE_C_KEY] = &o.sse_customer_key,
+        [ROPT_SSE_C_COPY_SOURCE_KEY] = &o.sse_copy_source_customer_key,
+        [ROPT_STORAGE_CLASS] = &o.storage_class,
+        [ROPT_EXPECTED_OWNER] = &o.expected_bucket_owner,
+        [ROPT_ACL] = &o.acl,
+        [ROPT_USER_AGENT_EXTRA] = &o.user_agent_extra,
+        [ROPT_PROXY] = &o.proxy,
+        [ROPT_NO_PROXY] = &o.no_proxy,
+        [ROPT_PROXY_CA_BUNDLE] = &o.proxy_ca_bundle,
+    };
+    for (int i = 0; i < ROPT_COUNT_; i++)
+        *ropt_fields[i] = self->ropt[i];
+    o.sse_bucket_key_enabled = self->bucket_key_enabled;
     struct s3f_error err;
     s3f_error_clear(&err);
     struct s3f_client *c = NULL;
@@ -65,7 +82,13 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                              "max_connections", "checksum", "ca_bundle", "tls_insecure",
                              "requester_pays", "cache_dir", "cache_max_bytes",
                              "cache_min_free_bytes", "express_read_only",
-                             "disable_express_session_auth", "memory_wait_timeout_ms", NULL};
+                             "disable_express_session_auth", "memory_wait_timeout_ms",
+                             /* the request options, in ROPT_ order */
+                             "sse", "sse_kms_key_id", "sse_kms_encryption_context",
+                             "sse_customer_key", "sse_copy_source_customer_key",
+                             "storage_class", "expected_bucket_owner", "acl",
+                             "user_agent_extra", "proxy", "no_proxy", "proxy_ca_bundle",
+                             "bucket_key_enabled", NULL};
     const char *region = NULL, *endpoint = NULL, *profile = NULL, *akid = NULL,
                *secret = NULL, *token = NULL, *checksum = NULL, *ca_bundle = NULL,
                *cache_dir = NULL;
@@ -74,12 +97,17 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
     unsigned long long part = 0, mem = 0, cache_max = 0, cache_free = 0;
     long long wait_ms = 0;
     unsigned int inflight = 0, io = 0, conns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpiL", kwlist, &region,
-                                     &endpoint, &profile, &fps, &anon, &akid, &secret, &token,
-                                     &attempts, &gbps, &part, &mem, &inflight, &io, &conns,
-                                     &checksum, &ca_bundle, &insecure, &payer, &cache_dir,
-                                     &cache_max, &cache_free, &xro, &xdisable, &wait_ms))
+    const char *r[ROPT_COUNT_] = {NULL}; /* "" kept: a proxy of "" means none */
+    int bucket_key = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzzppzzzidKKIIIzzppzKKpiLzzzzzzzzzzzzi",
+                                     kwlist, &region, &endpoint, &profile, &fps, &anon, &akid,
+                                     &secret, &token, &attempts, &gbps, &part, &mem, &inflight,
+                                     &io, &conns, &checksum, &ca_bundle, &insecure, &payer,
+                                     &cache_dir, &cache_max, &cache_free, &xro, &xdisable,
+                                     &wait_ms, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6],
+                                     &r[7], &r[8], &r[9], &r[10], &r[11], &bucket_key))
         return -1;
+    _Static_assert(ROPT_COUNT_ == 12, "one &r[i] above per request option");
     if (self->initialized) {
         PyErr_SetString(PyExc_RuntimeError, "Client is already initialized");
         return -1;
@@ -110,6 +138,10 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
         (ca_bundle && !(self->ca_bundle = dup_or_null(ca_bundle))) ||
         (cache_dir && *cache_dir && !(self->cache_dir = dup_or_null(cache_dir))))
         return -1;
+    for (int i = 0; i < ROPT_COUNT_; i++)
+        if (r[i] && !(self->ropt[i] = dup_or_null(r[i])))
+            return -1;
+    self->bucket_key_enabled = bucket_key > 0 ? 1 : bucket_key < 0 ? -1 : 0;
     self->cache_max_bytes = cache_max;
     self->cache_min_free_bytes = cache_free;
     self->initialized = 1;
@@ -146,6 +178,8 @@ static void Client_dealloc(ClientObject *self) {
     free_secret(self->token);
     free(self->ca_bundle);
     free(self->cache_dir);
+    for (int i = 0; i < ROPT_COUNT_; i++)
+        free_secret(self->ropt[i]); /* wipes the SSE-C keys (and the rest, harmlessly) */
     free_instance((PyObject *)self);
 }
 

@@ -34,6 +34,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The request options of a Client (docs/CONFIGURATION.md), strings of s3f_client_options,
+ * in the order of Client_init's keywords (client.c). The SSE-C keys are secrets: wiped when
+ * freed. */
+enum {
+    ROPT_SSE,
+    ROPT_SSE_KMS_KEY_ID,
+    ROPT_SSE_KMS_CONTEXT,
+    ROPT_SSE_C_KEY,
+    ROPT_SSE_C_COPY_SOURCE_KEY,
+    ROPT_STORAGE_CLASS,
+    ROPT_EXPECTED_OWNER,
+    ROPT_ACL,
+    ROPT_USER_AGENT_EXTRA,
+    ROPT_PROXY,
+    ROPT_NO_PROXY,
+    ROPT_PROXY_CA_BUNDLE,
+    ROPT_COUNT_
+};
+
 typedef struct {
     PyObject_HEAD
     struct s3f_client *client; /* NULL until first use, and in a child after fork */
@@ -49,6 +68,8 @@ typedef struct {
     unsigned int max_inflight, io_threads, max_connections;
     char *cache_dir;           /* the block cache (cache_dir), NULL: none */
     unsigned long long cache_max_bytes, cache_min_free_bytes;
+    char *ropt[ROPT_COUNT_];   /* the request options (ROPT_), NULL: unset */
+    int bucket_key_enabled;    /* sse_bucket_key_enabled: 1, -1, 0 */
 } ClientObject;
 
 /* heap types, made in PyInit__s3flash */

@@ -144,17 +144,25 @@ enum s3f_status s3f__request_options_init(struct s3f__request_options *o,
             goto oom;
     }
 
-    const char *extra = opts->user_agent_extra;
+    const char *extra = opts->user_agent_extra, *prefix = opts->user_agent_prefix;
     if (extra && *extra && !header_safe(extra, 256)) {
         st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "configuration", "user_agent_extra", "the User-Agent suffix must be printable ASCII of at "
                                           "most 256 bytes, not '%.100s'", extra);
         goto fail;
     }
-    size_t ua_len = sizeof("s3flash/" S3FLASH_VERSION) + (extra ? strlen(extra) + 1 : 0);
+    if (prefix && *prefix && !header_safe(prefix, 256)) {
+        st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "configuration", "user_agent_prefix",
+                            "the User-Agent prefix must be printable ASCII of at most 256 "
+                            "bytes, not '%.100s'", prefix);
+        goto fail;
+    }
+    size_t ua_len = sizeof("s3flash/" S3FLASH_VERSION) + (extra ? strlen(extra) + 1 : 0) +
+                    (prefix ? strlen(prefix) + 1 : 0);
     if (!(o->user_agent = malloc(ua_len)))
         goto oom;
-    snprintf(o->user_agent, ua_len, "s3flash/%s%s%s", S3FLASH_VERSION,
-             extra && *extra ? " " : "", extra && *extra ? extra : "");
+    snprintf(o->user_agent, ua_len, "%s%ss3flash/%s%s%s", prefix && *prefix ? prefix : "",
+             prefix && *prefix ? " " : "", S3FLASH_VERSION, extra && *extra ? " " : "",
+             extra && *extra ? extra : "");
     return S3F_OK;
 
 oom:
@@ -288,11 +296,12 @@ void s3f__request_options_hint(const struct s3f__request_options *o, const char 
     if (e->http_status == 400 && !keyed && source)
         hint = "if the copy's source is encrypted with a customer-provided key (SSE-C), give "
                "the key: --sse-c-copy-source AES256 --sse-c-copy-source-key fileb://PATH (or "
-               "S3FLASH_SSE_C_COPY_SOURCE_KEY), sse_copy_source_customer_key in the library";
+               "S3FLASH_SSE_C_COPY_SOURCE_KEY), sse_copy_source_customer_key in the library "
+               "and Python's S3ClientConfig";
     else if (e->http_status == 400 && !keyed)
         hint = "if the object is encrypted with a customer-provided key (SSE-C), give the key: "
                "--sse-c AES256 --sse-c-key fileb://PATH (or S3FLASH_SSE_C_KEY), "
-               "sse_customer_key in the library";
+               "sse_customer_key in the library and Python's S3ClientConfig";
     else if ((e->http_status == 400 || e->http_status == 403) && keyed)
         hint = "the SSE-C key given may not be the one the object was written with";
     if (!hint)

@@ -26,7 +26,7 @@ struct s3f__request_options {
     char *storage_class;
     char *expected_bucket_owner;
     char *acl;
-    char *user_agent;           /* "s3flash/VERSION[ EXTRA]" */
+    char *user_agent;           /* "[PREFIX ]s3flash/VERSION[ EXTRA]" */
 };
 
 /* Validate and copy the request options of `opts`. On failure `o` is cleaned and err says

@@ -109,15 +109,16 @@ def proxy(module_proxy):
 
 @pytest.fixture
 def mounts(cli_path, rgw, bucket, tmp_path):
-    """make(prefix, *options, endpoint=None) -> a started Mount of bucket/prefix; all are
-    unmounted at the end of the test."""
+    """make(prefix, *options, endpoint=None, env=None) -> a started Mount of bucket/prefix
+    (env: more variables of the daemon's environment); all are unmounted at the end of the
+    test."""
     made = []
 
-    def make(prefix, *options, endpoint=None, name=None):
+    def make(prefix, *options, endpoint=None, name=None, env=None):
         d = tmp_path / (name or f"mnt{len(made)}")
         m = Mount(cli_path, endpoint or rgw.endpoint, rgw.access_key, rgw.secret_key,
                   f"{bucket}/{prefix}", d, list(options), region=rgw.region,
-                  log_path=str(tmp_path / f"{d.name}.log"))
+                  log_path=str(tmp_path / f"{d.name}.log"), env=env)
         made.append(m)
         return m.start()
 

@@ -154,3 +154,36 @@ def faultproxy_factory():
     yield start
     for p in started:
         p.stop()
+
+
+# ---- what the proxy saw, by S3 operation (its log records x-amz-* headers and User-Agent) --
+
+def operation(e):
+    """The S3 operation of a fault proxy log entry."""
+    m, q, h = e["method"], e["query"] or "", e.get("headers") or {}
+    has_key = e["path"].count("/") >= 2 and not e["path"].endswith("/")
+    if m == "POST" and ("uploads" in q.split("&") or "uploads=" in q.split("&")):
+        return "CreateMultipartUpload"
+    if m == "POST" and "uploadId=" in q:
+        return "CompleteMultipartUpload"
+    if m == "DELETE" and "uploadId=" in q:
+        return "AbortMultipartUpload"
+    if m == "PUT" and "partNumber=" in q:
+        return "UploadPartCopy" if "x-amz-copy-source" in h else "UploadPart"
+    if m == "PUT" and has_key:
+        return "CopyObject" if "x-amz-copy-source" in h else "PutObject"
+    if m == "GET" and has_key and "list-type" not in q:
+        return "GetObject"
+    if m == "HEAD" and has_key:
+        return "HeadObject"
+    if m == "GET":
+        return "List"
+    return f"{m} {e['path']}?{q}"
+
+
+def by_operation(proxy):
+    """{operation: [the headers of each of its requests]} of what the proxy logged."""
+    ops = {}
+    for e in proxy.stats()["log"]:
+        ops.setdefault(operation(e), []).append(e.get("headers") or {})
+    return ops

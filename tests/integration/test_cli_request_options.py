@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from faults import by_operation, operation
+
 KEY = bytes(range(7, 39))                      # a 32-byte SSE-C key
 KEY_B64 = base64.b64encode(KEY).decode()
 KEY_MD5 = base64.b64encode(hashlib.md5(KEY).digest()).decode()
@@ -48,38 +50,8 @@ def files(tmp_path_factory):
     return d
 
 
-def operation(e):
-    """The S3 operation of a fault proxy log entry."""
-    m, q, h = e["method"], e["query"] or "", e.get("headers") or {}
-    has_key = e["path"].count("/") >= 2 and not e["path"].endswith("/")
-    if m == "POST" and ("uploads" in q.split("&") or "uploads=" in q.split("&")):
-        return "CreateMultipartUpload"
-    if m == "POST" and "uploadId=" in q:
-        return "CompleteMultipartUpload"
-    if m == "DELETE" and "uploadId=" in q:
-        return "AbortMultipartUpload"
-    if m == "PUT" and "partNumber=" in q:
-        return "UploadPartCopy" if "x-amz-copy-source" in h else "UploadPart"
-    if m == "PUT" and has_key:
-        return "CopyObject" if "x-amz-copy-source" in h else "PutObject"
-    if m == "GET" and has_key and "list-type" not in q:
-        return "GetObject"
-    if m == "HEAD" and has_key:
-        return "HeadObject"
-    if m == "GET":
-        return "List"
-    return f"{m} {e['path']}?{q}"
-
-
 def run(cli, proxy, *args, **kw):
     return cli.run("--endpoint-url", proxy.endpoint, *args, endpoint=False, **kw)
-
-
-def by_operation(proxy):
-    ops = {}
-    for e in proxy.stats()["log"]:
-        ops.setdefault(operation(e), []).append(e.get("headers") or {})
-    return ops
 
 
 SSE_C = {"x-amz-server-side-encryption-customer-algorithm": "AES256",

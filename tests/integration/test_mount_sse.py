@@ -1,7 +1,7 @@
 """`s3flash mount` with the CLI's global encryption flags (issue 30): its client is built
 from the same options as every command's, so a file written through the mount is encrypted
-as asked, and SSE-C objects are read and written with their key. (Mountpoint's own
-spellings of the mount's flags and the CSI options are a later round.)"""
+as asked, and SSE-C objects are read and written with their key. Mountpoint's spellings
+and each header on the wire: test_mount_request_options.py."""
 import os
 from pathlib import Path
 

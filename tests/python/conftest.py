@@ -51,6 +51,16 @@ def aws_env(rgw):
 
 
 @pytest.fixture(scope="session")
+def kms(rgw):
+    """The SSE-KMS key id of an RGW with SSE-C and SSE-KMS (tests/servers/rgw.sh sets them
+    up); the test is skipped against one without."""
+    if not rgw.kms_key_id:
+        pytest.skip("the RGW has no SSE config (S3FLASH_TEST_KMS_KEY_ID; tests/servers/rgw.sh "
+                    "starts one with it)")
+    return rgw.kms_key_id
+
+
+@pytest.fixture(scope="session")
 def endpoint(rgw):
     return rgw.endpoint
 

@@ -3,7 +3,7 @@ Points...): its certificate names the given hosts, so a client built with test h
 S3FLASH_TEST_CONNECT_TO=127.0.0.1:PORT (libcurl's CURLOPT_CONNECT_TO), trusting the
 certificate through AWS_CA_BUNDLE or ca_bundle, reaches it with AWS's URL, Host header and
 TLS name. It records every request (method, raw path, lowercase headers, body) and answers
-200: GET and HEAD with the 7 bytes b"payload", PUT with an ETag, and a ListObjectsV2 with
+200: GET and HEAD with the 7 bytes b"payload", PUT with an ETag, DELETE, and a ListObjectsV2 with
 one object, PREFIX + "a.bin" of 7 bytes. Shared by
 tests/integration/test_arn.py and tests/python/test_arn.py.
 
@@ -79,7 +79,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
                 '<ETag>"0123456789abcdef0123456789abcdef"</ETag><Size>7</Size>'
                 '<StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>').encode()
 
-    do_GET = do_PUT = do_HEAD = handle_any
+    do_GET = do_PUT = do_HEAD = do_DELETE = handle_any
 
 
 @contextlib.contextmanager

@@ -74,6 +74,14 @@ static void test_sse_c_where_needed(void) {
     struct s3f_error err;
     CHECK_INT(s3f__request_options_init(&o, &opts, &err), S3F_OK);
     CHECK_STR(o.user_agent, "s3flash/" S3FLASH_VERSION " app/2");
+    s3f__request_options_cleanup(&o);
+    opts.user_agent_prefix = "s3-csi-driver/2.0"; /* Mountpoint's --user-agent-prefix */
+    CHECK_INT(s3f__request_options_init(&o, &opts, &err), S3F_OK);
+    CHECK_STR(o.user_agent, "s3-csi-driver/2.0 s3flash/" S3FLASH_VERSION " app/2");
+    opts.user_agent_prefix = "bad\nprefix";
+    struct s3f__request_options bad;
+    CHECK_INT(s3f__request_options_init(&bad, &opts, &err), S3F_ERR_INVALID_ARGUMENT);
+    opts.user_agent_prefix = NULL;
     struct s3f__header h[S3F_REQUEST_OPTION_HEADERS_MAX];
     static const char *const keyed[] = {"PutObject", "CreateMultipartUpload", "UploadPart",
                                         "CompleteMultipartUpload", "GetObject", "HeadObject",

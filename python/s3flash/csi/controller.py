@@ -3,7 +3,7 @@ the bucket that the StorageClass names (parameters bucketName, prefixTemplate); 
 (called by the external-provisioner when the StorageClass's reclaimPolicy is Delete) removes
 the prefix's objects. Retain: the provisioner never calls DeleteVolume and the objects stay.
 
-The volume id is `BUCKET/PREFIX`; the volume context carries the attributes the node reads
+The volume id is `BUCKET/PREFIX` (BUCKET may be an access point ARN); the volume context carries the attributes the node reads
 (bucketName, prefix and the StorageClass's other volume attributes). DeleteVolume is given no
 StorageClass parameters, so the controller reaches the store through its own configuration
 (AWS_ENDPOINT_URL, AWS_REGION, the credentials chain, or the provisioner secret's key_id and
@@ -16,7 +16,7 @@ import re
 import grpc
 
 from .node import _guard
-from .options import CONTEXT_KEYS, VolumeError, invalid
+from .options import CONTEXT_KEYS, VolumeError, invalid, split_bucket
 from .proto import pb
 
 log = logging.getLogger("s3flash-csi.controller")
@@ -120,7 +120,7 @@ class Controller:
     def DeleteVolume(self, req, ctx):
         if not req.volume_id:
             raise invalid("volume_id is missing")
-        bucket, _, prefix = req.volume_id.partition("/")
+        bucket, prefix = split_bucket(req.volume_id) or ("", "")  # an ARN has slashes
         if not bucket or not prefix or not prefix.endswith("/"):
             log.info("DeleteVolume %s: not a volume this controller made: nothing to delete",
                      req.volume_id)

@@ -28,7 +28,12 @@ MARKER = "S3FLASH_CSI_MOUNT"
 PR_SET_CHILD_SUBREAPER = 36
 # the mounter's own variables that a daemon may see whatever its credentials (no secrets)
 CONFIG_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
-              "AWS_CA_BUNDLE", "AWS_MAX_ATTEMPTS", "S3FLASH_FORCE_PATH_STYLE", "LANG", "TZ")
+              "AWS_CA_BUNDLE", "AWS_MAX_ATTEMPTS", "S3FLASH_FORCE_PATH_STYLE", "LANG", "TZ",
+              # the node's proxies (docs/CONFIGURATION.md, "Proxies")
+              "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+              "all_proxy", "NO_PROXY", "no_proxy", "S3FLASH_PROXY_CA_BUNDLE",
+              # where a test build connects AWS hosts (ignored by other builds)
+              "S3FLASH_TEST_CONNECT_TO")
 
 
 def find_s3flash():

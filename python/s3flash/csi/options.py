@@ -29,6 +29,17 @@ _SIZE = re.compile(r"^[0-9]{1,12}[KMGT]?$")
 _REGION = re.compile(r"^[a-z0-9-]{1,40}$")
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{2,62}$")
+# an access point, Outposts, Multi-Region or Object Lambda access point ARN (the mount
+# resolves it as the endpoint rules say; split_bucket checks its shape)
+_ARN = re.compile(r"^arn:aws[a-z-]*:s3(-outposts|-object-lambda)?:[a-z0-9-]*:[0-9]{12}:"
+                  r"[A-Za-z0-9._:/-]{1,200}$")
+# Mountpoint's request options
+_SSE = re.compile(r"^(AES256|aws:kms|aws:kms:dsse)$")
+_KMS_KEY = re.compile(r"^[A-Za-z0-9:/_.-]{1,2048}$")
+_STORAGE_CLASS = re.compile(r"^[A-Z_]{1,64}$")
+_OWNER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ATTEMPTS = re.compile(r"^([1-9]|[1-9][0-9]|100)$")
+_USER_AGENT = re.compile(r"^[A-Za-z0-9 ._/()+;:,=-]{1,256}$")
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # `s3flash mount` flags a PersistentVolume may set: name -> value pattern (None: a switch)
@@ -39,6 +50,10 @@ FLAGS = {
     "uid": _NUM, "gid": _NUM, "dir-mode": _OCTAL, "file-mode": _OCTAL,
     "metadata-ttl": _SECONDS, "negative-metadata-ttl": _SECONDS,
     "max-cache-size": _SIZE, "memory-target": _SIZE, "max-threads": _NUM, "part-size": _SIZE,
+    # server-side encryption and request options, Mountpoint's names and meaning
+    "sse": _SSE, "sse-kms-key-id": _KMS_KEY, "storage-class": _STORAGE_CLASS,
+    "expected-bucket-owner": _OWNER, "aws-max-attempts": _ATTEMPTS,
+    "user-agent-prefix": _USER_AGENT,
 }
 # mountOptions that Mountpoint's driver takes as flags and s3flash as volume attributes
 FLAG_ATTRIBUTES = {"region": "region", "prefix": "prefix", "endpoint-url": "endpointUrl",
@@ -74,6 +89,24 @@ def _truthy(v, what):
     if v.lower() in ("false", "0", "no", ""):
         return False
     raise invalid("%s must be true or false, not %r" % (what, v))
+
+
+def split_bucket(path):
+    """(bucket, rest) of 'BUCKET/REST' (REST may be ""), where BUCKET is a bucket name or
+    an ARN, whose resource has slashes of its own (accesspoint/NAME, outpost/ID/...): split
+    as the library splits s3://ARN/KEY. None for an ARN of another shape."""
+    if path.startswith("arn:"):
+        from .. import _s3flash
+        try:
+            bucket, rest = _s3flash.parse_uri("s3://" + path)
+        except Exception:
+            return None
+        if not _ARN.match(bucket) or path != (bucket + "/" + rest if rest or
+                                              path.endswith("/") else bucket):
+            return None
+        return bucket, rest
+    bucket, _, rest = path.partition("/")
+    return bucket, rest
 
 
 def parse_flag(raw):
@@ -115,8 +148,10 @@ class Volume:
         self.bucket = ctx.get("bucketName", "")
         if not self.bucket:
             raise invalid("volume attribute bucketName is missing (the bucket to mount)")
-        if not _BUCKET.match(self.bucket):
-            raise invalid("bucketName %r is not a bucket name" % self.bucket)
+        if not (_BUCKET.match(self.bucket) if not self.bucket.startswith("arn:")
+                else split_bucket(self.bucket) == (self.bucket, "")):
+            raise invalid("bucketName %r is not a bucket name nor an access point ARN"
+                          % self.bucket)
         attrs = {k: ctx[k] for k in ("prefix", "region", "endpointUrl", "forcePathStyle")
                  if k in ctx}
         flags = {}
