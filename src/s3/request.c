@@ -163,8 +163,8 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .n_headers = nh,
             .payload_hash = payload_hash,
         };
-        r->call.creds_generation = snap->generation;
-        r->call.creds_provider = prov;
+        s3f__s3_call_of(r)->creds_generation = snap->generation;
+        s3f__s3_call_of(r)->creds_provider = prov;
         struct s3f__sigv4_credentials sc = {snap->creds.access_key_id,
                                             snap->creds.secret_access_key,
                                             snap->creds.session_token};
@@ -327,7 +327,7 @@ static void attempt_release(struct s3f__s3_call *k) {
 }
 
 static void finish(struct s3f__s3_request *r, enum s3f_status st) {
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     attempt_release(k);
     if (st == S3F_OK)
         s3f__retry_refund(k->c, k->used_retry_token ? k->last_cost : 1);
@@ -353,7 +353,7 @@ static void call_creds_ready(struct s3f__credentials_waiter *w) {
 
 /* Build and send attempt k->attempt, to start not before `not_before_ns`. */
 static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     struct s3f__s3_attempt *a = &k->a;
     memset(a, 0, sizeof(*a));
     a->r = r;
@@ -423,7 +423,7 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
 
 static void attempt_done(struct s3f__http_request *req, void *ud) {
     struct s3f__s3_request *r = ud;
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     struct s3f__s3_attempt *a = &k->a;
     struct s3f_client *c = k->c;
     (void)req;
@@ -593,7 +593,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
 
 void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_error *err,
                     s3f__s3_done_fn done, void *ud) {
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     memset(k, 0, sizeof(*k));
     k->c = c;
     k->err = err ? err : &k->local_err;

@@ -87,7 +87,7 @@ void s3f__s3_attempt_on_header(void *ud, const char *name, size_t n, const char 
 }
 
 void s3f__s3_response_head(const struct s3f__s3_request *r, struct s3f__s3_response_head *out) {
-    const struct s3f__s3_attempt *a = &r->call.a;
+    const struct s3f__s3_attempt *a = &s3f__s3_call_of_const(r)->a;
     memset(out, 0, sizeof(*out));
     s3f__strlcpy(out->etag, a->etag, sizeof(out->etag));
     s3f__strlcpy(out->request_id, a->request_id, sizeof(out->request_id));
@@ -136,7 +136,7 @@ bool s3f__s3_etag_differs(const char *pin, const char *got) {
 }
 
 static void asked_range(const struct s3f__s3_attempt *a, char *buf, size_t len) {
-    uint64_t last = a->r->call.range_end;
+    uint64_t last = s3f__s3_call_of(a->r)->range_end;
     if (last == UINT64_MAX)
         snprintf(buf, len, "bytes %" PRIu64 "-", a->want_first);
     else
@@ -169,7 +169,7 @@ static bool bad_response(struct s3f__s3_attempt *a, enum s3f_status st, bool ret
  * A 206 that ends before the range does is consistent: check_complete continues it. */
 static bool check_response(struct s3f__s3_attempt *a, int code) {
     struct s3f__s3_request *r = a->r;
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     char asked[64];
     a->checked = true;
     asked_range(a, asked, sizeof(asked));
@@ -252,7 +252,7 @@ static bool check_response(struct s3f__s3_attempt *a, int code) {
  * 206): the rest is to be asked for; -1 with *e filled when the response is wrong. */
 int s3f__s3_check_complete(struct s3f__s3_attempt *a, int code, struct s3f_error *e,
                           bool *retryable) {
-    struct s3f__s3_call *k = &a->r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(a->r);
     if (!a->checked)
         check_response(a, code);
     if (!a->bad) {
@@ -320,8 +320,8 @@ int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, 
                              asked, a->resp_end);
                 return 1;
             }
-            uint64_t stop = a->r->call.range_end == UINT64_MAX ? UINT64_MAX
-                                                               : a->r->call.range_end + 1;
+            uint64_t stop = s3f__s3_call_of(a->r)->range_end == UINT64_MAX ? UINT64_MAX
+                                                               : s3f__s3_call_of(a->r)->range_end + 1;
             if (pos >= stop && a->sink_pos >= stop) {
                 /* a whole-object answer past the range: all asked for came, stop reading */
                 a->rest_skipped = true;

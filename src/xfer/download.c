@@ -851,7 +851,7 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
         d.iov_end[i] = d.capacity;
     }
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    if (d.x->cache && !d.ranged && s3f__cache_serve_iov(c, d.x->cache, bucket, key, opts->version_id,
+    if (d.x->cache && !d.ranged && s3f__cache_serve_iov(&s3f__xfer_cache_origin, c, d.x->cache, bucket, key, opts->version_id,
                                            opts->if_match, iov, n_iov, info ? info : &cinfo)) {
         download_cleanup(&d);
         return S3F_OK;
@@ -940,7 +940,7 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
         return st;
     }
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    bool cached = d.x->cache && !d.ranged && s3f__cache_serve_fd(c, d.x->cache, bucket, key, opts->version_id,
+    bool cached = d.x->cache && !d.ranged && s3f__cache_serve_fd(&s3f__xfer_cache_origin, c, d.x->cache, bucket, key, opts->version_id,
                                                     opts->if_match, d.fd, info ? info : &cinfo);
     st = cached ? S3F_OK : download_run(&d, info, err);
     if (st == S3F_OK && !cached && d.x->cache && !d.ranged)
@@ -1137,7 +1137,7 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     if ((st = s3f__xfer_shared_get(c, &x, err)))
         return st;
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    if (x->cache && s3f__cache_serve_alloc(c, x->cache, bucket, key, opts->version_id,
+    if (x->cache && s3f__cache_serve_alloc(&s3f__xfer_cache_origin, c, x->cache, bucket, key, opts->version_id,
                                            opts->if_match, alloc, alloc_user_data, data, len,
                                            &cinfo, &st, err)) {
         if (info && st == S3F_OK)
