@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "core/assert.h"
 
 #define RUN_MAX ((uint64_t)256 << 20) /* missing blocks fetched by one call of `fetch` */
 
@@ -72,6 +73,7 @@ enum s3f_status s3f__cache_pread(struct s3f__cache_object *o, void *buf, size_t 
         }
         pos = stop;
     }
+    S3F_ASSERT(pos <= end);
     *n_read = (size_t)(pos - offset);
     return st;
 }
@@ -115,6 +117,7 @@ static bool head_all_cached(const struct s3f__cache_origin *origin, void *ud,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, struct s3f_object_info *info,
                             struct s3f__cache_object *o) {
+    S3F_ASSERT(origin && origin->head && origin->get); /* given by the engine */
     memset(o, 0, sizeof(*o));
     if (origin->head(ud, bucket, key, version_id, info) != S3F_OK)
         return false; /* the download reports it */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "s3/request_internal.h"
 #include "s3/endpoint.h"
 #include "s3/idempotency.h"
@@ -333,6 +334,8 @@ static void finish(struct s3f__s3_request *r, enum s3f_status st) {
         s3f__retry_refund(k->c, k->used_retry_token ? k->last_cost : 1);
     s3f__s3_done_fn done = k->done;
     void *ud = k->done_ud;
+    S3F_ASSERT(done != NULL); /* `done` runs exactly once per submit (client.h) */
+    k->done = NULL;
     done(r, st, ud); /* r may be gone from here on */
 }
 
