@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     struct s3f__s3_request r;
     memset(&r, 0, sizeof(r));
-    struct s3f__s3_call *k = &r.call;
+    struct s3f__s3_call *k = s3f__s3_call_of(&r);
     struct s3f__s3_attempt *a = &k->a;
     uint64_t start = 0, end = UINT64_MAX, pinned = 0;
     if (f_start[0] && !parse_u64(f_start, &start))
