@@ -28,110 +28,77 @@ def run_checker(tree):
     return p.returncode, p.stdout + p.stderr
 
 
-def append(tree, rel, text):
-    with open(os.path.join(tree, rel), "a", encoding="utf-8") as f:
-        f.write(text)
-    with open(os.path.join(tree, rel), encoding="utf-8") as f:
-        return f.read().count("\n")  # the last line: where the plant ends
+# One planted violation per case: (name, file to change, how: "append" a line at its end or
+# "include" one after its last #include, the text, the file the failure names (None: the
+# changed one, at the planted line), the text the failure must contain).
+CASES = [
+    # new: includes, transitively (s3/ may include http/, but xfer/ includes s3/client.h)
+    ("transitive_include", "src/s3/client.h", "include", '#include "http/http.h"',
+     "src/xfer/xfer.c", "includes http/http.h through s3/client.h: xfer/ may not call http/ "
+     "(transitively)"),
+    ("transitive_library", "src/cache/cache.h", "include", "#include <curl/curl.h>",
+     "src/xfer/xfer.c", "includes <curl/curl.h> through cache/cache.h: xfer/ may not use curl "
+     "(transitively)"),
+    # new: no public s3f_* call from inside the library
+    ("public_call", "src/cache/io.c", "append",
+     "static void planted(void) { (void)s3f_head_object(NULL, NULL, NULL, NULL, NULL, NULL); }",
+     None, "calls s3f_head_object: a public function of s3/"),
+    ("public_call_format", "src/format/safetensors.c", "append",
+     "static void planted(void) { s3f_client_free(NULL); }",
+     None, "calls s3f_client_free: a public function of xfer/"),
+    # new: no path system call and no kernel notification in a mount handler
+    ("mount_path_call", "src/mount/read.c", "append",
+     "static int planted(const char *p) { struct stat st; return stat(p, &st); }",
+     None, "calls stat: a system call on a path in a mount handler"),
+    ("mount_rename", "src/mount/namespace.c", "append",
+     "static int planted(const char *a, const char *b) { return rename(a, b); }",
+     None, "calls rename: a system call on a path"),
+    ("mount_notify", "src/mount/fs.c", "append",
+     "static void planted(struct fuse_session *s) "
+     "{ fuse_lowlevel_notify_inval_inode(s, 1, 0, 0); }",
+     None, "calls fuse_lowlevel_notify_inval_inode: a mount handler never notifies the kernel "
+     "itself"),
+    # older rules
+    ("include_up", "src/s3/ops.c", "include", '#include "xfer/xfer.h"',
+     None, "includes xfer/xfer.h: s3/ may not call xfer/"),
+    ("unbounded_copy", "src/core/buf.c", "append",
+     "static void planted(char *d, const char *s) { strcpy(d, s); }",
+     None, "calls strcpy: an unbounded copy"),
+    ("curl_name", "src/cache/io.c", "append", "static int planted(void) { return CURLE_OK; }",
+     None, "names CURLE_OK: libcurl stays in http/, auth/ and s3/"),
+]
 
 
-def insert_after_includes(tree, rel, text):
-    """Insert `text` (one line) after the last #include line; return its line number."""
+def plant(tree, rel, how, text):
+    """Plant `text` as one line of tree/rel; return its line number."""
     path = os.path.join(tree, rel)
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
-    last = max(i for i, l in enumerate(lines) if l.lstrip().startswith("#include"))
-    lines.insert(last + 1, text)
+    if how == "include":
+        at = max(i for i, l in enumerate(lines) if l.lstrip().startswith("#include")) + 1
+    else:
+        at = len(lines)
+    lines.insert(at, text)
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
-    return last + 2
-
-
-# (name, plant(tree) -> (file, line or None), text the failure must contain)
-def plant_transitive(tree):
-    # s3/ may include http/, but s3/client.h is included by xfer/, which may not
-    line = insert_after_includes(tree, "src/s3/client.h", '#include "http/http.h"')
-    return "src/xfer/xfer.c", None, "includes http/http.h through s3/client.h: xfer/ may " \
-        "not call http/ (transitively)"
-
-
-def plant_transitive_library(tree):
-    line = insert_after_includes(tree, "src/cache/cache.h", "#include <curl/curl.h>")
-    return "src/xfer/xfer.c", None, "includes <curl/curl.h> through cache/cache.h: xfer/ " \
-        "may not use curl (transitively)"
-
-
-def plant_public_call(tree):
-    line = append(tree, "src/cache/io.c",
-                  "\nstatic void planted(void) { (void)s3f_head_object(NULL, NULL, NULL, "
-                  "NULL, NULL, NULL); }\n")
-    return "src/cache/io.c", line, "calls s3f_head_object: a public function of s3/"
-
-
-def plant_public_call_format(tree):
-    line = append(tree, "src/format/safetensors.c",
-                  "\nstatic void planted(void) { s3f_client_free(NULL); }\n")
-    return "src/format/safetensors.c", line, "calls s3f_client_free: a public function of xfer/"
-
-
-def plant_mount_path_call(tree):
-    line = append(tree, "src/mount/read.c",
-                  "\nstatic int planted(const char *p) { struct stat st; "
-                  "return stat(p, &st); }\n")
-    return "src/mount/read.c", line, "calls stat: a system call on a path in a mount handler"
-
-
-def plant_mount_rename(tree):
-    line = append(tree, "src/mount/namespace.c",
-                  "\nstatic int planted(const char *a, const char *b) "
-                  "{ return rename(a, b); }\n")
-    return "src/mount/namespace.c", line, "calls rename: a system call on a path"
-
-
-def plant_mount_notify(tree):
-    line = append(tree, "src/mount/fs.c",
-                  "\nstatic void planted(struct fuse_session *s) "
-                  "{ fuse_lowlevel_notify_inval_inode(s, 1, 0, 0); }\n")
-    return "src/mount/fs.c", line, "calls fuse_lowlevel_notify_inval_inode: a mount handler " \
-        "never notifies the kernel itself"
-
-
-def plant_include_up(tree):  # an old rule: a direct include of a higher folder
-    line = insert_after_includes(tree, "src/s3/ops.c", '#include "xfer/xfer.h"')
-    return "src/s3/ops.c", line, "includes xfer/xfer.h: s3/ may not call xfer/"
-
-
-def plant_unbounded_copy(tree):  # an old rule
-    line = append(tree, "src/core/buf.c",
-                  "\nstatic void planted(char *d, const char *s) { strcpy(d, s); }\n")
-    return "src/core/buf.c", line, "calls strcpy: an unbounded copy"
-
-
-def plant_curl_name(tree):  # an old rule
-    line = append(tree, "src/cache/io.c", "\nstatic int planted(void) { return CURLE_OK; }\n")
-    return "src/cache/io.c", line, "names CURLE_OK: libcurl stays in http/, auth/ and s3/"
-
-
-CASES = [plant_transitive, plant_transitive_library, plant_public_call,
-         plant_public_call_format, plant_mount_path_call, plant_mount_rename,
-         plant_mount_notify, plant_include_up, plant_unbounded_copy, plant_curl_name]
+    return at + 1
 
 
 def look_alikes(tree):
     """What is no violation: must still pass."""
-    append(tree, "src/mount/read.c",
-           '\nstruct planted_ops { int (*open)(int); int (*stat)(int); };\n'
-           'static int planted_open(int x) { return x; }\n'
-           'static const struct planted_ops planted_ops = { .open = planted_open };\n'
-           'static int planted_call(const struct planted_ops *o) '
-           '{ return o->open(1) + planted_ops.open(2); }\n'
-           'static const char *planted_msg = "rename (copy) failed: stat(x)";\n'
-           'static int mnt_stat(int x) { return x; }\n'
-           'static int planted_wrap(void) { return mnt_stat(1) + (int)sizeof(struct stat); }\n'
-           '/* a comment may say stat(path) and fuse_lowlevel_notify_inval_entry() */\n')
+    plant(tree, "src/mount/read.c", "append",
+          'struct planted_ops { int (*open)(int); int (*stat)(int); };\n'
+          'static int planted_open(int x) { return x; }\n'
+          'static const struct planted_ops planted_ops = { .open = planted_open };\n'
+          'static int planted_call(const struct planted_ops *o) '
+          '{ return o->open(1) + planted_ops.open(2); }\n'
+          'static const char *planted_msg = "rename (copy) failed: stat(x)";\n'
+          'static int mnt_stat(int x) { return x; }\n'
+          'static int planted_wrap(void) { return mnt_stat(1) + (int)sizeof(struct stat); }\n'
+          '/* a comment may say stat(path) and fuse_lowlevel_notify_inval_entry() */')
     # a public function of its own folder, and core/'s helpers, are fine inside the library
-    append(tree, "src/s3/ops.c",
-           "\nstatic const char *planted(void) { return s3f_status_name(S3F_OK); }\n")
+    plant(tree, "src/s3/ops.c", "append",
+          "static const char *planted(void) { return s3f_status_name(S3F_OK); }")
 
 
 def main():
@@ -151,17 +118,17 @@ def main():
         print(f"look-alikes: rc={rc}")
         if rc != 0:
             failures.append(f"look-alikes taken for violations:\n{out}")
-        for case in CASES:
-            tree = os.path.join(tmp, case.__name__)
+        for name, rel, how, text, named, rule in CASES:
+            tree = os.path.join(tmp, name)
             copy_tree(root, tree)
-            rel, line, rule = case(tree)
+            line = plant(tree, rel, how, text)
             rc, out = run_checker(tree)
-            want = f"{rel}:{line}:" if line else f"{rel}:"
+            want = f"{named}:" if named else f"{rel}:{line}:"
             hits = [l for l in out.splitlines() if l.startswith(want) and rule in l]
-            print(f"{case.__name__}: rc={rc}: {hits[0] if hits else '(not named)'}")
+            print(f"{name}: rc={rc}: {hits[0] if hits else '(not named)'}")
             if rc != 1 or not hits:
-                failures.append(f"{case.__name__}: expected rc 1 and a line starting "
-                                f"{want!r} with {rule!r}; got rc {rc}:\n{out}")
+                failures.append(f"{name}: expected rc 1 and a line starting {want!r} with "
+                                f"{rule!r}; got rc {rc}:\n{out}")
     for f in failures:
         print("FAIL:", f)
     print(f"layering rules: {len(CASES)} planted violations, "
