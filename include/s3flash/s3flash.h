@@ -247,6 +247,60 @@ struct s3f_client_options {
      * AWS_S3_DISABLE_EXPRESS_SESSION_AUTH=true, the profile's
      * s3_disable_express_session_auth = true, else sessions. */
     int disable_express_session_auth;
+
+    /* ---- server-side encryption and request options (docs/CONFIGURATION.md has one table
+     * of them, with the header each one puts on the wire and the requests that carry it).
+     * Strings are copied by s3f_client_new; NULL (or 0) leaves the header out. ---- */
+    /* Server-side encryption of the objects this client writes (PutObject,
+     * CreateMultipartUpload, CopyObject: x-amz-server-side-encryption): "AES256" (SSE-S3),
+     * "aws:kms" (SSE-KMS) or "aws:kms:dsse" (DSSE-KMS); anything else fails
+     * s3f_client_new with S3F_ERR_INVALID_ARGUMENT. NULL: the bucket's default. */
+    const char *sse;
+    /* With aws:kms or aws:kms:dsse: the KMS key (id, ARN or alias;
+     * x-amz-server-side-encryption-aws-kms-key-id). NULL: the account's AWS managed key. */
+    const char *sse_kms_key_id;
+    /* With aws:kms or aws:kms:dsse: the encryption context, a JSON object of strings
+     * ({"project":"x"}), sent base64-encoded in x-amz-server-side-encryption-context. */
+    const char *sse_kms_encryption_context;
+    /* 1: x-amz-server-side-encryption-bucket-key-enabled: true (an S3 Bucket Key for
+     * SSE-KMS), -1: false, 0: not sent (the bucket's setting). */
+    int sse_bucket_key_enabled;
+    /* SSE-C: the customer-provided 256-bit AES key, base64 (44 characters), of the objects
+     * this client writes and reads: sent with its MD5 (x-amz-server-side-encryption-customer-
+     * algorithm: AES256, -customer-key, -customer-key-MD5) on PutObject,
+     * CreateMultipartUpload, UploadPart, CompleteMultipartUpload, GetObject, HeadObject and
+     * as the destination's key of CopyObject and UploadPartCopy. A secret: never logged (at
+     * TRACE the header reads <redacted>), never in an error; the client's copy is wiped when
+     * it is freed. Not combined with `sse`. */
+    const char *sse_customer_key;
+    /* SSE-C key of the source of copies (CopyObject, UploadPartCopy:
+     * x-amz-copy-source-server-side-encryption-customer-*). NULL: sse_customer_key (one key
+     * for the objects read, written and copied); "" : none (a source without SSE-C). */
+    const char *sse_copy_source_customer_key;
+    /* Storage class of the objects written (x-amz-storage-class: STANDARD,
+     * INTELLIGENT_TIERING, STANDARD_IA, ...) on PutObject, CreateMultipartUpload, CopyObject. */
+    const char *storage_class;
+    /* Account id that must own the bucket (x-amz-expected-bucket-owner on every request to
+     * a bucket, except CreateBucket and CreateSession): S3 answers 403 AccessDenied when
+     * another account owns it. */
+    const char *expected_bucket_owner;
+    /* Canned ACL of the objects written (x-amz-acl on PutObject, CreateMultipartUpload,
+     * CopyObject), e.g. "bucket-owner-full-control" for cross-account writes. */
+    const char *acl;
+    /* Appended to the User-Agent of S3 requests ("s3flash/VERSION EXTRA"); printable ASCII,
+     * at most 256 bytes. */
+    const char *user_agent_extra;
+    /* HTTP(S) proxy of S3 requests, a URL (http://[user:password@]host:port). NULL: from the
+     * environment, https_proxy / HTTPS_PROXY for https endpoints, http_proxy / HTTP_PROXY
+     * for http ones, else all_proxy / ALL_PROXY (lower case first); "": no proxy, whatever
+     * the environment says. */
+    const char *proxy;
+    /* Hosts reached without the proxy (comma-separated names, domains and addresses; "*":
+     * all). NULL: no_proxy / NO_PROXY. */
+    const char *no_proxy;
+    /* CA bundle to verify an https:// proxy with. NULL: S3FLASH_PROXY_CA_BUNDLE, the
+     * profile's proxy_ca_bundle, else the bundle of the endpoint (ca_bundle). */
+    const char *proxy_ca_bundle;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials

@@ -96,7 +96,8 @@ static enum s3f_status check_common(const struct s3f__sigv4_credentials *creds,
     if (creds->session_token && has_ctl_or_space(creds->session_token))
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, NULL,
                               "session_token contains a space or a control character");
-    enum s3f_status st = check_scope_name(cfg->region, "region", err);
+    enum s3f_status st = cfg->region_set ? check_scope_name(cfg->region_set, "region set", err)
+                                         : check_scope_name(cfg->region, "region", err);
     if (st)
         return st;
     st = check_scope_name(cfg->service, "service", err);
@@ -180,8 +181,15 @@ enum s3f_status s3f__sigv4_derive_key(const char *secret, const char *date8, con
 static void make_scope(const struct s3f__sigv4_config *cfg, char amz_date[17],
                        char scope[S3F__SIGV4_SCOPE_MAX]) {
     s3f__time_amz(cfg->time, amz_date);
-    snprintf(scope, S3F__SIGV4_SCOPE_MAX, "%.8s/%s/%s/aws4_request", amz_date, cfg->region,
-             cfg->service);
+    if (cfg->region_set) /* SigV4a: no region in the scope */
+        snprintf(scope, S3F__SIGV4_SCOPE_MAX, "%.8s/%s/aws4_request", amz_date, cfg->service);
+    else
+        snprintf(scope, S3F__SIGV4_SCOPE_MAX, "%.8s/%s/%s/aws4_request", amz_date, cfg->region,
+                 cfg->service);
+}
+
+static const char *algorithm_of(const struct s3f__sigv4_config *cfg) {
+    return cfg->region_set ? S3F__SIGV4A_ALGORITHM : S3F__SIGV4_ALGORITHM;
 }
 
 /* ---- canonical URI -------------------------------------------------------------------------- */
@@ -313,7 +321,7 @@ static bool is_signing_param(const char *name) {
     static const char *const names[] = {"X-Amz-Algorithm",     "X-Amz-Credential",
                                         "X-Amz-Date",          "X-Amz-Expires",
                                         "X-Amz-SignedHeaders", "X-Amz-Security-Token",
-                                        "X-Amz-Signature"};
+                                        "X-Amz-Signature",     "X-Amz-Region-Set"};
     for (size_t i = 0; i < S3F_ARRAY_LEN(names); i++)
         if (s3f__strieq(name, names[i]))
             return true;
@@ -539,8 +547,8 @@ static enum s3f_status finish(const struct s3f__sigv4_request *req,
                               const struct s3f__sigv4_credentials *creds,
                               const struct s3f__sigv4_config *cfg, const char *amz_date,
                               const char *scope, const struct s3f__header *extra_query,
-                              size_t n_extra_query, bool presign, struct parts *p, char sig[65],
-                              struct s3f_error *err) {
+                              size_t n_extra_query, bool presign, struct parts *p,
+                              char sig[S3F__SIGV4A_SIGNATURE_HEX_MAX], struct s3f_error *err) {
     enum s3f_status st = S3F_OK;
     if ((st = s3f__buf_appendf(&p->creq, "%s\n", req->method)))
         return buf_fail(st, err);
@@ -558,10 +566,21 @@ static enum s3f_status finish(const struct s3f__sigv4_request *req,
     char creq_hash[65];
     if (s3f__sha256_hex(p->creq.data, p->creq.len, creq_hash))
         return s3f__error_set(err, s3f__crypto_status(), OP, NULL, "SHA-256 failed (OpenSSL)");
-    st = s3f__buf_appendf(&p->sts, S3F__SIGV4_ALGORITHM "\n%s\n%s\n%s", amz_date, scope,
+    st = s3f__buf_appendf(&p->sts, "%s\n%s\n%s\n%s", algorithm_of(cfg), amz_date, scope,
                           creq_hash);
     if (st)
         return buf_fail(st, err);
+    if (cfg->region_set) { /* SigV4a: ECDSA with the key of the credentials */
+        uint8_t priv[32];
+        if (cfg->signing_key)
+            memcpy(priv, cfg->signing_key, sizeof(priv));
+        else if ((st = s3f__sigv4a_derive_key(creds->access_key_id, creds->secret_access_key,
+                                              priv, err)))
+            return st;
+        st = s3f__sigv4a_sign(priv, p->sts.data, p->sts.len, sig, err);
+        wipe(priv, sizeof(priv));
+        return st;
+    }
 
     uint8_t key[32], mac[32];
     if (cfg->signing_key)
@@ -600,9 +619,9 @@ enum s3f_status s3f__sigv4_sign_headers(const struct s3f__sigv4_request *req,
     const char *token = token_of(creds);
     bool sign_token = token && !cfg->omit_session_token;
 
-    struct s3f__header extra[3];
+    struct s3f__header extra[4];
     size_t n_extra = 0;
-    const char *reserved[5];
+    const char *reserved[6];
     size_t n_reserved = 0;
     reserved[n_reserved++] = "authorization";
     reserved[n_reserved++] = "x-amz-date";
@@ -611,6 +630,10 @@ enum s3f_status s3f__sigv4_sign_headers(const struct s3f__sigv4_request *req,
         reserved[n_reserved++] = "x-amz-security-token";
     if (sign_token)
         extra[n_extra++] = (struct s3f__header){"x-amz-security-token", token};
+    if (cfg->region_set) {
+        reserved[n_reserved++] = "x-amz-region-set";
+        extra[n_extra++] = (struct s3f__header){"x-amz-region-set", cfg->region_set};
+    }
     if (cfg->add_content_sha256_header) {
         reserved[n_reserved++] = "x-amz-content-sha256";
         extra[n_extra++] = (struct s3f__header){"x-amz-content-sha256", req->payload_hash};
@@ -627,9 +650,9 @@ enum s3f_status s3f__sigv4_sign_headers(const struct s3f__sigv4_request *req,
     if ((st = finish(req, creds, cfg, amz_date, scope, NULL, 0, false, &p, out->signature,
                      err)))
         goto out;
-    st = s3f__buf_appendf(&authz,
-                          S3F__SIGV4_ALGORITHM " Credential=%s/%s, SignedHeaders=%s, Signature=%s",
-                          creds->access_key_id, scope, p.signed_list.data, out->signature);
+    st = s3f__buf_appendf(&authz, "%s Credential=%s/%s, SignedHeaders=%s, Signature=%s",
+                          algorithm_of(cfg), creds->access_key_id, scope, p.signed_list.data,
+                          out->signature);
     if (st) {
         st = buf_fail(st, err);
         goto out;
@@ -644,6 +667,7 @@ enum s3f_status s3f__sigv4_sign_headers(const struct s3f__sigv4_request *req,
     }
     memcpy(out->amz_date, amz_date, sizeof(out->amz_date));
     out->security_token = token;
+    out->region_set = cfg->region_set;
     out->content_sha256 = cfg->add_content_sha256_header ? req->payload_hash : NULL;
 out:
     if (st)
@@ -662,11 +686,13 @@ void s3f__sigv4_signed_cleanup(struct s3f__sigv4_signed *s) {
     memset(s, 0, sizeof(*s));
 }
 
-size_t s3f__sigv4_signed_headers(const struct s3f__sigv4_signed *s, struct s3f__header out[4]) {
+size_t s3f__sigv4_signed_headers(const struct s3f__sigv4_signed *s, struct s3f__header out[5]) {
     size_t n = 0;
     if (s->security_token)
         out[n++] = (struct s3f__header){"X-Amz-Security-Token", s->security_token};
     out[n++] = (struct s3f__header){"X-Amz-Date", s->amz_date};
+    if (s->region_set)
+        out[n++] = (struct s3f__header){"X-Amz-Region-Set", s->region_set};
     if (s->content_sha256)
         out[n++] = (struct s3f__header){"x-amz-content-sha256", s->content_sha256};
     out[n++] = (struct s3f__header){"Authorization", s->authorization};
@@ -695,7 +721,8 @@ enum s3f_status s3f__sigv4_presign(const struct s3f__sigv4_request *req,
                               "expires_s %" PRIu32 " is out of range (1..%u seconds)",
                               cfg->expires_s, S3F__SIGV4_MAX_EXPIRES_S);
 
-    char amz_date[17], scope[S3F__SIGV4_SCOPE_MAX], expires[16], sig[65];
+    char amz_date[17], scope[S3F__SIGV4_SCOPE_MAX], expires[16];
+    char sig[S3F__SIGV4A_SIGNATURE_HEX_MAX];
     make_scope(cfg, amz_date, scope);
     snprintf(expires, sizeof(expires), "%" PRIu32, cfg->expires_s);
     const char *token = token_of(creds);
@@ -713,19 +740,29 @@ enum s3f_status s3f__sigv4_presign(const struct s3f__sigv4_request *req,
         st = buf_fail(st, err);
         goto out;
     }
-    struct s3f__header params[6] = {
-        {"X-Amz-Algorithm", S3F__SIGV4_ALGORITHM}, {"X-Amz-Credential", credential.data},
-        {"X-Amz-Date", amz_date},                  {"X-Amz-SignedHeaders", p.signed_list.data},
-        {"X-Amz-Expires", expires},                {"X-Amz-Security-Token", token},
+    /* on the wire in this order; signed: all but an omitted session token */
+    struct s3f__header params[7] = {
+        {"X-Amz-Algorithm", algorithm_of(cfg)}, {"X-Amz-Credential", credential.data},
+        {"X-Amz-Date", amz_date},               {"X-Amz-SignedHeaders", p.signed_list.data},
+        {"X-Amz-Expires", expires},
     };
-    size_t n_params = token && !cfg->omit_session_token ? 6 : 5;
-    if ((st = finish(req, creds, cfg, amz_date, scope, params, n_params, true, &p, sig, err)))
+    struct s3f__header signed_params[7];
+    size_t n_params = 5, n_signed = 0;
+    if (token)
+        params[n_params++] = (struct s3f__header){"X-Amz-Security-Token", token};
+    if (cfg->region_set)
+        params[n_params++] = (struct s3f__header){"X-Amz-Region-Set", cfg->region_set};
+    for (size_t i = 0; i < n_params; i++)
+        if (!(cfg->omit_session_token && strcmp(params[i].name, "X-Amz-Security-Token") == 0))
+            signed_params[n_signed++] = params[i];
+    if ((st = finish(req, creds, cfg, amz_date, scope, signed_params, n_signed, true, &p, sig,
+                     err)))
         goto out;
 
     /* The query on the wire: the request's own, then the signing parameters. */
     if (req->query && *req->query)
         st = s3f__buf_appendf(&q, "%s&", req->query);
-    for (size_t i = 0; i < (token ? 6u : 5u) && !st; i++) {
+    for (size_t i = 0; i < n_params && !st; i++) {
         st = s3f__buf_appendf(&q, "%s=", params[i].name);
         if (!st)
             st = s3f__uri_encode(&q, params[i].value, strlen(params[i].value), false);

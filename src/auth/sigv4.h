@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth/sigv4a.h"
 #include "core/core.h"
 
 #define S3F__SIGV4_ALGORITHM "AWS4-HMAC-SHA256"
@@ -77,6 +78,11 @@ struct s3f__sigv4_config {
      * generation, date, region and service: see s3f__credentials_signing_key). NULL: the
      * signer derives it (4 HMACs). Never logged; the signer's copy is wiped. */
     const uint8_t *signing_key;
+    /* SigV4a (sigv4a.h) when non-NULL: the region set ("*", or regions joined with ','),
+     * signed as X-Amz-Region-Set; the algorithm is AWS4-ECDSA-P256-SHA256, the scope
+     * "YYYYMMDD/service/aws4_request" (region is then not used), and signing_key, when
+     * given, is the 32-byte private key of s3f__sigv4a_derive_key. */
+    const char *region_set;
 };
 
 /* The SigV4 signing key: HMAC chain "AWS4"+secret -> date8 ("YYYYMMDD") -> region ->
@@ -89,7 +95,7 @@ enum s3f_status s3f__sigv4_derive_key(const char *secret, const char *date8, con
 
 /* Output of header signing. Headers to add to the request, in this order (see
  * s3f__sigv4_signed_headers): X-Amz-Security-Token (if any), X-Amz-Date,
- * x-amz-content-sha256 (if asked), Authorization. */
+ * X-Amz-Region-Set (SigV4a), x-amz-content-sha256 (if asked), Authorization. */
 struct s3f__sigv4_signed {
     char amz_date[17];          /* X-Amz-Date value, "20150830T123600Z" */
     char *authorization;        /* Authorization value, malloc'ed */
@@ -97,7 +103,11 @@ struct s3f__sigv4_signed {
                                    credentials), NULL if none */
     const char *content_sha256; /* x-amz-content-sha256 to send (points at the request's
                                    payload_hash), NULL unless add_content_sha256_header */
-    char signature[65];         /* lowercase hex; the seed signature of a streaming upload */
+    const char *region_set;     /* X-Amz-Region-Set to send (points into the config), NULL
+                                   unless SigV4a */
+    /* lowercase hex: HMAC-SHA256 (64 digits; the seed signature of a streaming upload), or
+     * SigV4a's DER ECDSA signature (up to 144 digits) */
+    char signature[S3F__SIGV4A_SIGNATURE_HEX_MAX];
     char *canonical_request;    /* malloc'ed, for tests and TRACE logs (no secret in it) */
     char *string_to_sign;       /* malloc'ed, idem */
 };
@@ -115,14 +125,14 @@ enum s3f_status s3f__sigv4_sign_headers(const struct s3f__sigv4_request *req,
 void s3f__sigv4_signed_cleanup(struct s3f__sigv4_signed *s);
 
 /* The headers to add to the request after s3f__sigv4_sign_headers, in order, into
- * out[0..3]; returns how many (2..4). The values point into *s, the credentials and the
- * request, so they live as long as those. */
-size_t s3f__sigv4_signed_headers(const struct s3f__sigv4_signed *s, struct s3f__header out[4]);
+ * out[0..4]; returns how many (2..5). The values point into *s, the credentials, the config
+ * and the request, so they live as long as those. */
+size_t s3f__sigv4_signed_headers(const struct s3f__sigv4_signed *s, struct s3f__header out[5]);
 
 /* Presign: returns in *query_out (malloc'ed, caller frees) the complete query string to put
  * after '?': the request's query as given, then X-Amz-Algorithm, X-Amz-Credential,
- * X-Amz-Date, X-Amz-SignedHeaders, X-Amz-Expires, [X-Amz-Security-Token,] X-Amz-Signature
- * (the order aws-c-auth uses). The signed headers are the request's headers only (host at
+ * X-Amz-Date, X-Amz-SignedHeaders, X-Amz-Expires, [X-Amz-Security-Token,]
+ * [X-Amz-Region-Set (SigV4a),] X-Amz-Signature (the order aws-c-auth uses). The signed headers are the request's headers only (host at
  * least); add_content_sha256_header is ignored. S3 presigned URLs use payload_hash
  * UNSIGNED-PAYLOAD. canonical_request_out and string_to_sign_out are optional (NULL), and
  * malloc'ed when given. The request's query must not already have X-Amz-* signing

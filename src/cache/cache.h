@@ -7,14 +7,15 @@
  * left alone, and a root another user could write is refused. Inserts are queued and
  * written, with the evictions they need, by a background thread of the cache.
  *
- * What it owns and may call: store.c (the block files, their format, eviction) uses only
- * src/core and libc; io.c (the cache's users in the engine: the reader's block-aligned
- * reads, whole-object downloads served or filled) uses the store and what its caller
- * passes: the reader's fetch function, and for downloads an origin (struct
- * s3f__cache_origin: a HEAD and a ranged GET). The cache calls no S3 operation itself
- * (tests/layering.py: no public s3f_* call from inside the library). src/xfer calls the
- * functions below and gives the origin (s3f__xfer_cache_origin); nothing here calls
- * src/xfer.
+ * What it owns and may call: the store (store.c: the block files and their format;
+ * store_count.c: the lock and the count; store_writer.c: inserts and eviction; shared
+ * state in store_internal.h) uses only src/core and libc; io.c (the cache's users in the
+ * engine: the reader's block-aligned reads, whole-object downloads served or filled) uses
+ * the store and what its caller passes: the reader's fetch function, and for downloads an
+ * origin (struct s3f__cache_origin: a HEAD and a ranged GET). The cache calls no S3
+ * operation itself (tests/layering.py: no public s3f_* call from inside the library).
+ * src/xfer calls the functions below and gives the origin (s3f__xfer_cache_origin);
+ * nothing here calls src/xfer.
  *
  * Errors of the cache never fail a caller's read: a block that cannot be read, checked or
  * written is a miss (or not inserted), counted in `errors`, and the first cause is logged

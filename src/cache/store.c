@@ -34,7 +34,11 @@
  *
  * Threads: gets and has run on the caller's thread without the lock (except the unlink of
  * a corrupt block); puts copy the block into a bounded queue; the cache's writer thread
- * writes the blocks, evicts and recounts. Counters are atomics. */
+ * writes the blocks, evicts and recounts. Counters are atomics.
+ *
+ * This file owns the format, the names, the root, open and free, and the reads;
+ * store_count.c the lock and the count; store_writer.c the writer thread, inserts and
+ * eviction (see store_internal.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,79 +54,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cache.h"
+#include "cache/store_internal.h"
 
-#define MAGIC "S3FCBLK1"
-#define COUNT_MAGIC "S3FCCNT1"
-#define VERSION 1u
-#define HDR_FIXED S3F__CACHE_HEADER_FIXED
-#define TMP_STALE_S 600         /* temporary files older than this are a dead writer's */
-#define QUEUE_DEFAULT ((uint64_t)32 << 20)
-#define SAMPLE_DIRS 5           /* object directories looked at per eviction step */
-#define SAMPLE_BLOCKS 16        /* blocks of each looked at (a random sample of its names) */
-#define SAMPLE_NAMES_MAX 100000 /* entries of one directory read to draw the sample */
-#define POOL (SAMPLE_DIRS * SAMPLE_BLOCKS)
-#define INSERT_ROUNDS 64        /* eviction steps one insert may run before it gives up */
-#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-
-struct job {
-    struct job *next;
-    char hex[65];
-    uint64_t index, object_size, offset, len;
-    uint32_t bl, kl, el;
-    char *names;                  /* bucket, key, ETag (no NULs), then the data */
-};
-
-struct s3f__cache {
-    char *dir;                    /* as given (messages) */
-    char *root;                   /* the v1 directory's path (messages) */
-    char *scope;                  /* the endpoint, hashed into every object's name */
-    uint64_t max_bytes, min_free_bytes, block_bytes, count_limit;
-    bool free_from_fs;            /* min_free_bytes: 5% of the file system, computed each time */
-    const struct s3f__logger *logger;
-    int v1_fd;                    /* the v1 directory, checked once */
-    int lock_fd;
-    pthread_mutex_t lock;         /* with the flock of lock_fd: each step that changes blocks */
-    int warned;                   /* atomic: the first error was logged */
-    int warned_room;              /* atomic: "no room" was logged */
-    uint64_t seq;                 /* atomic: temporary file names */
-    struct s3f__cache_counters n; /* atomics */
-
-    /* the writer thread and its queue, guarded by q_lock */
-    pthread_mutex_t q_lock;
-    pthread_cond_t q_work, q_idle;
-    struct job *q_head, *q_tail;
-    const struct job *q_busy;     /* the job being written now */
-    uint64_t q_bytes, q_max;      /* queued and being written; the bound */
-    bool q_stop, q_started, thread_ok;
-    pthread_t thread;
-    pid_t pid;                    /* the process whose thread it is (a forked child has none) */
-    /* the writer thread's own state */
-    uint64_t rng;
-};
-
-struct hdr {
-    char magic[8];
-    uint32_t version;
-    uint32_t hdr_len;
-    uint64_t object_size;
-    uint64_t offset;
-    uint64_t length;
-    uint32_t crc32c;
-    uint16_t bucket_len;
-    uint16_t etag_len;
-    uint32_t key_len;
-    uint32_t reserved;
-};
-_Static_assert(sizeof(struct hdr) == HDR_FIXED, "block header layout");
-
-static void count(uint64_t *counter, uint64_t n) {
+void s3f__store_count(uint64_t *counter, uint64_t n) {
     __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
 /* An error of the cache: counted, and the first one logged (WARN) with its cause. */
-static void S3F_PRINTF(2, 3) cache_error(struct s3f__cache *c, const char *fmt, ...) {
-    count(&c->n.errors, 1);
+void S3F_PRINTF(2, 3) s3f__store_error(struct s3f__cache *c, const char *fmt, ...) {
+    s3f__store_count(&c->n.errors, 1);
     if (__atomic_exchange_n(&c->warned, 1, __ATOMIC_RELAXED))
         return;
     char msg[700];
@@ -206,7 +146,7 @@ const char *s3f__cache_header_check(const void *buf, size_t len, uint64_t file_s
 
 /* Open directory `name` under `at` without following a link; create it (0700) first when
  * `create` and missing. -1 with errno (ELOOP or ENOTDIR: something else is there). */
-static int subdir(int at, const char *name, bool create) {
+int s3f__store_subdir(int at, const char *name, bool create) {
     int fd = openat(at, name, DIR_FLAGS);
     if (fd < 0 && errno == ENOENT && create) {
         if (mkdirat(at, name, 0700) != 0 && errno != EEXIST)
@@ -216,14 +156,14 @@ static int subdir(int at, const char *name, bool create) {
     return fd;
 }
 
-static void hex2(unsigned slot, char out[3]) {
+void s3f__store_hex2(unsigned slot, char out[3]) {
     static const char digits[] = "0123456789abcdef";
     out[0] = digits[(slot >> 4) & 15];
     out[1] = digits[slot & 15];
     out[2] = '\0';
 }
 
-static unsigned slot_of(const char *hex) {
+unsigned s3f__store_slot_of(const char *hex) {
     unsigned v = 0;
     for (int i = 0; i < 2; i++) {
         char ch = hex[i];
@@ -234,12 +174,12 @@ static unsigned slot_of(const char *hex) {
 
 /* The object directory of `hex` (v1/<2>/<64>), opened; `parent` (optional) gets the first
  * level's handle (the caller closes it). -1 with errno. */
-static int obj_dir(struct s3f__cache *c, const char *hex, bool create, int *parent) {
+int s3f__store_obj_dir(struct s3f__cache *c, const char *hex, bool create, int *parent) {
     char top[3] = {hex[0], hex[1], '\0'};
-    int d2 = subdir(c->v1_fd, top, create);
+    int d2 = s3f__store_subdir(c->v1_fd, top, create);
     if (d2 < 0)
         return -1;
-    int d3 = subdir(d2, hex, create);
+    int d3 = s3f__store_subdir(d2, hex, create);
     int e = errno;
     if (parent && d3 >= 0)
         *parent = d2;
@@ -249,7 +189,7 @@ static int obj_dir(struct s3f__cache *c, const char *hex, bool create, int *pare
     return d3;
 }
 
-static bool is_block_name(const char *s) {
+bool s3f__store_is_block_name(const char *s) {
     if (!*s || strlen(s) > 20)
         return false;
     for (; *s; s++)
@@ -258,7 +198,7 @@ static bool is_block_name(const char *s) {
     return true;
 }
 
-static bool is_obj_name(const char *s) {
+bool s3f__store_is_obj_name(const char *s) {
     size_t n = 0;
     for (; s[n]; n++)
         if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
@@ -301,7 +241,7 @@ static enum s3f_status check_private(int fd, const char *path, struct s3f_error 
 
 static enum s3f_status open_private(int at, const char *name, const char *path, int *out,
                                     struct s3f_error *err) {
-    *out = subdir(at, name, true);
+    *out = s3f__store_subdir(at, name, true);
     if (*out < 0) {
         int e = errno;
         if (e == ELOOP || e == ENOTDIR)
@@ -320,7 +260,7 @@ static enum s3f_status open_private(int at, const char *name, const char *path, 
 static enum s3f_status open_root(struct s3f__cache *c, struct s3f_error *err) {
     const char *dir = c->dir;
     uid_t me = geteuid();
-    int fd = subdir(AT_FDCWD, dir, true); /* the path above it is the user's: followed */
+    int fd = s3f__store_subdir(AT_FDCWD, dir, true); /* the path above it is the user's: followed */
     if (fd < 0) {
         int e = errno;
         struct stat lsb;
@@ -385,167 +325,8 @@ out:
     return st;
 }
 
-/* ---- the lock and the count ----------------------------------------------------------------- */
-
-static void lock_take(struct s3f__cache *c) {
-    pthread_mutex_lock(&c->lock);
-    while (flock(c->lock_fd, LOCK_EX) != 0 && errno == EINTR)
-        ;
-}
-
-static void lock_drop(struct s3f__cache *c) {
-    flock(c->lock_fd, LOCK_UN);
-    pthread_mutex_unlock(&c->lock);
-}
-
-/* The count (lock held). */
-static void counts_read(struct s3f__cache *c, struct s3f__cache_counts *k) {
-    unsigned char buf[S3F__CACHE_COUNT_FILE];
-    ssize_t n = pread(c->lock_fd, buf, sizeof(buf), 0);
-    s3f__cache_counts_parse(buf, n > 0 ? (size_t)n : 0, c->count_limit, k);
-}
-
-/* Write slot `i` (lock held); a missing or foreign head is written first, every other slot
- * then invalid (recounted when next seen). */
-static bool slot_write(struct s3f__cache *c, const struct s3f__cache_counts *k, unsigned i,
-                       uint64_t v) {
-    if (!k->head_ok) {
-        unsigned char head[S3F__CACHE_COUNT_FILE];
-        memset(head, 0, sizeof(head));
-        memcpy(head, COUNT_MAGIC, 8);
-        uint32_t slots = S3F__CACHE_SLOTS;
-        memcpy(head + 8, &slots, sizeof(slots));
-        if (pwrite(c->lock_fd, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
-            ftruncate(c->lock_fd, sizeof(head)) != 0) {
-            cache_error(c, "cannot write the byte count: %s", strerror(errno));
-            return false;
-        }
-    }
-    uint64_t slot[2] = {v, v ^ S3F__CACHE_COUNT_KEY};
-    if (pwrite(c->lock_fd, slot, sizeof(slot), S3F__CACHE_COUNT_HEAD + (off_t)i * 16) !=
-        (ssize_t)sizeof(slot)) {
-        cache_error(c, "cannot write the byte count: %s", strerror(errno));
-        return false;
-    }
-    return true;
-}
-
-/* Add (or take) `delta` bytes to slot `i` (lock held; k read under the same hold). */
-static void slot_add(struct s3f__cache *c, struct s3f__cache_counts *k, unsigned i,
-                     int64_t delta) {
-    if (!k->valid[i])
-        return; /* recounted before it is used */
-    uint64_t v = k->bytes[i];
-    if (delta < 0)
-        v = (uint64_t)-delta > v ? 0 : v - (uint64_t)-delta;
-    else
-        v = v + (uint64_t)delta > c->count_limit ? c->count_limit : v + (uint64_t)delta;
-    k->bytes[i] = v;
-    slot_write(c, k, i, v);
-    k->head_ok = true;
-}
-
-/* Bytes of the block files under first-level directory `slot`, and stale temporary files
- * removed (`sweep`). Only regular files directly in object directories are counted. */
-static uint64_t count_dir(struct s3f__cache *c, unsigned slot, bool sweep) {
-    char top[3];
-    hex2(slot, top);
-    int d2 = subdir(c->v1_fd, top, false);
-    if (d2 < 0)
-        return 0;
-    DIR *mid = fdopendir(d2);
-    if (!mid) {
-        close(d2);
-        return 0;
-    }
-    uint64_t total = 0;
-    time_t now = time(NULL);
-    struct dirent *e2;
-    count(&c->n.dirs_listed, 1);
-    while ((e2 = readdir(mid))) {
-        if (!is_obj_name(e2->d_name))
-            continue;
-        int d3 = subdir(dirfd(mid), e2->d_name, false);
-        DIR *obj = d3 >= 0 ? fdopendir(d3) : NULL;
-        if (!obj) {
-            if (d3 >= 0)
-                close(d3);
-            continue;
-        }
-        struct dirent *e3;
-        count(&c->n.dirs_listed, 1);
-        while ((e3 = readdir(obj))) {
-            struct stat sb;
-            bool tmp = !strncmp(e3->d_name, ".tmp.", 5);
-            if ((!tmp && !is_block_name(e3->d_name)) ||
-                fstatat(dirfd(obj), e3->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
-                !S_ISREG(sb.st_mode))
-                continue;
-            if (!tmp)
-                total += (uint64_t)sb.st_size;
-            else if (sweep && now - sb.st_mtim.tv_sec > TMP_STALE_S)
-                unlinkat(dirfd(obj), e3->d_name, 0);
-        }
-        closedir(obj);
-    }
-    closedir(mid);
-    return total;
-}
-
-static uint64_t recount(struct s3f__cache *c, unsigned slot) {
-    uint64_t v = count_dir(c, slot, true);
-    return v > c->count_limit ? c->count_limit : v;
-}
-
-/* Read the count; recount each invalid slot, one short step (one directory) per lock hold.
- * Returns with the lock held and k valid. A count that cannot be written (a read-only or
- * broken lock file) is kept in k only. */
-static void counts_valid_locked(struct s3f__cache *c, struct s3f__cache_counts *k) {
-    for (unsigned step = 0;; step++) {
-        lock_take(c);
-        counts_read(c, k);
-        unsigned bad = S3F__CACHE_SLOTS;
-        for (unsigned i = 0; i < S3F__CACHE_SLOTS && bad == S3F__CACHE_SLOTS; i++)
-            if (!k->valid[i])
-                bad = i;
-        if (bad == S3F__CACHE_SLOTS)
-            return;
-        if (step > 2 * S3F__CACHE_SLOTS || !slot_write(c, k, bad, recount(c, bad))) {
-            for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++)
-                if (!k->valid[i]) {
-                    k->bytes[i] = recount(c, i);
-                    k->valid[i] = true;
-                }
-            return;
-        }
-        lock_drop(c);
-    }
-}
-
-uint64_t s3f__cache_scan_bytes(struct s3f__cache *c) {
-    uint64_t t = 0;
-    for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++)
-        t += count_dir(c, i, false);
-    return t;
-}
-
-/* Free bytes on the cache's file system and the floor to keep. */
-static void fs_space(struct s3f__cache *c, uint64_t *free_bytes, uint64_t *floor) {
-    struct statvfs v;
-    if (fstatvfs(c->v1_fd, &v) != 0) {
-        *free_bytes = UINT64_MAX;
-        *floor = 0;
-        return;
-    }
-    *free_bytes = (uint64_t)v.f_bavail * v.f_frsize;
-    *floor = c->free_from_fs ? (uint64_t)v.f_blocks * v.f_frsize / 100 *
-                                   S3F__CACHE_FREE_PERCENT_DEFAULT
-                             : c->min_free_bytes;
-}
-
 /* ---- open and free ----------------------------------------------------------------------- */
 
-static void *writer_main(void *arg);
 
 uint64_t s3f__cache_queue_bytes(uint64_t memory_limit, uint64_t block_bytes) {
     uint64_t q = memory_limit / 8;
@@ -616,7 +397,7 @@ enum s3f_status s3f__cache_open(const struct s3f__cache_options *o, struct s3f__
     c->count_limit = S3F__CACHE_COUNT_LIMIT;
     if (fstatvfs(c->v1_fd, &v) == 0 && (uint64_t)v.f_blocks * v.f_frsize < c->count_limit)
         c->count_limit = (uint64_t)v.f_blocks * v.f_frsize;
-    if (pthread_create(&c->thread, NULL, writer_main, c) != 0) {
+    if (pthread_create(&c->thread, NULL, s3f__store_writer_main, c) != 0) {
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "cache", NULL,
                             "cannot start the cache's writer thread");
         goto out;
@@ -679,7 +460,7 @@ void s3f__cache_counters(struct s3f__cache *c, struct s3f__cache_counters *out) 
 }
 
 void s3f__cache_count_miss(struct s3f__cache *c) {
-    count(&c->n.misses, 1);
+    s3f__store_count(&c->n.misses, 1);
 }
 
 /* ---- objects -------------------------------------------------------------------------- */
@@ -756,7 +537,7 @@ static int read_full(int fd, void *buf, size_t len) {
     return 0;
 }
 
-static int write_full(int fd, const void *buf, size_t len) {
+int s3f__store_write_full(int fd, const void *buf, size_t len) {
     const char *p = buf;
     while (len) {
         ssize_t r = write(fd, p, len);
@@ -771,7 +552,7 @@ static int write_full(int fd, const void *buf, size_t len) {
 }
 
 bool s3f__cache_has(struct s3f__cache_object *o, uint64_t index) {
-    int d3 = obj_dir(o->cache, o->hex, false, NULL);
+    int d3 = s3f__store_obj_dir(o->cache, o->hex, false, NULL);
     if (d3 < 0)
         return false;
     char name[24];
@@ -788,14 +569,14 @@ bool s3f__cache_has(struct s3f__cache_object *o, uint64_t index) {
 static void drop_block(struct s3f__cache *c, const char *hex, int d3, const char *name,
                        const struct stat *read_sb) {
     struct s3f__cache_counts k;
-    lock_take(c);
-    counts_read(c, &k);
+    s3f__store_lock_take(c);
+    s3f__store_counts_read(c, &k);
     struct stat cur;
     if (fstatat(d3, name, &cur, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(cur.st_mode) &&
         cur.st_ino == read_sb->st_ino && cur.st_dev == read_sb->st_dev &&
         unlinkat(d3, name, 0) == 0)
-        slot_add(c, &k, slot_of(hex), -(int64_t)cur.st_size);
-    lock_drop(c);
+        s3f__store_slot_add(c, &k, s3f__store_slot_of(hex), -(int64_t)cur.st_size);
+    s3f__store_lock_drop(c);
 }
 
 bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
@@ -803,25 +584,25 @@ bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
     uint64_t len = s3f__cache_block_len(o, index);
     char name[24];
     snprintf(name, sizeof(name), "%" PRIu64, index);
-    int d3 = obj_dir(c, o->hex, false, NULL);
+    int d3 = s3f__store_obj_dir(c, o->hex, false, NULL);
     int fd = d3 < 0 ? -1 : openat(d3, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         int e = errno;
         if (fd >= 0) {
-            cache_error(c, "%s/%s is not a regular file: left alone", o->dir, name);
+            s3f__store_error(c, "%s/%s is not a regular file: left alone", o->dir, name);
         } else if (e == ELOOP || e == ENOTDIR) {
-            cache_error(c, "%s/%s: a symbolic link or a file where the cache keeps directories "
+            s3f__store_error(c, "%s/%s: a symbolic link or a file where the cache keeps directories "
                            "or blocks: left alone",
                         o->dir, name);
         } else if (e != ENOENT) {
-            cache_error(c, "cannot open %s/%s: %s", o->dir, name, strerror(e));
+            s3f__store_error(c, "cannot open %s/%s: %s", o->dir, name, strerror(e));
         }
         if (fd >= 0)
             close(fd);
         if (d3 >= 0)
             close(d3);
-        count(&c->n.misses, 1);
+        s3f__store_count(&c->n.misses, 1);
         return false;
     }
     size_t bl = strlen(o->bucket), kl = strlen(o->key), el = strlen(o->etag);
@@ -847,11 +628,11 @@ bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
     if (why || !head) {
         close(fd);
         if (why) {
-            cache_error(c, "block %s/%s dropped: %s", o->dir, name, why);
+            s3f__store_error(c, "block %s/%s dropped: %s", o->dir, name, why);
             drop_block(c, o->hex, d3, name, &sb);
         }
         close(d3);
-        count(&c->n.misses, 1);
+        s3f__store_count(&c->n.misses, 1);
         return false;
     }
     /* LRU: the block's mtime is its last use (touched at most once a second) */
@@ -863,479 +644,7 @@ bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
     }
     close(fd);
     close(d3);
-    count(&c->n.hits, 1);
-    count(&c->n.hit_bytes, len);
+    s3f__store_count(&c->n.hits, 1);
+    s3f__store_count(&c->n.hit_bytes, len);
     return true;
-}
-
-/* ---- eviction: sampled LRU (writer thread) ----------------------------------------------- */
-
-static uint64_t rnd(struct s3f__cache *c) {
-    uint64_t x = c->rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    c->rng = x;
-    return x;
-}
-
-struct cand {
-    struct timespec mtime;
-    uint64_t size;
-    ino_t ino;
-    unsigned slot;
-    char obj[65];
-    char name[24];
-};
-
-/* The first-level directory of sample `pick`: drawn uniformly among those holding blocks
- * (not by their bytes, so that a small old object is looked at as often as a large new
- * one); when there are no more of them than samples, each in turn. S3F__CACHE_SLOTS: none. */
-static unsigned pick_slot(struct s3f__cache *c, const struct s3f__cache_counts *k,
-                          unsigned pick) {
-    unsigned used[S3F__CACHE_SLOTS], n = 0;
-    for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++)
-        if (k->valid[i] && k->bytes[i])
-            used[n++] = i;
-    if (!n)
-        return S3F__CACHE_SLOTS;
-    return used[n <= SAMPLE_DIRS ? pick % n : (unsigned)(rnd(c) % n)];
-}
-
-/* Up to `max` names of `dir` (a random sample, reservoir) accepted by `accept`, into
- * names[max][cap]; returns how many, *entries (optional) all entries but . and .. */
-static size_t sample_names(struct s3f__cache *c, int dir, bool (*accept)(const char *),
-                           char (*names)[65], size_t max, size_t *entries) {
-    int fd = dup(dir);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return 0;
-    }
-    rewinddir(d); /* the copy shares its position with `dir`: a second look starts over */
-    size_t seen = 0, n = 0, all = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && all < SAMPLE_NAMES_MAX) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        all++;
-        if (!accept(e->d_name))
-            continue;
-        seen++;
-        size_t at = n < max ? n++ : (size_t)(rnd(c) % seen);
-        if (at < max)
-            s3f__strlcpy(names[at], e->d_name, 65);
-    }
-    closedir(d);
-    count(&c->n.dirs_listed, 1);
-    if (entries)
-        *entries = all;
-    return n;
-}
-
-static bool is_tmp_name(const char *s) {
-    return !strncmp(s, ".tmp.", 5);
-}
-
-static int by_age(const void *a, const void *b) {
-    const struct cand *x = a, *y = b;
-    if (x->mtime.tv_sec != y->mtime.tv_sec)
-        return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-    if (x->mtime.tv_nsec != y->mtime.tv_nsec)
-        return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-    return 0;
-}
-
-/* Sample (no lock): a few object directories, a few blocks of each, oldest first into
- * pool. Sweeps the stale temporary files and the empty object directories it meets, and
- * marks first-level directories that are gone, empty or not directories (stale[]). */
-static size_t sample(struct s3f__cache *c, const struct s3f__cache_counts *k,
-                     struct cand *pool, bool *stale) {
-    size_t n = 0;
-    time_t now = time(NULL);
-    for (int s = 0; s < SAMPLE_DIRS; s++) {
-        unsigned slot = pick_slot(c, k, (unsigned)s);
-        if (slot == S3F__CACHE_SLOTS)
-            break;
-        char top[3];
-        hex2(slot, top);
-        int d2 = subdir(c->v1_fd, top, false);
-        if (d2 < 0) {
-            stale[slot] = true; /* counted bytes in a directory that is not there */
-            continue;
-        }
-        char obj[1][65];
-        if (!sample_names(c, d2, is_obj_name, obj, 1, NULL)) {
-            stale[slot] = true;
-            close(d2);
-            continue;
-        }
-        int d3 = subdir(d2, obj[0], false);
-        if (d3 < 0) {
-            stale[slot] = true; /* a link or a file in its place: its bytes are not ours */
-            close(d2);
-            continue;
-        }
-        char names[SAMPLE_BLOCKS][65], tmps[4][65];
-        size_t entries = 0;
-        size_t nb = sample_names(c, d3, is_block_name, names, SAMPLE_BLOCKS, &entries);
-        size_t nt = sample_names(c, d3, is_tmp_name, tmps, 4, NULL);
-        for (size_t i = 0; i < nt; i++) {
-            struct stat sb;
-            if (fstatat(d3, tmps[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
-                now - sb.st_mtim.tv_sec > TMP_STALE_S)
-                unlinkat(d3, tmps[i], 0); /* a writer that died */
-        }
-        if (!entries)
-            unlinkat(d2, obj[0], AT_REMOVEDIR); /* an object with no block left */
-        if (!nb)
-            stale[slot] = true;
-        for (size_t i = 0; i < nb; i++) {
-            struct stat sb;
-            if (fstatat(d3, names[i], &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
-                continue;
-            bool dup = false;
-            for (size_t j = 0; j < n && !dup; j++)
-                dup = pool[j].ino == sb.st_ino && pool[j].slot == slot &&
-                      !strcmp(pool[j].name, names[i]) && !strcmp(pool[j].obj, obj[0]);
-            if (dup || n == POOL)
-                continue;
-            struct cand *p = &pool[n++];
-            p->mtime = sb.st_mtim;
-            p->size = (uint64_t)sb.st_size;
-            p->ino = sb.st_ino;
-            p->slot = slot;
-            s3f__strlcpy(p->obj, obj[0], sizeof(p->obj));
-            s3f__strlcpy(p->name, names[i], sizeof(p->name));
-        }
-        close(d3);
-        close(d2);
-    }
-    qsort(pool, n, sizeof(*pool), by_age);
-    return n;
-}
-
-/* Whether the blocks take more than the bound less `need` and a margin, or the free space
- * is below the floor plus the margin (the margin, a sixteenth of the bound, makes
- * evictions come in batches, not one per insert). */
-static bool over(struct s3f__cache *c, uint64_t total, uint64_t need) {
-    uint64_t slack = c->max_bytes / 16;
-    uint64_t target = c->max_bytes > need + slack ? c->max_bytes - need - slack : 0;
-    uint64_t free_bytes, floor;
-    fs_space(c, &free_bytes, &floor);
-    return total > target || free_bytes < floor + slack;
-}
-
-/* One eviction step: sample without the lock, then unlink the oldest quarter of the sample
- * (at least one) that is unchanged since, while over the bound, under one short hold of
- * the lock. Returns false when it made no progress: the sample found no block at all and
- * no count went down (neither a stale directory's, recounted, nor by the recounts below). */
-static bool evict_step(struct s3f__cache *c, uint64_t need) {
-    struct s3f__cache_counts k;
-    counts_valid_locked(c, &k);
-    lock_drop(c);
-    struct cand pool[POOL];
-    bool stale[S3F__CACHE_SLOTS] = {false};
-    size_t n = sample(c, &k, pool, stale);
-    counts_valid_locked(c, &k);
-    uint64_t before = s3f__cache_counts_total(&k);
-    for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++) {
-        if (stale[i]) { /* a short step: that one directory */
-            k.bytes[i] = recount(c, i);
-            slot_write(c, &k, i, k.bytes[i]);
-        }
-    }
-    size_t quota = n / 4 ? n / 4 : 1;
-    uint64_t evicted = 0;
-    for (size_t i = 0; i < n && quota && over(c, s3f__cache_counts_total(&k), need); i++) {
-        struct cand *p = &pool[i];
-        int d2 = -1;
-        int d3 = obj_dir(c, p->obj, false, &d2);
-        if (d3 < 0)
-            continue;
-        struct stat sb;
-        if (fstatat(d3, p->name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
-            sb.st_ino == p->ino && sb.st_mtim.tv_sec == p->mtime.tv_sec &&
-            sb.st_mtim.tv_nsec == p->mtime.tv_nsec && unlinkat(d3, p->name, 0) == 0) {
-            slot_add(c, &k, p->slot, -(int64_t)sb.st_size);
-            evicted += (uint64_t)sb.st_size;
-            quota--;
-            unlinkat(d2, p->obj, AT_REMOVEDIR); /* fails while other blocks remain */
-        }
-        close(d3);
-        close(d2);
-    }
-    uint64_t total = s3f__cache_counts_total(&k);
-    lock_drop(c);
-    count(&c->n.evicted_bytes, evicted);
-    /* a stale directory's bytes given back is progress too, even with no block sampled:
-     * the insert that asked may now fit (issue 28, D6) */
-    if (n || total < before)
-        return true;
-    /* Counted bytes but no block found: files removed behind the cache's back. Recount the
-     * directories that claim bytes, one per step; progress if the count went down. */
-    uint64_t now_total = 0;
-    for (unsigned i = 0; i < S3F__CACHE_SLOTS; i++) {
-        if (!k.bytes[i])
-            continue;
-        struct s3f__cache_counts cur;
-        counts_valid_locked(c, &cur);
-        slot_write(c, &cur, i, recount(c, i));
-        lock_drop(c);
-    }
-    counts_valid_locked(c, &k);
-    now_total = s3f__cache_counts_total(&k);
-    lock_drop(c);
-    return now_total < total;
-}
-
-/* ---- insert (writer thread) ------------------------------------------------------------ */
-
-static void no_room(struct s3f__cache *c) {
-    if (__atomic_exchange_n(&c->warned_room, 1, __ATOMIC_RELAXED))
-        return;
-    uint64_t free_bytes, floor;
-    fs_space(c, &free_bytes, &floor);
-    s3f__log(c->logger, S3F_LOG_WARN,
-             "cache %s: no room for new blocks (%" PRIu64 " bytes free on its file system, "
-             "%" PRIu64 " to be left free; bound %" PRIu64 " bytes): reads go to S3 "
-             "(logged once)",
-             c->dir, free_bytes, floor, c->max_bytes);
-}
-
-/* The temporary file of a block, written whole; its name in tmp. -1: not written. */
-static int write_tmp(struct s3f__cache *c, const struct job *j, int *d3_out, char *tmp,
-                     size_t tmp_len) {
-    struct hdr h;
-    memset(&h, 0, sizeof(h));
-    memcpy(h.magic, MAGIC, 8);
-    h.version = VERSION;
-    h.hdr_len = (uint32_t)(HDR_FIXED + j->bl + j->kl + j->el);
-    h.object_size = j->object_size;
-    h.offset = j->offset;
-    h.length = j->len;
-    const char *data = j->names + j->bl + j->kl + j->el;
-    h.crc32c = s3f__crc32c(0, data, (size_t)j->len);
-    h.bucket_len = (uint16_t)j->bl;
-    h.key_len = j->kl;
-    h.etag_len = (uint16_t)j->el;
-    uint64_t seq = __atomic_fetch_add(&c->seq, 1, __ATOMIC_RELAXED);
-    snprintf(tmp, tmp_len, ".tmp.%ld.%" PRIu64, (long)getpid(), seq);
-    int fd = -1, d3 = -1, e = 0;
-    for (int tries = 0; tries < 3 && fd < 0; tries++) {
-        /* an evictor may remove the object directory between our mkdir and open: retry */
-        d3 = obj_dir(c, j->hex, true, NULL);
-        if (d3 < 0) {
-            e = errno;
-            break;
-        }
-        fd = openat(d3, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        e = fd < 0 ? errno : 0;
-        if (fd < 0) {
-            close(d3);
-            d3 = -1;
-            if (e != ENOENT)
-                break;
-        }
-    }
-    if (fd < 0) {
-        if (e == ELOOP || e == ENOTDIR)
-            cache_error(c, "%s/%.2s/%s: a symbolic link or a file where the cache keeps its "
-                           "directories: left alone, block not inserted",
-                        c->root, j->hex, j->hex);
-        else
-            cache_error(c, "cannot create a block in %s/%.2s/%s: %s", c->root, j->hex, j->hex,
-                        strerror(e));
-        return -1;
-    }
-    if (write_full(fd, &h, sizeof(h)) || write_full(fd, j->names, j->bl + j->kl + j->el) ||
-        write_full(fd, data, (size_t)j->len))
-        e = errno ? errno : EIO;
-    if (close(fd) != 0 && !e)
-        e = errno;
-    if (e) {
-        unlinkat(d3, tmp, 0);
-        close(d3);
-        cache_error(c, "cannot write %s/%.2s/%s/%s: %s", c->root, j->hex, j->hex, tmp,
-                    strerror(e));
-        return -1;
-    }
-    *d3_out = d3;
-    return 0;
-}
-
-/* Write block j into place (evicting what the limits require): true when it is there;
- * false when it is not (an error, counted and logged once, or no room, logged once). The
- * caller accounts its bytes (inserted or dropped). */
-static bool insert(struct s3f__cache *c, const struct job *j) {
-    char tmp[64], name[24];
-    int d3 = -1;
-    if (write_tmp(c, j, &d3, tmp, sizeof(tmp)))
-        return false;
-    snprintf(name, sizeof(name), "%" PRIu64, j->index);
-    uint64_t fsize = HDR_FIXED + j->bl + j->kl + j->el + j->len;
-    unsigned slot = slot_of(j->hex);
-    bool placed = false, room = false;
-    int e = 0;
-    for (int round = 0; round < INSERT_ROUNDS && !placed; round++) {
-        struct s3f__cache_counts k;
-        counts_valid_locked(c, &k);
-        uint64_t total = s3f__cache_counts_total(&k), free_bytes, floor;
-        fs_space(c, &free_bytes, &floor);
-        if (total + fsize <= c->max_bytes && free_bytes >= floor) {
-            room = true;
-            struct stat old;
-            bool replaced = fstatat(d3, name, &old, AT_SYMLINK_NOFOLLOW) == 0;
-            if (replaced && !S_ISREG(old.st_mode)) {
-                e = EEXIST; /* not ours: left alone */
-            } else if (renameat(d3, tmp, d3, name) == 0) {
-                placed = true;
-                slot_add(c, &k, slot, (int64_t)fsize - (replaced ? (int64_t)old.st_size : 0));
-            } else {
-                e = errno; /* the directory went with an eviction of its last block */
-            }
-            lock_drop(c);
-            break;
-        }
-        lock_drop(c);
-        if (!evict_step(c, fsize))
-            break; /* nothing left to evict */
-    }
-    if (!placed) {
-        unlinkat(d3, tmp, 0);
-        if (!room)
-            no_room(c);
-        else if (e == EEXIST)
-            cache_error(c, "%s/%.2s/%s/%s is not a regular file: left alone, block not "
-                           "inserted",
-                        c->root, j->hex, j->hex, name);
-        else if (e)
-            cache_error(c, "cannot rename into %s/%.2s/%s/%s: %s", c->root, j->hex, j->hex,
-                        name, strerror(e));
-    }
-    close(d3);
-    return placed;
-}
-
-/* ---- the queue and the writer thread ------------------------------------------------------ */
-
-/* Every block a put accepts is pending (q_bytes) until it is settled here, in the same hold
- * of q_lock that takes it from the pending bytes: inserted or dropped. The counters read
- * these three under q_lock, so a snapshot never shows a block in two of them or in none
- * (one that read the inserted bytes before the writer settled a block and the pending
- * bytes after showed that block nowhere: "nothing pending, blocks missing"). */
-static void settle(struct s3f__cache *c, uint64_t len, bool inserted) {
-    c->q_bytes -= len;
-    count(inserted ? &c->n.inserted_bytes : &c->n.insert_dropped_bytes, len);
-    pthread_cond_broadcast(&c->q_idle);
-}
-
-/* Whether block `index` of object `hex` is queued or being written now (q_lock held): a
- * second put of it is not queued again. */
-static bool on_its_way(const struct s3f__cache *c, const char *hex, uint64_t index) {
-    if (c->q_busy && c->q_busy->index == index && !strcmp(c->q_busy->hex, hex))
-        return true;
-    for (const struct job *q = c->q_head; q; q = q->next)
-        if (q->index == index && !strcmp(q->hex, hex))
-            return true;
-    return false;
-}
-
-static void put(struct s3f__cache_object *o, uint64_t index, const void *data, bool wait) {
-    struct s3f__cache *c = o->cache;
-    uint64_t len = s3f__cache_block_len(o, index);
-    if (!len)
-        return;
-    size_t bl = strlen(o->bucket), kl = strlen(o->key), el = strlen(o->etag);
-    pthread_mutex_lock(&c->q_lock);
-    bool mine = c->pid == getpid(); /* a forked child has no writer thread */
-    while (wait && mine && c->q_bytes && c->q_bytes + len > c->q_max && !c->q_stop)
-        pthread_cond_wait(&c->q_idle, &c->q_lock);
-    bool full = c->q_bytes + len > c->q_max || c->q_stop || !mine;
-    if (!full && on_its_way(c, o->hex, index)) {
-        pthread_mutex_unlock(&c->q_lock);
-        return;
-    }
-    if (full)
-        count(&c->n.insert_dropped_bytes, len);
-    else
-        c->q_bytes += len; /* reserved: pending until the writer settles it */
-    pthread_mutex_unlock(&c->q_lock);
-    if (full)
-        return;
-    struct job *j = malloc(sizeof(*j) + bl + kl + el + (size_t)len);
-    if (!j) {
-        pthread_mutex_lock(&c->q_lock);
-        settle(c, len, false);
-        pthread_mutex_unlock(&c->q_lock);
-        return;
-    }
-    memset(j, 0, sizeof(*j));
-    memcpy(j->hex, o->hex, sizeof(j->hex));
-    j->index = index;
-    j->object_size = o->size;
-    j->offset = index * c->block_bytes;
-    j->len = len;
-    j->bl = (uint32_t)bl;
-    j->kl = (uint32_t)kl;
-    j->el = (uint32_t)el;
-    j->names = (char *)(j + 1);
-    memcpy(j->names, o->bucket, bl);
-    memcpy(j->names + bl, o->key, kl);
-    memcpy(j->names + bl + kl, o->etag, el);
-    memcpy(j->names + bl + kl + el, data, (size_t)len);
-    pthread_mutex_lock(&c->q_lock);
-    if (c->q_tail)
-        c->q_tail->next = j;
-    else
-        c->q_head = j;
-    c->q_tail = j;
-    pthread_cond_signal(&c->q_work);
-    pthread_mutex_unlock(&c->q_lock);
-}
-
-void s3f__cache_put(struct s3f__cache_object *o, uint64_t index, const void *data) {
-    put(o, index, data, false);
-}
-
-void s3f__cache_put_wait(struct s3f__cache_object *o, uint64_t index, const void *data) {
-    put(o, index, data, true);
-}
-
-void s3f__cache_flush(struct s3f__cache *c) {
-    pthread_mutex_lock(&c->q_lock);
-    while (c->thread_ok && c->pid == getpid() && (c->q_bytes || !c->q_started))
-        pthread_cond_wait(&c->q_idle, &c->q_lock);
-    pthread_mutex_unlock(&c->q_lock);
-}
-
-static void *writer_main(void *arg) {
-    struct s3f__cache *c = arg;
-    /* a lost or corrupted count is recounted first, one directory per step */
-    struct s3f__cache_counts k;
-    counts_valid_locked(c, &k);
-    lock_drop(c);
-    pthread_mutex_lock(&c->q_lock);
-    c->q_started = true;
-    pthread_cond_broadcast(&c->q_idle);
-    for (;;) {
-        while (!c->q_head && !c->q_stop)
-            pthread_cond_wait(&c->q_work, &c->q_lock);
-        struct job *j = c->q_head;
-        if (!j)
-            break; /* stopping, and everything queued is written */
-        c->q_head = j->next;
-        if (!c->q_head)
-            c->q_tail = NULL;
-        c->q_busy = j;
-        pthread_mutex_unlock(&c->q_lock);
-        bool placed = insert(c, j);
-        pthread_mutex_lock(&c->q_lock);
-        c->q_busy = NULL;
-        settle(c, j->len, placed);
-        free(j);
-    }
-    pthread_mutex_unlock(&c->q_lock);
-    return NULL;
 }

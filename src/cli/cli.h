@@ -53,6 +53,19 @@ enum cli_opt_id {
     OPT_NO_SIGN_REQUEST,
     OPT_REQUEST_PAYER,
     OPT_FORCE_PATH_STYLE,
+    OPT_SSE,              /* request options (request_opts.c) */
+    OPT_SSE_KMS_KEY_ID,
+    OPT_SSE_KMS_CONTEXT,
+    OPT_BUCKET_KEY,
+    OPT_SSE_C,
+    OPT_SSE_C_KEY,
+    OPT_SSE_C_COPY_SOURCE,
+    OPT_SSE_C_COPY_SOURCE_KEY,
+    OPT_STORAGE_CLASS,
+    OPT_EXPECTED_OWNER,
+    OPT_ACL,
+    OPT_USER_AGENT_EXTRA,
+    OPT_MAX_ATTEMPTS,
     OPT_DEBUG,
     OPT_QUIET,
     OPT_HELP,
@@ -166,8 +179,16 @@ struct cli_engine {
                                   gets connections for CLI_MANY_INFLIGHT requests */
 };
 
+/* The request options' values that are not plain argv strings (request_opts.c). */
+struct cli_request_opts {
+    char sse_c_key[64];          /* base64 of the SSE-C key ("" none); wiped at exit */
+    char copy_source_key[64];    /* of copy sources */
+    int max_attempts;            /* --aws-max-attempts (0: the library's default) */
+};
+
 struct cli_ctx {
     const struct cli_args *args;
+    struct cli_request_opts req; /* checked and read before the command runs */
     const struct cli_command *cmd;
     struct s3f_client *client; /* created on first use by cli_client() */
     int client_failed;         /* cli_client() failed and printed why */
@@ -228,6 +249,12 @@ struct s3f_client *cli_client(struct cli_ctx *ctx);
  * path style, request payer, --debug, the engine settings), for a command that creates
  * the client itself (mount: after going to the background). */
 void cli_client_options(const struct cli_ctx *ctx, struct s3f_client_options *opts);
+/* Check the request options (--sse & co.) and read the SSE-C keys (fileb://PATH or the
+ * environment; never argv) into ctx->req: CLI_EXIT_OK, or a usage error printed. */
+int cli_request_options_read(struct cli_ctx *ctx);
+/* Put them into the client's options; cli_request_options_wipe clears the keys. */
+void cli_request_options_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts);
+void cli_request_options_wipe(struct cli_ctx *ctx);
 
 /* Print "s3flash: <s3f_error_format(err)>" to stderr. When err->resource is empty and
  * `resource` is not NULL, `resource` is named instead. */

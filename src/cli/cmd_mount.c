@@ -52,6 +52,12 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
         src += 5;
     static char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX + 2];
     const char *slash = strchr(src, '/');
+    if (strncmp(src, "arn:", 4) == 0) { /* an ARN bucket runs to its access point's name */
+        static char uri[CLI_BUCKET_MAX + CLI_KEY_MAX + 8], key[CLI_KEY_MAX + 1];
+        snprintf(uri, sizeof(uri), "s3://%s", src);
+        if (s3f_uri_parse(uri, bucket, sizeof(bucket), key, sizeof(key), NULL) == S3F_OK)
+            slash = src[strlen(bucket)] == '/' ? src + strlen(bucket) : NULL;
+    }
     size_t bl = slash ? (size_t)(slash - src) : strlen(src);
     if (bl == 0 || bl >= sizeof(bucket))
         return cli_usage_error(ctx->cmd, "'%s' does not name a bucket (BUCKET or BUCKET/PREFIX/)",

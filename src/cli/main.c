@@ -264,6 +264,7 @@ void cli_client_options(const struct cli_ctx *ctx, struct s3f_client_options *op
     for (size_t i = 0; ctx->cmd && i < sizeof(readers) / sizeof(readers[0]); i++)
         if (strcmp(ctx->cmd->name, readers[i]) == 0)
             opts->express_read_only = 1;
+    cli_request_options_apply(ctx, opts);
     cli_engine_apply(ctx, opts);
 }
 
@@ -328,10 +329,15 @@ int main(int argc, char **argv) {
     ctx.quiet = args.set[OPT_QUIET] ? 1 : 0;
     ctx.umask_bits = umask(0);
     umask(ctx.umask_bits);
+    if ((rc = cli_request_options_read(&ctx)) != CLI_EXIT_OK) {
+        cli_request_options_wipe(&ctx); /* a key read before the error */
+        return rc;
+    }
 
     rc = cmd->run(&ctx);
     if (fflush(stdout) != 0 && rc == CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
     s3f_client_free(ctx.client);
+    cli_request_options_wipe(&ctx);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
@@ -55,6 +56,10 @@ struct io_thread {
 struct s3f__http_pool {
     struct s3f__http_pool_options opts;
     char *ca_bundle;
+    char *http_proxy, *https_proxy, *no_proxy, *proxy_ca_bundle; /* copies of opts' */
+    /* test builds: CURLOPT_CONNECT_TO "::HOST:PORT" from S3FLASH_TEST_CONNECT_TO=HOST:PORT,
+     * every host reached at a loopback server while URLs, Host and TLS names stay AWS's */
+    struct curl_slist *connect_to;
     CURLSH *share;
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
     struct io_thread *threads;
@@ -253,6 +258,25 @@ static void easy_release(struct io_thread *t, CURL *e) {
         curl_easy_cleanup(e);
 }
 
+
+/* The proxy of a request, always set: an empty CURLOPT_PROXY keeps libcurl from reading
+ * http_proxy & co. itself, so that only what the s3 layer resolved applies (and an empty
+ * CURLOPT_NOPROXY exempts no host). False when out of memory. */
+static bool set_proxy(CURL *e, const struct s3f__http_pool *pool,
+                      struct s3f__http_request *req) {
+    const char *proxy = strncasecmp(req->url, "https:", 6) == 0 ? pool->https_proxy
+                                                                : pool->http_proxy;
+    req->proxy = proxy;
+    const char *ca = pool->proxy_ca_bundle ? pool->proxy_ca_bundle : pool->ca_bundle;
+    if (curl_easy_setopt(e, CURLOPT_PROXY, proxy ? proxy : "") == CURLE_OUT_OF_MEMORY ||
+        curl_easy_setopt(e, CURLOPT_NOPROXY, pool->no_proxy ? pool->no_proxy : "") ==
+            CURLE_OUT_OF_MEMORY)
+        return false;
+    if (proxy && ca && curl_easy_setopt(e, CURLOPT_PROXY_CAINFO, ca) == CURLE_OUT_OF_MEMORY)
+        return false;
+    return true;
+}
+
 static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     const struct s3f__http_pool_options *o = &t->pool->opts;
     CURL *e = easy_acquire(t);
@@ -314,6 +338,10 @@ static bool setup_easy(struct io_thread *t, struct s3f__http_request *req) {
     if (t->pool->ca_bundle &&
         curl_easy_setopt(e, CURLOPT_CAINFO, t->pool->ca_bundle) == CURLE_OUT_OF_MEMORY)
         return false;
+    if (!set_proxy(e, t->pool, req))
+        return false;
+    if (t->pool->connect_to)
+        curl_easy_setopt(e, CURLOPT_CONNECT_TO, t->pool->connect_to);
     if (o->tls_insecure) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -396,6 +424,14 @@ static void complete(struct io_thread *t, struct s3f__http_request *req, CURLcod
     }
     if (code != CURLE_OK && !req->error[0])
         s3f__strlcpy(req->error, curl_easy_strerror(code), sizeof(req->error));
+    if ((code == CURLE_COULDNT_RESOLVE_PROXY ||
+         (code == CURLE_COULDNT_CONNECT && req->proxy && !t->pool->no_proxy)) && req->proxy) {
+        /* libcurl's text names the host it tried, not that it is the proxy */
+        char shown[256];
+        s3f__url_redact(req->proxy, shown, sizeof(shown));
+        size_t n = strlen(req->error);
+        snprintf(req->error + n, sizeof(req->error) - n, " (the proxy %s)", shown);
+    }
     atomic_fetch_sub(&t->load, 1);
     s3f__http_done_fn done = req->done;
     void *ud = req->done_ud;
@@ -594,6 +630,19 @@ bool s3f__http_error_is_timeout(const struct s3f__http_request *req) {
     return req->status == S3F_ERR_TIMEOUT;
 }
 
+static bool copy_string(char **out, const char *v) {
+    *out = NULL;
+    return !v || (*out = strdup(v)) != NULL;
+}
+
+static void free_strings(struct s3f__http_pool *pool) {
+    free(pool->ca_bundle);
+    free(pool->http_proxy);
+    free(pool->https_proxy);
+    free(pool->no_proxy);
+    free(pool->proxy_ca_bundle);
+}
+
 static void pool_destroy(struct s3f__http_pool *pool, uint32_t started) {
     for (uint32_t i = 0; i < started; i++) {
         struct io_thread *t = &pool->threads[i];
@@ -616,7 +665,8 @@ static void pool_destroy(struct s3f__http_pool *pool, uint32_t started) {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&pool->share_locks[i]);
     free(pool->threads);
-    free(pool->ca_bundle);
+    free_strings(pool);
+    curl_slist_free_all(pool->connect_to);
     free(pool);
 }
 
@@ -641,8 +691,23 @@ enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
     if (!pool->opts.stall_timeout_ms)
         pool->opts.stall_timeout_ms = 30000;
     pool->opts.ca_bundle = NULL;
-    if (opts->ca_bundle && !(pool->ca_bundle = strdup(opts->ca_bundle)))
+    pool->opts.http_proxy = pool->opts.https_proxy = NULL;
+    pool->opts.no_proxy = pool->opts.proxy_ca_bundle = NULL;
+    if (!copy_string(&pool->ca_bundle, opts->ca_bundle) ||
+        !copy_string(&pool->http_proxy, opts->http_proxy) ||
+        !copy_string(&pool->https_proxy, opts->https_proxy) ||
+        !copy_string(&pool->no_proxy, opts->no_proxy) ||
+        !copy_string(&pool->proxy_ca_bundle, opts->proxy_ca_bundle))
         goto oom;
+#ifdef S3F_TEST_HOOKS
+    const char *ct = getenv("S3FLASH_TEST_CONNECT_TO"); /* test builds only */
+    if (ct && *ct) {
+        char spec[300];
+        snprintf(spec, sizeof(spec), "::%s", ct);
+        if (!(pool->connect_to = curl_slist_append(NULL, spec)))
+            goto oom;
+    }
+#endif
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&pool->share_locks[i], NULL);
     pool->share = curl_share_init();
@@ -691,7 +756,8 @@ oom:
     if (pool->share)
         curl_share_cleanup(pool->share);
     free(pool->threads);
-    free(pool->ca_bundle);
+    free_strings(pool);
+    curl_slist_free_all(pool->connect_to);
     free(pool);
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, "http", NULL, "out of memory");
 }

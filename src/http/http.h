@@ -39,6 +39,10 @@ struct s3f__http_pool_options {
                                     the request has a connection) */
     const char *ca_bundle;       /* NULL: system default */
     bool tls_insecure;
+    /* Proxies, set on every request (the environment is never read here: the s3 layer
+     * resolved it): for http:// and https:// URLs (NULL: none), the hosts reached directly
+     * (CURLOPT_NOPROXY; NULL: none), the CA bundle of an https:// proxy (NULL: ca_bundle). */
+    const char *http_proxy, *https_proxy, *no_proxy, *proxy_ca_bundle;
     const struct s3f__logger *logger; /* must outlive the pool */
 };
 
@@ -89,6 +93,7 @@ struct s3f__http_request {
     int http_status;              /* 0 if none */
     int curl_code;                /* CURLcode */
     char error[CURL_ERROR_SIZE];  /* transport error text, empty on success */
+    const char *proxy;            /* the proxy this attempt was given (the pool's), or NULL */
     uint64_t bytes_sent;
     uint64_t bytes_received;      /* body bytes */
     uint64_t start_ns, end_ns;

@@ -35,7 +35,8 @@
  * in each dealloc), and no macro that reads an object's fields (PyBytes_AS_STRING...) is used.
  *
  * Files (s3flash_py.h lists what they share): this one (module init, parse_uri, the shared
- * helpers), errors.c, client.c, writer.c, reader.c, fetch.c, safetensors.c.
+ * helpers), errors.c, client.c (with client_transfer.c and client_multipart.c), writer.c,
+ * reader.c, fetch.c, safetensors.c.
  */
 #include "s3flash_py.h"
 
@@ -102,6 +103,15 @@ int parse_checksum(const char *name, enum s3f_checksum_algorithm *out) {
     }
     return 0;
 }
+
+int upload_options(struct s3f_upload_options *o, unsigned long long part_size,
+                   const char *checksum, const char *content_type) {
+    memset(o, 0, sizeof(*o));
+    o->part_size_bytes = part_size;
+    o->content_type = content_type;
+    return parse_checksum(checksum, &o->checksum);
+}
+
 /* tp_dealloc's last step for our heap types: free the object, then drop the reference to
  * its type that every instance of a heap type holds. */
 void free_instance(PyObject *self) {

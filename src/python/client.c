@@ -1,7 +1,9 @@
-/* Client: its configuration, the C client of this process (rebuilt after fork) and the
- * object, bucket, file, listing and multipart operations; each waits with the GIL released.
- * Over 800 lines because it is one type: one thin method per C operation and the type's
- * method table, as each type of CPython's Modules/_io/ keeps to its own file. */
+/* Client: its configuration, the C client of this process (rebuilt after fork), the type
+ * and its method table, and the calls that take strings only (head, delete, buckets,
+ * rename, copy_object, abort): one row each in a table, one wrapper for them all
+ * (str_method). Each call waits with the GIL released. The transfers are in
+ * client_transfer.c, the listings and the low-level multipart calls in client_multipart.c;
+ * the methods of all three are in Client_methods here. */
 #include "s3flash_py.h"
 
 /* The C client for this process, built if needed. GIL held throughout, so two threads never
@@ -147,87 +149,121 @@ static void Client_dealloc(ClientObject *self) {
     free_instance((PyObject *)self);
 }
 
-/* ---- Client: object and bucket operations ------------------------------------------- */
-
-/* The result of a call (CALL_NOGIL) that returns nothing: None, or its error raised. */
-static PyObject *none_or_raise(enum s3f_status st, const struct s3f_error *err) {
-    if (st)
-        return raise_s3(st, err);
-    Py_RETURN_NONE;
-}
-
-/* The result of a call that returns an object's info: the dict, or its error raised. */
-static PyObject *info_or_raise(enum s3f_status st, const struct s3f_error *err,
-                               const struct s3f_object_info *info) {
-    return st ? raise_s3(st, err) : info_to_dict(info);
-}
-
-/* The result of a call that uploads a part: (part_number, etag), or its error raised. */
-static PyObject *part_or_raise(enum s3f_status st, const struct s3f_error *err,
-                               const struct s3f_part_info *part) {
-    return st ? raise_s3(st, err) : Py_BuildValue("(is)", part->part_number, part->etag);
-}
-
 /* The client of a call that holds `view` (an argument parsed with "y*"): NULL, with the
  * view released and the exception set, when there is none. */
-static struct s3f_client *client_holding(ClientObject *self, Py_buffer *view) {
+struct s3f_client *client_holding(ClientObject *self, Py_buffer *view) {
     struct s3f_client *c = client_get(self);
     if (!c)
         PyBuffer_Release(view);
     return c;
 }
 
-static PyObject *Client_head_object(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "version_id", NULL};
-    const char *bucket, *key, *version = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|z", kwlist, &bucket, &key, &version))
+/* ---- Client: the calls that take strings only ----------------------------------------- */
+
+/* One C call that takes strings only (a[i]; NULL for an optional one not given) and
+ * returns nothing, or an object's info in *info. */
+typedef enum s3f_status (*str_call_fn)(struct s3f_client *c, const char *const *a,
+                                       struct s3f_object_info *info, struct s3f_error *err);
+
+struct str_op {
+    const char *format;     /* PyArg_ParseTuple's: "s" and "z" only, at most STR_ARGS */
+    char **kwlist;          /* the keywords (METH_KEYWORDS), or NULL: positional only */
+    int returns_info;       /* 1: the info dict, 0: None */
+    str_call_fn call;
+};
+
+#define STR_ARGS 5
+
+/* The shape every such method has, written once: parse the strings, the client, the call
+ * with the GIL released, its result or its error raised. */
+static PyObject *str_method(ClientObject *self, PyObject *args, PyObject *kw,
+                            const struct str_op *op) {
+    const char *a[STR_ARGS] = {NULL};
+    int ok = op->kwlist ? PyArg_ParseTupleAndKeywords(args, kw, op->format, op->kwlist, &a[0],
+                                                      &a[1], &a[2], &a[3], &a[4])
+                        : PyArg_ParseTuple(args, op->format, &a[0], &a[1], &a[2], &a[3], &a[4]);
+    if (!ok)
         return NULL;
     CLIENT_OR_NULL(self, c);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
-    CALL_NOGIL(st, err, s3f_head_object(c, bucket, key, version, &info, &err));
-    return info_or_raise(st, &err, &info);
+    CALL_NOGIL(st, err, op->call(c, a, &info, &err));
+    return op->returns_info ? info_or_raise(st, &err, &info) : none_or_raise(st, &err);
 }
 
-static PyObject *Client_delete_object(ClientObject *self, PyObject *args) {
-    const char *bucket, *key;
-    if (!PyArg_ParseTuple(args, "ss:delete_object", &bucket, &key))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    CALL_NOGIL(st, err, s3f_delete_object(c, bucket, key, &err));
-    return none_or_raise(st, &err);
+static enum s3f_status head_object(struct s3f_client *c, const char *const *a,
+                                   struct s3f_object_info *info, struct s3f_error *err) {
+    return s3f_head_object(c, a[0], a[1], a[2], info, err);
 }
 
-/* An operation on a bucket that returns nothing (`format`: "s:<name>"). */
-static PyObject *bucket_op(ClientObject *self, PyObject *args, const char *format,
-                           enum s3f_status (*op)(struct s3f_client *, const char *,
-                                                 struct s3f_error *)) {
-    const char *bucket;
-    if (!PyArg_ParseTuple(args, format, &bucket))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    CALL_NOGIL(st, err, op(c, bucket, &err));
-    return none_or_raise(st, &err);
+static enum s3f_status delete_object(struct s3f_client *c, const char *const *a,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    (void)info;
+    return s3f_delete_object(c, a[0], a[1], err);
 }
 
-static PyObject *Client_create_bucket(ClientObject *self, PyObject *args) {
-    return bucket_op(self, args, "s:create_bucket", s3f_create_bucket);
+static enum s3f_status create_bucket(struct s3f_client *c, const char *const *a,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    (void)info;
+    return s3f_create_bucket(c, a[0], err);
 }
 
-static PyObject *Client_delete_bucket(ClientObject *self, PyObject *args) {
-    return bucket_op(self, args, "s:delete_bucket", s3f_delete_bucket);
+static enum s3f_status delete_bucket(struct s3f_client *c, const char *const *a,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    (void)info;
+    return s3f_delete_bucket(c, a[0], err);
 }
 
-/* copy_object(src_bucket, src_key, dst_bucket, dst_key) -> info: server-side CopyObject
- * (at most 5 GiB). */
-static PyObject *Client_rename_object(ClientObject *self, PyObject *args) {
-    const char *bucket, *sk, *dk, *inm = NULL;
-    if (!PyArg_ParseTuple(args, "sss|z:rename_object", &bucket, &sk, &dk, &inm))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    CALL_NOGIL(st, err, s3f_rename_object(c, bucket, sk, dk, inm, &err));
-    return none_or_raise(st, &err);
+static enum s3f_status rename_object(struct s3f_client *c, const char *const *a,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    (void)info;
+    return s3f_rename_object(c, a[0], a[1], a[2], a[3], err);
 }
+
+/* server-side CopyObject (at most 5 GiB) */
+static enum s3f_status copy_object(struct s3f_client *c, const char *const *a,
+                                   struct s3f_object_info *info, struct s3f_error *err) {
+    return s3f_copy_object(c, a[0], a[1], a[2], a[3], info, err);
+}
+
+static enum s3f_status abort_multipart_upload(struct s3f_client *c, const char *const *a,
+                                              struct s3f_object_info *info,
+                                              struct s3f_error *err) {
+    (void)info;
+    return s3f_abort_multipart_upload(c, a[0], a[1], a[2], err);
+}
+
+static char *head_object_kw[] = {"bucket", "key", "version_id", NULL};
+
+/* The table: one row per method (its docstring is in Client_methods). */
+static const struct str_op op_head_object = {"ss|z", head_object_kw, 1, head_object},
+                           op_delete_object = {"ss:delete_object", NULL, 0, delete_object},
+                           op_create_bucket = {"s:create_bucket", NULL, 0, create_bucket},
+                           op_delete_bucket = {"s:delete_bucket", NULL, 0, delete_bucket},
+                           op_rename_object = {"sss|z:rename_object", NULL, 0, rename_object},
+                           op_copy_object = {"ssss:copy_object", NULL, 1, copy_object},
+                           op_abort_multipart_upload = {"sss:abort_multipart_upload", NULL, 0,
+                                                        abort_multipart_upload};
+
+/* The methods: Client_<name> calls str_method with the row op_<name> (STR_METHOD_KW: with
+ * keywords, METH_VARARGS | METH_KEYWORDS; STR_METHOD: positional only, METH_VARARGS). */
+#define STR_METHOD_KW(name)                                                                    \
+    static PyObject *Client_##name(ClientObject *self, PyObject *args, PyObject *kw) {          \
+        return str_method(self, args, kw, &op_##name);                                         \
+    }
+#define STR_METHOD(name)                                                                       \
+    static PyObject *Client_##name(ClientObject *self, PyObject *args) {                       \
+        return str_method(self, args, NULL, &op_##name);                                       \
+    }
+STR_METHOD_KW(head_object)
+STR_METHOD(delete_object)
+STR_METHOD(create_bucket)
+STR_METHOD(delete_bucket)
+STR_METHOD(rename_object)
+STR_METHOD(copy_object)
+STR_METHOD(abort_multipart_upload)
+
+/* ---- Client: object and bucket operations ------------------------------------------- */
 
 static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
     const char *bucket, *key;
@@ -243,17 +279,6 @@ static PyObject *Client_append_object(ClientObject *self, PyObject *args) {
     CALL_NOGIL(st, err, s3f_append_object(c, bucket, key, offset, data.buf, (size_t)data.len, &info,
                                           &err));
     PyBuffer_Release(&data);
-    return info_or_raise(st, &err, &info);
-}
-
-static PyObject *Client_copy_object(ClientObject *self, PyObject *args) {
-    const char *sb, *sk, *db, *dk;
-    if (!PyArg_ParseTuple(args, "ssss:copy_object", &sb, &sk, &db, &dk))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    CALL_NOGIL(st, err, s3f_copy_object(c, sb, sk, db, dk, &info, &err));
     return info_or_raise(st, &err, &info);
 }
 
@@ -298,513 +323,6 @@ static PyObject *Client_delete_objects(ClientObject *self, PyObject *args) {
     }
     PyMem_Free(keys);
     Py_DECREF(seq); /* the UTF-8 buffers lived as long as the str objects in `seq` */
-    return none_or_raise(st, &err);
-}
-
-/* Send the bytes of `data` (in place when contiguous, else from a copy) to bucket/key with
- * the GIL released: s3f_put_object with `put` (one PutObject), else s3f_upload_buffer with
- * `up` (parts in parallel). Returns the info dict, or NULL with the exception set. */
-static PyObject *send_buffer(ClientObject *self, const char *bucket, const char *key,
-                             PyObject *data, const struct s3f_put_options *put,
-                             const struct s3f_upload_options *up) {
-    CLIENT_OR_NULL(self, c);
-    Py_buffer view;
-    void *copy;
-    if (get_contiguous(data, &view, &copy) < 0)
-        return NULL;
-    const void *buf = copy ? copy : view.buf;
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    Py_BEGIN_ALLOW_THREADS
-    if (put)
-        st = s3f_put_object(c, bucket, key, buf, (size_t)view.len, put, &info, &err);
-    else
-        st = s3f_upload_buffer(c, bucket, key, buf, (size_t)view.len, up, &info, &err);
-    Py_END_ALLOW_THREADS
-    free(copy);
-    PyBuffer_Release(&view);
-    return info_or_raise(st, &err, &info);
-}
-
-/* upload(bucket, key, data, part_size=0, checksum=None) -> info: the buffer is sent in
- * place (no copy), parts in parallel, GIL released. */
-static PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "data", "part_size", "checksum", NULL};
-    const char *bucket, *key, *checksum = NULL;
-    PyObject *data;
-    unsigned long long part = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO|Kz", kwlist, &bucket, &key, &data, &part,
-                                     &checksum))
-        return NULL;
-    struct s3f_upload_options o;
-    memset(&o, 0, sizeof(o));
-    o.part_size_bytes = part;
-    if (parse_checksum(checksum, &o.checksum) < 0)
-        return NULL;
-    return send_buffer(self, bucket, key, data, NULL, &o);
-}
-
-/* put_object(bucket, key, data, if_none_match=None, content_type=None) -> info: one
- * PutObject of a small buffer (s3f_put_object), GIL released. if_none_match="*": the key
- * must not exist; an existing one fails with S3F_ERR_PRECONDITION_FAILED (412), which is
- * how a commit record is written without overwriting another writer's. */
-static PyObject *Client_put_object(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "data", "if_none_match", "content_type", NULL};
-    const char *bucket, *key;
-    PyObject *data;
-    struct s3f_put_options o;
-    memset(&o, 0, sizeof(o));
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO|zz:put_object", kwlist, &bucket, &key,
-                                     &data, &o.if_none_match, &o.content_type))
-        return NULL;
-    return send_buffer(self, bucket, key, data, &o, NULL);
-}
-
-/* download_into(bucket, key, buffer) -> int: the object's bytes straight into a writable
- * buffer (parallel ranged GETs); an object larger than the buffer is a ValueError. */
-static PyObject *Client_download_into(ClientObject *self, PyObject *args) {
-    const char *bucket, *key;
-    PyObject *target;
-    if (!PyArg_ParseTuple(args, "ssO:download_into", &bucket, &key, &target))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    Py_buffer view;
-    if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0)
-        return NULL;
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    CALL_NOGIL(st, err, s3f_download_buffer(c, bucket, key, view.buf, (size_t)view.len, NULL, &info,
-                                            &err));
-    PyBuffer_Release(&view);
-    if (st)
-        return raise_s3(st, &err);
-    return PyLong_FromUnsignedLongLong(info.size);
-}
-
-/* The destination of download_whole: a bytes object of exactly the object's size, made on
- * the calling thread (s3f_download_alloc calls its allocator there) with the GIL taken back
- * for the moment, so the bytes land in the object that is returned: no second copy. */
-struct whole_alloc {
-    PyThreadState *ts;     /* the calling thread's state while the GIL is released */
-    PyObject *bytes;
-    long long max_size;    /* < 0: any size */
-    int too_big;
-};
-
-static void *whole_alloc_bytes(void *ud, size_t size) {
-    struct whole_alloc *a = ud;
-    if ((a->max_size >= 0 && (unsigned long long)size > (unsigned long long)a->max_size) ||
-        size > (size_t)PY_SSIZE_T_MAX) {
-        a->too_big = 1;
-        return NULL;
-    }
-    PyEval_RestoreThread(a->ts);
-    a->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-    void *p = a->bytes ? PyBytes_AsString(a->bytes) : NULL;
-    a->ts = PyEval_SaveThread(); /* a MemoryError stays set for the caller */
-    return p;
-}
-
-/* download_whole(bucket, key, max_size=-1) -> (bytes, info) or None: the whole object in
- * one GET without a Range (no HEAD: the size comes from the response), into a bytes object
- * made for it. None when the object has more than max_size bytes (>= 0): the GET is then
- * stopped after its headers. */
-static PyObject *Client_download_whole(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "max_size", NULL};
-    const char *bucket, *key;
-    long long max_size = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|L:download_whole", kwlist, &bucket, &key,
-                                     &max_size))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    struct whole_alloc a = {.max_size = max_size};
-    void *data = NULL;
-    size_t len = 0;
-    a.ts = PyEval_SaveThread();
-    enum s3f_status st = s3f_download_alloc(c, bucket, key, NULL, whole_alloc_bytes, &a, &data,
-                                            &len, &info, &err);
-    PyEval_RestoreThread(a.ts);
-    if (st) {
-        Py_XDECREF(a.bytes);
-        if (a.too_big) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-        if (st == S3F_ERR_NO_MEMORY && PyErr_Occurred())
-            return NULL; /* the MemoryError of the allocation */
-        return raise_s3(st, &err);
-    }
-    if (!a.bytes) { /* cannot happen: success means the allocator ran */
-        PyErr_SetString(PyExc_SystemError, "download_whole: no buffer");
-        return NULL;
-    }
-    PyObject *d = info_to_dict(&info);
-    if (!d) {
-        Py_DECREF(a.bytes);
-        return NULL;
-    }
-    PyObject *r = PyTuple_Pack(2, a.bytes, d);
-    Py_DECREF(a.bytes);
-    Py_DECREF(d);
-    return r;
-}
-
-/* Size and modification time of a file, for telling whether it changed during an upload;
- * 0 on success. */
-static int file_identity(const char *path, long long *size, long long *mtime_ns) {
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return -1;
-    *size = (long long)sb.st_size;
-    *mtime_ns = (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
-    return 0;
-}
-
-/* upload_file(bucket, key, path, part_size=0, checksum=None, content_type=None) -> info:
- * the library's file upload (s3f_upload_file): parts read with pread by the I/O threads, no
- * mapping of the file (a file truncated meanwhile is an error, never SIGBUS). GIL released.
- * A failed upload creates nothing. When the file changed during the call, the error says so
- * and names it; a part whose read found the file short (the request stopped by its read
- * callback, S3F_ERR_ABORTED) is then reported as the local file error it is (S3IOError). */
-static PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "path", "part_size", "checksum", "content_type",
-                             NULL};
-    const char *bucket, *key, *checksum = NULL, *ctype = NULL;
-    PyObject *pathb = NULL;
-    unsigned long long part = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO&|Kzz:upload_file", kwlist, &bucket, &key,
-                                     PyUnicode_FSConverter, &pathb, &part, &checksum, &ctype))
-        return NULL;
-    PyObject *res = NULL;
-    struct s3f_upload_options o;
-    memset(&o, 0, sizeof(o));
-    o.part_size_bytes = part;
-    o.content_type = ctype;
-    if (parse_checksum(checksum, &o.checksum) < 0)
-        goto out;
-    struct s3f_client *c = client_get(self);
-    if (!c)
-        goto out;
-    const char *path = PyBytes_AsString(pathb);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st;
-    long long size0 = -1, mt0 = 0, size1 = -1, mt1 = 0;
-    int id0, id1 = -1;
-    Py_BEGIN_ALLOW_THREADS
-    id0 = file_identity(path, &size0, &mt0);
-    st = s3f_upload_file(c, bucket, key, path, &o, &info, &err);
-    if (st && id0 == 0)
-        id1 = file_identity(path, &size1, &mt1);
-    Py_END_ALLOW_THREADS
-    if (st) {
-        char extra[1400] = "";
-        if (id0 == 0 && (id1 != 0 || size1 != size0 || mt1 != mt0)) {
-            if (id1 != 0)
-                snprintf(extra, sizeof(extra), " (the file %s was removed during the upload)",
-                         path);
-            else
-                snprintf(extra, sizeof(extra),
-                         " (the file %s changed during the upload: %lld bytes at the start, "
-                         "%lld now)", path, size0, size1);
-            if (st == S3F_ERR_ABORTED) { /* a part's read found the file short */
-                err.status = S3F_ERR_IO;
-                st = S3F_ERR_IO;
-            }
-        }
-        res = raise_s3_ex(st, &err, path, extra[0] ? extra : NULL);
-        goto out;
-    }
-    res = info_to_dict(&info);
-out:
-    Py_XDECREF(pathb);
-    return res;
-}
-
-/* download_file(bucket, key, path, part_size=0, verify_checksum=0, fsync=False,
- * if_match=None, version_id=None) -> info: the library's download to a file
- * (s3f_download_file): parts written with pwrite into a temporary file beside `path`,
- * renamed into place at the end; on failure (a full disk: OSError ENOSPC) the temporary
- * file is removed and `path` is untouched. GIL released. */
-static PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "path", "part_size", "verify_checksum", "fsync",
-                             "if_match", "version_id", NULL};
-    const char *bucket, *key;
-    PyObject *pathb = NULL;
-    struct s3f_download_options o;
-    memset(&o, 0, sizeof(o));
-    unsigned long long part = 0;
-    int fsync_ = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssO&|Kipzz:download_file", kwlist, &bucket,
-                                     &key, PyUnicode_FSConverter, &pathb, &part,
-                                     &o.verify_checksum, &fsync_, &o.if_match, &o.version_id))
-        return NULL;
-    o.part_size_bytes = part;
-    o.fsync = fsync_;
-    PyObject *res = NULL;
-    struct s3f_client *c = client_get(self);
-    if (!c)
-        goto out;
-    const char *path = PyBytes_AsString(pathb);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    CALL_NOGIL(st, err, s3f_download_file(c, bucket, key, path, &o, &info, &err));
-    res = st ? raise_s3_ex(st, &err, path, NULL) : info_to_dict(&info);
-out:
-    Py_XDECREF(pathb);
-    return res;
-}
-
-/* copy(src_bucket, src_key, dst_bucket, dst_key, part_size=0, multipart_threshold=0,
- * src_version_id=None, src_if_match=None) -> info: a server-side copy of any size (s3f_copy:
- * one CopyObject, or UploadPartCopy parts in parallel), pinned to the source's ETag. GIL
- * released. A failed copy creates nothing. */
-static PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"src_bucket", "src_key", "dst_bucket", "dst_key", "part_size",
-                             "multipart_threshold", "src_version_id", "src_if_match", NULL};
-    const char *sb, *sk, *db, *dk;
-    struct s3f_copy_options o;
-    memset(&o, 0, sizeof(o));
-    unsigned long long part = 0, threshold = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ssss|KKzz:copy", kwlist, &sb, &sk, &db, &dk,
-                                     &part, &threshold, &o.src_version_id, &o.src_if_match))
-        return NULL;
-    o.part_size_bytes = part;
-    o.multipart_threshold_bytes = threshold;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    CALL_NOGIL(st, err, s3f_copy(c, sb, sk, db, dk, &o, &info, &err));
-    return info_or_raise(st, &err, &info);
-}
-
-static PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "prefix", "delimiter", "continuation_token",
-                             "start_after", "max_keys", "tokens", NULL};
-    PyObject *tokens = Py_None;
-    const char *bucket;
-    struct s3f_list_options o;
-    memset(&o, 0, sizeof(o));
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzzziO", kwlist, &bucket, &o.prefix,
-                                     &o.delimiter, &o.continuation_token, &o.start_after,
-                                     &o.max_keys, &tokens))
-        return NULL;
-    struct s3f_list_tokens **seen = NULL;
-    if (tokens != Py_None && !(seen = list_tokens_of(tokens)))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_list_page *page = NULL;
-    CALL_NOGIL(st, err, s3f_list_objects_v2(c, bucket, &o, &page, &err));
-    if (st)
-        return raise_s3(st, &err);
-    PyObject *objs = PyList_New((Py_ssize_t)page->n_objects);
-    PyObject *prefixes = objs ? PyList_New((Py_ssize_t)page->n_common_prefixes) : NULL;
-    PyObject *res = NULL;
-    if (!prefixes)
-        goto out;
-    for (size_t i = 0; i < page->n_objects; i++) {
-        const struct s3f_list_entry *e = &page->objects[i];
-        PyObject *t = Py_BuildValue("(sKLss)", e->key, (unsigned long long)e->size,
-                                    (long long)e->last_modified, e->etag ? e->etag : "",
-                                    e->storage_class ? e->storage_class : "");
-        if (!t)
-            goto out;
-        PyList_SetItem(objs, (Py_ssize_t)i, t);
-    }
-    for (size_t i = 0; i < page->n_common_prefixes; i++) {
-        PyObject *s = PyUnicode_FromString(page->common_prefixes[i]);
-        if (!s)
-            goto out;
-        PyList_SetItem(prefixes, (Py_ssize_t)i, s);
-    }
-    const char *next = page->is_truncated ? page->next_continuation_token : NULL;
-    if (seen) { /* a token this listing followed already: the server's loop, refused */
-        s3f_error_clear(&err);
-        st = s3f_list_tokens_next(seen, page, bucket, &next, &err);
-        if (st) {
-            raise_s3(st, &err);
-            goto out;
-        }
-    }
-    res = Py_BuildValue("(OOz)", objs, prefixes, next);
-out:
-    Py_XDECREF(objs);
-    Py_XDECREF(prefixes);
-    s3f_list_page_free(page);
-    return res;
-}
-
-static PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *args,
-                                               PyObject *kw) {
-    static char *kwlist[] = {"bucket", "prefix", "key_marker", "upload_id_marker", NULL};
-    const char *bucket, *prefix = NULL, *km = NULL, *um = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zzz", kwlist, &bucket, &prefix, &km, &um))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_uploads_page *page = NULL;
-    CALL_NOGIL(st, err, s3f_list_multipart_uploads(c, bucket, prefix, km, um, &page, &err));
-    if (st)
-        return raise_s3(st, &err);
-    PyObject *res = NULL;
-    PyObject *ups = PyList_New((Py_ssize_t)page->n_uploads);
-    if (!ups)
-        goto out;
-    for (size_t i = 0; i < page->n_uploads; i++) {
-        const struct s3f_upload_entry *e = &page->uploads[i];
-        PyObject *t = Py_BuildValue("(ssL)", e->key, e->upload_id, (long long)e->initiated);
-        if (!t)
-            goto out;
-        PyList_SetItem(ups, (Py_ssize_t)i, t);
-    }
-    res = Py_BuildValue("(Ozz)", ups, page->is_truncated ? page->next_key_marker : NULL,
-                        page->is_truncated ? page->next_upload_id_marker : NULL);
-out:
-    Py_XDECREF(ups);
-    s3f_uploads_page_free(page);
-    return res;
-}
-
-/* ---- multipart uploads, low level (fsspec's append: a copy of the object as the first
- * parts, then the appended bytes). The upload is created without a checksum, as the
- * engine's own server-side copies are (a copied part has no checksum to send back). */
-
-static PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *args,
-                                                PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "content_type", NULL};
-    const char *bucket, *key, *ctype = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|z", kwlist, &bucket, &key, &ctype))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_put_options po;
-    memset(&po, 0, sizeof(po));
-    po.content_type = ctype;
-    po.checksum = S3F_CHECKSUM_NONE;
-    char *upload_id = NULL;
-    CALL_NOGIL(st, err, s3f_create_multipart_upload(c, bucket, key, &po, &upload_id, &err));
-    if (st)
-        return raise_s3(st, &err);
-    PyObject *res = PyUnicode_FromString(upload_id);
-    free(upload_id);
-    return res;
-}
-
-static PyObject *Client_upload_part(ClientObject *self, PyObject *args) {
-    const char *bucket, *key, *upload_id;
-    int part_number;
-    Py_buffer data;
-    if (!PyArg_ParseTuple(args, "sssiy*:upload_part", &bucket, &key, &upload_id, &part_number,
-                          &data))
-        return NULL;
-    struct s3f_client *c = client_holding(self, &data);
-    if (!c)
-        return NULL;
-    struct s3f_part_info part;
-    memset(&part, 0, sizeof(part));
-    CALL_NOGIL(st, err, s3f_upload_part(c, bucket, key, upload_id, part_number, data.buf,
-                                        (size_t)data.len, S3F_CHECKSUM_NONE, &part, &err));
-    PyBuffer_Release(&data);
-    return part_or_raise(st, &err, &part);
-}
-
-static PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"bucket", "key", "upload_id", "part_number", "src_bucket",
-                             "src_key", "first", "last", "if_match", NULL};
-    const char *bucket, *key, *upload_id, *sb, *sk, *if_match = NULL;
-    int part_number;
-    unsigned long long first, last;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sssissKK|z", kwlist, &bucket, &key,
-                                     &upload_id, &part_number, &sb, &sk, &first, &last,
-                                     &if_match))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    struct s3f_part_info part;
-    memset(&part, 0, sizeof(part));
-    CALL_NOGIL(st, err, s3f_upload_part_copy(c, bucket, key, upload_id, part_number, sb, sk, NULL,
-                                             first, last, if_match, &part, &err));
-    return part_or_raise(st, &err, &part);
-}
-
-static PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args) {
-    const char *bucket, *key, *upload_id;
-    PyObject *seq_in;
-    if (!PyArg_ParseTuple(args, "sssO:complete_multipart_upload", &bucket, &key, &upload_id,
-                          &seq_in))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    /* a list of its own (limited API: no PySequence_Fast macros) */
-    PyObject *seq = PySequence_List(seq_in);
-    if (!seq)
-        return NULL;
-    Py_ssize_t n = PyList_Size(seq);
-    struct s3f_part_info *parts = calloc(n ? (size_t)n : 1, sizeof(*parts));
-    if (!parts) {
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const char *etag;
-        PyObject *item = PyList_GetItem(seq, i); /* borrowed */
-        if (!item || !PyArg_ParseTuple(item, "is", &parts[i].part_number, &etag)) {
-            free(parts);
-            Py_DECREF(seq);
-            return NULL;
-        }
-        if (strlen(etag) >= sizeof(parts[i].etag)) {
-            free(parts);
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "ETag too long");
-            return NULL;
-        }
-        snprintf(parts[i].etag, sizeof(parts[i].etag), "%s", etag);
-        parts[i].checksum_algorithm = S3F_CHECKSUM_NONE;
-    }
-    Py_DECREF(seq);
-    struct s3f_object_info info;
-    memset(&info, 0, sizeof(info));
-    CALL_NOGIL(st, err, s3f_complete_multipart_upload(c, bucket, key, upload_id, parts, (size_t)n,
-                                                      &info, &err));
-    free(parts);
-    return info_or_raise(st, &err, &info);
-}
-
-static PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored)) {
-    CLIENT_OR_NULL(self, c);
-    struct s3f_bucket_list *list = NULL;
-    CALL_NOGIL(st, err, s3f_list_buckets(c, &list, &err));
-    if (st)
-        return raise_s3(st, &err);
-    PyObject *res = PyList_New((Py_ssize_t)list->n_buckets);
-    for (size_t i = 0; res && i < list->n_buckets; i++) {
-        const struct s3f_bucket_entry *b = &list->buckets[i];
-        PyObject *t = Py_BuildValue("(sL)", b->name, (long long)b->creation_date);
-        if (!t) {
-            Py_CLEAR(res);
-            break;
-        }
-        if (PyList_SetItem(res, (Py_ssize_t)i, t) != 0) { /* steals t */
-            Py_CLEAR(res);
-            break;
-        }
-    }
-    s3f_bucket_list_free(list);
-    return res;
-}
-
-static PyObject *Client_abort_multipart_upload(ClientObject *self, PyObject *args) {
-    const char *bucket, *key, *upload_id;
-    if (!PyArg_ParseTuple(args, "sss:abort_multipart_upload", &bucket, &key, &upload_id))
-        return NULL;
-    CLIENT_OR_NULL(self, c);
-    CALL_NOGIL(st, err, s3f_abort_multipart_upload(c, bucket, key, upload_id, &err));
     return none_or_raise(st, &err);
 }
 

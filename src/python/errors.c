@@ -138,3 +138,22 @@ PyObject *raise_s3_ex(enum s3f_status st, const struct s3f_error *err, const cha
 PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err) {
     return raise_s3_ex(st, err, NULL, NULL);
 }
+
+/* The result of a call (CALL_NOGIL) that returns nothing: None, or its error raised. */
+PyObject *none_or_raise(enum s3f_status st, const struct s3f_error *err) {
+    if (st)
+        return raise_s3(st, err);
+    Py_RETURN_NONE;
+}
+
+/* The result of a call that returns an object's info: the dict, or its error raised. */
+PyObject *info_or_raise(enum s3f_status st, const struct s3f_error *err,
+                        const struct s3f_object_info *info) {
+    return st ? raise_s3(st, err) : info_to_dict(info);
+}
+
+/* The result of a call that uploads a part: (part_number, etag), or its error raised. */
+PyObject *part_or_raise(enum s3f_status st, const struct s3f_error *err,
+                        const struct s3f_part_info *part) {
+    return st ? raise_s3(st, err) : Py_BuildValue("(is)", part->part_number, part->etag);
+}

@@ -7,8 +7,10 @@
  *
  *   _s3flash.c  module init, parse_uri, the shared helpers
  *   errors.c    the exception types and raising an S3 error as one of them
- *   client.c    Client: configuration, the C client per process, the object, bucket, file
- *               and multipart operations
+ *   client.c    Client: configuration, the C client per process, the type and its method
+ *               table, the calls that take strings only (one table, one wrapper)
+ *   client_transfer.c  Client's uploads, downloads and copies (buffers, files)
+ *   client_multipart.c Client's listings and the low-level multipart calls
  *   writer.c    Writer (a streaming upload) and Client.open_writer
  *   reader.c    Reader (a random-access reader) and Client.open_reader
  *   fetch.c     Fetch (many whole objects fetched concurrently) and Client.open_fetch
@@ -60,6 +62,13 @@ extern PyObject *S3Exception, *S3NotFoundError, *S3PermissionError, *S3ValueErro
 PyObject *raise_s3_ex(enum s3f_status st, const struct s3f_error *err, const char *path,
                       const char *extra);
 PyObject *raise_s3(enum s3f_status st, const struct s3f_error *err);
+/* A call's result (errors.c): None, the info dict or (part_number, etag); or its error
+ * raised when st is not S3F_OK. */
+PyObject *none_or_raise(enum s3f_status st, const struct s3f_error *err);
+PyObject *info_or_raise(enum s3f_status st, const struct s3f_error *err,
+                        const struct s3f_object_info *info);
+PyObject *part_or_raise(enum s3f_status st, const struct s3f_error *err,
+                        const struct s3f_part_info *part);
 int set_str_attr(PyObject *obj, const char *name, const char *value);
 int set_int_attr(PyObject *obj, const char *name, long value);
 char *dup_or_null(const char *s);
@@ -67,8 +76,31 @@ void free_secret(char *s);
 void lock_take(PyThread_type_lock lk);
 PyObject *info_to_dict(const struct s3f_object_info *info);
 int parse_checksum(const char *name, enum s3f_checksum_algorithm *out);
+/* *o for an upload: part_size (0: the client's), checksum by name (parse_checksum),
+ * content_type (NULL: none); -1 with ValueError set for an unknown checksum. */
+int upload_options(struct s3f_upload_options *o, unsigned long long part_size,
+                   const char *checksum, const char *content_type);
 void free_instance(PyObject *self);
 struct s3f_client *client_get(ClientObject *self);
+/* The client of a call that holds `view` (an argument parsed with "y*"): NULL, with the
+ * view released and the exception set, when there is none. */
+struct s3f_client *client_holding(ClientObject *self, Py_buffer *view);
+/* client_transfer.c */
+PyObject *Client_upload(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_put_object(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_download_into(ClientObject *self, PyObject *args);
+PyObject *Client_download_whole(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw);
+/* client_multipart.c */
+PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_list_buckets(ClientObject *self, PyObject *Py_UNUSED(ignored));
+PyObject *Client_create_multipart_upload(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_upload_part(ClientObject *self, PyObject *args);
+PyObject *Client_upload_part_copy(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_complete_multipart_upload(ClientObject *self, PyObject *args);
 PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_reader(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_open_fetch(ClientObject *self, PyObject *args, PyObject *kw);

@@ -195,10 +195,7 @@ PyObject *Client_open_writer(ClientObject *self, PyObject *args, PyObject *kw) {
                                      &checksum, &ctype))
         return NULL;
     struct s3f_upload_options o;
-    memset(&o, 0, sizeof(o));
-    o.part_size_bytes = part;
-    o.content_type = ctype;
-    if (parse_checksum(checksum, &o.checksum) < 0)
+    if (upload_options(&o, part, checksum, ctype) < 0)
         return NULL;
     CLIENT_OR_NULL(self, c);
     WriterObject *wo = PyObject_New(WriterObject, WriterType);

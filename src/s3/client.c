@@ -125,6 +125,8 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
     c->force_path_style = opts->force_path_style || truthy(env("S3FLASH_FORCE_PATH_STYLE")) ||
                           (addressing && strcmp(addressing, "path") == 0);
     c->requester_pays = opts->requester_pays != 0;
+    if ((st = s3f__request_options_init(&c->ropts, opts, err)))
+        goto fail;
 
     c->use_fips = endpoint_flag(opts->use_fips_endpoint, env("AWS_USE_FIPS_ENDPOINT"),
                                 cfg_get(c, "use_fips_endpoint"));
@@ -199,6 +201,9 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
             goto fail;
     }
 
+    struct s3f__proxy_config proxy;
+    if ((st = s3f__proxy_resolve(opts, cfg_get(c, "proxy_ca_bundle"), &proxy, err)))
+        goto fail;
     struct s3f__http_pool_options ho = {
         .io_threads = opts->io_threads,
         .max_connections = opts->max_connections,
@@ -206,9 +211,16 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
         .stall_timeout_ms = opts->stall_timeout_ms,
         .ca_bundle = c->ca_bundle,
         .tls_insecure = opts->tls_insecure != 0,
+        .http_proxy = proxy.http_proxy,
+        .https_proxy = proxy.https_proxy,
+        .no_proxy = proxy.no_proxy,
+        .proxy_ca_bundle = proxy.ca_bundle,
         .logger = &c->logger,
     };
-    if ((st = s3f__http_pool_new(&ho, &c->http, err)))
+    st = s3f__http_pool_new(&ho, &c->http, err);
+    s3f__proxy_log(&proxy, &c->logger);
+    s3f__proxy_cleanup(&proxy);
+    if (st)
         goto fail;
     char shown[512];
     s3f__url_redact(c->endpoint_url ? c->endpoint_url : "(AWS)", shown, sizeof(shown));
@@ -235,6 +247,7 @@ void s3f__s3_client_free(struct s3f_client *c) {
     free(c->region);
     free(c->endpoint_url);
     free(c->ca_bundle);
+    s3f__request_options_cleanup(&c->ropts);
     pthread_mutex_destroy(&c->retry.lock);
     free(c);
 }

@@ -22,6 +22,7 @@
 
 #include "core/core.h"
 #include "s3/endpoint.h"
+#include "s3/request_options.h"
 
 /* Of auth/ and http/, this header names only pointers and a callback's type, so that what
  * includes it (xfer/) sees neither folder (tests/layering.py checks includes transitively):
@@ -49,6 +50,7 @@ struct s3f_client {
     bool use_fips, use_dual_stack, accelerate; /* AWS endpoint variants */
     bool anonymous;
     bool requester_pays;      /* x-amz-request-payer: requester on every request */
+    struct s3f__request_options ropts; /* encryption, storage class, ACL, owner, User-Agent */
     int max_attempts;
     char *ca_bundle;
     uint32_t connect_timeout_ms;
@@ -143,6 +145,9 @@ struct s3f__s3_request {
     /* S3 Express: a bucket operation of the regional control endpoint (CreateBucket,
      * DeleteBucket of a directory bucket), signed with the caller's credentials */
     bool s3express_control;
+    /* A HeadObject of a copy's source: it carries the SSE-C key of copy sources
+     * (request_options.h) instead of the client's. */
+    bool copy_source;
     /* private: the executor's state (struct s3f__s3_call, s3/request_internal.h), kept in
      * the request so that a transfer allocates nothing per request */
     union {

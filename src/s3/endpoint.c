@@ -1,6 +1,7 @@
 /* S3 endpoint resolution (see endpoint.h). The decision tree mirrors the S3 endpoint rule set of
  * the AWS SDKs; the comments name the rule each branch implements. */
 #include "s3/endpoint.h"
+#include "s3/endpoint_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,16 +12,6 @@
 #define OP "endpoint"
 
 /* ---- partitions (botocore data/partitions.json) --------------------------------------- */
-struct partition {
-    const char *id;
-    const char *dns_suffix;
-    const char *dual_stack_dns_suffix; /* not used by S3, whose dual-stack hosts are
-                                          s3.dualstack.REGION.DNS_SUFFIX */
-    bool supports_fips;
-    bool supports_dual_stack;
-    const char *const *prefixes; /* region regex ^(PREFIX)-\w+-\d+$ */
-    const char *const *regions;  /* explicitly listed regions (matched first) */
-};
 
 static const char *const aws_prefixes[] = {"us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx",
                                            NULL};
@@ -48,7 +39,7 @@ static const char *const isof_prefixes[] = {"us-isof", NULL};
 static const char *const eusc_prefixes[] = {"eusc-de", NULL};
 static const char *const no_regions[] = {NULL};
 
-static const struct partition partitions[] = {
+static const struct s3f__partition partitions[] = {
     {"aws", "amazonaws.com", "api.aws", true, true, aws_prefixes, aws_regions},
     {"aws-cn", "amazonaws.com.cn", "api.amazonwebservices.com.cn", true, true, cn_prefixes,
      cn_regions},
@@ -84,7 +75,7 @@ static bool region_matches(const char *region, const char *prefix) {
 }
 
 /* aws.partition(region): exact region first, then the regexes, else the aws partition. */
-static const struct partition *partition_of(const char *region) {
+const struct s3f__partition *s3f__partition_of(const char *region) {
     for (size_t i = 0; i < S3F_ARRAY_LEN(partitions); i++)
         for (const char *const *r = partitions[i].regions; *r; r++)
             if (strcmp(*r, region) == 0)
@@ -112,7 +103,7 @@ static bool valid_label(const char *s, size_t n) {
 }
 
 /* isValidHostLabel(value, allowSubDomains) */
-static bool valid_host_label(const char *s, bool allow_subdomains) {
+bool s3f__valid_host_label(const char *s, bool allow_subdomains) {
     if (!allow_subdomains)
         return valid_label(s, strlen(s));
     for (;;) {
@@ -156,7 +147,7 @@ bool s3f__bucket_dns_compatible(const char *name, bool allow_dots) {
     for (size_t i = 0; i < n; i++)
         if (name[i] >= 'A' && name[i] <= 'Z')
             return false;
-    return valid_host_label(name, allow_dots);
+    return s3f__valid_host_label(name, allow_dots);
 }
 
 static bool has_suffix(const char *s, const char *suffix) {
@@ -168,6 +159,8 @@ bool s3f__bucket_name_valid(const char *name, bool strict) {
     if (!name)
         return false;
     size_t n = strlen(name);
+    if (!strict && n >= 4 && s3f__arn_bucket_len(name, n) == n)
+        return true;
     if (!strict) {
         if (n < 3 || n > 255)
             return false;
@@ -200,13 +193,6 @@ bool s3f__bucket_name_valid(const char *name, bool strict) {
 }
 
 /* ---- custom endpoint URL (the rules' parseURL) ---------------------------------------- */
-struct url {
-    bool https;
-    char authority[300]; /* host[:port] as written */
-    char host_header[300];
-    char path[1024]; /* as written, "" when none */
-    bool is_ip;
-};
 
 static bool path_char_ok(unsigned char c) {
     /* RFC 3986 pchar plus '/', with '%' for already-encoded octets. */
@@ -219,7 +205,7 @@ static bool path_char_ok(unsigned char c) {
  * '-', '.' and '_' (or an IPv6 literal), a port from 1, a path of RFC 3986 characters, no
  * query, fragment or user information.
  * 0: parsed. -1: invalid. -2: carries user information (never echoed). -3: out of memory. */
-static int parse_url(const char *s, struct url *u) {
+static int parse_url(const char *s, struct s3f__url *u) {
     memset(u, 0, sizeof(*u));
     int r = -1;
     char *scheme = NULL, *host = NULL, *zone = NULL, *port = NULL, *path = NULL;
@@ -307,7 +293,7 @@ out:
 }
 
 /* ---- result assembly -------------------------------------------------------------------- */
-static enum s3f_status set_result(struct s3f__endpoint *out, bool https, const char *authority,
+enum s3f_status s3f__endpoint_set(struct s3f__endpoint *out, bool https, const char *authority,
                                   const char *host_header, const char *path, bool path_style,
                                   const char *signing_region) {
     struct s3f__buf b;
@@ -338,9 +324,9 @@ out:
 }
 
 /* An AWS host: `host` is the whole host name, https, default port. */
-static enum s3f_status set_aws(struct s3f__endpoint *out, const char *host, const char *path,
-                               bool path_style, const char *signing_region) {
-    return set_result(out, true, host, host, path, path_style, signing_region);
+enum s3f_status s3f__endpoint_set_aws(struct s3f__endpoint *out, const char *host, const char *path,
+                                      bool path_style, const char *signing_region) {
+    return s3f__endpoint_set(out, true, host, host, path, path_style, signing_region);
 }
 
 /* ---- S3 Express One Zone (AWS, "Directory bucket naming rules" and "Regional and Zonal
@@ -393,7 +379,7 @@ static enum s3f_status express_mark(struct s3f__endpoint *out, bool session) {
  * s3express-control[-fips][.dualstack].REGION.SUFFIX[/BUCKET] (path style).
  * S3F_ERR_INVALID_ARGUMENT: no zone id in the bucket's name. */
 static enum s3f_status express_aws(const struct s3f__endpoint_params *p, const char *bucket,
-                                   const struct partition *part, const char *region,
+                                   const struct s3f__partition *part, const char *region,
                                    struct s3f__endpoint *out) {
     char host[512], zone[64];
     const char *fips = p->use_fips ? "-fips" : "";
@@ -408,14 +394,14 @@ static enum s3f_status express_aws(const struct s3f__endpoint_params *p, const c
         if (bucket && !(st = s3f__buf_append(&path, "/", 1)))
             st = s3f__uri_encode(&path, bucket, strlen(bucket), false);
         if (!st)
-            st = set_aws(out, host, bucket ? path.data : "", bucket != NULL, region);
+            st = s3f__endpoint_set_aws(out, host, bucket ? path.data : "", bucket != NULL, region);
         s3f__buf_cleanup(&path);
     } else {
         if (!s3f__directory_bucket_zone(bucket, zone, sizeof(zone)))
             return S3F_ERR_INVALID_ARGUMENT;
         snprintf(host, sizeof(host), "%s.s3express%s-%s%s.%s.%s", bucket, fips, zone, ds,
                  region, part->dns_suffix);
-        st = set_aws(out, host, "", false, region);
+        st = s3f__endpoint_set_aws(out, host, "", false, region);
     }
     if (!st)
         st = express_mark(out, bucket && !p->use_s3express_control_endpoint &&
@@ -447,19 +433,6 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
         resource = resource_buf;
     }
 
-    /* Features s3flash does not implement: fail before any URL can be produced. */
-    if (bucket && strncmp(bucket, "arn:", 4) == 0)
-        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
-                              "ARN buckets are not supported: %s (access points, Outposts, "
-                              "Object Lambda and Multi-Region Access Points need ARN support)",
-                              bucket);
-    if (bucket && strlen(bucket) >= 50 && has_suffix(bucket, "--op-s3"))
-        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
-                              "S3 on Outposts bucket aliases are not supported: %s", bucket);
-    if (p->use_object_lambda_endpoint)
-        return s3f__error_set(err, S3F_ERR_UNSUPPORTED, OP, resource,
-                              "S3 Object Lambda endpoints are not supported");
-
     if (!region || !*region)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
                               "A region must be set when sending requests to S3.");
@@ -467,7 +440,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
                               "bucket name longer than 255 bytes");
 
-    struct url u;
+    struct s3f__url u;
     bool custom = p->endpoint_url != NULL;
     if (custom) {
         int r = parse_url(p->endpoint_url, &u);
@@ -497,7 +470,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
     if (custom && p->accelerate)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
                               "A custom endpoint cannot be combined with S3 Accelerate");
-    const struct partition *part = partition_of(region);
+    const struct s3f__partition *part = s3f__partition_of(region);
     if (p->use_fips && (strcmp(part->id, "aws-cn") == 0 || !part->supports_fips))
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
                               "Partition does not support FIPS");
@@ -513,7 +486,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
             return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
                                   "S3Express does not support S3 Accelerate.");
         if (!custom) {
-            if (!valid_host_label(region, false))
+            if (!s3f__valid_host_label(region, false))
                 goto bad_region;
             st_express = express_aws(p, bucket, part, region, out);
             if (st_express == S3F_ERR_INVALID_ARGUMENT)
@@ -525,6 +498,18 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
         }
         /* a custom endpoint wins: addressed as any bucket there, signed for s3express */
     }
+    /* S3 on Outposts bucket aliases, then ARN buckets (endpoint_arn.c); an ARN is never a
+     * virtual-hostable name, so testing it here keeps the rules' order. */
+    if (bucket && s3f__bucket_is_outposts_alias(bucket))
+        return s3f__endpoint_resolve_outposts_alias(p, bucket, custom ? &u : NULL, out,
+                                                    resource, err);
+    if (bucket) {
+        int r = s3f__endpoint_resolve_arn(p, bucket, custom ? &u : NULL, out, resource, err);
+        if (r != S3F__ENDPOINT_NOT_ARN)
+            return (enum s3f_status)r;
+    }
+    if (!bucket && p->use_object_lambda_endpoint)
+        return s3f__endpoint_resolve_object_lambda(p, custom ? &u : NULL, out, resource, err);
     bool global = strcmp(region, "aws-global") == 0;
     const char *r1 = global ? "us-east-1" : region; /* region in FIPS/dual-stack hosts */
     /* The legacy global endpoint s3.amazonaws.com: aws-global, or us-east-1 when asked. */
@@ -534,10 +519,10 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
     enum s3f_status st;
 
     if (!bucket) {
-        if (!valid_host_label(region, true))
+        if (!s3f__valid_host_label(region, true))
             goto bad_region;
         if (custom)
-            st = set_result(out, u.https, u.authority, u.host_header, u.path, false, r1);
+            st = s3f__endpoint_set(out, u.https, u.authority, u.host_header, u.path, false, r1);
         else {
             if (p->use_fips && p->use_dual_stack)
                 snprintf(host, sizeof(host), "s3-fips.dualstack.%s.%s", r1, sd);
@@ -549,14 +534,14 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                 snprintf(host, sizeof(host), "s3.%s", sd);
             else
                 snprintf(host, sizeof(host), "s3.%s.%s", region, sd);
-            st = set_aws(out, host, "", false, r1);
+            st = s3f__endpoint_set_aws(out, host, "", false, r1);
         }
         goto done;
     }
 
     /* Virtual-hosted style: a DNS-compatible bucket without dots. */
     if (!p->force_path_style && s3f__bucket_dns_compatible(bucket, false)) {
-        if (!valid_host_label(region, false))
+        if (!s3f__valid_host_label(region, false))
             goto bad_region;
         if (p->accelerate && strcmp(part->id, "aws-cn") == 0)
             return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
@@ -568,12 +553,12 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                 size_t pl = strlen(u.path);
                 snprintf(path, sizeof(path), "%s%s%s", u.path,
                          pl && u.path[pl - 1] == '/' ? "" : "/", bucket);
-                st = set_result(out, u.https, u.authority, u.host_header, path, true, r1);
+                st = s3f__endpoint_set(out, u.https, u.authority, u.host_header, path, true, r1);
             } else {
                 char auth[600], hh[600];
                 snprintf(auth, sizeof(auth), "%s.%s", bucket, u.authority);
                 snprintf(hh, sizeof(hh), "%s.%s", bucket, u.host_header);
-                st = set_result(out, u.https, auth, hh, u.path, false, r1);
+                st = s3f__endpoint_set(out, u.https, auth, hh, u.path, false, r1);
             }
             goto done;
         }
@@ -593,7 +578,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
             snprintf(host, sizeof(host), "%s.s3.%s", bucket, sd);
         else
             snprintf(host, sizeof(host), "%s.s3.%s.%s", bucket, region, sd);
-        st = set_aws(out, host, "", false, r1);
+        st = s3f__endpoint_set_aws(out, host, "", false, r1);
         goto done;
     }
 
@@ -601,12 +586,12 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
      * (no TLS certificate to match). s3flash keeps IP endpoints path-style here too. */
     if (custom && !u.https && !u.is_ip && !p->force_path_style &&
         s3f__bucket_dns_compatible(bucket, true)) {
-        if (!valid_host_label(region, false))
+        if (!s3f__valid_host_label(region, false))
             goto bad_region;
         char auth[600], hh[600];
         snprintf(auth, sizeof(auth), "%s.%s", bucket, u.authority);
         snprintf(hh, sizeof(hh), "%s.%s", bucket, u.host_header);
-        st = set_result(out, u.https, auth, hh, u.path, false, r1);
+        st = s3f__endpoint_set(out, u.https, auth, hh, u.path, false, r1);
         goto done;
     }
 
@@ -614,7 +599,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
     if (p->accelerate)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, OP, resource,
                               "Path-style addressing cannot be used with S3 Accelerate");
-    if (!valid_host_label(region, false))
+    if (!s3f__valid_host_label(region, false))
         goto bad_region;
     {
         struct s3f__buf path;
@@ -634,7 +619,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
             goto done;
         }
         if (custom) {
-            st = set_result(out, u.https, u.authority, u.host_header, path.data, true, r1);
+            st = s3f__endpoint_set(out, u.https, u.authority, u.host_header, path.data, true, r1);
         } else {
             if (p->use_fips && p->use_dual_stack)
                 snprintf(host, sizeof(host), "s3-fips.dualstack.%s.%s", r1, sd);
@@ -646,7 +631,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                 snprintf(host, sizeof(host), "s3.%s", sd);
             else
                 snprintf(host, sizeof(host), "s3.%s.%s", region, sd);
-            st = set_aws(out, host, path.data, true, r1);
+            st = s3f__endpoint_set_aws(out, host, path.data, true, r1);
         }
         s3f__buf_cleanup(&path);
     }
@@ -678,6 +663,7 @@ void s3f__endpoint_cleanup(struct s3f__endpoint *e) {
     free(e->host);
     free(e->signing_region);
     free(e->signing_name);
+    free(e->signing_region_set);
     memset(e, 0, sizeof(*e));
 }
 

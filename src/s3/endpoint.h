@@ -5,9 +5,10 @@
  * supports: AWS partitions, regional and us-east-1 global endpoints, FIPS, dual-stack,
  * Transfer Acceleration, virtual-hosted and path-style addressing, custom endpoints, and S3
  * Express One Zone: directory buckets (NAME--ZONE--x-s3, access points --xa-s3) on their
- * zonal endpoints and the regional control endpoint (s3express-control).
- * ARN buckets (access points, Outposts, Object Lambda, Multi-Region Access Points) and
- * Outposts bucket aliases are refused with S3F_ERR_UNSUPPORTED. */
+ * zonal endpoints and the regional control endpoint (s3express-control); ARN buckets
+ * (endpoint_arn.c): S3 access points, Multi-Region Access Points (SigV4a), S3 on Outposts
+ * access points and bucket aliases (SigV4a, s3-outposts), Object Lambda access points
+ * (s3-object-lambda) and the Object Lambda endpoint. Every case of the suite resolves. */
 #ifndef S3F_S3_ENDPOINT_H
 #define S3F_S3_ENDPOINT_H
 
@@ -24,9 +25,15 @@ struct s3f__endpoint_params {
     bool use_dual_stack;
     bool accelerate;
     bool use_global_endpoint; /* us-east-1 -> s3.amazonaws.com (legacy global endpoint) */
-    /* Not supported, present so that a request for it fails loudly (S3F_ERR_UNSUPPORTED)
-     * instead of resolving to a plain S3 URL. */
+    /* Without a bucket: the Object Lambda endpoint s3-object-lambda.REGION.SUFFIX
+     * (WriteGetObjectResponse). Ignored with a bucket, as in the rules. */
     bool use_object_lambda_endpoint;
+    /* ARN buckets: reject_arn_region is UseArnRegion = false (an ARN whose region is not
+     * `region` is refused; by default the ARN's region is used); DisableAccessPoints;
+     * DisableMultiRegionAccessPoints. */
+    bool reject_arn_region;
+    bool disable_access_points;
+    bool disable_mrap;
     /* S3 Express: bucket operations (CreateBucket, DeleteBucket, ListDirectoryBuckets...) go
      * to the regional control endpoint; DisableS3ExpressSessionAuth signs zonal requests
      * with the caller's own credentials instead of a session's. */
@@ -44,7 +51,13 @@ struct s3f__endpoint {
     bool path_style;      /* the bucket is in the path (false when there is no bucket) */
     bool tls;             /* https */
     char *signing_region; /* SigV4 scope region ("us-east-1" for aws-global) */
-    char *signing_name;   /* SigV4 service name: "s3", "s3express" */
+    char *signing_name;   /* SigV4 service name: "s3", "s3express", "s3-outposts",
+                             "s3-object-lambda" */
+    /* SigV4a region set ("*"), when the rules ask for SigV4a (Multi-Region Access Points,
+     * Outposts): NULL for SigV4. With it, signing_region is the SigV4 fallback's region
+     * (Outposts) or "*" (MRAP, which has none). */
+    char *signing_region_set;
+    bool arn;             /* an ARN bucket or Outposts alias: the bucket is in the host */
     bool s3express;       /* a directory bucket or the S3 Express control endpoint */
     bool s3express_session; /* signed with a CreateSession session (sigv4-s3express) */
 };
@@ -56,7 +69,7 @@ struct s3f__endpoint {
  *                             Accelerate + path style, dual-stack + custom endpoint, ...)
  *   S3F_ERR_INVALID_URI       the custom endpoint is not an http(s) URL (never echoed when it
  *                             carries user:password@)
- *   S3F_ERR_UNSUPPORTED       ARN buckets, Outposts aliases, Object Lambda
+ *                             invalid ARNs, options the ARN's kind does not take
  *   S3F_ERR_NO_MEMORY */
 enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                                       struct s3f__endpoint *out, struct s3f_error *err);
@@ -82,7 +95,8 @@ char *s3f__endpoint_object_path(const struct s3f__endpoint *e, const char *key);
  * Standard names and Ceph RGW relaxed names): 3-255 bytes of A-Z a-z 0-9 . _ -.
  * s3f__bucket_dns_compatible: usable as a virtual host (the SDKs' isVirtualHostableS3Bucket):
  * 3+ bytes, lowercase, not an IPv4 address, and a valid DNS label (allow_dots: a dot-separated
- * series of labels) of a-z 0-9 - not starting or ending with '-'. NULL gives false. */
+ * series of labels) of a-z 0-9 - not starting or ending with '-'. NULL gives false.
+ * An ARN bucket (s3f__arn_bucket_len) is valid when not strict: the resolver checks it. */
 bool s3f__bucket_name_valid(const char *name, bool strict);
 /* S3 Express One Zone: whether the name is a directory bucket's (ends in --x-s3, or --xa-s3
  * for its access points), and its Availability Zone id ("use1-az4" of
@@ -90,5 +104,10 @@ bool s3f__bucket_name_valid(const char *name, bool strict);
 bool s3f__bucket_is_directory(const char *bucket);
 bool s3f__directory_bucket_zone(const char *bucket, char *zone, size_t cap);
 bool s3f__bucket_dns_compatible(const char *name, bool allow_dots);
+/* The length of the ARN bucket at the start of s[0..len) ("arn:...:accesspoint/NAME",
+ * "arn:...:outpost/ID/accesspoint/NAME", as aws-cli splits s3://ARN/KEY: the last resource
+ * component runs to the next '/'), or 0 when s does not start with an ARN of 255 printable
+ * ASCII bytes at most. Only the shape is checked; s3f__endpoint_resolve checks the rest. */
+size_t s3f__arn_bucket_len(const char *s, size_t len);
 
 #endif /* S3F_S3_ENDPOINT_H */

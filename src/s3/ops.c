@@ -74,19 +74,33 @@ enum s3f_status s3f__op_checksum_start(enum s3f_checksum_algorithm alg,
     return S3F_OK;
 }
 
-enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
-                                const char *version_id, struct s3f_object_info *info,
-                                struct s3f_error *err) {
+static enum s3f_status head_object(struct s3f_client *c, const char *bucket, const char *key,
+                                   const char *version_id, bool copy_source,
+                                   struct s3f_object_info *info, struct s3f_error *err) {
     enum s3f_status st = s3f__op_check_args("HeadObject", bucket, key, true, err);
     if (st)
         return st;
     struct s3f__op op;
-    if ((st = s3f__op_get(&op, true, bucket, key, version_id, NULL, true, err)) == S3F_OK)
+    if ((st = s3f__op_get(&op, true, bucket, key, version_id, NULL, true, err)) == S3F_OK) {
+        op.r.copy_source = copy_source;
         st = s3f__s3_execute(c, &op.r, err);
+    }
     if (st == S3F_OK && info)
         *info = op.info;
     s3f__op_cleanup(&op);
     return st;
+}
+
+enum s3f_status s3f_head_object(struct s3f_client *c, const char *bucket, const char *key,
+                                const char *version_id, struct s3f_object_info *info,
+                                struct s3f_error *err) {
+    return head_object(c, bucket, key, version_id, false, info, err);
+}
+
+enum s3f_status s3f__head_copy_source(struct s3f_client *c, const char *bucket, const char *key,
+                                      const char *version_id, struct s3f_object_info *info,
+                                      struct s3f_error *err) {
+    return head_object(c, bucket, key, version_id, true, info, err);
 }
 
 struct verify_sink {
@@ -457,7 +471,8 @@ enum s3f_status s3f_presign(struct s3f_client *c, const char *method, const char
                                         creds.session_token};
     struct s3f__sigv4_config cfg = {.region = ep.signing_region ? ep.signing_region : c->region,
                                     .service = ep.signing_name ? ep.signing_name : "s3",
-                                    .time = s3f__wall_time_s(), .expires_s = expires_s};
+                                    .time = s3f__wall_time_s(), .expires_s = expires_s,
+                                    .region_set = ep.signing_region_set};
     if ((st = s3f__sigv4_presign(&sreq, &sc, &cfg, &query, NULL, NULL, err)))
         goto out;
     struct s3f__buf u;

@@ -124,6 +124,12 @@ enum s3f_status s3f__op_get(struct s3f__op *op, bool head, const char *bucket, c
                             const char *version_id, const char *if_match, bool checksum_mode,
                             struct s3f_error *err);
 
+/* HeadObject of the source of a copy (s3f_copy): s3f_head_object, but the request carries
+ * the SSE-C key of copy sources (sse_copy_source_customer_key) instead of the client's. */
+enum s3f_status s3f__head_copy_source(struct s3f_client *c, const char *bucket, const char *key,
+                                      const char *version_id, struct s3f_object_info *info,
+                                      struct s3f_error *err);
+
 /* ---- identity of an object after a lost response (s3/idempotency.h) ----------------- */
 
 /* The ETag S3 gives an object completed from parts with these ETags: the MD5 of the

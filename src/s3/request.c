@@ -40,12 +40,9 @@ static void log_request(struct s3f_client *c, const struct s3f__s3_request *r, c
     if (!s3f__log_enabled(&c->logger, S3F_LOG_TRACE))
         return;
     for (const struct curl_slist *h = headers; h; h = h->next) {
-        if (strncasecmp(h->data, "authorization:", 14) == 0)
-            s3f__log(&c->logger, S3F_LOG_TRACE, "   authorization: <redacted>");
-        else if (strncasecmp(h->data, "x-amz-security-token:", 21) == 0)
-            s3f__log(&c->logger, S3F_LOG_TRACE, "   x-amz-security-token: <redacted>");
-        else if (strncasecmp(h->data, "x-amz-s3session-token:", 22) == 0)
-            s3f__log(&c->logger, S3F_LOG_TRACE, "   x-amz-s3session-token: <redacted>");
+        if (s3f__header_is_secret(h->data)) /* the name, never the value */
+            s3f__log(&c->logger, S3F_LOG_TRACE, "   %.*s: <redacted>",
+                     (int)strcspn(h->data, ":"), h->data);
         else
             s3f__log(&c->logger, S3F_LOG_TRACE, "   %s", h->data);
     }
@@ -101,7 +98,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
     }
 
     /* the headers the request carries, signed in full */
-    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 6];
+    struct s3f__header hdrs[S3F_MAX_EXTRA_HEADERS + 6 + S3F_REQUEST_OPTION_HEADERS_MAX];
     size_t nh = 0;
     hdrs[nh++] = (struct s3f__header){"host", ep.host};
     for (size_t i = 0; i < r->n_headers; i++)
@@ -112,6 +109,8 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
         hdrs[nh++] = (struct s3f__header){"if-match", if_match};
     if (c->requester_pays) /* signed with the rest: a Requester Pays bucket's consent */
         hdrs[nh++] = (struct s3f__header){"x-amz-request-payer", "requester"};
+    nh += s3f__request_options_headers(&c->ropts, r->operation, r->bucket, r->copy_source,
+                                       hdrs + nh);
     char content_len[32];
     if (r->body || strcmp(r->method, "PUT") == 0 || strcmp(r->method, "POST") == 0) {
         snprintf(content_len, sizeof(content_len), "%zu", r->body_len);
@@ -182,13 +181,20 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .time = s3f__wall_time_s(),
             .normalize_path = false,
             .add_content_sha256_header = true,
+            .region_set = ep.signing_region_set, /* SigV4a: MRAP, Outposts */
         };
-        /* the signing key, derived once per (date, region, service, credentials) */
+        /* the signing key, derived once per (date, region, service, credentials); SigV4a's
+         * ECDSA key from the credentials alone */
         char amz_date[17];
         uint8_t key[32];
         s3f__time_amz(cfg.time, amz_date);
         amz_date[8] = '\0';
-        st = s3f__credentials_signing_key(snap, amz_date, cfg.region, cfg.service, key, err);
+        if (cfg.region_set)
+            st = s3f__sigv4a_derive_key(snap->creds.access_key_id,
+                                        snap->creds.secret_access_key, key, err);
+        else
+            st = s3f__credentials_signing_key(snap, amz_date, cfg.region, cfg.service, key,
+                                              err);
         if (st == S3F_OK) {
             cfg.signing_key = key;
             st = s3f__sigv4_sign_headers(&sreq, &sc, &cfg, &sig, err);
@@ -202,6 +208,7 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             goto out;
         }
         if ((st = add_header(&hl, "x-amz-date", sig.amz_date)) ||
+            (sig.region_set && (st = add_header(&hl, "x-amz-region-set", sig.region_set))) ||
             (st = add_header(&hl, "x-amz-content-sha256", payload_hash)) ||
             (sig.security_token &&
              (st = add_header(&hl, "x-amz-security-token", sig.security_token))) ||
@@ -211,6 +218,8 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
         if ((st = add_header(&hl, "x-amz-content-sha256", payload_hash)))
             goto oom;
     }
+    if ((st = add_header(&hl, "user-agent", c->ropts.user_agent))) /* not signed */
+        goto oom;
     /* no 100-continue round trip; an empty Accept keeps curl from adding its own */
     struct curl_slist *l = curl_slist_append(hl, "Expect:");
     if (!l) {
@@ -296,6 +305,7 @@ static void error_from_response(struct s3f__s3_request *r, struct s3f__s3_attemp
     if (!e->host_id[0])
         s3f__strlcpy(e->host_id, a->host_id, sizeof(e->host_id));
     e->status = s3f__s3_error_status(http_status, e->code);
+    s3f__request_options_hint(&s3f__s3_call_of(r)->c->ropts, r->operation, r->copy_source, e);
 }
 
 /* ---- the asynchronous state machine ---------------------------------------------------

@@ -49,6 +49,9 @@ enum s3f_status s3f__uri_parse_len(const char *uri, size_t len, char *bucket, si
     }
     const char *b = uri + 5, *end = uri + len;
     const char *slash = memchr(b, '/', (size_t)(end - b));
+    size_t arn_len = s3f__arn_bucket_len(b, (size_t)(end - b)); /* s3://ARN/KEY */
+    if (arn_len)
+        slash = b + arn_len < end ? b + arn_len : NULL;
     size_t blen = slash ? (size_t)(slash - b) : (size_t)(end - b);
     const char *k = slash ? slash + 1 : end;
     size_t klen = (size_t)(end - k);

@@ -17,129 +17,37 @@
  * the requests; fields under "guarded by lock" need d->lock; the scheduler and request
  * submission are used with no lock held.
  *
- * Over 800 lines: the three destinations (memory regions, a file, a buffer the download
- * allocates) share this session and its part machinery. Split per destination, as
- * upload*.c are, once the block cache's changes to it (issue 11) have landed. */
+ * This file owns the session (states, the part plan, the requests, the caller's wait) and
+ * the memory destination; download_file.c the file destination, download_alloc.c the
+ * buffer the download allocates (see download_internal.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "cache/cache.h"
-#include "s3/client.h"
-#include "s3/ops_internal.h"
-#include "xfer/xfer.h"
+#include "xfer/download_internal.h"
 
-#define MIN_RANGE ((uint64_t)64 << 10)
-#define WQ_MAX 16 /* chunks queued for the caller's thread to write, at most */
-
-enum dl_state {
-    DL_FIRST,   /* the first ranged GET: size and ETag unknown */
-    DL_PARTS,   /* the other parts (and the checksum HEAD) */
-    DL_DONE,
-    DL_FAILED,
-};
 static const char *const dl_state_names[] = {"FIRST", "PARTS", "DONE", "FAILED"};
 
-enum dpart_state { DP_WAITING, DP_SENDING, DP_DONE };
-
-struct dpart {
-    uint64_t offset, size;
-    struct s3f__checksum ck;
-    enum dpart_state state;
+/* FIRST -> PARTS (the size is known) -> DONE; FIRST or PARTS -> FAILED. Staying in a
+ * state is always allowed. */
+static const unsigned dl_allowed[] = {
+    [DL_FIRST] = 1u << DL_PARTS | 1u << DL_FAILED,
+    [DL_PARTS] = 1u << DL_DONE | 1u << DL_FAILED,
+    [DL_DONE] = 0,
+    [DL_FAILED] = 0,
 };
 
-enum dst_kind { DST_MEMORY, DST_FILE };
-
-/* A filled chunk waiting for the caller's thread to write it to the file. */
-struct wchunk {
-    void *buf;
-    uint64_t off;
-    size_t len;
-};
-
-struct download {
-    struct s3f_client *c;
-    struct s3f__xfer_shared *x;
-    const char *bucket, *key, *version_id, *user_if_match; /* the caller's, valid during the call */
-    char resource[600];
-    enum dst_kind dst;
-    const struct s3f_iovec *iov;
-    size_t n_iov;
-    uint64_t *iov_end;
-    uint64_t capacity;
-    /* a range (s3f_download_options.range_*): its first byte in the object, its length (0:
-     * to the end); parts, d->size and the destination count from range_offset */
-    bool ranged;
-    uint64_t range_offset, range_bytes;
-    int fd;
-    const char *path;           /* the destination file (the caller's), for errors */
-    uint64_t part_size;
-    int verify;                 /* 1 always, 0 when several requests, -1 never */
-    enum s3f_checksum_algorithm alg;
-    s3f_progress_fn progress;
-    void *progress_ud;
-    pthread_mutex_t progress_lock;
-    size_t progress_parts;           /* parts_done as the last progress call saw it */
-    uint64_t start_ns;
-
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    /* ---- guarded by lock ---- */
-    enum dl_state state;
-    bool first_sent;
-    bool no_range;              /* the ranged first GET got 416 (empty object): plain GET */
-    uint64_t size;              /* the bytes to download: the object's, or the range's */
-    uint64_t object_size;       /* the object's (pinned on every part) */
-    char etag[128];             /* pinned: sent as If-Match */
-    struct s3f_object_info info;
-    struct dpart *parts;
-    size_t n_parts, next_part, parts_done;
-    uint64_t bytes_done;
-    uint32_t outstanding, callbacks;
-    enum s3f_status status;
-    struct s3f_error err;
-    bool head_wanted, head_running, head_done;
-    struct s3f__op head;
-    struct s3f_error head_err;
-    char expected[S3F__CHECKSUM_B64_MAX + 8];
-    /* the server keeps a whole-object checksum of another algorithm only: checked by the
-     * caller's thread at the end, over the destination (one more pass) */
-    enum s3f_checksum_algorithm other_alg;
-    char other_expected[S3F__CHECKSUM_B64_MAX + 8];
-    struct s3f__sched_entry entry;
-    struct wchunk *wq;          /* DST_FILE: ring of chunks to write, wq_cap = pool size */
-    size_t wq_cap, wq_head;
-    size_t wq_n;                /* also read without the lock (atomically) by sink_file */
-    int write_errno;            /* the caller's pwrite failed (also read by I/O threads) */
-    /* planned from the first response's head, before its body is in (plan_parts): parts to
-     * queue and the checksum HEAD to send, by the caller's thread (not from a sink) */
-    uint32_t early_queue;
-    bool early_head;
-};
-
-struct dreq {
-    struct s3f__op op;
-    struct download *d;
-    size_t part;                /* SIZE_MAX: the first request */
-    struct s3f__checksum ck;
-    uint64_t bytes;
-    bool too_small;
-    int io_errno;
-    void *stage;                /* DST_FILE: the pool chunk being filled, bytes at stage_off */
-    uint64_t stage_off;
-    size_t stage_len;
-    struct s3f_error err;
-    struct s3f__xfer_timing t;  /* for the bandwidth-delay estimator */
-    bool head_seen;             /* the first request: its response's head was looked at */
-};
-
+/* Every change of the state goes through here (lock held): checked against dl_allowed and
+ * traced at S3FLASH_LOG=trace with the line that made it. */
 #define set_state(d, s) set_state_at(d, s, __LINE__)
 static void set_state_at(struct download *d, enum dl_state s, int line) {
+    S3F_ASSERT_HELD(&d->lock);
+    S3F_ASSERT(d->state == s || (dl_allowed[d->state] & (1u << s)));
     if (d->state != s)
         s3f__log(&d->c->logger, S3F_LOG_TRACE, "download %s: %s -> %s (download.c:%d)",
                  d->resource, dl_state_names[d->state], dl_state_names[s], line);
@@ -148,6 +56,7 @@ static void set_state_at(struct download *d, enum dl_state s, int line) {
 
 /* First failure (lock held). */
 static void fail(struct download *d, enum s3f_status st, const struct s3f_error *e) {
+    S3F_ASSERT_HELD(&d->lock);
     if (d->status)
         return;
     d->status = st ? st : S3F_ERR_INTERNAL;
@@ -171,6 +80,7 @@ static void fail(struct download *d, enum s3f_status st, const struct s3f_error 
 
 /* Compare the combined checksum with the server's (lock held, all parts done). */
 static void verify(struct download *d) {
+    S3F_ASSERT_HELD(&d->lock);
     if (!d->expected[0] || strchr(d->expected, '-'))
         return; /* no whole-object checksum of our algorithm to compare with */
     struct s3f__checksum full = d->parts[0].ck;
@@ -194,6 +104,7 @@ static void verify(struct download *d) {
 
 /* Settle the state once nothing is in flight (lock held). */
 static void advance(struct download *d) {
+    S3F_ASSERT_HELD(&d->lock);
     if (d->state == DL_DONE || d->state == DL_FAILED)
         return;
     if (d->status) {
@@ -208,7 +119,7 @@ static void advance(struct download *d) {
 }
 
 /* Call the progress callback if parts completed since the last call. Only on the caller's
- * thread (download_run), never on an I/O thread: the I/O threads only count bytes_done
+ * thread (s3f__download_run), never on an I/O thread: the I/O threads only count bytes_done
  * and wake the caller, so a callback that blocks delays no request. */
 static void report_progress(struct download *d) {
     if (!d->progress)
@@ -231,84 +142,10 @@ static void callback_exit(struct download *d) {
     pthread_mutex_unlock(&d->lock);
 }
 
-/* ---- response bodies (I/O threads) -------------------------------------------------- */
-
-/* Write all of [p, p+len) at `off`: 0 or an errno value. */
-static int pwrite_all(int fd, const char *p, size_t len, uint64_t off) {
-    while (len) {
-        ssize_t n = pwrite(fd, p, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? errno : ENOSPC;
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
-/* Hand the request's chunk to the caller's thread (lock held), or give it back if empty. */
-static void stage_queue_locked(struct download *d, struct dreq *q) {
-    if (!q->stage)
-        return;
-    if (q->stage_len == 0) {
-        s3f__pool_release(&d->x->pool, 1, &q->stage);
-    } else {
-        /* never full: at most pool-size chunks exist */
-        d->wq[(d->wq_head + d->wq_n) % d->wq_cap] =
-            (struct wchunk){q->stage, q->stage_off, q->stage_len};
-        __atomic_store_n(&d->wq_n, d->wq_n + 1, __ATOMIC_RELAXED); /* sink_file reads it */
-        pthread_cond_broadcast(&d->cond);
-    }
-    q->stage = NULL;
-}
-
-static void stage_queue(struct download *d, struct dreq *q) {
-    pthread_mutex_lock(&d->lock);
-    stage_queue_locked(d, q);
-    pthread_mutex_unlock(&d->lock);
-}
-
-/* File bytes: copied into the request's chunk, queued when it is full (the offsets of one
- * request are contiguous, also across retries, which resume where the last attempt
- * stopped). */
-static int sink_file(struct dreq *q, const char *p, size_t len, uint64_t offset) {
-    struct download *d = q->d;
-    int werr = __atomic_load_n(&d->write_errno, __ATOMIC_RELAXED);
-    if (werr) {
-        q->io_errno = werr;
-        return 1;
-    }
-    size_t cs = d->x->pool.chunk_size;
-    while (len) {
-        if (q->stage && (q->stage_len == cs || offset != q->stage_off + q->stage_len))
-            stage_queue(d, q);
-        if (!q->stage) {
-            if (__atomic_load_n(&d->wq_n, __ATOMIC_RELAXED) >= WQ_MAX ||
-                s3f__pool_acquire(&d->x->pool, 1, &q->stage, false) != S3F_OK) {
-                /* the caller's thread is behind, or the pool is busy: write it here */
-                q->stage = NULL;
-                if ((q->io_errno = pwrite_all(d->fd, p, len, offset)))
-                    return 1;
-                return 0;
-            }
-            q->stage_off = offset;
-            q->stage_len = 0;
-        }
-        size_t n = cs - q->stage_len < len ? cs - q->stage_len : len;
-        memcpy((char *)q->stage + q->stage_len, p, n);
-        q->stage_len += n;
-        p += n;
-        len -= n;
-        offset += n;
-    }
-    return 0;
-}
-
 /* The first response told the object's size and ETag (lock held): pin them and set the
  * bytes to download (a range must lie within the object). false: failed. */
 static bool take_size(struct download *d, uint64_t total, const char *etag) {
+    S3F_ASSERT_HELD(&d->lock);
     d->object_size = total;
     s3f__strlcpy(d->etag, d->user_if_match ? d->user_if_match : etag, sizeof(d->etag));
     if (!d->ranged) {
@@ -337,6 +174,7 @@ static bool take_size(struct download *d, uint64_t total, const char *etag) {
  * and decide the checksum HEAD. *queue: parts to hand to the scheduler; *send_head: the
  * HEAD to submit (counted in outstanding already). Both with no lock held. */
 static void plan_parts(struct download *d, uint32_t *queue, bool *send_head) {
+    S3F_ASSERT_HELD(&d->lock);
     if (d->dst == DST_MEMORY && d->size > d->capacity) {
         struct s3f_error e;
         s3f_error_clear(&e);
@@ -391,7 +229,7 @@ static void plan_parts(struct download *d, uint32_t *queue, bool *send_head) {
 /* The first request's first body bytes (I/O thread, in the sink): its head tells the
  * object's size and ETag, so the other parts can start now instead of after the whole
  * first part (at tens of MB/s per connection, a part takes as long as all the others
- * together on a wide link). The caller's thread queues them (download_run). */
+ * together on a wide link). The caller's thread queues them (s3f__download_run). */
 static void first_head(struct dreq *q) {
     struct download *d = q->d;
     q->head_seen = true;
@@ -426,7 +264,7 @@ static int sink(void *ud, const void *data, size_t len, uint64_t offset) {
         first_head(q);
     offset -= d->range_offset; /* the executor hands over nothing before the range asked */
     if (d->dst == DST_FILE)
-        return sink_file(q, data, len, offset);
+        return s3f__download_sink_file(q, data, len, offset);
     if (offset + len > d->capacity) {
         q->too_small = true;
         if (offset >= d->capacity)
@@ -460,7 +298,7 @@ static void part_finished(struct s3f__s3_request *r, enum s3f_status st, void *u
     pthread_mutex_lock(&d->lock);
     d->callbacks++;
     d->outstanding--;
-    stage_queue_locked(d, q);
+    s3f__download_stage_queue_locked(d, q);
     if (st == S3F_ERR_ABORTED && q->io_errno) {
         struct s3f_error e;
         s3f_error_clear(&e);
@@ -534,7 +372,6 @@ static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     d->callbacks++;
     d->outstanding--;
     d->head_running = false;
-    d->head_done = true;
     if (st == S3F_OK) {
         size_t n;
         char *v = s3f__xfer_checksum_field(&d->head.info, d->alg, &n);
@@ -572,6 +409,8 @@ static void head_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 
 static bool start_get(struct s3f__sched_entry *e) {
     struct download *d = (struct download *)((char *)e - offsetof(struct download, entry));
+    S3F_ASSERT_NOT_HELD(&d->lock);
+    S3F_ASSERT_NOT_HELD(&d->x->sched.lock);
     pthread_mutex_lock(&d->lock);
     size_t part;
     if (d->status) {
@@ -634,10 +473,10 @@ static bool start_get(struct s3f__sched_entry *e) {
 
 /* ---- the calls ---------------------------------------------------------------------- */
 
-static enum s3f_status download_init(struct download *d, struct s3f_client *c,
-                                     const char *bucket, const char *key,
-                                     const struct s3f_download_options *opts,
-                                     struct s3f_error *err) {
+enum s3f_status s3f__download_init(struct download *d, struct s3f_client *c,
+                                   const char *bucket, const char *key,
+                                   const struct s3f_download_options *opts,
+                                   struct s3f_error *err) {
     memset(d, 0, sizeof(*d));
     d->fd = -1;
     if (!c)
@@ -678,7 +517,7 @@ static enum s3f_status download_init(struct download *d, struct s3f_client *c,
     return S3F_OK;
 }
 
-static void download_cleanup(struct download *d) {
+void s3f__download_cleanup(struct download *d) {
     if (!d->c)
         return;
     s3f__sched_detach(&d->x->sched, &d->entry);
@@ -739,8 +578,8 @@ static enum s3f_status verify_other(struct download *d, struct s3f_error *err) {
 }
 
 /* Run the download and wait for it. */
-static enum s3f_status download_run(struct download *d, struct s3f_object_info *info,
-                                    struct s3f_error *err) {
+enum s3f_status s3f__download_run(struct download *d, struct s3f_object_info *info,
+                                  struct s3f_error *err) {
     s3f__sched_add(&d->x->sched, &d->entry, 1);
     pthread_mutex_lock(&d->lock);
     for (;;) {
@@ -770,7 +609,7 @@ static enum s3f_status download_run(struct download *d, struct s3f_object_info *
             __atomic_store_n(&d->wq_n, d->wq_n - 1, __ATOMIC_RELAXED);
             bool write = !d->status;
             pthread_mutex_unlock(&d->lock);
-            int e = write ? pwrite_all(d->fd, w.buf, w.len, w.off) : 0;
+            int e = write ? s3f__download_pwrite_all(d->fd, w.buf, w.len, w.off) : 0;
             s3f__pool_release(&d->x->pool, 1, &w.buf);
             pthread_mutex_lock(&d->lock);
             if (e) {
@@ -833,9 +672,9 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
             return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL,
                                   "region %zu has no base pointer", i);
     struct download d;
-    enum s3f_status st = download_init(&d, c, bucket, key, opts, err);
+    enum s3f_status st = s3f__download_init(&d, c, bucket, key, opts, err);
     if (st) {
-        download_cleanup(&d);
+        s3f__download_cleanup(&d);
         return st;
     }
     d.dst = DST_MEMORY;
@@ -843,7 +682,7 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
     d.n_iov = n_iov;
     d.iov_end = calloc(n_iov ? n_iov : 1, sizeof(*d.iov_end));
     if (!d.iov_end) {
-        download_cleanup(&d);
+        s3f__download_cleanup(&d);
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", NULL, "out of memory");
     }
     for (size_t i = 0; i < n_iov; i++) {
@@ -853,13 +692,13 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
     if (d.x->cache && !d.ranged && s3f__cache_serve_iov(&s3f__xfer_cache_origin, c, d.x->cache, bucket, key, opts->version_id,
                                            opts->if_match, iov, n_iov, info ? info : &cinfo)) {
-        download_cleanup(&d);
+        s3f__download_cleanup(&d);
         return S3F_OK;
     }
-    st = download_run(&d, info, err);
+    st = s3f__download_run(&d, info, err);
     if (st == S3F_OK && d.x->cache && !d.ranged)
         s3f__cache_fill_iov(d.x->cache, bucket, key, d.etag, d.size, iov, n_iov);
-    download_cleanup(&d);
+    s3f__download_cleanup(&d);
     return st;
 }
 
@@ -872,387 +711,4 @@ enum s3f_status s3f_download_buffer(struct s3f_client *c, const char *bucket, co
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "buf is NULL");
     struct s3f_iovec one = {buf, buf_len};
     return s3f_download_iov(c, bucket, key, &one, buf_len ? 1 : 0, opts, info, err);
-}
-
-/* Create "<dir>/.<name>.s3flash-<random>" next to `path`, mode 0666 & ~umask.
- * *tmp receives its malloc'ed name. Returns the fd or -1 (errno set). */
-static int create_temp(const char *path, char **tmp) {
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
-    const char *base = slash ? slash + 1 : path;
-    size_t n = strlen(path) + 32;
-    char *name = malloc(n);
-    if (!name) {
-        errno = ENOMEM;
-        return -1;
-    }
-    for (int tries = 0; tries < 100; tries++) {
-        unsigned r = (unsigned)(s3f__random_unit() * 4294967295.0);
-        snprintf(name, n, "%.*s.%s.s3flash-%08x", (int)dir_len, path, base, r);
-        int fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666); /* read back: verify_other */
-        if (fd >= 0) {
-            *tmp = name;
-            return fd;
-        }
-        if (errno != EEXIST)
-            break;
-    }
-    free(name);
-    return -1;
-}
-
-enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, const char *key,
-                                  const char *path, const struct s3f_download_options *opts,
-                                  struct s3f_object_info *info, struct s3f_error *err) {
-    s3f_error_clear(err);
-    static const struct s3f_download_options defaults;
-    if (!opts)
-        opts = &defaults;
-    if (!path || !*path)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", NULL, "path is empty");
-    size_t plen = strlen(path);
-    if (path[plen - 1] == '/')
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "download", path,
-                              "%s names a directory", path);
-    struct download d;
-    enum s3f_status st = download_init(&d, c, bucket, key, opts, err);
-    if (st) {
-        download_cleanup(&d);
-        return st;
-    }
-    char *tmp = NULL;
-    d.dst = DST_FILE;
-    d.wq_cap = d.x->pool.max_chunks;
-    d.wq = calloc(d.wq_cap, sizeof(*d.wq));
-    if (!d.wq) {
-        download_cleanup(&d);
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", NULL, "out of memory");
-    }
-    d.path = path;
-    d.fd = create_temp(path, &tmp);
-    if (d.fd < 0) {
-        st = errno == ENOMEM ? s3f__error_set(err, S3F_ERR_NO_MEMORY, "download", path,
-                                              "out of memory")
-                             : s3f__error_set(err, S3F_ERR_IO, "download", path,
-                                              "cannot create a file beside %s: %s", path,
-                                              strerror(errno));
-        download_cleanup(&d);
-        return st;
-    }
-    struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    bool cached = d.x->cache && !d.ranged && s3f__cache_serve_fd(&s3f__xfer_cache_origin, c, d.x->cache, bucket, key, opts->version_id,
-                                                    opts->if_match, d.fd, info ? info : &cinfo);
-    st = cached ? S3F_OK : download_run(&d, info, err);
-    if (st == S3F_OK && !cached && d.x->cache && !d.ranged)
-        s3f__cache_fill_fd(d.x->cache, bucket, key, d.etag, d.size, d.fd);
-    if (st == S3F_OK && opts->fsync && fsync(d.fd) != 0)
-        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "fsync: %s", strerror(errno));
-    if (close(d.fd) != 0 && st == S3F_OK)
-        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "close: %s", strerror(errno));
-    if (st == S3F_OK && rename(tmp, path) != 0)
-        st = s3f__error_set(err, S3F_ERR_IO, "download", path, "cannot rename into %s: %s",
-                            path, strerror(errno));
-    if (st)
-        unlink(tmp);
-    free(tmp);
-    download_cleanup(&d);
-    return st;
-}
-
-/* ---- s3f_download_alloc: one GET, no Range, of an object of unknown size -------------- */
-
-/* The bytes of one GET arrive on an I/O thread; the destination is allocated on the
- * caller's thread (where the caller's allocator may take its own locks, such as Python's
- * GIL, which an I/O thread must never wait for) as soon as the first body bytes tell the
- * size. Bytes that arrive before that are staged in a malloc'ed buffer, copied over once
- * the destination exists; later ones go straight to their place. A small object is often
- * complete before the caller's thread wakes up: then it was staged whole (one extra copy
- * of a small object); a large one is staged only for the caller's wake-up time. */
-struct whole {
-    struct s3f_client *c;
-    struct s3f__xfer_shared *x;
-    struct s3f__op op;
-    struct s3f_error req_err;
-    char resource[600];
-    bool verify;
-    enum s3f_checksum_algorithm pref_alg;
-    struct s3f__sched_entry entry;
-
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    /* ---- guarded by lock ---- */
-    bool started, done;
-    enum s3f_status status;
-    bool first_seen;            /* the first body bytes came: size (if announced) known */
-    bool size_known;
-    uint64_t size;
-    char *dst;                  /* the destination, once allocated (caller's thread) */
-    bool alloc_tried, alloc_failed, too_long;
-    char *stage;                /* body bytes received before dst existed */
-    size_t stage_len, stage_cap;
-    uint64_t received;
-    bool ck_chosen;
-    struct s3f__checksum ck;
-    char ck_want[S3F__CHECKSUM_B64_MAX + 8];
-    char request_id[128];
-};
-
-/* Pick the whole-object checksum to verify from the response's headers (lock held; see
- * s3f__xfer_choose_checksum). */
-static void whole_choose_checksum(struct whole *w, const char *crc32c, const char *crc32,
-                                  const char *crc64) {
-    w->ck_chosen = true;
-    if (!w->verify) {
-        s3f__checksum_init(&w->ck, S3F_CHECKSUM_NONE);
-        return;
-    }
-    s3f__xfer_choose_checksum(crc32c, crc32, crc64, w->pref_alg, &w->ck, w->ck_want,
-                              sizeof(w->ck_want));
-}
-
-/* Response bytes (I/O thread). Offsets are contiguous from 0, also across a resumed
- * attempt (the executor asks for the rest with a Range and If-Match on the first ETag). */
-static int whole_sink(void *ud, const void *data, size_t len, uint64_t offset) {
-    struct whole *w = ud;
-    int stop = 0;
-    pthread_mutex_lock(&w->lock);
-    if (!w->first_seen) {
-        /* The executor's view of this response's head, parsed before the body. */
-        struct s3f__s3_response_head h;
-        s3f__s3_response_head(&w->op.r, &h);
-        w->first_seen = true;
-        if (h.has_total_size) {
-            w->size = h.total_size;
-            w->size_known = true;
-        } else if (h.has_content_length) {
-            w->size = offset + h.content_length;
-            w->size_known = true;
-        }
-        s3f__strlcpy(w->request_id, h.request_id, sizeof(w->request_id));
-        whole_choose_checksum(w, h.checksum_crc32c, h.checksum_crc32, h.checksum_crc64nvme);
-        pthread_cond_broadcast(&w->cond);
-    }
-    if (w->alloc_failed || offset != w->received) {
-        stop = 1;
-    } else if (w->size_known && offset + len > w->size) {
-        w->too_long = true;
-        stop = 1;
-    } else {
-        s3f__checksum_update(&w->ck, data, len);
-        if (w->dst) {
-            memcpy(w->dst + offset, data, len);
-        } else {
-            if (w->stage_len + len > w->stage_cap) {
-                size_t cap = w->stage_cap ? w->stage_cap * 2 : 64 << 10;
-                while (cap < w->stage_len + len)
-                    cap *= 2;
-                if (w->size_known && cap > w->size)
-                    cap = (size_t)w->size;
-                char *p = realloc(w->stage, cap);
-                if (!p) {
-                    w->alloc_failed = true;
-                    pthread_mutex_unlock(&w->lock);
-                    return 1;
-                }
-                w->stage = p;
-                w->stage_cap = cap;
-            }
-            memcpy(w->stage + w->stage_len, data, len);
-            w->stage_len += len;
-        }
-        w->received = offset + len;
-    }
-    pthread_mutex_unlock(&w->lock);
-    return stop;
-}
-
-static void whole_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
-    struct whole *w = ud;
-    (void)r;
-    s3f__sched_done(&w->x->sched);
-    pthread_mutex_lock(&w->lock);
-    w->status = st;
-    w->done = true;
-    pthread_cond_broadcast(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-}
-
-static bool whole_start(struct s3f__sched_entry *e) {
-    struct whole *w = (struct whole *)((char *)e - offsetof(struct whole, entry));
-    pthread_mutex_lock(&w->lock);
-    bool go = !w->started;
-    w->started = true;
-    pthread_mutex_unlock(&w->lock);
-    if (go)
-        s3f__s3_submit(w->c, &w->op.r, &w->req_err, whole_done, w);
-    return go;
-}
-
-/* Allocate the destination and move the staged bytes into it (caller's thread, lock held;
- * dropped around the allocator). */
-static void whole_allocate(struct whole *w, s3f_alloc_fn alloc, void *alloc_ud) {
-    w->alloc_tried = true;
-    uint64_t size = w->size;
-    pthread_mutex_unlock(&w->lock);
-    void *p = NULL;
-    if (size <= SIZE_MAX)
-        p = alloc ? alloc(alloc_ud, (size_t)size) : malloc(size ? (size_t)size : 1);
-    pthread_mutex_lock(&w->lock);
-    if (!p) {
-        w->alloc_failed = true; /* the next bytes stop the request */
-        return;
-    }
-    w->dst = p;
-    if (w->stage_len)
-        memcpy(w->dst, w->stage, w->stage_len);
-    free(w->stage);
-    w->stage = NULL;
-    w->stage_len = w->stage_cap = 0;
-}
-
-enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, const char *key,
-                                   const struct s3f_download_options *opts,
-                                   s3f_alloc_fn alloc, void *alloc_user_data, void **data,
-                                   size_t *len, struct s3f_object_info *info,
-                                   struct s3f_error *err) {
-    static const char *op_name = "GetObject";
-    s3f_error_clear(err);
-    static const struct s3f_download_options defaults;
-    if (!opts)
-        opts = &defaults;
-    if (!c)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL, "client is NULL");
-    if (!data || !len)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
-                              "data and len are required");
-    if (opts->range_offset || opts->range_bytes)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
-                              "a range is for s3f_download_iov, _buffer and _file");
-    *data = NULL;
-    *len = 0;
-    enum s3f_status st = s3f__op_check_args(op_name, bucket, key, true, err);
-    if (st)
-        return st;
-    struct s3f__xfer_shared *x;
-    if ((st = s3f__xfer_shared_get(c, &x, err)))
-        return st;
-    struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    if (x->cache && s3f__cache_serve_alloc(&s3f__xfer_cache_origin, c, x->cache, bucket, key, opts->version_id,
-                                           opts->if_match, alloc, alloc_user_data, data, len,
-                                           &cinfo, &st, err)) {
-        if (info && st == S3F_OK)
-            *info = cinfo;
-        else if (info)
-            memset(info, 0, sizeof(*info));
-        return st;
-    }
-    struct whole *w = calloc(1, sizeof(*w));
-    if (!w)
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, op_name, NULL, "out of memory");
-    w->c = c;
-    w->x = x;
-    w->verify = opts->verify_checksum >= 0;
-    w->pref_alg = x->checksum;
-    s3f__s3_resource(w->resource, sizeof(w->resource), bucket, key);
-    s3f__checksum_init(&w->ck, S3F_CHECKSUM_NONE);
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
-    w->entry.start = whole_start;
-    st = s3f__op_get(&w->op, false, bucket, key, opts->version_id, opts->if_match, w->verify,
-                     err);
-    if (st)
-        goto out;
-    w->op.r.sink = whole_sink;
-    w->op.r.sink_ud = w;
-    w->op.r.has_range = false;
-    uint64_t t0 = s3f__now_ns();
-    s3f__sched_add(&x->sched, &w->entry, 1);
-
-    pthread_mutex_lock(&w->lock);
-    for (;;) {
-        if (w->size_known && !w->alloc_tried && !(w->done && w->status)) {
-            whole_allocate(w, alloc, alloc_user_data);
-            continue;
-        }
-        if (w->done)
-            break;
-        pthread_cond_wait(&w->cond, &w->lock);
-    }
-    st = w->status;
-    if (st == S3F_OK && !w->alloc_tried) {
-        /* no body bytes (an empty object), or no Content-Length: all of it is staged */
-        w->size = w->received;
-        w->size_known = true;
-        whole_allocate(w, alloc, alloc_user_data);
-    }
-    pthread_mutex_unlock(&w->lock);
-    /* the request is over: no I/O thread touches w from here on */
-    if (w->alloc_failed) {
-        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, op_name, w->resource,
-                            "cannot allocate %" PRIu64 " bytes for the object", w->size);
-    } else if (w->too_long) {
-        st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, op_name, w->resource,
-                            "the response carries more than the %" PRIu64
-                            " bytes its headers announced",
-                            w->size);
-    } else if (st) {
-        if (err)
-            *err = w->req_err;
-        if (st == S3F_ERR_PRECONDITION_FAILED && err && !opts->if_match &&
-            err->http_status == 412)
-            s3f__strlcpy(err->message, "the object changed during the download (ETag differs)",
-                         sizeof(err->message));
-    } else if (w->received != w->size) {
-        st = s3f__error_set(err, S3F_ERR_BAD_RESPONSE, op_name, w->resource,
-                            "the response had %" PRIu64 " bytes, %" PRIu64 " announced",
-                            w->received, w->size);
-    } else {
-        if (!w->ck_chosen) /* no body: the checksum headers are in the response's info */
-            whole_choose_checksum(w, w->op.info.checksum_crc32c, w->op.info.checksum_crc32,
-                                  w->op.info.checksum_crc64nvme);
-        if (w->ck_want[0]) {
-            char got[S3F__CHECKSUM_B64_MAX];
-            s3f__checksum_b64(&w->ck, got);
-            if (strcmp(got, w->ck_want) != 0) {
-                st = s3f__error_set(err, S3F_ERR_CHECKSUM, op_name, w->resource,
-                                    "%s of the downloaded bytes is %s, the server's is %s",
-                                    s3f__checksum_algorithm_name(w->ck.alg), got, w->ck_want);
-                if (err) {
-                    err->http_status = w->op.r.http_status;
-                    s3f__strlcpy(err->request_id, w->request_id, sizeof(err->request_id));
-                }
-            } else {
-                s3f__log(&c->logger, S3F_LOG_DEBUG, "download %s: %s %s verified",
-                         w->resource, s3f__checksum_algorithm_name(w->ck.alg), got);
-            }
-        }
-    }
-    if (st == S3F_OK) {
-        if (info) {
-            *info = w->op.info;
-            info->size = w->size;
-        }
-        *data = w->dst;
-        *len = (size_t)w->size;
-        w->dst = NULL;
-        if (x->cache) {
-            struct s3f_iovec one = {*data, *len};
-            s3f__cache_fill_iov(x->cache, bucket, key, w->op.info.etag, w->size, &one, 1);
-        }
-        double s = (double)(s3f__now_ns() - t0) / 1e9;
-        s3f__log(&c->logger, S3F_LOG_DEBUG,
-                 "download %s: %" PRIu64 " bytes in one GET, %.3f s", w->resource, w->size, s);
-    } else if (info) {
-        memset(info, 0, sizeof(*info));
-    }
-out:
-    s3f__sched_detach(&x->sched, &w->entry);
-    if (w->dst && !alloc)
-        free(w->dst); /* the caller's allocator's memory stays the caller's */
-    free(w->stage);
-    s3f__op_cleanup(&w->op);
-    pthread_cond_destroy(&w->cond);
-    pthread_mutex_destroy(&w->lock);
-    free(w);
-    return st;
 }

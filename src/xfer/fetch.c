@@ -16,11 +16,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "s3/client.h"
 #include "s3/ops_internal.h"
 #include "xfer/xfer.h"
 
+/* An item's life: QUEUED (added, waiting for a request slot) -> SENDING (its GET in
+ * flight) -> DONE (status says how it ended); changed only by item_set_state. */
 enum item_state { IT_QUEUED, IT_SENDING, IT_DONE };
+static const char *const item_state_names[] = {"QUEUED", "SENDING", "DONE"};
+static const unsigned item_allowed[] = {
+    [IT_QUEUED] = 1u << IT_SENDING,
+    [IT_SENDING] = 1u << IT_DONE,
+    [IT_DONE] = 0,
+};
+
+/* Why the sink stopped a response (at most one reason: a stopped request ends). */
+enum item_stop {
+    STOP_NONE,
+    STOP_TOO_LARGE,   /* more than max_size bytes: left to the caller's reader */
+    STOP_TOO_LONG,    /* more bytes than the headers announced */
+    STOP_NO_MEMORY,   /* the buffer could not grow */
+};
 
 struct item {
     struct s3f_fetch *f;
@@ -35,7 +52,8 @@ struct item {
     /* ---- guarded by f->lock ---- */
     enum item_state state;
     enum s3f_status status;
-    bool head_seen, size_known, too_large, too_long, no_memory;
+    bool head_seen, size_known;
+    enum item_stop stop;
     uint64_t size, received;
     char *data;                  /* size bytes once the size is known; grown when unknown */
     size_t cap;
@@ -58,8 +76,21 @@ struct s3f_fetch {
     uint64_t held, held_high_water; /* bytes of the items' buffers, not yet taken */
 };
 
+/* Every change of an item's state goes through here (f->lock held): checked against
+ * item_allowed and traced at S3FLASH_LOG=trace with the line that made it. */
+#define item_set_state(it, to) item_set_state_at(it, to, __LINE__)
+static void item_set_state_at(struct item *it, enum item_state to, int line) {
+    S3F_ASSERT_HELD(&it->f->lock);
+    S3F_ASSERT(item_allowed[it->state] & (1u << to));
+    if (s3f__log_enabled(&it->f->c->logger, S3F_LOG_TRACE))
+        s3f__log(&it->f->c->logger, S3F_LOG_TRACE, "fetch %s: %s -> %s (fetch.c:%d)",
+                 it->resource, item_state_names[it->state], item_state_names[to], line);
+    it->state = to;
+}
+
 /* Grow (or first allocate) the item's buffer to hold `need` bytes (f->lock held). */
 static bool item_reserve(struct item *it, uint64_t need) {
+    S3F_ASSERT_HELD(&it->f->lock);
     if (need <= it->cap && it->data)
         return true;
     uint64_t cap = it->size_known ? it->size : (it->cap ? it->cap * 2 : 64 << 10);
@@ -101,22 +132,22 @@ static int item_sink(void *ud, const void *data, size_t len, uint64_t offset) {
                                       h.checksum_crc64nvme, f->x->checksum, &it->ck,
                                       it->ck_want, sizeof(it->ck_want));
         if (it->size_known && it->size > it->max_size) {
-            it->too_large = true; /* left to the caller's reader: stop after the headers */
+            it->stop = STOP_TOO_LARGE; /* left to the caller's reader: stop after the headers */
             stop = 1;
         }
     }
     if (!stop && offset != it->received)
         stop = 1;
     if (!stop && it->size_known && offset + len > it->size) {
-        it->too_long = true;
+        it->stop = STOP_TOO_LONG;
         stop = 1;
     }
     if (!stop && !it->size_known && offset + len > it->max_size) {
-        it->too_large = true;
+        it->stop = STOP_TOO_LARGE;
         stop = 1;
     }
     if (!stop && !item_reserve(it, offset + len)) {
-        it->no_memory = true;
+        it->stop = STOP_NO_MEMORY;
         stop = 1;
     }
     if (!stop) {
@@ -137,7 +168,7 @@ static void item_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
     s3f__sched_done(&f->x->sched);
     pthread_mutex_lock(&f->lock);
     it->status = st;
-    it->state = IT_DONE;
+    item_set_state(it, IT_DONE);
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
 }
@@ -148,7 +179,7 @@ static bool item_start(struct s3f__sched_entry *e) {
     pthread_mutex_lock(&f->lock);
     bool go = it->state == IT_QUEUED && !f->stopping;
     if (go)
-        it->state = IT_SENDING;
+        item_set_state(it, IT_SENDING);
     pthread_mutex_unlock(&f->lock);
     if (go) {
         it->t.start_ns = s3f__now_ns();
@@ -264,7 +295,7 @@ static enum s3f_status item_result(struct s3f_fetch *f, struct item *it, void **
                                    struct s3f_error *err) {
     const char *op = "GetObject";
     enum s3f_status st = it->status;
-    if (it->too_large) {
+    if (it->stop == STOP_TOO_LARGE) {
         st = s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, it->resource,
                             "the object has more than the %" PRIu64 " bytes asked for",
                             it->max_size);
@@ -272,10 +303,10 @@ static enum s3f_status item_result(struct s3f_fetch *f, struct item *it, void **
             info->size = it->size_known ? it->size : it->received;
         return st;
     }
-    if (it->no_memory)
+    if (it->stop == STOP_NO_MEMORY)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, op, it->resource,
                               "cannot allocate %" PRIu64 " bytes for the object", it->size);
-    if (it->too_long)
+    if (it->stop == STOP_TOO_LONG)
         return s3f__error_set(err, S3F_ERR_BAD_RESPONSE, op, it->resource,
                               "the response carries more than the %" PRIu64
                               " bytes its headers announced", it->size);

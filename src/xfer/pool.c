@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "xfer/xfer.h"
 
 enum s3f_status s3f__pool_init(struct s3f__pool *p, size_t chunk_size, uint64_t limit_bytes) {
@@ -38,6 +39,7 @@ void s3f__pool_cleanup(struct s3f__pool *p) {
 
 /* Hand out n chunks (lock held, n <= available). On malloc failure nothing is taken. */
 static enum s3f_status take(struct s3f__pool *p, size_t n, void **chunks) {
+    S3F_ASSERT_HELD(&p->lock);
     size_t got = 0;
     for (; got < n; got++) {
         if (p->n_free) {
@@ -66,6 +68,7 @@ static enum s3f_status take(struct s3f__pool *p, size_t n, void **chunks) {
 
 /* Ask every lender for its loans (pool lock not held). */
 static void reclaim_loans(struct s3f__pool *p) {
+    S3F_ASSERT_NOT_HELD(&p->lock);
     pthread_mutex_lock(&p->lenders_lock);
     for (struct s3f__pool_lender *l = p->lenders; l; l = l->next)
         l->reclaim(l);
@@ -80,6 +83,7 @@ static void wait_until(struct s3f__pool *p, uint64_t until_ms) {
 
 /* Blocking acquire (lock held on entry and exit). */
 static enum s3f_status acquire_wait(struct s3f__pool *p, size_t n, void **chunks) {
+    S3F_ASSERT_HELD(&p->lock);
     uint64_t ticket = p->next_ticket++;
     uint64_t timeout_ms = p->wait_timeout_ms ? p->wait_timeout_ms : 60000;
     uint64_t now = s3f__now_ms();

@@ -10,171 +10,16 @@
  *
  * The read-ahead and the tail are loans from the client's pool (xfer.h): the reader is a
  * lender, and when a blocked acquirer (a writer) is short, an idle reader (no read call
- * for 100 ms) drops them; its next read starts a new window. */
+ * for 100 ms) drops them; its next read starts a new window.
+ *
+ * This file owns the read path and the public calls; reader_seg.c a segment's life and its
+ * request (see reader_internal.h). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cache.h"
-#include "s3/client.h"
-#include "s3/ops_internal.h"
-#include "xfer/xfer.h"
-
-#define WINDOW_MIN S3F__MIB               /* first read-ahead, and after a jump */
-#define TAIL_DEFAULT S3F__MIB
-#define MERGE_GAP (256u << 10)            /* a miss this close past the window extends it */
-#define DIRECT_MIN S3F__MIB               /* misses this large go straight to the caller */
-#define SEQ_GAP 4096u                     /* a read this close past the last still sequential */
-#define SEQ_LEN (64u << 10)               /* ... when it is at least this long */
-#define IDLE_NS (100ull * 1000 * 1000)    /* no read call for this long: an idle reader */
-#define RANDOM_ROUND (64u << 10)          /* a random miss fetches its bytes rounded up to */
-#define RANDOM_MIN (128u << 10)           /* ... this granule, at least this much */
-#define STREAM_BEHIND (4u << 20)          /* a read this far behind the stream's front (reads
-                                           * of one handle served out of order) is in it */
-#define STREAM_OPEN (16u << 20)          /* a confirmed stream's window, at once */
-#define FILL_JUMPS 2                      /* random misses before an object is filled */
-#define FILL_WAIT (1u << 20)              /* a read at most this far past a fill segment's
-                                           * arrived bytes waits for them, else fetches */
-
-struct seg {
-    struct s3f_reader *rd;
-    uint64_t start, end;                  /* object range [start, end) */
-    void **chunks;                        /* pool chunks, or NULL */
-    size_t n_chunks;
-    char *direct;                         /* or the caller's buffer for [start, end) */
-    uint64_t filled;                      /* bytes arrived from start */
-    bool queued, in_flight, done, failed, cancelled;
-    enum s3f_status status;
-    struct s3f_error err;
-    struct s3f__op op;
-    struct s3f__xfer_timing t;            /* for the bandwidth-delay estimator */
-    struct seg *next;                     /* in the window, the private list or dead list */
-    struct seg *qnext;                    /* in the start queue */
-};
-
-struct s3f_reader {
-    struct s3f_client *c;
-    struct s3f__xfer_shared *x;
-    char *bucket, *key, *version_id, *etag;
-    char resource[600];
-    struct s3f_object_info info;
-    uint64_t size;
-    uint64_t pos;                         /* of read/seek */
-    uint64_t seq_next;                    /* where a sequential read continues */
-    uint64_t window, window_max;
-    uint64_t tail_start;                  /* == size when there is no tail cache */
-    uint64_t part_size;
-    struct s3f__cache_object *cobj;       /* the client's block cache: this object's blocks */
-    uint64_t fill_max;                    /* random reads fill objects up to this size */
-
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    /* ---- guarded by lock ---- */
-    struct seg *window_segs;              /* sorted by start, disjoint */
-    struct seg *tail;
-    struct seg *dead;                     /* cancelled, waiting for their completion */
-    struct seg *q_head, *q_tail;
-    uint32_t outstanding, callbacks;
-    uint32_t active;                      /* read calls running (segments in use) */
-    uint64_t last_read_ns;                /* when the last read call ended */
-    uint32_t jumps;                       /* random misses since the last fill or reclaim */
-    uint64_t behind;                      /* reads came this far behind the stream's front */
-    uint32_t streak;                      /* long sequential reads in a row */
-    bool filling;                         /* the window is the whole object (fill) */
-    struct s3f__sched_entry entry;
-    struct s3f__pool_lender lender;       /* the pool asks for the loans back */
-};
-
-static void seg_free(struct s3f_reader *rd, struct seg *s) {
-    if (s->n_chunks)
-        s3f__pool_release(&rd->x->pool, s->n_chunks, s->chunks);
-    free(s->chunks);
-    s3f__op_cleanup(&s->op);
-    free(s);
-}
-
-/* A segment for [start, end): into pool chunks (try only; NULL when the pool is full) or,
- * with `direct`, into the caller's memory. Lock held. */
-static struct seg *seg_new(struct s3f_reader *rd, uint64_t start, uint64_t end, char *direct) {
-    struct seg *s = calloc(1, sizeof(*s));
-    if (!s)
-        return NULL;
-    s->rd = rd;
-    s->start = start;
-    s->end = end;
-    s->direct = direct;
-    if (!direct && end > start) {
-        size_t cs = rd->x->pool.chunk_size;
-        size_t n = (size_t)((end - start + cs - 1) / cs);
-        s->chunks = calloc(n, sizeof(*s->chunks));
-        if (!s->chunks || s3f__pool_acquire(&rd->x->pool, n, s->chunks, false) != S3F_OK) {
-            free(s->chunks);
-            free(s);
-            return NULL;
-        }
-        s->n_chunks = n;
-    }
-    return s;
-}
-
-/* Queue for a request slot (lock held); returns 1 to pass to s3f__sched_add. */
-static uint32_t seg_queue(struct s3f_reader *rd, struct seg *s) {
-    s->queued = true;
-    s->qnext = NULL;
-    if (rd->q_tail)
-        rd->q_tail->qnext = s;
-    else
-        rd->q_head = s;
-    rd->q_tail = s;
-    return 1;
-}
-
-/* Queue `s` ahead of the others (lock held): a read waits for it, read-ahead and fills
- * do not. */
-static uint32_t seg_queue_front(struct s3f_reader *rd, struct seg *s) {
-    s->queued = true;
-    s->qnext = rd->q_head;
-    rd->q_head = s;
-    if (!rd->q_tail)
-        rd->q_tail = s;
-    return 1;
-}
-
-/* The reader no longer wants `s` (already unlinked from its list; lock held). */
-static void seg_drop(struct s3f_reader *rd, struct seg *s) {
-    if (s->queued) {
-        struct seg **pp = &rd->q_head, *prev = NULL;
-        while (*pp && *pp != s) {
-            prev = *pp;
-            pp = &(*pp)->qnext;
-        }
-        if (*pp)
-            *pp = s->qnext;
-        if (rd->q_tail == s)
-            rd->q_tail = prev;
-        seg_free(rd, s);
-    } else if (s->in_flight) {
-        s->cancelled = true;
-        s->next = rd->dead;
-        rd->dead = s;
-    } else {
-        seg_free(rd, s);
-    }
-}
-
-static void drop_window(struct s3f_reader *rd, bool (*pred)(struct seg *, uint64_t),
-                        uint64_t arg) {
-    struct seg **pp = &rd->window_segs;
-    while (*pp) {
-        struct seg *s = *pp;
-        if (!pred || pred(s, arg)) {
-            *pp = s->next;
-            seg_drop(rd, s);
-        } else {
-            pp = &s->next;
-        }
-    }
-}
+#include "core/assert.h"
+#include "xfer/reader_internal.h"
 
 static bool ends_before(struct seg *s, uint64_t pos) {
     return s->end <= pos;
@@ -190,9 +35,9 @@ static void reader_reclaim(struct s3f__pool_lender *l) {
         (struct s3f_reader *)((char *)l - offsetof(struct s3f_reader, lender));
     pthread_mutex_lock(&rd->lock);
     if (!rd->active && s3f__now_ns() - rd->last_read_ns >= IDLE_NS) {
-        drop_window(rd, NULL, 0);
+        s3f__reader_drop_window(rd, NULL, 0);
         if (rd->tail) {
-            seg_drop(rd, rd->tail);
+            s3f__reader_seg_drop(rd, rd->tail);
             rd->tail = NULL;
         }
         rd->window = WINDOW_MIN < rd->window_max ? WINDOW_MIN : rd->window_max;
@@ -200,120 +45,6 @@ static void reader_reclaim(struct s3f__pool_lender *l) {
         rd->jumps = 0;
     }
     pthread_mutex_unlock(&rd->lock);
-}
-
-/* ---- requests (I/O threads) -------------------------------------------------------- */
-
-static int seg_sink(void *ud, const void *data, size_t len, uint64_t offset) {
-    struct seg *s = ud;
-    struct s3f_reader *rd = s->rd;
-    pthread_mutex_lock(&rd->lock);
-    bool stop = s->cancelled;
-    pthread_mutex_unlock(&rd->lock);
-    if (stop)
-        return 1;
-    if (offset < s->start || offset + len > s->end)
-        return 1; /* cannot happen: the executor places bytes by their offset */
-    uint64_t rel = offset - s->start;
-    if (s->direct) {
-        memcpy(s->direct + rel, data, len);
-    } else {
-        size_t cs = rd->x->pool.chunk_size;
-        const char *p = data;
-        size_t left = len;
-        while (left) {
-            size_t ci = (size_t)(rel / cs), in = (size_t)(rel % cs);
-            size_t n = cs - in < left ? cs - in : left;
-            memcpy((char *)s->chunks[ci] + in, p, n);
-            p += n;
-            rel += n;
-            left -= n;
-        }
-    }
-    s3f__xfer_timing_body(&s->t, len);
-    pthread_mutex_lock(&rd->lock);
-    s->filled = offset + len - s->start;
-    pthread_cond_broadcast(&rd->cond);
-    pthread_mutex_unlock(&rd->lock);
-    return 0;
-}
-
-static void seg_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
-    struct seg *s = ud;
-    struct s3f_reader *rd = s->rd;
-    (void)r;
-    struct s3f__xfer_timing t = s->t;
-    bool measured = false;
-    pthread_mutex_lock(&rd->lock);
-    rd->callbacks++;
-    rd->outstanding--;
-    s->in_flight = false;
-    if (s->cancelled) {
-        struct seg **pp = &rd->dead;
-        while (*pp && *pp != s)
-            pp = &(*pp)->next;
-        if (*pp)
-            *pp = s->next;
-        seg_free(rd, s);
-    } else if (st == S3F_OK && s->filled == s->end - s->start) {
-        s->done = true;
-        measured = true;
-    } else {
-        s->failed = true;
-        s->status = st ? st : S3F_ERR_BAD_RESPONSE;
-        if (st == S3F_OK)
-            s3f__error_set(&s->err, S3F_ERR_BAD_RESPONSE, "GetObject", rd->resource,
-                           "the response ended after %" PRIu64 " of %" PRIu64 " bytes",
-                           s->filled, s->end - s->start);
-        if (s->status == S3F_ERR_PRECONDITION_FAILED && s->err.http_status == 412)
-            s3f__strlcpy(s->err.message, "the object changed while it was read (ETag differs)",
-                         sizeof(s->err.message));
-    }
-    pthread_cond_broadcast(&rd->cond);
-    pthread_mutex_unlock(&rd->lock);
-    if (measured)
-        s3f__xfer_observe_timing(rd->x, &t);
-    s3f__sched_done(&rd->x->sched);
-    pthread_mutex_lock(&rd->lock);
-    rd->callbacks--;
-    pthread_cond_broadcast(&rd->cond);
-    pthread_mutex_unlock(&rd->lock);
-}
-
-static bool start_seg(struct s3f__sched_entry *e) {
-    struct s3f_reader *rd = (struct s3f_reader *)((char *)e - offsetof(struct s3f_reader, entry));
-    pthread_mutex_lock(&rd->lock);
-    struct seg *s = rd->q_head;
-    if (!s) {
-        pthread_mutex_unlock(&rd->lock);
-        return false;
-    }
-    rd->q_head = s->qnext;
-    if (!rd->q_head)
-        rd->q_tail = NULL;
-    s->queued = false;
-    enum s3f_status st = s3f__op_get(&s->op, false, rd->bucket, rd->key, rd->version_id,
-                                     rd->etag, false, &s->err);
-    if (st) {
-        s->failed = true;
-        s->status = st;
-        pthread_cond_broadcast(&rd->cond);
-        pthread_mutex_unlock(&rd->lock);
-        return false;
-    }
-    s->op.r.sink = seg_sink;
-    s->op.r.sink_ud = s;
-    s->op.r.has_range = true;
-    s->op.r.range_start = s->start;
-    s->op.r.range_end = s->end - 1;
-    s->op.r.has_object_size = true; /* pinned at open, as the ETag (If-Match) */
-    s->op.r.object_size = rd->size;
-    s->in_flight = true;
-    s->t.start_ns = s3f__now_ns();
-    rd->outstanding++;
-    pthread_mutex_unlock(&rd->lock);
-    s3f__s3_submit(rd->c, &s->op.r, &s->err, seg_done, s);
-    return true;
 }
 
 /* ---- the read path (the reader's thread) --------------------------------------------- */
@@ -395,7 +126,7 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
     enum s3f_status st = S3F_OK;
     for (uint64_t f = pos; f < end;) {
         uint64_t e = end - f > rd->part_size ? f + rd->part_size : end;
-        struct seg *s = seg_new(rd, f, e, dst + (f - pos));
+        struct seg *s = s3f__reader_seg_new(rd, f, e, dst + (f - pos));
         if (!s) {
             st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "read", rd->resource, "out of memory");
             break;
@@ -413,19 +144,19 @@ static enum s3f_status fetch_direct(struct s3f_reader *rd, uint64_t pos, uint64_
     while (rev) {
         struct seg *s = rev;
         rev = s->qnext;
-        n += seg_queue_front(rd, s);
+        n += s3f__reader_seg_queue_front(rd, s);
     }
     kick(rd, n);
     for (struct seg *s = list; s; s = s->next) {
-        while (!s->done && !s->failed)
+        while (s->state != SEG_DONE && s->state != SEG_FAILED)
             pthread_cond_wait(&rd->cond, &rd->lock);
-        if (s->failed && !st)
+        if (s->state == SEG_FAILED && !st)
             st = seg_error(rd, s, err);
     }
     while (list) {
         struct seg *s = list;
         list = s->next;
-        seg_drop(rd, s); /* all settled: freed */
+        s3f__reader_seg_drop(rd, s); /* all settled: freed */
     }
     return st;
 }
@@ -445,6 +176,7 @@ static enum s3f_status read_direct(struct s3f_reader *rd, uint64_t *pos, uint64_
  * segments of *seg bytes in flight fill the link for the throughput target, within the
  * request slots and the window's cap. */
 static void plan_segments(struct s3f_reader *rd, uint64_t *seg, uint32_t *k) {
+    S3F_ASSERT_HELD(&rd->lock);
     struct s3f__bdp_estimate e;
     s3f__bdp_get(&rd->x->bdp, &e);
     pthread_mutex_lock(&rd->x->sched.lock);
@@ -464,6 +196,7 @@ static void plan_segments(struct s3f_reader *rd, uint64_t *seg, uint32_t *k) {
  * rate of one connection while the second fills, where sixteen of 1 MiB fill in parallel.
  * The segments grow with the window, up to the plan's. */
 static uint64_t ramp_step(const struct s3f_reader *rd, uint64_t from, uint64_t seg, uint32_t k) {
+    S3F_ASSERT_HELD(&rd->lock);
     if (rd->window >= (uint64_t)(k ? k : 1) * seg)
         return seg < rd->window ? seg : rd->window; /* k whole segments fit: the plan's (an
                                                      * 8 MiB part each, as `cp` fetches) */
@@ -487,6 +220,7 @@ static uint64_t ramp_step(const struct s3f_reader *rd, uint64_t from, uint64_t s
  * The window doubles with each top-up, up to what k segments and the one being read need
  * (and never past window_max). */
 static void prefetch(struct s3f_reader *rd, uint64_t pos) {
+    S3F_ASSERT_HELD(&rd->lock);
     if (!rd->window_max)
         return;
     uint64_t seg;
@@ -516,7 +250,7 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
         f = pos;
     uint32_t busy = 0;
     for (struct seg *s = rd->window_segs; s; s = s->next)
-        if (s->end > pos && !s->done && !s->failed)
+        if (s->end > pos && s->state != SEG_DONE && s->state != SEG_FAILED)
             busy++;
     uint32_t n = 0;
     uint64_t step = ramp_step(rd, f, seg, k); /* one size for this top-up's segments */
@@ -526,20 +260,20 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
             break; /* past the window's cap (never past window_max): it waits for the
                     * next top-up. Up to the cap a segment may run past the growing
                     * window, so that k are in flight while the window still doubles */
-        struct seg *s = seg_new(rd, f, e, NULL);
+        struct seg *s = s3f__reader_seg_new(rd, f, e, NULL);
         if (!s)
             break; /* the pool is full: read-ahead is optional */
         insert_seg(rd, s);
-        n += seg_queue(rd, s);
+        n += s3f__reader_seg_queue(rd, s);
         busy++;
         f = e;
     }
     if (f >= rd->tail_start && !rd->tail && rd->tail_start < rd->size && busy < k) {
         /* the read-ahead reached the cached tail: fetch it now, not when the reader gets
          * there (it would wait for a whole request then) */
-        rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
+        rd->tail = s3f__reader_seg_new(rd, rd->tail_start, rd->size, NULL);
         if (rd->tail)
-            n += seg_queue(rd, rd->tail);
+            n += s3f__reader_seg_queue(rd, rd->tail);
     }
     if (n && rd->window < cap)
         rd->window = rd->window * 2 < cap ? rd->window * 2 : cap;
@@ -553,6 +287,7 @@ static void prefetch(struct s3f_reader *rd, uint64_t pos) {
  * (read_at). Chunks come from the pool, try only: what does not fit is not filled, and
  * reads there fetch what they need. Lock held. */
 static void fill_start(struct s3f_reader *rd, uint64_t pos) {
+    S3F_ASSERT_HELD(&rd->lock);
     rd->filling = true;
     uint64_t step = rd->part_size < (4u << 20) ? rd->part_size : (4u << 20);
     uint64_t first = pos / step * step;
@@ -572,18 +307,18 @@ static void fill_start(struct s3f_reader *rd, uint64_t pos) {
                 e = limit;
             if (e > to)
                 e = to;
-            if (!(s = seg_new(rd, f, e, NULL))) {
+            if (!(s = s3f__reader_seg_new(rd, f, e, NULL))) {
                 full = true;
                 break;
             }
             insert_seg(rd, s);
-            n += seg_queue(rd, s);
+            n += s3f__reader_seg_queue(rd, s);
             f = e;
         }
     }
     if (!full && !rd->tail && rd->tail_start < rd->size &&
-        (rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL)))
-        n += seg_queue(rd, rd->tail);
+        (rd->tail = s3f__reader_seg_new(rd, rd->tail_start, rd->size, NULL)))
+        n += s3f__reader_seg_queue(rd, rd->tail);
     kick(rd, n);
 }
 
@@ -653,13 +388,13 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         struct seg *s;
         if (pos >= rd->tail_start) {
             if (!rd->tail) {
-                rd->tail = seg_new(rd, rd->tail_start, rd->size, NULL);
+                rd->tail = s3f__reader_seg_new(rd, rd->tail_start, rd->size, NULL);
                 if (!rd->tail) { /* pool full: read what is asked for, uncached */
                     if ((st = read_direct(rd, &pos, pos + want, buf, &out, err)))
                         break;
                     continue;
                 }
-                kick(rd, seg_queue(rd, rd->tail));
+                kick(rd, s3f__reader_seg_queue(rd, rd->tail));
             }
             s = rd->tail;
         } else {
@@ -670,7 +405,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             uint64_t wend = window_end(rd);
             bool merge = rd->window_segs && pos >= wend && pos - wend <= MERGE_GAP;
             if (!merge && !sequential) {
-                drop_window(rd, NULL, 0);
+                s3f__reader_drop_window(rd, NULL, 0);
                 rd->window = WINDOW_MIN;
                 /* a jump near the last read (the two first reads of a stream started
                  * mid-object, reaching the reader in the other order) is no sign of
@@ -682,8 +417,8 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                 }
             }
         }
-        if (s && rd->filling && s != rd->tail && !s->done && !s->failed &&
-            (s->queued || pos - s->start > s->filled + FILL_WAIT)) {
+        if (s && rd->filling && s != rd->tail && s->state != SEG_DONE &&
+            s->state != SEG_FAILED && (s->state == SEG_QUEUED || pos - s->start > s->filled + FILL_WAIT)) {
             /* its fill segment is not there yet: fetch what this read needs of it */
             uint64_t need_end = pos + want < s->end ? pos + want : s->end;
             if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
@@ -722,30 +457,30 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                 e = need_end;
             if (e > limit)
                 e = limit;
-            s = seg_new(rd, f, e, NULL);
+            s = s3f__reader_seg_new(rd, f, e, NULL);
             if (!s) {
                 if ((st = read_direct(rd, &pos, need_end, buf, &out, err)))
                     break;
                 continue;
             }
             insert_seg(rd, s);
-            kick(rd, seg_queue(rd, s));
+            kick(rd, s3f__reader_seg_queue(rd, s));
             /* a sequential read's read-ahead goes out now, behind this segment, not after
              * the read got its bytes: the next read's segment then has its first byte
              * (one round trip) by the time it comes, from the stream's first read on */
             if (sequential)
                 prefetch(rd, pos);
         }
-        while (!s->failed && s->filled <= pos - s->start)
+        while (s->state != SEG_FAILED && s->filled <= pos - s->start)
             pthread_cond_wait(&rd->cond, &rd->lock);
-        if (s->failed) {
+        if (s->state == SEG_FAILED) {
             unlink_seg(rd, s);
             if (rd->filling && s != rd->tail) {
-                seg_drop(rd, s); /* a fill's: this read fetches what it needs (above) */
+                s3f__reader_seg_drop(rd, s); /* a fill's: this read fetches what it needs (above) */
                 continue;
             }
             st = seg_error(rd, s, err);
-            seg_drop(rd, s);
+            s3f__reader_seg_drop(rd, s);
             break;
         }
         uint64_t avail = s->start + s->filled - pos;
@@ -760,7 +495,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                        * passes no window segment: they stay for the reads that follow */
         /* segments read past are done with (those a read served out of order may still
          * need, rd->behind, a little later) */
-        drop_window(rd, ends_before, pos > rd->behind ? pos - rd->behind : 0);
+        s3f__reader_drop_window(rd, ends_before, pos > rd->behind ? pos - rd->behind : 0);
         /* a long sequential read tops the read-ahead up as it consumes it, so that the
          * requests past its end are in flight before it returns */
         if (sequential && out < len)
@@ -847,7 +582,7 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     rd->etag = etag[0] ? s3f__strdup(etag) : NULL;
     pthread_mutex_init(&rd->lock, NULL);
     pthread_cond_init(&rd->cond, NULL);
-    rd->entry.start = start_seg;
+    rd->entry.start = s3f__reader_start_seg;
     rd->lender.reclaim = reader_reclaim;
     if (!rd->bucket || !rd->key || (opts->version_id && !rd->version_id) ||
         (etag[0] && !rd->etag)) {
@@ -964,9 +699,9 @@ void s3f_reader_close(struct s3f_reader *r) {
         return;
     s3f__pool_lender_remove(&r->x->pool, &r->lender); /* waits for a reclaim of it */
     pthread_mutex_lock(&r->lock);
-    drop_window(r, NULL, 0);
+    s3f__reader_drop_window(r, NULL, 0);
     if (r->tail) {
-        seg_drop(r, r->tail);
+        s3f__reader_seg_drop(r, r->tail);
         r->tail = NULL;
     }
     while (r->outstanding || r->callbacks)

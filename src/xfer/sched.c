@@ -1,5 +1,6 @@
 /* The request scheduler: a bounded number of requests in flight per client, slots handed
  * round-robin to the transfers that have work. */
+#include "core/assert.h"
 #include "xfer/xfer.h"
 
 void s3f__sched_init(struct s3f__sched *s, uint32_t max_inflight) {
@@ -19,6 +20,7 @@ void s3f__sched_cleanup(struct s3f__sched *s) {
 
 /* Ring operations; lock held. */
 static void link_entry(struct s3f__sched *s, struct s3f__sched_entry *e) {
+    S3F_ASSERT_HELD(&s->lock);
     if (e->linked)
         return;
     if (!s->cursor) {
@@ -36,6 +38,7 @@ static void link_entry(struct s3f__sched *s, struct s3f__sched_entry *e) {
 }
 
 static void unlink_entry(struct s3f__sched *s, struct s3f__sched_entry *e) {
+    S3F_ASSERT_HELD(&s->lock);
     if (!e->linked)
         return;
     if (e->next == e) {

@@ -72,20 +72,12 @@ enum s3f_status s3f_download_stream(struct s3f_client *c, const char *bucket, co
                                     struct s3f_error *err) {
     static const char *op_name = "GetObject";
     s3f_error_clear(err);
-    static const struct s3f_download_options defaults;
-    if (!opts)
-        opts = &defaults;
     if (!c || !sink)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
                               "client and sink are required");
-    if (opts->range_offset || opts->range_bytes)
-        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
-                              "a range is for s3f_download_iov, _buffer and _file");
-    enum s3f_status st = s3f__op_check_args(op_name, bucket, key, true, err);
-    if (st)
-        return st;
     struct s3f__xfer_shared *x;
-    if ((st = s3f__xfer_shared_get(c, &x, err)))
+    enum s3f_status st = s3f__xfer_whole_get_args(c, op_name, bucket, key, &opts, &x, err);
+    if (st)
         return st;
     bool verify = opts->verify_checksum >= 0 && x->checksum != S3F_CHECKSUM_NONE;
     char resource[600];

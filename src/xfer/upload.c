@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 static const char *const part_state_names[] = {"FILLING", "PREPARED", "QUEUED", "SENDING",
@@ -30,7 +31,33 @@ static const char *const up_state_names[] = {"RUNNING", "VERIFYING", "COMPLETING
 
 /* ---- state changes (traced) ----------------------------------------------------------- */
 
+/* The transitions allowed from each state; staying in a state is always allowed. Any
+ * state before the end may fail (ABORTING when an upload id exists, else FAILED). */
+#define FAILS (1u << UP_ABORTING | 1u << UP_FAILED)
+static const unsigned up_allowed[] = {
+    [UP_RUNNING] = 1u << UP_VERIFYING | 1u << UP_COMPLETING | 1u << UP_DONE | FAILS,
+    [UP_VERIFYING] = 1u << UP_RUNNING | FAILS,
+    [UP_COMPLETING] = 1u << UP_HEADING | 1u << UP_RUNNING | 1u << UP_DONE | FAILS,
+    [UP_HEADING] = 1u << UP_RUNNING | 1u << UP_DONE | FAILS,
+    [UP_ABORTING] = 1u << UP_FAILED,
+    [UP_DONE] = 0,
+    [UP_FAILED] = 0,
+};
+#undef FAILS
+
+/* A part is filled (the writer's) or planned, then PREPARED; queued, sent, DONE; a part
+ * whose request failed, or that was queued when the upload failed, goes back to PREPARED. */
+static const unsigned part_allowed[] = {
+    [PART_FILLING] = 1u << PART_PREPARED,
+    [PART_PREPARED] = 1u << PART_QUEUED,
+    [PART_QUEUED] = 1u << PART_SENDING | 1u << PART_PREPARED,
+    [PART_SENDING] = 1u << PART_DONE | 1u << PART_PREPARED,
+    [PART_DONE] = 0,
+};
+
 void s3f__up_set_state_at(struct upload *u, enum up_state s, const char *file, int line) {
+    S3F_ASSERT_HELD(&u->lock);
+    S3F_ASSERT(u->state == s || (up_allowed[u->state] & (1u << s)));
     if (u->state != s)
         s3f__log(&u->c->logger, S3F_LOG_TRACE, "upload %s: %s -> %s (%s:%d)",
                  u->resource, up_state_names[u->state], up_state_names[s], file, line);
@@ -40,6 +67,8 @@ void s3f__up_set_state_at(struct upload *u, enum up_state s, const char *file, i
 void s3f__up_part_set_state_at(struct upload *u, size_t i, enum part_state s, const char *file,
                                int line) {
     struct upart *p = &u->parts[i];
+    S3F_ASSERT_HELD(&u->lock);
+    S3F_ASSERT(p->state == s || (part_allowed[p->state] & (1u << s)));
     if (p->state != s && s3f__log_enabled(&u->c->logger, S3F_LOG_TRACE))
         s3f__log(&u->c->logger, S3F_LOG_TRACE, "upload %s part %zu: %s -> %s (%s:%d)",
                  u->resource, i + 1, part_state_names[p->state], part_state_names[s], file, line);
@@ -55,6 +84,7 @@ void s3f__up_release_chunks(struct upload *u, struct upart *p) {
 /* Record the first failure (lock held): stop queued work and free the memory of parts no
  * one is using (the writer's FILLING part is its own to free). */
 void s3f__up_fail(struct upload *u, enum s3f_status st, const struct s3f_error *e) {
+    S3F_ASSERT_HELD(&u->lock);
     if (u->status)
         return;
     u->status = st ? st : S3F_ERR_INTERNAL;
@@ -91,6 +121,7 @@ enum s3f_status s3f__up_fail_msg(struct upload *u, enum s3f_status st, const cha
 
 /* Queue part i if it is prepared and may be sent (lock held). */
 void s3f__up_try_queue(struct upload *u, size_t i, struct actions *act) {
+    S3F_ASSERT_HELD(&u->lock);
     struct upart *p = &u->parts[i];
     if (u->status || p->state != PART_PREPARED)
         return;
@@ -109,6 +140,7 @@ void s3f__up_try_queue(struct upload *u, size_t i, struct actions *act) {
 
 /* Build the control request `kind` into u->ctl (lock held, none in flight). */
 enum s3f_status s3f__up_build_ctl(struct upload *u, enum ctl_kind kind) {
+    S3F_ASSERT_HELD(&u->lock);
     enum s3f_status st = S3F_OK;
     s3f__op_cleanup(&u->ctl);
     switch (kind) {
@@ -174,6 +206,7 @@ void s3f__up_start_ctl(struct upload *u, enum ctl_kind kind, struct actions *act
 
 /* Take the next step the state allows (lock held). */
 void s3f__up_advance(struct upload *u, struct actions *act) {
+    S3F_ASSERT_HELD(&u->lock);
     if (u->ctl_kind != CTL_NONE || act->submit_ctl)
         return; /* wait for the control request in flight */
     if (u->status) {
@@ -226,6 +259,7 @@ void s3f__up_do_actions(struct upload *u, const struct actions *act) {
 
 /* Progress, as the next call should report it (u->lock held). */
 static void progress_now(struct upload *u, uint64_t *done, uint64_t *total) {
+    S3F_ASSERT_HELD(&u->lock);
     *done = u->bytes_done;
     *total = u->input_done ? u->parts[u->n_parts - 1].offset + u->parts[u->n_parts - 1].size
                            : UINT64_MAX;
@@ -233,6 +267,7 @@ static void progress_now(struct upload *u, uint64_t *done, uint64_t *total) {
 
 /* Whether parts completed since the last call (u->lock held). */
 static bool progress_moved(struct upload *u) {
+    S3F_ASSERT_HELD(&u->lock);
     return u->progress && u->parts_done != u->progress_parts;
 }
 
@@ -305,6 +340,7 @@ static void part_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
 }
 
 enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     struct upart *p = &u->parts[i];
     enum s3f_status st = S3F_OK;
     if (u->multipart)

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 /* ---- control requests ----------------------------------------------------------------- */
@@ -19,7 +20,7 @@
  * checksum, else the multipart ETag computed from the part ETags). Then the upload is done
  * and no Abort is sent. Otherwise the Complete's error stands, with what the HEAD found. */
 static void reconcile_head(struct upload *u, enum s3f_status st) {
-    u->reconciling = false;
+    S3F_ASSERT_HELD(&u->lock);
     uint64_t size = 0;
     for (size_t i = 0; i < u->n_parts; i++)
         size += u->parts[i].size;
@@ -110,6 +111,7 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         break;
     case CTL_COMPLETE: {
         struct s3f_object_info info = u->result;
+        u->head_why = HEAD_WHY_ETAG;
         if (st == S3F_OK)
             st = s3f__op_complete_multipart_result(&u->ctl, &info, &u->ctl_err);
         if (st == S3F_ERR_BAD_RESPONSE && u->ctl.r.http_status == 200) {
@@ -118,7 +120,7 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
              * completed; HEAD decides */
             s3f__log(&u->c->logger, S3F_LOG_WARN, "upload %s: %s; checking with HEAD",
                      u->resource, u->ctl_err.message);
-            u->complete_unparsed = true;
+            u->head_why = HEAD_WHY_UNPARSED;
             u->complete_err = u->ctl_err;
             st = S3F_OK;
         }
@@ -133,7 +135,7 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
                      "response; checking the object with HEAD",
                      u->resource, u->ctl_err.code[0] ? u->ctl_err.code : s3f_status_name(st),
                      u->ctl_err.message[0] ? ": " : "", u->ctl_err.message);
-            u->reconciling = true;
+            u->head_why = HEAD_WHY_RECONCILE;
             u->complete_err = u->ctl_err;
             u->complete_err.status = st;
             set_state(u, UP_HEADING);
@@ -146,7 +148,7 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
             break;
         }
         u->result = info;
-        if ((!u->result.etag[0] || u->complete_unparsed) &&
+        if ((!u->result.etag[0] || u->head_why == HEAD_WHY_UNPARSED) &&
             s3f__up_build_ctl(u, CTL_HEAD) == S3F_OK) {
             /* Ceph RGW answers Complete without an ETag; HEAD shows it */
             set_state(u, UP_HEADING);
@@ -157,12 +159,12 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
         break;
     }
     case CTL_HEAD: {
-        if (u->reconciling) {
+        if (u->head_why == HEAD_WHY_RECONCILE) {
             reconcile_head(u, st);
             break;
         }
         const char *dash = strrchr(u->ctl.info.etag, '-');
-        if (u->complete_unparsed &&
+        if (u->head_why == HEAD_WHY_UNPARSED &&
             (st || !dash || strtoul(dash + 1, NULL, 10) != u->n_parts)) {
             /* not our object: report what Complete answered */
             s3f__up_fail(u, S3F_ERR_BAD_RESPONSE, &u->complete_err);
@@ -212,6 +214,7 @@ void s3f__up_ctl_done(struct s3f__s3_request *r, enum s3f_status st, void *ud) {
  * writers racing for one key within a second is taken to be one writer retrying. Failures
  * are logged, never the upload's. */
 void s3f__up_abort_orphans(struct upload *u) {
+    S3F_ASSERT_NOT_HELD(&u->lock);
     if (!u->upload_id && !u->create_server_date) {
         /* Create failed and no answer told the server's time: a window 15 minutes wide
          * could take another writer's upload. Leave it to cleanup_uploads or a rule. */

@@ -37,6 +37,14 @@ enum up_state {
     UP_FAILED,      /* nothing was created */
 };
 
+/* Why a HEAD follows CompleteMultipartUpload (UP_HEADING): one reason at a time. */
+enum up_head_why {
+    HEAD_WHY_ETAG,       /* Complete answered without an ETag (Ceph RGW): HEAD shows it */
+    HEAD_WHY_UNPARSED,   /* Complete said 200 with a body we could not read: the HEAD's
+                          * multipart ETag says whether the object is ours */
+    HEAD_WHY_RECONCILE,  /* Complete failed after a lost response: the object decides */
+};
+
 enum ctl_kind { CTL_NONE, CTL_CREATE, CTL_VERIFY, CTL_COMPLETE, CTL_HEAD, CTL_ABORT };
 
 struct upart {
@@ -83,9 +91,11 @@ struct upload {
     bool input_done;                      /* every part is known */
     bool abort_sent;
     bool verified;                        /* copy: the source still had its ETag at the end */
-    bool complete_unparsed;               /* Complete said 200 with a body we could not read */
-    bool reconciling;                     /* Complete failed after a lost response: HEAD decides */
-    struct s3f_error complete_err;        /* ... and what was wrong with it */
+    /* The lifecycle is `state` (set_state checks each step); the booleans above are facts
+     * that hold in any combination (a mode, the plan's end, an Abort sent, a copy's source
+     * verified), and head_why says why an UP_HEADING state HEADs. */
+    enum up_head_why head_why;
+    struct s3f_error complete_err;        /* what was wrong with Complete's answer */
     /* CreateMultipartUpload needed a retry after a lost response: the first attempt may
      * have made an upload nobody knows the id of. upload_wait looks for it (see
      * abort_orphans). Times in Unix seconds; server_date from the answer's Date, or 0. */

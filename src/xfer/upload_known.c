@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 #define SCRATCH_SIZE ((size_t)1 << 20) /* file reads for part checksums */
@@ -43,6 +44,7 @@ static long read_iov(void *ud, char *buf, size_t len, uint64_t offset) {
 }
 
 static enum s3f_status memory_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     enum s3f_status st = s3f__up_data_request(u, q, i);
     const struct upart *p = &u->parts[i];
     if (st || !p->size)
@@ -86,11 +88,13 @@ static long read_file(void *ud, char *buf, size_t len, uint64_t offset) {
 }
 
 static enum s3f_status file_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     return s3f__up_read_request(u, q, i, read_file);
 }
 
 /* The transport saw an aborted read of the file: say why. */
 static enum s3f_status file_done(struct upload *u, struct upreq *q, enum s3f_status st) {
+    S3F_ASSERT_HELD(&u->lock);
     if (st == S3F_OK || !q->read_errno)
         return st;
     const char *op = u->multipart ? "UploadPart" : "PutObject";
@@ -124,6 +128,7 @@ static const struct up_source file_source = {
 /* UploadPartCopy of the part's range of the source, or one CopyObject; no body: the server
  * reads the source. */
 static enum s3f_status copy_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     const struct upart *p = &u->parts[i];
     enum s3f_status st;
     if (u->multipart)
@@ -141,6 +146,7 @@ static enum s3f_status copy_request(struct upload *u, struct upreq *q, size_t i)
 
 /* The ETag is in the XML answer. */
 static enum s3f_status copy_done(struct upload *u, struct upreq *q, enum s3f_status st) {
+    S3F_ASSERT_HELD(&u->lock);
     if (st == S3F_OK)
         st = u->multipart ? s3f__op_upload_part_copy_result(&q->op, &q->op.info, &q->err)
                           : s3f__op_copy_object_result(&q->op, &q->op.info, &q->err);
@@ -384,7 +390,7 @@ enum s3f_status s3f_copy(struct s3f_client *c, const char *src_bucket, const cha
     /* the source: its size, ETag (every request is pinned to it) and content type */
     struct s3f_object_info src;
     memset(&src, 0, sizeof(src));
-    st = s3f_head_object(c, src_bucket, src_key, opts->src_version_id, &src, err);
+    st = s3f__head_copy_source(c, src_bucket, src_key, opts->src_version_id, &src, err);
     if (st == S3F_OK && opts->src_if_match && *opts->src_if_match &&
         strcmp(opts->src_if_match, src.etag) != 0)
         st = s3f__error_set(err, S3F_ERR_PRECONDITION_FAILED, "copy", NULL,

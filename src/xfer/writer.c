@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "xfer/upload_internal.h"
 
 /* ---- the adapter: parts from pool chunks ---------------------------------------------- */
@@ -25,6 +26,7 @@ static long read_chunks(void *ud, char *buf, size_t len, uint64_t offset) {
 }
 
 static enum s3f_status chunks_request(struct upload *u, struct upreq *q, size_t i) {
+    S3F_ASSERT_HELD(&u->lock);
     return s3f__up_read_request(u, q, i, read_chunks);
 }
 
@@ -41,6 +43,7 @@ struct s3f_writer {
 
 /* Make room for part `i` (lock held). */
 static enum s3f_status add_part(struct upload *u, uint64_t offset) {
+    S3F_ASSERT_HELD(&u->lock);
     size_t i = u->n_parts;
     uint64_t planned = s3f__plan_stream_part_size(u->part_size, u->part_cap, (uint32_t)i + 1);
     if (planned == 0) {
@@ -229,6 +232,20 @@ static void writer_finish(struct s3f_writer *w) {
     free(w);
 }
 
+/* The end of close and abort (u->lock held, released here): take the next step, wait for
+ * the upload to settle, free the writer. */
+static enum s3f_status writer_settle(struct s3f_writer *w, struct actions *act,
+                                     struct s3f_object_info *info, struct s3f_error *err) {
+    struct upload *u = w->u;
+    S3F_ASSERT_HELD(&u->lock);
+    s3f__up_advance(u, act);
+    pthread_mutex_unlock(&u->lock);
+    s3f__up_do_actions(u, act);
+    enum s3f_status st = s3f__upload_wait(u, info, err);
+    writer_finish(w);
+    return st;
+}
+
 enum s3f_status s3f_writer_close(struct s3f_writer *w, struct s3f_object_info *info,
                                  struct s3f_error *err) {
     s3f_error_clear(err);
@@ -248,12 +265,7 @@ enum s3f_status s3f_writer_close(struct s3f_writer *w, struct s3f_object_info *i
         if (p->state == PART_FILLING)
             s3f__up_release_chunks(u, p);
     }
-    s3f__up_advance(u, &act);
-    pthread_mutex_unlock(&u->lock);
-    s3f__up_do_actions(u, &act);
-    enum s3f_status st = s3f__upload_wait(u, info, err);
-    writer_finish(w);
-    return st;
+    return writer_settle(w, &act, info, err);
 }
 
 void s3f_writer_abort(struct s3f_writer *w) {
@@ -271,9 +283,5 @@ void s3f_writer_abort(struct s3f_writer *w) {
     struct upart *p = &u->parts[u->cur];
     if (p->state == PART_FILLING)
         s3f__up_release_chunks(u, p);
-    s3f__up_advance(u, &act);
-    pthread_mutex_unlock(&u->lock);
-    s3f__up_do_actions(u, &act);
-    s3f__upload_wait(u, NULL, NULL);
-    writer_finish(w);
+    writer_settle(w, &act, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 
 #include "cache/cache.h"
 #include "s3/client.h"
+#include "s3/ops_internal.h"
 #include "xfer/xfer.h"
 
 #define DEFAULT_PART_SIZE (8 * S3F__MIB)
@@ -219,6 +220,22 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
 out:
     pthread_mutex_unlock(&e->lock);
     return st;
+}
+
+enum s3f_status s3f__xfer_whole_get_args(struct s3f_client *c, const char *op_name,
+                                         const char *bucket, const char *key,
+                                         const struct s3f_download_options **opts,
+                                         struct s3f__xfer_shared **x, struct s3f_error *err) {
+    static const struct s3f_download_options defaults;
+    if (!*opts)
+        *opts = &defaults;
+    if ((*opts)->range_offset || (*opts)->range_bytes)
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op_name, NULL,
+                              "a range is for s3f_download_iov, _buffer and _file");
+    enum s3f_status st = s3f__op_check_args(op_name, bucket, key, true, err);
+    if (st)
+        return st;
+    return s3f__xfer_shared_get(c, x, err);
 }
 
 enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,

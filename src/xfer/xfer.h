@@ -277,6 +277,14 @@ struct s3f__xfer_engine {
 enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shared **out,
                                      struct s3f_error *err);
 
+/* The checks of a call that GETs one whole object without a Range (s3f_download_alloc,
+ * s3f_download_stream; op_name names it in errors): *opts NULL becomes the defaults, no
+ * range in them, the bucket and the key; then the client's transfer state into *x. */
+enum s3f_status s3f__xfer_whole_get_args(struct s3f_client *c, const char *op_name,
+                                         const char *bucket, const char *key,
+                                         const struct s3f_download_options **opts,
+                                         struct s3f__xfer_shared **x, struct s3f_error *err);
+
 /* A data request completed (any thread, no lock held): feed the estimator and, unless the
  * number in flight was configured, raise or lower the scheduler's limit to what the link
  * needs for the throughput target with requests of the default part size, never below

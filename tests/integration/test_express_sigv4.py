@@ -35,18 +35,14 @@ def enc(s, slash_ok):
     return urllib.parse.quote(s, safe="-_.~" + ("/" if slash_ok else ""))
 
 
-def expected_signature(method, raw_path, headers, secret):
-    auth = headers["authorization"]
-    assert auth.startswith("AWS4-HMAC-SHA256 ")
-    fields = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 "):].split(","))
-    akid, date, region, service, term = fields["Credential"].split("/")
-    signed = fields["SignedHeaders"].split(";")
+def canonical_request(method, raw_path, headers, signed):
+    """The SigV4 (and SigV4a) canonical request of an S3 request as received."""
     path, _, query = raw_path.partition("?")
     pairs = []
     for piece in filter(None, query.split("&")):
         k, _, v = piece.partition("=")
         pairs.append((enc(urllib.parse.unquote(k), False), enc(urllib.parse.unquote(v), False)))
-    canonical = "\n".join([
+    return "\n".join([
         method,
         path,  # S3: the path as sent, encoded once
         "&".join(f"{k}={v}" for k, v in sorted(pairs)),
@@ -54,6 +50,15 @@ def expected_signature(method, raw_path, headers, secret):
         ";".join(signed),
         headers["x-amz-content-sha256"],
     ])
+
+
+def expected_signature(method, raw_path, headers, secret):
+    auth = headers["authorization"]
+    assert auth.startswith("AWS4-HMAC-SHA256 ")
+    fields = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 "):].split(","))
+    akid, date, region, service, term = fields["Credential"].split("/")
+    signed = fields["SignedHeaders"].split(";")
+    canonical = canonical_request(method, raw_path, headers, signed)
     scope = f"{date}/{region}/{service}/{term}"
     sts = "\n".join(["AWS4-HMAC-SHA256", headers["x-amz-date"], scope,
                      hashlib.sha256(canonical.encode()).hexdigest()])

@@ -89,7 +89,8 @@ request (one fault per request: the later ones do not fire on it). Actions:
 Every log entry also carries "done", when its response was relayed in full (CLOCK_MONOTONIC;
 absent for one cut short), and the request's Range header ("range", or null) and its
 x-amz-request-payer header ("request_payer", or null), and the access key id it is signed with
-("access_key", from SigV4's Authorization header, or null).
+("access_key", from SigV4's Authorization header, or null), and its x-amz-* headers and
+User-Agent ("headers": {lower-case name: value}).
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
 
@@ -581,6 +582,15 @@ class Proxy:
         with self.lock:
             entry["access_key"] = m.group(1) if m else None
 
+    def note_headers(self, entry, headers):
+        """The request's x-amz-* headers and its User-Agent ("headers": {lower-case name:
+        value}), so that a test sees which request carried which option (never the
+        Authorization header)."""
+        kept = {k.lower(): v for k, v in headers
+                if k.lower().startswith("x-amz-") or k.lower() == "user-agent"}
+        with self.lock:
+            entry["headers"] = kept
+
     def note_done(self, entry):
         """When the response was relayed in full ("done", CLOCK_MONOTONIC): with "time", the
         log shows how many requests were on the wire at once."""
@@ -746,6 +756,7 @@ class Proxy:
         self.note_range(entry, header(headers, "range"))
         self.note_request_payer(entry, header(headers, "x-amz-request-payer"))
         self.note_access_key(entry, header(headers, "authorization"))
+        self.note_headers(entry, headers)
         action = fault.action if fault else None
         self.log(f"{method} {target}" + (f" -> {action}" if action else ""))
 

@@ -28,6 +28,8 @@ OTHER_SECRET_KEY=s3flashOtherSecretKey0123456789abcdefgh
 REGION=us-east-1
 RGW_NAME=client.rgw.s3flash
 MARKER=.s3flash-rgw
+KMS_KEY_ID=s3flash-test-kms-1     # SSE-KMS key ids of the 'testing' backend (ceph.conf)
+KMS_KEY_ID_2=s3flash-test-kms-2
 
 log() { printf '[rgw.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -73,6 +75,7 @@ export S3FLASH_TEST_SECRET_KEY=$SECRET_KEY
 export S3FLASH_TEST_OTHER_ACCESS_KEY=$OTHER_ACCESS_KEY
 export S3FLASH_TEST_OTHER_SECRET_KEY=$OTHER_SECRET_KEY
 export S3FLASH_TEST_REGION=$REGION
+export S3FLASH_TEST_KMS_KEY_ID=$KMS_KEY_ID
 EOF
 }
 
@@ -279,6 +282,11 @@ rgw_enable_ops_log = false
 rgw_gc_obj_min_wait = 10
 rgw_gc_processor_period = 15
 rgw_gc_processor_max_time = 15
+# server-side encryption (tests/integration/test_cli_sse.py): SSE-C, and SSE-KMS with the
+# 'testing' key backend (keys given here, never for production); plain HTTP on loopback
+rgw_crypt_require_ssl = false
+rgw_crypt_s3_kms_backend = testing
+rgw_crypt_s3_kms_encryption_keys = $KMS_KEY_ID=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8= $KMS_KEY_ID_2=ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoM=
 debug_rgw = ${RGW_DEBUG:-1}
 EOF
 

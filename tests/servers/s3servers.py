@@ -31,6 +31,7 @@ class Rgw:
     other_access_key: str
     other_secret_key: str
     region: str
+    kms_key_id: str = ""  # an SSE-KMS key id the server knows ("": no SSE-KMS or SSE-C)
 
 
 def closed_port():
@@ -61,6 +62,7 @@ def rgw_from_env(env):
         other_access_key=env.get("S3FLASH_TEST_OTHER_ACCESS_KEY", ""),
         other_secret_key=env.get("S3FLASH_TEST_OTHER_SECRET_KEY", ""),
         region=env.get("S3FLASH_TEST_REGION", "us-east-1"),
+        kms_key_id=env.get("S3FLASH_TEST_KMS_KEY_ID", ""),
     )
 
 

@@ -1,4 +1,4 @@
-/* The block cache's store (src/cache/store.c) and its read path (io.c): insert and look
+/* The block cache's store (src/cache/store*.c) and its read path (io.c): insert and look
  * up, a corrupted block detected and removed, LRU eviction under the byte limit and the
  * free-space floor, several processes inserting and evicting at once, reads in blocks. */
 #include <dirent.h>

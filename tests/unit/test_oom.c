@@ -197,6 +197,18 @@ static void test_endpoint_oom(void) {
         {.region = "us-east-1", .bucket = "bkt", .endpoint_url = "http://127.0.0.1:7480/base"},
         {.region = "us-east-1", .bucket = "bkt", .endpoint_url = "http://minio:9000"},
         {.region = "aws-global"},
+        /* ARN buckets: access point (custom endpoint too), MRAP and Outposts (SigV4a region
+         * set), Outposts alias, the Object Lambda endpoint */
+        {.region = "us-east-1", .bucket = "arn:aws:s3:us-west-2:123456789012:accesspoint/ap"},
+        {.region = "us-west-2", .bucket = "arn:aws:s3:us-west-2:123456789012:accesspoint/ap",
+         .endpoint_url = "https://beta.example.com/base"},
+        {.region = "us-east-1", .bucket = "arn:aws:s3::123456789012:accesspoint/mfzwi23gnjvgw.mrap"},
+        {.region = "us-east-1",
+         .bucket = "arn:aws:s3-outposts:us-east-1:123456789012:outpost/op-01234567890123456/"
+                   "accesspoint/reports"},
+        {.region = "us-west-1",
+         .bucket = "test-accessp-o0b1d075431d83bebde8xz5w8ijx1qzlbp3i3kuse10--op-s3"},
+        {.region = "us-west-2", .use_object_lambda_endpoint = true},
     };
     for (size_t i = 0; i < S3F_ARRAY_LEN(cases); i++) {
         char name[64];

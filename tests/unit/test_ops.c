@@ -55,7 +55,8 @@ static void test_every_operation_has_a_class(void) {
         "src/s3/ops.c",          "src/s3/ops_prepared.c", "src/s3/ops_multipart.c",
         "src/s3/ops_list.c",     "src/xfer/upload.c",     "src/xfer/upload_ctl.c",
         "src/xfer/upload_known.c", "src/xfer/writer.c",   "src/xfer/download.c",
-        "src/xfer/reader.c",     "src/xfer/janitor.c"};
+        "src/xfer/download_file.c", "src/xfer/download_alloc.c",
+        "src/xfer/reader.c",     "src/xfer/reader_seg.c", "src/xfer/janitor.c"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         n = scan_names(files[i], names, n, 256);
     CHECK(n >= 16); /* the scan itself works: the ops*.c files build more than 16 */

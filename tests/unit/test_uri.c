@@ -16,6 +16,23 @@ static void test_valid(void) {
         {"S3://Legacy_Bucket.v2/k", "Legacy_Bucket.v2", "k"},
         {"s3://b-1/a b?c#d%20e", "b-1", "a b?c#d%20e"}, /* verbatim, not decoded */
         {"s3://bkt/caf\xc3\xa9/\xf0\x9f\x98\x80", "bkt", "caf\xc3\xa9/\xf0\x9f\x98\x80"},
+        /* ARN buckets, split as aws-cli splits them: up to the access point's name */
+        {"s3://arn:aws:s3:us-west-2:123456789012:accesspoint/myap/dir/key.bin",
+         "arn:aws:s3:us-west-2:123456789012:accesspoint/myap", "dir/key.bin"},
+        {"s3://arn:aws:s3:us-west-2:123456789012:accesspoint:myap/k",
+         "arn:aws:s3:us-west-2:123456789012:accesspoint:myap", "k"},
+        {"s3://arn:aws:s3:us-west-2:123456789012:accesspoint/myap",
+         "arn:aws:s3:us-west-2:123456789012:accesspoint/myap", ""},
+        {"s3://arn:aws:s3::123456789012:accesspoint/mfzwi23gnjvgw.mrap/a/b",
+         "arn:aws:s3::123456789012:accesspoint/mfzwi23gnjvgw.mrap", "a/b"},
+        {"s3://arn:aws:s3-outposts:us-east-1:123456789012:outpost/op-01234567890123456/"
+         "accesspoint/reports/x/y",
+         "arn:aws:s3-outposts:us-east-1:123456789012:outpost/op-01234567890123456/accesspoint/"
+         "reports",
+         "x/y"},
+        {"s3://arn:aws:s3-object-lambda:us-east-1:123456789012:accesspoint/mybanner/k",
+         "arn:aws:s3-object-lambda:us-east-1:123456789012:accesspoint/mybanner", "k"},
+        {"s3://plain-bucket/arn:aws:s3:x", "plain-bucket", "arn:aws:s3:x"},
     };
     for (size_t i = 0; i < S3F_ARRAY_LEN(cases); i++) {
         char bucket[256], key[1025];
