@@ -445,7 +445,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
         return;
     }
     enum s3f_status tst = a->http.status;
-    if (tst == S3F_ERR_ABORTED && a->rest_skipped)
+    if (tst == S3F_ERR_ABORTED && a->state == S3F__ATTEMPT_REST_SKIPPED)
         tst = S3F_OK; /* the range came whole; the rest of a whole-object answer was not read */
     int http_status = a->http.http_status;
     r->http_status = http_status;
@@ -477,10 +477,10 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
             last.status = a->bad;
             s3f__strlcpy(last.message, a->bad_msg, sizeof(last.message));
             s3f__strlcpy(last.host_id, a->host_id, sizeof(last.host_id));
-        } else if (tst == S3F_ERR_ABORTED && a->body_oom) {
+        } else if (tst == S3F_ERR_ABORTED && a->state == S3F__ATTEMPT_BODY_OOM) {
             last.status = S3F_ERR_NO_MEMORY;
             snprintf(last.message, sizeof(last.message), "out of memory");
-        } else if (tst == S3F_ERR_ABORTED && a->body_overflow) {
+        } else if (tst == S3F_ERR_ABORTED && a->state == S3F__ATTEMPT_BODY_OVERFLOW) {
             last.status = S3F_ERR_BAD_RESPONSE;
             snprintf(last.message, sizeof(last.message),
                      "response body larger than the %zu bytes allowed", r->body_out->max);

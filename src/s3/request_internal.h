@@ -9,15 +9,34 @@
 #include "auth/credentials.h"
 #include "http/http.h"
 #include "s3/client.h"
+
+/* Where an attempt's response is (request_response.c; changed only by its attempt_set,
+ * which checks the transition and logs it at TRACE). A new attempt starts at HEAD (0):
+ *   HEAD -> CHECKED     a 2xx response to a request with a sink: its head is being checked
+ *                       against the request (check_response); a->bad says if it failed
+ *   CHECKED -> BODY     the head passed: its body goes to the sink
+ *   BODY -> REST_SKIPPED  a whole-object 200 past the range asked for: all asked for came,
+ *                       the rest is not read (the transfer is stopped, a success)
+ *   BODY -> SINK_FAILED   the caller's sink refused the bytes (the transfer is stopped)
+ *   HEAD -> BODY_OOM      a 2xx body for body_out that could not grow (stopped)
+ *   HEAD -> BODY_OVERFLOW a 2xx body for body_out past its cap (stopped) */
+enum s3f__attempt_state {
+    S3F__ATTEMPT_HEAD,
+    S3F__ATTEMPT_CHECKED,
+    S3F__ATTEMPT_BODY,
+    S3F__ATTEMPT_REST_SKIPPED,
+    S3F__ATTEMPT_SINK_FAILED,
+    S3F__ATTEMPT_BODY_OOM,
+    S3F__ATTEMPT_BODY_OVERFLOW,
+};
+
 /* One attempt's response state (private to the executor). */
 struct s3f__s3_attempt {
     struct s3f__s3_request *r;
     struct s3f__http_request http;
     struct s3f__buf err_body;      /* body of a non-2xx response */
     uint64_t sink_pos;             /* next object offset the sink expects */
-    bool sink_failed;
-    bool body_overflow;            /* the response did not fit body_out's cap */
-    bool body_oom;                 /* body_out could not grow (out of memory) */
+    enum s3f__attempt_state state;
     /* response headers */
     char etag[128];
     char request_id[128];
@@ -36,15 +55,12 @@ struct s3f__s3_attempt {
     bool has_range_first;
     uint64_t range_last;           /* last byte of a 206 response, from Content-Range */
     bool has_range_last;
-    bool body_started;
     uint64_t resp_pos;             /* object offset of the next response byte */
     /* With a sink, the response head is checked against the request before the first
      * body byte reaches the sink (request.c, check_response). */
     uint64_t want_first;           /* the first object byte this attempt asks for */
-    bool checked;
     uint64_t resp_end;             /* object offset past the response's last byte, or
                                     * UINT64_MAX when its length is not announced */
-    bool rest_skipped;             /* a 200 stopped once past the range asked for */
     enum s3f_status bad;           /* not what was asked: the error, its message */
     bool bad_retryable;
     char bad_msg[400];
@@ -111,7 +127,7 @@ static inline const struct s3f__s3_call *s3f__s3_call_of_const(const struct s3f_
  * sink (checked first, placed by object offset) or to body_out, an error body to err_body. */
 int s3f__s3_attempt_on_body(void *ud, const char *data, size_t len);
 /* The same for a response of HTTP status `code` (exposed for tests/fuzz/fuzz_response.c):
- * 0 to go on, 1 to stop the transfer (a->bad, a->rest_skipped or a->sink_failed say why). */
+ * 0 to go on, 1 to stop the transfer (a->bad or a->state says why). */
 int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, size_t len);
 /* At the end of a 2xx response to a GET with a sink: 0 when every byte asked for (within
  * the object) reached the sink; 1 when the answer was consistent but ended early (a short

@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         off += n;
     }
     FUZZ_CHECK(a->sink_pos == ss.next);
-    if (stopped && !a->rest_skipped)
+    if (stopped && a->state != S3F__ATTEMPT_REST_SKIPPED)
         goto out; /* the transfer stopped: a->bad says why, or the sink did */
     struct s3f_error e;
     bool retryable = false;
