@@ -84,7 +84,7 @@ PUBLIC_DECL = re.compile(r"\b(s3f_[a-z]\w*)\s*\(")
 # itself: docs/ARCHITECTURE.md, "Never re-enter". Every src/mount/*.c is a handler's file
 # except the daemon's start-up (before FUSE serves) and the notifier threads' files.
 MOUNT_STARTUP = "mount.c"
-MOUNT_NOTIFIER = {"notify.c", "inode.c"}  # inode.c until the notifier moves to notify.c
+MOUNT_NOTIFIER = {"notify.c"}
 PATH_CALL = re.compile(
     r"(?<![\w.>])(stat|lstat|fstatat|newfstatat|statx|open|open64|openat|creat|access|"
     r"faccessat|euidaccess|mkdir|mkdirat|rmdir|unlink|unlinkat|remove|rename|renameat|"

@@ -28,72 +28,43 @@ its commit record is written, a save checks that the record and every object it 
 there (HEAD); if not, it raises ConcurrentWriterError naming the other writers it found.
 A commit of another writer after this writer's first one means a second live writer: a
 ConcurrentWriterWarning says so, once per writer.
+
+This module owns the save: the background thread, the serialization and the upload, and the
+local tier. The commit protocol (the records, their sequence numbers, the conditional PUT,
+the other writers and retention in S3) is s3flash/_commit.py's; the host buffers are
+s3flash/_staging.py's.
 """
 
 from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import copy
-import ctypes
 import json
-import logging
 import os
-import socket
 import threading
 import time
-import uuid
 import warnings
 import weakref
 import zlib
-from collections import OrderedDict
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ._checkpoint import parse_s3_uri  # noqa: F401  (the same URI rules)
 from ._client import S3Client
+from ._commit import (COMMITS_DIR, DEFAULT_RETENTION_WINDOW_S, MANIFEST_FORMAT,  # noqa: F401
+                      MANIFEST_NAME, MANIFEST_VERSION, CommitInfo, CommitLog,
+                      ConcurrentWriterError, ConcurrentWriterWarning, _Commit,
+                      _new_save_id, _norm_etag, _parse_step_dir, _step_dir)
 from ._config import S3ClientConfig
+from ._staging import HostStager
 from . import _s3flash
 
 __all__ = ["AsyncCheckpointer", "CheckpointInfo", "CommitInfo", "ConcurrentWriterError",
            "ConcurrentWriterWarning", "HostStager", "MANIFEST_NAME", "STATE_NAME"]
 
-log = logging.getLogger(__name__)
-
-MANIFEST_NAME = "manifest.json"   # the local tier's copy of a commit (and version 1's)
 STATE_NAME = "state.pt"
-COMMITS_DIR = "commits/"
-MANIFEST_FORMAT = "s3flash.checkpoint"
-MANIFEST_VERSION = 2
-_ALIGN = 64
-_COMMIT_TRIES = 16      # sequence numbers tried when other writers take them first
-DEFAULT_RETENTION_WINDOW_S = 3600.0  # other writers' saves younger than this are never removed
 _FILE_MODE = 0o600      # the local tier's files and folders: the owner's only
 _DIR_MODE = 0o700
 
-
-class ConcurrentWriterError(RuntimeError):
-    """A save committed, but its commit record or an object it names is gone at once (removed
-    by another writer's retention: a writer whose retention window is shorter than this
-    save took, or an s3flash that predates writer ids). ``writers``: what is known of the
-    other writers on the prefix (dicts with ``id``, ``host``, ``pid``, the ``seq`` and
-    ``time`` of their newest commit), newest first; ``missing``: the keys that are gone."""
-
-    def __init__(self, message: str, writers: List[Dict[str, Any]], missing: List[str]):
-        super().__init__(message)
-        self.writers = writers
-        self.missing = missing
-
-
-class ConcurrentWriterWarning(RuntimeWarning):
-    """Another writer committed under this checkpointer's prefix after its first commit: two
-    live writers on one prefix (docs/PYTHON.md, "Writers per prefix")."""
-
-
-def _describe_writer(w: Dict[str, Any]) -> str:
-    if not w.get("id"):
-        return f"a writer without an id (an older s3flash) that committed {w.get('key', '?')}"
-    return (f"writer {w['id']} (host {w.get('host', '?')}, pid {w.get('pid', '?')}, "
-            f"commit {w.get('seq', '?')})")
 
 
 def _makedir_private(path: str) -> None:
@@ -131,270 +102,6 @@ class CheckpointInfo(NamedTuple):
     local_path: Optional[str]     # the local tier's folder, None without one (or on failure)
     seq: Optional[int] = None     # the commit's sequence number
     commit_uri: Optional[str] = None  # s3://bucket/prefix/commits/<seq>.json
-
-
-class CommitInfo(NamedTuple):
-    """One valid commit under the prefix (``AsyncCheckpointer.commits()``), oldest first."""
-
-    seq: Optional[int]            # None: a commit of the version 1 layout (no sequence)
-    step: int
-    save_id: str
-    time: float                   # when its writer committed it (the writer's clock)
-    uri: str                      # the manifest's s3:// URI
-
-
-class _Commit(NamedTuple):
-    order: Tuple[int, int, str]   # (1, seq, name) for version 2; (0, step, "") for version 1
-    seq: Optional[int]
-    step: int
-    key: str                      # the manifest's key
-    manifest: Dict[str, Any]
-    valid: bool                   # every object it names is there with its size and ETag
-
-
-def _step_dir(step: int) -> str:
-    return f"step-{step:012d}/"
-
-
-def _parse_step_dir(name: str) -> Optional[int]:
-    if not name.startswith("step-"):
-        return None
-    digits = name[5:]
-    return int(digits) if digits.isdigit() else None
-
-
-def _commit_name(seq: int, save_id: Optional[str]) -> str:
-    """commits/<seq>.json; with a save id (a server that ignores If-None-Match) the name is
-    unique to the save, and the order among equal sequence numbers is by name."""
-    return f"{seq:016d}.json" if save_id is None else f"{seq:016d}-{save_id}.json"
-
-
-def _parse_commit_name(name: str) -> Optional[int]:
-    if not name.endswith(".json"):
-        return None
-    digits = name[:-5].split("-", 1)[0]
-    return int(digits) if len(digits) == 16 and digits.isdigit() else None
-
-
-def _new_save_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(8).hex()
-
-
-def _norm_etag(etag: Optional[str]) -> str:
-    return (etag or "").strip('"')
-
-
-# -- staging ------------------------------------------------------------------------------
-
-def _storage_bytes(t: Any) -> Any:
-    """The whole storage of `t` as a uint8 tensor on t's device (no copy)."""
-    import torch
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-
-
-def _stageable(t: Any) -> bool:
-    import torch
-    return (t.layout == torch.strided and not t.is_quantized and t.device.type != "meta"
-            and type(t) in (torch.Tensor, torch.nn.Parameter))
-
-
-class HostStager:
-    """Host buffers for snapshots of tensors, allocated once and reused.
-
-    ``stage(obj)`` returns a copy of `obj` (dicts, lists, tuples rebuilt; other leaves
-    deep-copied) whose tensors live in one host arena: each distinct storage of the input gets
-    its own storage in the arena (so shared storages stay shared, views stay views), and the
-    arena is reused as long as the next state fits (``allocations`` counts the arenas
-    allocated, ``capacity`` is the arena's size). Storages on a CUDA device are copied with
-    ``non_blocking=True`` into pinned memory, then waited for (an event per device) before
-    ``stage`` returns. Tensors that are not plain strided ones (sparse, quantized, tensor
-    subclasses) are cloned to the CPU instead (counted in ``cloned``).
-
-    Not thread-safe: one caller stages at a time, and the snapshot is valid until the next
-    ``stage``. With ``track_views``, ``live_views`` counts the staged tensors still
-    referenced (``in_use``: the snapshot is still alive somewhere), and ``on_free`` is called
-    when the last one goes.
-
-    With ``zip_layout``, the arena is laid out for ``s3flash._zipimage``: each storage at a
-    64-byte aligned offset after a gap for its zip header, and room after the last one for
-    the pickle, the small records and the central directory, so the whole torch.save file
-    can be built in place around the staged bytes.
-    """
-
-    def __init__(self, pin_memory: Optional[bool] = None, track_views: bool = False,
-                 on_free: Any = None, zip_layout: bool = False):
-        self._pin = pin_memory
-        self.zip_layout = zip_layout
-        self.used_end = 0        # end of the last staged storage in the arena
-        self.tail_hint = 0       # extra room after it (zip_layout), grown when short
-        self._track = track_views
-        self._on_free = on_free
-        self._live_lock = threading.Lock()
-        self.live_views = 0
-        self._arena: Any = None
-        self.capacity = 0
-        self.allocations = 0
-        self.cloned = 0
-        self._slots: Dict[Tuple[int, int], Any] = {}   # (offset, nbytes) -> uint8 tensor
-
-    def _want_pinned(self, any_cuda: bool) -> bool:
-        import torch
-        if self._pin is not None:
-            return bool(self._pin) and torch.cuda.is_available()
-        return any_cuda and torch.cuda.is_available()
-
-    def _reserve(self, nbytes: int, pinned: bool) -> None:
-        import torch
-        if self._arena is not None and nbytes <= self.capacity and \
-                bool(self._arena.is_pinned()) == pinned:
-            return
-        self._arena = None
-        self._slots = {}
-        cap = max(nbytes, _ALIGN)
-        self._arena = torch.empty(cap, dtype=torch.uint8, pin_memory=pinned)
-        self.capacity = cap
-        self.allocations += 1
-
-    def _slot(self, offset: int, nbytes: int) -> Any:
-        """A uint8 tensor with a storage of its own over arena[offset:offset+nbytes]."""
-        import torch
-        s = self._slots.get((offset, nbytes))
-        if s is None:
-            if nbytes == 0:
-                s = torch.empty(0, dtype=torch.uint8)
-            else:
-                arr = (ctypes.c_ubyte * nbytes).from_address(self._arena.data_ptr() + offset)
-                arr._s3flash_arena = self._arena  # type: ignore[attr-defined]  # kept alive by them
-                s = torch.frombuffer(memoryview(arr), dtype=torch.uint8)
-            self._slots[(offset, nbytes)] = s
-        return s
-
-    @property
-    def in_use(self) -> bool:
-        return self.live_views > 0
-
-    def _view_freed(self) -> None:
-        with self._live_lock:
-            self.live_views -= 1
-            last = self.live_views == 0
-        if last and self._on_free is not None:
-            self._on_free()
-
-    def _track_view(self, v: Any) -> None:
-        if self._track:
-            import weakref
-            with self._live_lock:
-                self.live_views += 1
-            weakref.finalize(v, self._view_freed)
-
-    @property
-    def arena(self) -> Any:
-        """The arena (a uint8 CPU tensor), None before the first stage."""
-        return self._arena
-
-    def arena_ptr(self) -> int:
-        """Address of the arena (0 before the first stage): a second stage of a state that fits
-        uses the same one."""
-        return 0 if self._arena is None else int(self._arena.data_ptr())
-
-    def stage(self, obj: Any) -> Any:
-        import torch
-        storages: "OrderedDict[Tuple[str, int, int], Any]" = OrderedDict()
-        tensors: List[Any] = []
-
-        def collect(o: Any) -> None:
-            if isinstance(o, torch.Tensor):
-                if _stageable(o):
-                    st = o.untyped_storage()
-                    storages.setdefault((str(o.device), st.data_ptr(), st.nbytes()), o)
-                    tensors.append(o)
-            elif isinstance(o, dict):
-                for v in o.values():
-                    collect(v)
-            elif isinstance(o, (list, tuple)):
-                for v in o:
-                    collect(v)
-
-        collect(obj)
-        any_cuda = any(k[0].startswith("cuda") for k in storages)
-        pinned = self._want_pinned(any_cuda)
-        layout: Dict[Tuple[str, int, int], int] = {}
-        total = 0
-        if self.zip_layout:
-            from ._zipimage import HEADER_GAP
-            for k in storages:
-                if not k[2]:
-                    continue  # zero bytes: an empty storage outside the arena
-                total = (total + HEADER_GAP + _ALIGN - 1) // _ALIGN * _ALIGN
-                layout[k] = total
-                total += k[2]
-            self.used_end = total
-            total += (1 << 20) + 512 * len(storages) + self.tail_hint
-        else:
-            for k in storages:
-                layout[k] = total
-                total += (k[2] + _ALIGN - 1) // _ALIGN * _ALIGN
-            self.used_end = total
-        self._reserve(total, pinned)
-
-        # copy every distinct storage into its slot
-        devices = set()
-        staged_storage: Dict[Tuple[str, int, int], Any] = {}
-        for k, t in storages.items():
-            slot = self._slot(layout.get(k, 0), k[2])
-            if k[2]:
-                src = _storage_bytes(t)
-                if t.device.type == "cuda":
-                    slot.copy_(src, non_blocking=True)
-                    devices.add(t.device)
-                else:
-                    slot.copy_(src)
-            staged_storage[k] = slot.untyped_storage()
-        used = {(layout.get(k, 0), k[2]) for k in storages}
-        self._slots = {o: v for o, v in self._slots.items() if o in used}  # bounded
-        for d in devices:  # the device-to-host copies are done before the caller goes on
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(d))
-            ev.synchronize()
-
-        def rebuild(o: Any) -> Any:
-            if isinstance(o, torch.Tensor):
-                if not _stageable(o):
-                    self.cloned += 1
-                    return o.detach().to("cpu", copy=True)
-                st = o.untyped_storage()
-                s = staged_storage[(str(o.device), st.data_ptr(), st.nbytes())]
-                v = torch.empty(0, dtype=o.dtype).set_(s, o.storage_offset(), o.size(),
-                                                       o.stride())
-                self._track_view(v)
-                if isinstance(o, torch.nn.Parameter):
-                    return torch.nn.Parameter(v, requires_grad=o.requires_grad)
-                return v
-            if isinstance(o, dict):
-                if type(o) in (dict, OrderedDict):
-                    out = type(o)()
-                else:
-                    try:  # the same mapping type (defaultdict...), emptied
-                        out = copy.copy(o)
-                        out.clear()
-                    except Exception:
-                        out = {}
-                for kk, vv in o.items():
-                    out[kk] = rebuild(vv)
-                if hasattr(o, "_metadata"):  # nn.Module.state_dict()'s version info
-                    out._metadata = copy.deepcopy(o._metadata)  # type: ignore[attr-defined]
-                return out
-            if isinstance(o, list):
-                return [rebuild(v) for v in o]
-            if isinstance(o, tuple):
-                items = [rebuild(v) for v in o]
-                return o.__class__(*items) if hasattr(o, "_fields") else o.__class__(items)
-            try:
-                return copy.deepcopy(o)
-            except Exception:
-                return o
-
-        return rebuild(obj)
 
 
 # -- the stream that feeds every tier at once ---------------------------------------------
@@ -522,10 +229,14 @@ class AsyncCheckpointer:
         self.bucket, self.prefix = bucket, prefix
         self.uri = f"s3://{bucket}/{prefix}"
         self.local_dir = os.fspath(local_dir) if local_dir is not None else None
-        self.keep_local, self.keep_remote = keep_local, keep_remote
+        self.keep_local = keep_local
         self.on_busy = on_busy
         self._client = client or S3Client(region, endpoint=endpoint,
                                           s3client_config=s3client_config)
+        # the commits, this writer's id in each of them, and retention in S3
+        self._log = CommitLog(self._client, bucket, prefix, keep_remote=keep_remote,
+                              retention_window_s=retention_window_s,
+                              conditional_put=conditional_put)
         self.stager = HostStager(pin_memory, zip_layout=in_place)
         self.in_place_saves = 0   # saves uploaded from the arena with no copy
         self.stream_saves = 0     # saves streamed through torch.save into an S3 writer
@@ -534,17 +245,6 @@ class AsyncCheckpointer:
         self._pending: List[_Job] = []  # at most one (the buffers are single)
         self._inflight = 0              # jobs queued or running
         self._closed = False
-        self._manifests: Dict[Tuple[str, str], Dict[str, Any]] = {}  # (key, etag) -> manifest
-        self.conditional_put = conditional_put
-        self._own_leftovers: Set[str] = set()  # keys of this checkpointer's failed saves
-        self.retention_window_s = float(retention_window_s)
-        # this writer, in each of its commits: another writer's retention spares its saves
-        self.writer_id = uuid.uuid4().hex[:16]
-        self._host = socket.gethostname()
-        self._own_commit_keys: Set[str] = set()
-        self._first_seq: Optional[int] = None   # of this writer's first commit
-        self._examined: Set[str] = set()        # commit keys of others already looked at
-        self._warned: Set[str] = set()          # writers already warned about
         self._thread: Optional[threading.Thread] = None
         if self.local_dir:
             _makedir_private(self.local_dir)
@@ -746,11 +446,11 @@ class AsyncCheckpointer:
             if info.get("size") is not None and int(info["size"]) != size:
                 raise _s3flash.S3IOError(f"{key}: uploaded {info['size']} bytes, "
                                          f"serialized {size}")
-            manifest = self._new_manifest(job.step, save_id, [obj])
+            manifest = self._log.new_manifest(job.step, save_id, [obj])
             # the commit: the manifest, after every object is complete
-            seq, ckey, body = self._commit(manifest, save_id)
+            seq, ckey, body = self._log.commit(manifest, save_id)
             committed = True
-            self._verify_commit(manifest, ckey, started)
+            self._log.verify(manifest, ckey, started)
             verified = True
             local_path = None
             if local_save and local_tmp and local_error is None:
@@ -762,7 +462,7 @@ class AsyncCheckpointer:
                                   local_path, seq, f"s3://{self.bucket}/{ckey}")
         finally:
             if not verified:
-                self._own_leftovers.add(key)  # named by no valid commit: the next retention's
+                self._log.own_leftovers.add(key)  # named by no valid commit: the next retention's
             if f is not None:
                 f.close()
             if local_tmp and os.path.exists(local_tmp):
@@ -772,78 +472,6 @@ class AsyncCheckpointer:
                     os.rmdir(local_save)
                 except OSError:
                     pass
-
-    def _new_manifest(self, step: int, save_id: str, objects: List[Dict[str, Any]],
-                      **extra: Any) -> Dict[str, Any]:
-        """The manifest of a save (its "seq" is added by _commit): the objects it names, each
-        with name, key, size, crc32 and etag; `extra` fields beside them."""
-        import torch
-        return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "step": step,
-                "save_id": save_id, "time": time.time(), "torch": torch.__version__,
-                "objects": objects, **extra,
-                "writer": {"id": self.writer_id, "host": self._host, "pid": os.getpid()}}
-
-    def _commit(self, manifest: Dict[str, Any], save_id: str) -> Tuple[int, str, bytes]:
-        """Write the manifest as the next commit: commits/<seq>.json with If-None-Match: *
-        (a 412: another writer took that number; the next free one is tried). Returns
-        (seq, key, body)."""
-        if self.conditional_put is None:
-            self.conditional_put = self._probe_conditional_put()
-        taken: List[str] = []  # numbers another writer took while this one tried them
-        for _ in range(_COMMIT_TRIES):
-            keys = self._commit_keys()
-            self._note_other_writers(keys, taken)
-            seq = 1 + max((s for s, _, _ in keys), default=0)
-            manifest["seq"] = seq
-            body = json.dumps(manifest, indent=1).encode()
-            key = self.prefix + COMMITS_DIR + _commit_name(
-                seq, None if self.conditional_put else save_id)
-            try:
-                self._client.native.put_object(
-                    self.bucket, key, body,
-                    if_none_match="*" if self.conditional_put else None,
-                    content_type="application/json")
-            except _s3flash.S3Exception as e:
-                if getattr(e, "status", "") != "S3F_ERR_PRECONDITION_FAILED":
-                    raise
-                taken.append(key)
-                continue  # another writer committed under this number first
-            self._own_commit_keys.add(key)
-            if self._first_seq is None:
-                self._first_seq = seq
-            return seq, key, body
-        raise _s3flash.S3Exception(
-            f"s3flash.AsyncCheckpointer: no commit after {_COMMIT_TRIES} tries under "
-            f"{self.uri}{COMMITS_DIR}: other writers took every sequence number tried")
-
-    def _probe_conditional_put(self) -> bool:
-        """Whether the server refuses a second PutObject with If-None-Match: * over a key
-        (some S3-compatible servers ignore the header: the second one then overwrites)."""
-        key = f"{self.prefix}{COMMITS_DIR}.probe-{_new_save_id()}"
-        nat = self._client.native
-        try:
-            nat.put_object(self.bucket, key, b"probe", if_none_match="*")
-            try:
-                nat.put_object(self.bucket, key, b"probe", if_none_match="*")
-            except _s3flash.S3Exception as e:
-                if getattr(e, "status", "") == "S3F_ERR_PRECONDITION_FAILED":
-                    return True
-                if getattr(e, "http_status", 0) in (400, 501):
-                    pass  # the header is refused: not supported
-                else:
-                    raise
-        except _s3flash.S3Exception as e:
-            if getattr(e, "http_status", 0) not in (400, 501):
-                raise
-        finally:
-            try:
-                nat.delete_object(self.bucket, key)
-            except _s3flash.S3Exception:
-                pass
-        warnings.warn(f"s3flash.AsyncCheckpointer: the server at {self.uri} ignores "
-                      "If-None-Match on PutObject: commits are named by their save id "
-                      "(docs/PYTHON.md)", RuntimeWarning)
-        return False
 
     def _write_object(self, job: _Job, key: str, f: Any
                       ) -> Tuple[int, int, Dict[str, Any], Optional[BaseException]]:
@@ -954,236 +582,46 @@ class AsyncCheckpointer:
             return None
         return path
 
-    # -- commits and retention ------------------------------------------------------------
-    def _commit_keys(self) -> List[Tuple[int, str, str]]:
-        """(seq, key, ETag) of every commit record under commits/, in commit order."""
-        out = []
-        for o in self._client.list_objects(self.bucket, self.prefix + COMMITS_DIR):
-            name = o.key[len(self.prefix) + len(COMMITS_DIR):]
-            seq = _parse_commit_name(name)
-            if seq is not None:
-                out.append((seq, o.key, _norm_etag(o.etag)))
-        return sorted(out)
+    # -- commits and retention (s3flash/_commit.py) -----------------------------------------
+    @property
+    def writer_id(self) -> str:
+        """This writer's id, recorded in each of its commits."""
+        return self._log.writer_id
 
-    # -- other writers --------------------------------------------------------------------
-    def _writer_of(self, key: str, etag: str, seq: Optional[int]) -> Dict[str, Any]:
-        """What the commit record at `key` says of its writer ({} for one of this writer)."""
-        m = self._manifest(key, etag) or {}
-        raw = m.get("writer")
-        w: Dict[str, Any] = raw if isinstance(raw, dict) else {}
-        if w.get("id") == self.writer_id:
-            return {}
-        return {"id": str(w.get("id") or ""), "host": str(w.get("host", "?")),
-                "pid": w.get("pid", "?"), "seq": seq, "key": key, "time": m.get("time")}
+    @property
+    def conditional_put(self) -> Optional[bool]:
+        return self._log.conditional_put
 
-    def _note_other_writers(self, keys: List[Tuple[int, str, str]], taken: List[str]) -> None:
-        """Warn (once per writer) about a second live writer: one that committed after this
-        writer's first commit, or took a number this writer was committing under."""
-        for seq, key, etag in keys:
-            if key in self._own_commit_keys or key in self._examined:
-                continue
-            if key not in taken and (self._first_seq is None or seq <= self._first_seq):
-                continue  # before this writer's first commit: maybe a dead predecessor's
-            w = self._writer_of(key, etag, seq)
-            name = w.get("id") or key
-            if not w or name in self._warned:
-                self._examined.add(key)
-                continue
-            msg = (f"s3flash.AsyncCheckpointer: a second writer is saving under {self.uri}: "
-                   f"{_describe_writer(w)}, beside this one (writer {self.writer_id}, host "
-                   f"{self._host}, pid {os.getpid()}). Saves of each are kept from the "
-                   f"other's retention for retention_window_s={self.retention_window_s:g} s; "
-                   "give each writer a prefix of its own (docs/PYTHON.md)")
-            log.warning("%s", msg)
-            # noted once it is said: with an "error" filter every save raises, before its
-            # commit, while the other writer's commit is there
-            warnings.warn(msg, ConcurrentWriterWarning)
-            self._examined.add(key)
-            self._warned.add(name)
+    @conditional_put.setter
+    def conditional_put(self, v: Optional[bool]) -> None:
+        self._log.conditional_put = v
 
-    def _other_writers(self) -> List[Dict[str, Any]]:
-        """Every other writer that has a commit record under the prefix, newest first (by
-        its newest commit)."""
-        seen: Dict[str, Dict[str, Any]] = {}
-        for seq, key, etag in reversed(self._commit_keys()):
-            if key in self._own_commit_keys:
-                continue
-            w = self._writer_of(key, etag, seq)
-            if w and (w["id"] or key) not in seen:
-                seen[w["id"] or key] = w
-        return list(seen.values())
+    @property
+    def keep_remote(self) -> Optional[int]:
+        return self._log.keep_remote
 
-    def _verify_commit(self, manifest: Dict[str, Any], ckey: str, started: float) -> None:
-        """After the commit record is written: it and every object it names are there (HEAD),
-        with the size and ETag it names; else ConcurrentWriterError naming the other writers
-        (whose retention removed them). A save that took longer than the retention window
-        is warned about: a retention of another writer that listed the prefix before this
-        commit may remove its object after this check."""
-        missing: List[str] = []
-        why: List[str] = []
-        for o in manifest["objects"]:
-            try:
-                h = self._client.head_object(self.bucket, o["key"])
-            except _s3flash.S3NotFoundError:
-                missing.append(o["key"])
-                why.append(f"{o['key']} is gone")
-                continue
-            etag = _norm_etag(h.get("etag"))
-            if int(h.get("size", -1)) != o["size"] or (o["etag"] and etag and
-                                                        etag != o["etag"]):
-                missing.append(o["key"])
-                why.append(f"{o['key']} is another object now (size {h.get('size')}, "
-                           f"ETag {etag}; committed: size {o['size']}, ETag {o['etag']})")
-        try:
-            self._client.head_object(self.bucket, ckey)
-        except _s3flash.S3NotFoundError:
-            missing.append(ckey)
-            why.append(f"the commit record {ckey} is gone")
-        if missing:
-            others = self._other_writers()
-            named = "; ".join(_describe_writer(w) for w in others) or \
-                "no commit of another writer is left under commits/ (an older s3flash, " \
-                "or a tool deleting under the prefix)"
-            raise ConcurrentWriterError(
-                f"s3flash.AsyncCheckpointer: commit {manifest.get('seq')} of step "
-                f"{manifest.get('step')} under {self.uri} was written, but {', '.join(why)}: "
-                f"removed by another writer's retention. Other writers on the prefix: "
-                f"{named}. One writer per prefix; a writer's retention_window_s must exceed "
-                f"the other's longest save (this one: writer {self.writer_id}, "
-                f"retention_window_s={self.retention_window_s:g})", others, missing)
-        took = time.monotonic() - started
-        if self.retention_window_s and took >= self.retention_window_s:
-            warnings.warn(f"s3flash.AsyncCheckpointer: the save of step {manifest.get('step')} "
-                          f"took {took:.0f} s from its upload to its commit, longer than "
-                          f"retention_window_s={self.retention_window_s:g}: a retention of "
-                          "another writer that listed the prefix before this commit may still "
-                          "remove its object; raise retention_window_s above the longest save",
-                          RuntimeWarning)
+    @keep_remote.setter
+    def keep_remote(self, v: Optional[int]) -> None:
+        self._log.keep_remote = v
 
-    def _listing(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """(commit records, data objects): key -> ObjectInfo under commits/ and step-*/."""
-        commits = {o.key: o for o in self._client.list_objects(self.bucket,
-                                                               self.prefix + COMMITS_DIR)}
-        data = {o.key: o for o in self._client.list_objects(self.bucket,
-                                                            self.prefix + "step-")}
-        return commits, data
+    @property
+    def retention_window_s(self) -> float:
+        return self._log.retention_window_s
 
-    def _manifest(self, key: str, etag: str) -> Optional[Dict[str, Any]]:
-        m = self._manifests.get((key, etag))
-        if m is None:
-            try:
-                got = self._client.native.download_whole(self.bucket, key, 1 << 20)
-                if got is None:
-                    return None
-                m = json.loads(got[0])
-            except (_s3flash.S3NotFoundError, ValueError):
-                return None
-            if not isinstance(m, dict):
-                return None
-            self._manifests[(key, etag)] = m
-        return m
-
-    def _commits(self, listing: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None
-                 ) -> List[_Commit]:
-        """Every commit record under the prefix (valid or not), in commit order: those of
-        the version 1 layout first (by step), then the numbered ones."""
-        records, data = self._listing() if listing is None else listing
-        out: List[_Commit] = []
-        for key, o in records.items():
-            name = key[len(self.prefix) + len(COMMITS_DIR):]
-            seq = _parse_commit_name(name)
-            if seq is None:
-                continue
-            m = self._manifest(key, _norm_etag(o.etag))
-            ok = bool(m) and m.get("format") == MANIFEST_FORMAT and m.get("seq") == seq and \
-                isinstance(m.get("step"), int)
-            if m and not ok:
-                m = {}
-            out.append(_Commit((1, seq, name), seq, int(m.get("step", -1)) if m else -1, key,
-                               m or {}, ok and self._objects_there(m, data)))
-        for key, o in data.items():  # version 1: step-N/manifest.json
-            d, _, name = key[len(self.prefix):].partition("/")
-            step = _parse_step_dir(d)
-            if step is None or name != MANIFEST_NAME:
-                continue
-            m = self._manifest(key, _norm_etag(o.etag))
-            ok = bool(m) and m.get("format") == MANIFEST_FORMAT and m.get("step") == step
-            out.append(_Commit((0, step, ""), None, step, key, m if ok else {},
-                               ok and self._objects_there(m, data)))  # type: ignore[arg-type]
-        return sorted(out, key=lambda c: c.order)
-
-    def _objects_there(self, m: Dict[str, Any], data: Dict[str, Any]) -> bool:
-        objs = m.get("objects")
-        if not isinstance(objs, list) or not objs:
-            return False
-        for o in objs:
-            if not isinstance(o, dict) or not isinstance(o.get("key"), str):
-                return False
-            have = data.get(o["key"])
-            if have is None or have.size != o.get("size") or \
-                    (o.get("etag") and _norm_etag(have.etag) and
-                     _norm_etag(have.etag) != o["etag"]):
-                return False
-        return True
+    @retention_window_s.setter
+    def retention_window_s(self, v: float) -> None:
+        self._log.retention_window_s = float(v)
 
     def _valid_commits(self) -> List[_Commit]:
-        return [c for c in self._commits() if c.valid]
-
-    def _own(self, c: _Commit) -> bool:
-        w = c.manifest.get("writer")
-        return isinstance(w, dict) and w.get("id") == self.writer_id
+        return self._log.valid_commits()
 
     def _retain(self, ckey: str) -> None:
-        """Retention after this writer's commit `ckey`: of the commits up to it, the newest
-        `keep_remote` valid ones and it are kept. The others go (each record before the
-        objects it names) when this writer made them, or when they are older than
-        retention_window_s (by the server's clock: the window ends at this commit record's
-        Last-Modified); newer commits are never touched. Then the objects no remaining
-        commit names: those of the commits removed, this writer's failed saves, and the
-        others older than the window (leftovers of killed saves; younger ones may be a
-        save of another writer about to commit)."""
-        if self.keep_remote is not None:
-            listing = self._listing()
-            records, data = listing
-            commits = self._commits(listing)
-            mine = next((i for i, c in enumerate(commits) if c.key == ckey), None)
-            if mine is None or ckey not in records:
-                raise _s3flash.S3IOError(f"{ckey}: this writer's commit record is not in the "
-                                         f"listing of {self.uri}{COMMITS_DIR}")
-            horizon = records[ckey].last_modified - self.retention_window_s
-            upto = commits[:mine + 1]
-            kept = {c.key for c in [c for c in upto if c.valid][-self.keep_remote:]}
-            kept.add(ckey)
-
-            def old(c: _Commit) -> bool:
-                o = records.get(c.key) or data.get(c.key)
-                return o is not None and o.last_modified <= horizon
-
-            # uncommit first (invalid records too); a newer record is never touched (the
-            # highest number stays, so numbers only grow)
-            doomed = [c for c in upto if c.key not in kept and (self._own(c) or old(c))]
-            doomed_keys = {c.key for c in doomed}
-            named: Set[str] = set()
-            dropped: Set[str] = set()
-            for c in commits:
-                (dropped if c.key in doomed_keys else named).update(
-                    str(o.get("key")) for o in c.manifest.get("objects", [])
-                    if isinstance(o, dict))
-            for c in doomed:
-                self._client.delete_object(self.bucket, c.key)
-            rest = []
-            for key, o in data.items():
-                if key in named or key.endswith("/" + MANIFEST_NAME) and \
-                        key.count("/") - self.prefix.count("/") == 1:
-                    continue  # named, or a version 1 record (kept or removed above)
-                if key in dropped or key in self._own_leftovers or \
-                        o.last_modified <= horizon:
-                    rest.append(key)
-            if rest:
-                self._client.native.delete_objects(self.bucket, rest)
-            self._own_leftovers -= set(rest)
+        """Retention after this writer's commit `ckey`: in S3 (CommitLog.retain), then in the
+        local tier."""
+        self._log.retain(ckey)
         if self.local_dir:
             self._retain_local()
+
 
     def _retain_local(self) -> None:
         """Keep the local copies of the newest `keep_local` commits (by the sequence number

@@ -29,8 +29,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from ._async_checkpoint import (AsyncCheckpointer, CheckpointInfo, _crc32_file, _Job,
-                                _new_save_id, _norm_etag, _step_dir)
+from ._async_checkpoint import AsyncCheckpointer, CheckpointInfo, _crc32_file, _Job
+from ._commit import _new_save_id, _norm_etag, _step_dir
 from . import _s3flash
 
 __all__ = ["DirectoryCheckpointer"]
@@ -151,16 +151,16 @@ class DirectoryCheckpointer(AsyncCheckpointer):
             with concurrent.futures.ThreadPoolExecutor(
                     min(_PARALLEL_FILES, len(snap.files))) as ex:
                 objects = list(ex.map(put, snap.files))
-            manifest = self._new_manifest(job.step, save_id, objects, directory=snap.name)
+            manifest = self._log.new_manifest(job.step, save_id, objects, directory=snap.name)
             # the commit: the manifest, after every file is complete
-            seq, ckey, _ = self._commit(manifest, save_id)
-            self._verify_commit(manifest, ckey, started)
+            seq, ckey, _ = self._log.commit(manifest, save_id)
+            self._log.verify(manifest, ckey, started)
             verified = True
             return CheckpointInfo(job.step, f"s3://{self.bucket}/{sdir}", manifest, None, seq,
                                   f"s3://{self.bucket}/{ckey}")
         finally:
             if not verified:
-                self._own_leftovers.update(keys)  # named by no valid commit
+                self._log.own_leftovers.update(keys)  # named by no valid commit
             shutil.rmtree(snap.path, ignore_errors=True)
 
     # -- resume ---------------------------------------------------------------------------

@@ -161,7 +161,7 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
                  pin_memory: Optional[bool] = None):
         super().__init__(region, s3client_config, endpoint,
                          reader_constructor=reader_constructor)
-        from ._async_checkpoint import HostStager
+        from ._staging import HostStager
         self.stager = HostStager(pin_memory, zip_layout=True)
         self.in_place_saves = 0   # uploaded from the staging buffers with no copy
         self.stream_saves = 0     # torch.save streamed into an S3 writer

@@ -5,7 +5,7 @@
  *
  * Invariants:
  * - Every reply that hands the kernel a node id (lookup, mkdir, create; readdirplus in
- *   dir.c) adds one to that inode's nlookup before the reply; a reply that fails takes it
+ *   readdir.c) adds one to that inode's nlookup before the reply; a reply that fails takes it
  *   back. forget/forget_multi take back what the kernel says.
  * - Attribute and entry timeouts are per reply (--metadata-ttl; the negative TTL for a
  *   missing name; 0 for an inode whose version was overwritten in place while read
@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 double mnt_now(void) {
@@ -128,6 +129,7 @@ void mnt_fill_stat(const struct mnt_fs *fs, const struct attr *a, fuse_ino_t ino
 
 int mnt_reply_entry(fuse_req_t req, struct mnt_fs *fs, const char *path,
                     const struct attr *a) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct fuse_entry_param e;
     memset(&e, 0, sizeof(e));
     pthread_mutex_lock(&fs->mu);
@@ -173,7 +175,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     if (!path)
         return;
     /* an overwrite's retry (told ESTALE: read.c, write.c): the name is pinned for it from
-     * now until its OPEN is answered (meta.c), so that the inode given here is the one it
+     * now until its OPEN is answered (guard.c), so that the inode given here is the one it
      * opens. A rename or unlink of the name in flight is waited for (the kernel holds the
      * name's directory for it, so it holds none for this lookup): what it leaves is what
      * the retry opens. An inode of the name that a handle reads through the page cache (a
@@ -317,7 +319,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         /* fs->mu keeps a listed writer alive while we look at it; its fields are read
          * atomically (h->mu is not taken under fs->mu) */
         struct fh *h = fh && fh->is_write ? fh : mnt_writer_find(fs, in->path);
-        if (!h || __atomic_load_n(&h->done, __ATOMIC_RELAXED) || attr->st_size < 0 ||
+        if (!h || fh_done(fh_state(h)) || attr->st_size < 0 ||
             (uint64_t)attr->st_size != __atomic_load_n(&h->written, __ATOMIC_RELAXED))
             rc = -EPERM;
     }
@@ -476,12 +478,19 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     fs->c = client;
     fs->cw = wclient;
     pthread_mutex_init(&fs->mu, NULL);
+    mnt_notify_init(fs);
     mnt_cond_init(&fs->released);
     fs->mem_budget = opts->metadata_budget_bytes ? opts->metadata_budget_bytes : 8u << 20;
     fs->bucket = strdup(opts->bucket);
     fs->directory_bucket = s3f_bucket_is_directory(opts->bucket);
     fs->prefix = strdup(opts->prefix ? opts->prefix : "");
-    if (!fs->bucket || !fs->prefix || mnt_meta_init(fs) || mnt_inodes_init(fs)) {
+    int bad = !fs->bucket || !fs->prefix;
+    if (!bad) {
+        pthread_mutex_lock(&fs->mu); /* no other thread yet, but the account is fs->mu's */
+        bad = mnt_meta_init(fs) || mnt_inodes_init(fs);
+        pthread_mutex_unlock(&fs->mu);
+    }
+    if (bad) {
         mnt_fs_free(fs);
         return NULL;
     }
@@ -515,11 +524,13 @@ void mnt_fs_free(struct mnt_fs *fs) {
     mnt_readers_free(fs);
     pthread_mutex_lock(&fs->mu);
     mnt_dirs_free(fs);
+    mnt_listings_free(fs);
     mnt_localdirs_free(fs);
     mnt_overwrites_free(fs);
     mnt_meta_free(fs);
     pthread_mutex_unlock(&fs->mu);
     mnt_inodes_free(fs);
+    mnt_notify_free(fs);
     free(fs->bucket);
     free(fs->prefix);
     pthread_cond_destroy(&fs->released);

@@ -5,10 +5,18 @@
  * Files, each owning one part of the state (their opening comments give the invariants):
  *   fs.c         the ops table, init, lookup/forget/getattr/setattr/statfs, new/free
  *   inode.c      the inode table (node id <-> path, the version an inode is, lookup
- *                counts) and the notifier thread that sends the kernel's invalidations
+ *                counts)
+ *   notify.c     the notifier threads that send the kernel's invalidations (their queue,
+ *                waiters, shutdown): with mount.c (start-up), the only file that calls
+ *                fuse_lowlevel_notify_* or makes a system call on a path
  *   meta.c       the metadata cache (path -> kind, size, mtime, ETag), resolve(), the
  *                generations, and the memory account of the inode table and both caches
- *   dir.c        directories: the listing cache, opendir/readdir(plus), mkdir, rmdir
+ *   guard.c      the overwrite guard: opens for writing told ESTALE, until their retries
+ *                (docs/SEMANTICS.md has its state diagram)
+ *   dircache.c   the listing cache (complete listings, a handle's copy for it)
+ *   localdir.c   local directories (mkdir'ed, not yet in S3), mkdir and rmdir
+ *   readdir.c    the readdir stream: opendir/readdir(plus)/releasedir (pages, extras,
+ *                the no_id rules)
  *   read.c       open for reading, read, release of readers
  *   write.c      create, open for writing, write, flush, fsync, release of writers
  *   namespace.c  unlink and rename, and the directories they leave empty
@@ -23,7 +31,12 @@
  * NEVER RE-ENTER: no handler makes a system call on a path inside its own mount, and no
  * handler calls fuse_lowlevel_notify_* (the kernel may hold a directory lock that the
  * invalidation needs until this very request is answered). Invalidations are queued for
- * the notifier threads (inode.c), which serve no request, with node ids the daemon knows.
+ * the notifier threads (notify.c), which serve no request, with node ids the daemon knows.
+ *
+ * Both rules are checked at run time in the test builds (src/core/assert.h): functions
+ * called with fs->mu held assert it (S3F_ASSERT_HELD), the reply and S3 paths assert it
+ * is not held (S3F_ASSERT_NOT_HELD), and the one function that sends
+ * fuse_lowlevel_notify_* asserts it runs on a notifier thread.
  */
 #ifndef S3FLASH_MOUNT_FS_H
 #define S3FLASH_MOUNT_FS_H
@@ -39,6 +52,13 @@
 #include "mount.h"
 
 enum kind { K_MISSING = 0, K_FILE = 1, K_DIR = 2 };
+
+/* A state transition, logged at TRACE (the format is built only when TRACE is on). */
+#define MNT_TRACE(...)                                                                     \
+    do {                                                                                   \
+        if (mnt_log_on(S3F_LOG_TRACE))                                                     \
+            mnt_log(S3F_LOG_TRACE, __VA_ARGS__);                                           \
+    } while (0)
 
 #define MNT_NOTIFIERS 4 /* threads sending the kernel's invalidations */
 
@@ -103,7 +123,7 @@ struct mnt_fs {
     struct meta *lru_head, *lru_tail;
     size_t n_meta;
     /* memory account (meta.c): inode table, metadata and listing caches, directory
-     * handles' listing copies and the listings they share (dir.c), the prefetch order
+     * handles' listing copies and the listings they share (dircache.c), the prefetch order
      * (prefetch.c); never above mem_budget after an insert, but for the inodes the kernel
      * holds and the kept listings open handles share */
     uint64_t mem_used, mem_budget;
@@ -117,14 +137,14 @@ struct mnt_fs {
     pthread_cond_t released;  /* broadcast when a writer leaves fs->writers, and when a
                                * rename or unlink ends (fs->renaming) */
     uint64_t writer_reserved, writer_budget;
-    struct listing *listings; /* most recent first (dir.c) */
+    struct listing *listings; /* most recent first (dircache.c) */
     size_t n_listings;
     struct fh *readers;       /* open read handles (read.c) */
-    struct dh *dirs;          /* open directory handles (dir.c) */
+    struct dh *dirs;          /* open directory handles (readdir.c) */
     struct renaming *renaming; /* renames in flight (namespace.c) */
-    struct overwrite *overwrites; /* overwrites told ESTALE, until their retries (meta.c) */
+    struct overwrite *overwrites; /* overwrites told ESTALE, until their retries (guard.c) */
     size_t n_overwrites;
-    /* notifiers (inode.c) */
+    /* notifiers (notify.c) */
     pthread_t notifiers[MNT_NOTIFIERS];
     size_t n_notifiers;
     int notifier_stop;
@@ -135,7 +155,40 @@ struct mnt_fs {
     struct mnt_heads *heads;  /* the lookups' HEAD workers, o.max_threads (meta.c) */
 };
 
-/* An open file (read.c, write.c). */
+/* An open file's state: where it is in its life, changed by mnt_fh_set_state only (which
+ * asserts the transition is one of these arrows and logs it at TRACE). Readers' states
+ * are guarded by fs->mu (a writer's open marks them stale); a writer's by its h->mu, and
+ * those that list or unlist it by fs->mu too; read atomically by the others (fh_state).
+ *
+ *   read handles:  FH_NEW --open--> FH_READING --release--> FH_RELEASED
+ *                                       |  overwritten in place     ^
+ *                                       `-----> FH_STALE ---release-'
+ *
+ *   write handles: FH_NEW --open--> FH_WRITING --the opener's close, nothing written-->
+ *                  FH_CLOSED (the upload completes at release)
+ *                  FH_WRITING --upload ends or fails--> FH_ENDING --unlisted--> FH_DONE
+ *                  FH_CLOSED  --upload ends or fails--> FH_ENDING_CLOSED --unlisted--> FH_DONE
+ *                  FH_WRITING --the open never reached the caller--> FH_ABANDONED
+ *
+ * Listed in fs->writers: FH_WRITING, FH_CLOSED, FH_ENDING, FH_ENDING_CLOSED. Done (writes
+ * refused, the result in `status`): FH_ENDING, FH_ENDING_CLOSED, FH_DONE. The two ending
+ * states keep whether the opener had closed it (mnt_writer_busy waits for those). */
+enum fh_state {
+    FH_NEW,
+    FH_READING,
+    FH_STALE,         /* its inode was overwritten in place (counted in in->n_stale) */
+    FH_RELEASED,
+    FH_WRITING,
+    FH_CLOSED,
+    FH_ENDING,
+    FH_ENDING_CLOSED,
+    FH_DONE,
+    FH_ABANDONED,
+};
+
+/* An open file (read.c, write.c). Its state is one enum (above); what it was opened as
+ * stays in mode fields chosen at open and never changed after: is_write, rdwr, direct,
+ * in_place, append (not states: no transition ever clears or sets them later). */
 struct fh {
     pthread_mutex_t mu;
     int is_write;
@@ -146,22 +199,21 @@ struct fh {
     uint64_t size;            /* read handles: the version's size and mtime */
     int64_t mtime;
     char etag[128];
-    int direct;               /* read handles: not in the page cache */
-    int stale;                /* read handles: their inode was overwritten in place */
+    enum fh_state state;      /* mnt_fh_set_state; read by others with fh_state() */
+    int direct;               /* read handles: not in the page cache (mode) */
     void *pf_data;            /* read handles: the whole file, prefetched (prefetch.c) */
     size_t pf_len;
     /* write handles */
     struct s3f_writer *w;
     uint64_t written;
-    int done, status;
+    int status;               /* done: the upload's result (0 or -errno) */
     pid_t opener;
     int64_t opened;
     uint64_t reserved;
-    int listed, closed;
-    int in_place;             /* writing over its inode's version (open with O_TRUNC) */
+    int in_place;             /* writing over its inode's version (open with O_TRUNC; mode) */
     struct attr prev;         /* ... which was this one */
     /* appends (--incremental-upload, directory buckets; write.c) */
-    int append;               /* open(O_APPEND) of an existing object: appends to it */
+    int append;               /* open(O_APPEND) of an existing object: appends to it (mode) */
     uint64_t apos;            /* the object's size: the next append's write offset */
     char *abuf;               /* bytes not yet appended (at most part_size) */
     size_t alen;
@@ -209,6 +261,10 @@ void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsi
  * (the rest is for the caches it would otherwise squeeze out); past that, readdirplus
  * entries go without node ids and lookups ask the kernel not to keep the entry. */
 int mnt_inodes_full(const struct mnt_fs *fs);
+
+/* ---- notify.c (fs->mu held unless said) ---- */
+void mnt_notify_init(struct mnt_fs *fs);
+void mnt_notify_free(struct mnt_fs *fs); /* once the notifiers have stopped */
 /* Queue the kernel's invalidation of `name` in directory `dir_path` (dropped when the
  * kernel does not know the directory). `wait`: the caller will pass the result (NULL: not
  * queued) to mnt_notify_wait. */
@@ -242,6 +298,19 @@ void mnt_meta_expire(struct mnt_fs *fs, const char *path);
 /* Did the mount find `path` missing last (its entry says so, fresh or not)? Then a lookup
  * may have left the kernel a negative entry of it (--negative-metadata-ttl). */
 int mnt_meta_was_missing(struct mnt_fs *fs, const char *path);
+/* Has the mount changed `path` since `gen0`? */
+int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
+/* Has a change been made in directory `dir` since `gen0`? */
+int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0);
+void mnt_mem_charge(struct mnt_fs *fs, int64_t bytes); /* + charge, - release */
+void mnt_mem_reclaim(struct mnt_fs *fs);               /* evict down to the budget */
+/* not under fs->mu: */
+int mnt_heads_start(struct mnt_fs *fs); /* before lookups come; -1: out of memory */
+void mnt_heads_stop(struct mnt_fs *fs); /* after the last lookup */
+int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh);
+int mnt_parent_ok(struct mnt_fs *fs, const char *path);
+
+/* ---- guard.c (fs->mu held) ---- */
 /* An open for writing of `path` (inode `in`) by thread `tid` was answered ESTALE (the name
  * is gone, read.c; a reader reads its inode through the page cache, or an inode that is
  * not the name's, write.c): until
@@ -261,26 +330,76 @@ int mnt_overwrite_lookup(struct mnt_fs *fs, const char *path, pid_t tid);
  * (a caller outside the daemon's PID namespace) is never the same thread. */
 int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid);
 void mnt_overwrites_free(struct mnt_fs *fs);
-/* Has the mount changed `path` since `gen0`? */
-int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0);
-/* Has a change been made in directory `dir` since `gen0`? */
-int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0);
-void mnt_mem_charge(struct mnt_fs *fs, int64_t bytes); /* + charge, - release */
-void mnt_mem_reclaim(struct mnt_fs *fs);               /* evict down to the budget */
-/* not under fs->mu: */
-int mnt_heads_start(struct mnt_fs *fs); /* before lookups come; -1: out of memory */
-void mnt_heads_stop(struct mnt_fs *fs); /* after the last lookup */
-int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh);
-int mnt_parent_ok(struct mnt_fs *fs, const char *path);
 
-/* ---- dir.c ---- */
-void mnt_listings_drop_above(struct mnt_fs *fs, const char *path); /* fs->mu held */
-void mnt_listings_trim(struct mnt_fs *fs);                         /* fs->mu held */
-void mnt_dirs_free(struct mnt_fs *fs);
+/* ---- dircache.c (fs->mu held unless said) ---- */
+/* A listed name: its attributes, and the generation they were asked for at. */
+struct dent {
+    char *name;
+    struct attr a;
+    int no_id;            /* changed by the mount after its page was asked for */
+    uint64_t gen;         /* the generation when its attributes were asked for */
+};
+
+/* A complete listing in the cache, shared by the directory handles opened on it. */
+struct listing {
+    struct listing *next;
+    char *path;
+    struct dent *ents;
+    size_t n;
+    double expires;
+    uint64_t gen0;        /* the generation when the listing started */
+    int64_t bytes;        /* charged to the memory account until freed */
+    unsigned refs;        /* the cache's (while in fs->listings) and the handles' sharing it */
+};
+
+/* A directory handle's copy of its listing so far, for the cache. */
+struct listing_copy {
+    struct dent *v;
+    size_t n, cap;
+    uint64_t bytes;       /* what v is charged to the memory account (fs->mu) */
+    int over;             /* given up: the listing will not be cached */
+};
+
+/* Entries (any lock): append a copy of `name` with its attributes to a growing array
+ * (first allocation `first` entries, doubling; never past `max`). -ENOMEM on failure (the
+ * array is left as it was). */
+int mnt_dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, size_t max,
+                     const char *name, size_t len, const struct attr *a, int no_id,
+                     uint64_t gen);
+void mnt_dents_free(struct dent *e, size_t n);
+void mnt_listings_drop_above(struct mnt_fs *fs, const char *path);
+void mnt_listings_trim(struct mnt_fs *fs); /* the least recent out, down to the budget */
+void mnt_listings_free(struct mnt_fs *fs);
+/* The fresh cached listing of `path`, with a reference for the caller (NULL: none). */
+struct listing *mnt_listing_share(struct mnt_fs *fs, const char *path);
+void mnt_listing_unref(struct mnt_fs *fs, struct listing *l); /* the last one frees it */
+/* A handle's copy: record an entry (best effort: given up past its bounds), give it up,
+ * give back its charge, empty it (no lock: nothing charged), and, the listing done
+ * (`complete`: without error), keep it in the cache when nothing changed the directory
+ * since `gen0`. */
+void mnt_copy_keep(struct mnt_fs *fs, struct listing_copy *c, const char *name, size_t len,
+                   const struct attr *a, uint64_t gen);
+void mnt_copy_drop(struct mnt_fs *fs, struct listing_copy *c);
+void mnt_copy_uncharge(struct mnt_fs *fs, struct listing_copy *c);
+void mnt_copy_clear(struct listing_copy *c);
+void mnt_copy_done(struct mnt_fs *fs, struct listing_copy *c, const char *path,
+                   uint64_t gen0, int complete);
+
+/* ---- localdir.c (fs->mu held) ---- */
+struct localdir {
+    struct localdir *next;
+    char *path;
+};
 struct localdir *mnt_localdir_find(struct mnt_fs *fs, const char *path);
 void mnt_localdir_remove(struct mnt_fs *fs, const char *path);
 int mnt_holds_local(struct mnt_fs *fs, const char *dir);
 void mnt_localdirs_free(struct mnt_fs *fs);
+/* not under fs->mu: */
+void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void mnt_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+
+/* ---- readdir.c ---- */
+void mnt_dirs_free(struct mnt_fs *fs); /* fs->mu held: the session has ended */
 #ifdef S3F_TEST_HOOKS
 /* What the open directory handles hold of listings, counted from their entries (fs->mu
  * held; the test builds' user.s3flash.test.stats): each copy, each shared listing once. */
@@ -292,8 +411,6 @@ void mnt_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void mnt_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         struct fuse_file_info *fi);
 void mnt_op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
-void mnt_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
 
 /* ---- read.c ---- */
 void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -305,6 +422,19 @@ int mnt_read_cached(struct mnt_fs *fs, const struct inode *in);
 void mnt_readers_free(struct mnt_fs *fs);
 struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path);
 void mnt_fh_free(struct mnt_fs *fs, struct fh *h); /* not under fs->mu */
+/* The one place a handle's state changes: asserts the transition is allowed (enum
+ * fh_state's diagram) and logs it at TRACE. Under the lock that guards the state. */
+void mnt_fh_set_state(struct fh *h, enum fh_state to);
+static inline enum fh_state fh_state(const struct fh *h) {
+    return __atomic_load_n(&h->state, __ATOMIC_RELAXED);
+}
+/* Is the write handle in fs->writers? Done (its upload completed or failed)? */
+static inline int fh_listed(enum fh_state s) {
+    return s == FH_WRITING || s == FH_CLOSED || s == FH_ENDING || s == FH_ENDING_CLOSED;
+}
+static inline int fh_done(enum fh_state s) {
+    return s == FH_ENDING || s == FH_ENDING_CLOSED || s == FH_DONE;
+}
 
 /* ---- prefetch.c (none of these under fs->mu) ---- */
 int mnt_pf_init(struct mnt_fs *fs);  /* after the part size is known; 0 also when off */

@@ -1,5 +1,6 @@
 /*
- * The inode table and the notifier threads (see fs.h for the lock order).
+ * The inode table: node ids, the paths they stand for, the versions they are (see fs.h
+ * for the lock order). The kernel's invalidations of them are sent by notify.c.
  *
  * Invariants (fs->mu guards all of it):
  * - Node ids are never reused (a 64-bit counter from 2; the root is 1 and lives as long
@@ -14,36 +15,16 @@
  *   each readdirplus entry with a node id add one; forget takes them back) or a handle is
  *   open on it (nopen); then it is freed at once. The table's memory is charged to the
  *   mount's account (meta.c).
- * - The notifier threads (MNT_NOTIFIERS, serving no request) are the only callers of
- *   fuse_lowlevel_notify_inval_*: handlers queue (node id, name) notes, bounded (past the
- *   bound an invalidation is dropped and the TTLs tell the kernel instead). A note stuck
- *   on a directory lock holds one notifier; the others go on with the queue.
- *   A handler may wait for its own notes, for NOTIFY_WAIT_S at most and never for one
- *   whose directory the kernel holds locked for that handler (rename's two directories):
- *   so the kernel has dropped the entry when unlink returns, and a note stuck behind a
- *   lock held by another request delays, never wedges.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 #define INO_BUCKETS 65536u
-#define NOTES_MAX 4096u
-#define NOTIFY_WAIT_S 2
-
-struct note {
-    struct note *next;        /* fs->notes_head queue */
-    struct note *busy_next;   /* fs->notes_busy: being sent */
-    int busy, done;
-    int waiters;              /* a handler waits for it: it frees it */
-    int inode;                /* invalidate the inode `parent` (its attributes and pages) */
-    fuse_ino_t parent;
-    size_t len;
-    char name[];
-};
 
 uint32_t mnt_hash_str(const char *s) {
     uint32_t h = 2166136261u; /* FNV-1a */
@@ -67,10 +48,12 @@ static void inode_charge(struct mnt_fs *fs, int64_t bytes) {
 }
 
 int mnt_inodes_full(const struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     return fs->mem_used >= fs->mem_budget || fs->mem_inodes >= fs->mem_budget / 2;
 }
 
 struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct inode *in = fs->ino_hash[ino % INO_BUCKETS]; in; in = in->ino_next)
         if (in->ino == ino)
             return in;
@@ -78,6 +61,7 @@ struct inode *mnt_inode_find(struct mnt_fs *fs, fuse_ino_t ino) {
 }
 
 struct inode *mnt_inode_current(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct inode *in = fs->path_hash[mnt_hash_str(path) % INO_BUCKETS]; in;
          in = in->path_next)
         if (strcmp(in->path, path) == 0)
@@ -137,8 +121,6 @@ static struct inode *inode_new(struct mnt_fs *fs, fuse_ino_t ino, const char *pa
 }
 
 int mnt_inodes_init(struct mnt_fs *fs) {
-    pthread_cond_init(&fs->notes_cv, NULL);
-    mnt_cond_init(&fs->notes_done_cv);
     fs->ino_hash = calloc(INO_BUCKETS, sizeof(*fs->ino_hash));
     fs->path_hash = calloc(INO_BUCKETS, sizeof(*fs->path_hash));
     if (!fs->ino_hash || !fs->path_hash)
@@ -168,18 +150,6 @@ void mnt_inodes_free(struct mnt_fs *fs) {
     }
     free(fs->ino_hash);
     free(fs->path_hash);
-    while (fs->notes_head) {
-        struct note *n = fs->notes_head;
-        fs->notes_head = n->next;
-        free(n);
-    }
-    while (fs->notes_busy) { /* none once the notifiers have stopped */
-        struct note *n = fs->notes_busy;
-        fs->notes_busy = n->busy_next;
-        free(n);
-    }
-    pthread_cond_destroy(&fs->notes_cv);
-    pthread_cond_destroy(&fs->notes_done_cv);
 }
 
 /* May the inode be taken as the version `a` of its path? */
@@ -195,6 +165,7 @@ static int same_version(const struct inode *in, const struct attr *a) {
 }
 
 struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct attr *a) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *cur = mnt_inode_current(fs, path);
     if (cur && same_version(cur, a)) {
         if (a->kind == K_FILE && !cur->a.etag[0] && a->etag[0])
@@ -215,6 +186,7 @@ struct inode *mnt_inode_get(struct mnt_fs *fs, const char *path, const struct at
 }
 
 struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struct attr *a) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *in = inode_new(fs, fs->next_ino, path, a);
     if (!in)
         return NULL;
@@ -225,6 +197,7 @@ struct inode *mnt_inode_replace(struct mnt_fs *fs, const char *path, const struc
 }
 
 void mnt_inode_detach(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct inode *in = mnt_inode_current(fs, path);
     if (!in || in->ino == FUSE_ROOT_ID)
         return;
@@ -234,6 +207,7 @@ void mnt_inode_detach(struct mnt_fs *fs, const char *path) {
 }
 
 void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
+    S3F_ASSERT_HELD(&fs->mu);
     mnt_inode_detach(fs, to);
     struct inode *in = mnt_inode_current(fs, from);
     if (!in)
@@ -253,6 +227,7 @@ void mnt_inode_move(struct mnt_fs *fs, const char *from, const char *to) {
 }
 
 void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsigned nopen) {
+    S3F_ASSERT_HELD(&fs->mu);
     if (in->ino == FUSE_ROOT_ID)
         return;
     in->nlookup = in->nlookup > nlookup ? in->nlookup - nlookup : 0;
@@ -262,6 +237,7 @@ void mnt_inode_unref(struct mnt_fs *fs, struct inode *in, uint64_t nlookup, unsi
 }
 
 char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     pthread_mutex_lock(&fs->mu);
     struct inode *in = mnt_inode_find(fs, ino);
     char *p = in ? strdup(in->path) : NULL;
@@ -271,6 +247,7 @@ char *mnt_path_of(struct mnt_fs *fs, fuse_ino_t ino, int *err) {
 }
 
 char *mnt_path_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name, int *err) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     size_t len = strlen(name);
     if (len > MNT_NAME_MAX) {
         *err = ENAMETOOLONG;
@@ -300,131 +277,4 @@ char *mnt_req_path_rw(fuse_req_t req, struct mnt_fs *fs, fuse_ino_t parent, cons
         return NULL;
     }
     return mnt_req_path_at(req, fs, parent, name);
-}
-
-/* ---- the notifiers ------------------------------------------------------------------ */
-
-/* Take a note for the queue; `wait`: the caller will wait for it (mnt_notify_wait), which
- * keeps it alive until then. NULL when not queued. */
-static struct note *note_queue(struct mnt_fs *fs, int inode, fuse_ino_t ino, const char *name,
-                               int wait) {
-    if (!fs->n_notifiers || fs->notifier_stop || fs->n_notes >= NOTES_MAX)
-        return NULL; /* the TTLs will tell */
-    size_t len = strlen(name);
-    struct note *n = calloc(1, sizeof(*n) + len + 1);
-    if (!n)
-        return NULL;
-    n->inode = inode;
-    n->parent = ino;
-    n->len = len;
-    n->waiters = wait ? 1 : 0;
-    memcpy(n->name, name, len + 1);
-    if (fs->notes_tail)
-        fs->notes_tail->next = n;
-    else
-        fs->notes_head = n;
-    fs->notes_tail = n;
-    fs->n_notes++;
-    pthread_cond_signal(&fs->notes_cv);
-    return n;
-}
-
-void mnt_notify_entry_at(struct mnt_fs *fs, fuse_ino_t parent, const char *name) {
-    note_queue(fs, 0, parent, name, 0);
-}
-
-struct note *mnt_notify_entry(struct mnt_fs *fs, const char *dir_path, const char *name,
-                              int wait) {
-    struct inode *dir = mnt_inode_current(fs, dir_path);
-    if (!dir || !dir->nlookup)
-        return NULL; /* the kernel does not hold it */
-    return note_queue(fs, 0, dir->ino, name, wait);
-}
-
-struct note *mnt_notify_inode(struct mnt_fs *fs, struct inode *in, int wait) {
-    if (!in->nlookup)
-        return NULL;
-    return note_queue(fs, 1, in->ino, "", wait);
-}
-
-void mnt_notify_wait(struct mnt_fs *fs, struct note *n) {
-    if (!n)
-        return;
-    struct timespec until = mnt_deadline(NOTIFY_WAIT_S);
-    while (!n->done && !fs->notifier_stop)
-        if (pthread_cond_timedwait(&fs->notes_done_cv, &fs->mu, &until) == ETIMEDOUT)
-            break;
-    n->waiters--;
-    if (n->done)
-        free(n); /* else the notifier frees it when done (or mnt_inodes_free) */
-}
-
-static void *notifier_main(void *arg) {
-    struct mnt_fs *fs = arg;
-    pthread_mutex_lock(&fs->mu);
-    for (;;) {
-        while (!fs->notes_head && !fs->notifier_stop)
-            pthread_cond_wait(&fs->notes_cv, &fs->mu);
-        if (fs->notifier_stop)
-            break;
-        struct note *n = fs->notes_head;
-        fs->notes_head = n->next;
-        if (!fs->notes_head)
-            fs->notes_tail = NULL;
-        fs->n_notes--;
-        n->next = NULL;
-        n->busy = 1;
-        n->busy_next = fs->notes_busy;
-        fs->notes_busy = n;
-        pthread_mutex_unlock(&fs->mu);
-        /* may wait for the kernel's lock of a directory, held by a request no notifier
-         * serves: that request ends without us, and the other notifiers go on meanwhile */
-        int rc = n->inode ? fuse_lowlevel_notify_inval_inode(fs->se, n->parent, 0, 0)
-                          : fuse_lowlevel_notify_inval_entry(fs->se, n->parent, n->name, n->len);
-        if (rc && rc != -ENOENT)
-            mnt_log(S3F_LOG_DEBUG, "invalidate %s '%s' of node %llu: %s",
-                    n->inode ? "inode" : "entry", n->name, (unsigned long long)n->parent,
-                    strerror(-rc));
-        pthread_mutex_lock(&fs->mu);
-        for (struct note **pp = &fs->notes_busy; *pp; pp = &(*pp)->busy_next) {
-            if (*pp == n) {
-                *pp = n->busy_next;
-                break;
-            }
-        }
-        n->done = 1;
-        pthread_cond_broadcast(&fs->notes_done_cv);
-        if (!n->waiters)
-            free(n);
-    }
-    pthread_mutex_unlock(&fs->mu);
-    return NULL;
-}
-
-int mnt_notifier_start(struct mnt_fs *fs) {
-    pthread_mutex_lock(&fs->mu);
-    fs->notifier_stop = 0;
-    int rc = 0;
-    while (fs->n_notifiers < MNT_NOTIFIERS) {
-        rc = pthread_create(&fs->notifiers[fs->n_notifiers], NULL, notifier_main, fs);
-        if (rc)
-            break;
-        fs->n_notifiers++;
-    }
-    pthread_mutex_unlock(&fs->mu);
-    return fs->n_notifiers ? 0 : -rc;
-}
-
-void mnt_notifier_stop(struct mnt_fs *fs) {
-    pthread_mutex_lock(&fs->mu);
-    fs->notifier_stop = 1;
-    pthread_cond_broadcast(&fs->notes_cv);
-    pthread_cond_broadcast(&fs->notes_done_cv);
-    size_t n = fs->n_notifiers;
-    pthread_mutex_unlock(&fs->mu);
-    for (size_t i = 0; i < n; i++)
-        pthread_join(fs->notifiers[i], NULL);
-    pthread_mutex_lock(&fs->mu);
-    fs->n_notifiers = 0;
-    pthread_mutex_unlock(&fs->mu);
 }

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 #define META_BUCKETS 65536u
@@ -48,6 +49,7 @@ static int64_t meta_bytes(const struct meta *m) {
 }
 
 void mnt_mem_charge(struct mnt_fs *fs, int64_t bytes) {
+    S3F_ASSERT_HELD(&fs->mu);
     if (bytes < 0 && (uint64_t)-bytes > fs->mem_used)
         fs->mem_used = 0;
     else
@@ -103,6 +105,7 @@ static void meta_evict(struct mnt_fs *fs, struct meta *m) {
 }
 
 void mnt_meta_free(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     while (fs->lru_head)
         meta_evict(fs, fs->lru_head);
     free(fs->meta);
@@ -110,6 +113,7 @@ void mnt_meta_free(struct mnt_fs *fs) {
 }
 
 void mnt_mem_reclaim(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     /* the listing cache first (a listing is large and re-fetched in pages), then the
      * least recently used entries */
     if (fs->mem_used > fs->mem_budget)
@@ -119,6 +123,7 @@ void mnt_mem_reclaim(struct mnt_fs *fs) {
 }
 
 struct meta *mnt_meta_find(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct meta *m = fs->meta[mnt_hash_str(path) % META_BUCKETS]; m; m = m->next)
         if (strcmp(m->path, path) == 0)
             return m;
@@ -158,6 +163,7 @@ static void meta_store(struct mnt_fs *fs, struct meta *m, enum kind kind, uint64
 }
 
 int mnt_meta_lookup(struct mnt_fs *fs, const char *path, struct attr *a) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = mnt_meta_find(fs, path);
     if (!m || m->expires <= mnt_now())
         return 0;
@@ -172,6 +178,7 @@ int mnt_meta_lookup(struct mnt_fs *fs, const char *path, struct attr *a) {
 
 void mnt_meta_fill(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                    int64_t mtime, const char *etag, uint64_t gen0) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = mnt_meta_find(fs, path);
     if ((m && m->chg > gen0) || (!m && fs->evicted_gen > gen0))
         return; /* the mount changed the name after this request left */
@@ -200,6 +207,7 @@ static void bump_dir(struct mnt_fs *fs, const char *path) {
  * directory, the listings above dropped. Its entry, or NULL (then evicted_gen carries
  * the generation). */
 static struct meta *change_begin(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     fs->gen++;
     struct meta *m = meta_get(fs, path);
     if (m)
@@ -213,6 +221,7 @@ static struct meta *change_begin(struct mnt_fs *fs, const char *path) {
 
 void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64_t size,
                      int64_t mtime, const char *etag) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = change_begin(fs, path);
     if (m)
         meta_store(fs, m, kind, size, mtime, etag);
@@ -220,126 +229,27 @@ void mnt_meta_change(struct mnt_fs *fs, const char *path, enum kind kind, uint64
 }
 
 int mnt_meta_was_missing(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = mnt_meta_find(fs, path);
     return m && m->kind == K_MISSING;
 }
 
 void mnt_meta_expire(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = change_begin(fs, path);
     if (m)
         m->expires = 0; /* looked up again */
     mnt_mem_reclaim(fs);
 }
 
-/* An overwrite told ESTALE, until its retry comes (fs->overwrites). The retry may wait
- * for S3, or behind a directory lock the kernel holds for a rename or unlink in that
- * directory (seconds, with the DELETE or the copy), so the bound is long; it is dropped
- * once the retrying thread's next OPEN has been answered (a writer it opened is listed by
- * then: read opens are EBUSY for it), when its CREATE comes (a new inode, which no reader
- * holds), or when its lookup finds nothing (the open ends there). From the retry's lookup
- * of the name on (`looked`), the name is pinned: an unlink, rename or create of it is
- * EBUSY until then, so that the inode the lookup gave is still the name's at the OPEN. */
-#define OVERWRITE_PENDING_S 15.0
-#define OVERWRITES_MAX 1024u
-
-struct overwrite {
-    struct overwrite *next;
-    pid_t tid;
-    int looked;
-    double until;
-    char path[];
-};
-
-static void overwrites_prune(struct mnt_fs *fs, pid_t tid, int all_of_tid) {
-    double now = mnt_now();
-    for (struct overwrite **pp = &fs->overwrites; *pp;) {
-        struct overwrite *o = *pp;
-        if (o->until <= now || (all_of_tid && o->tid == tid)) {
-            *pp = o->next;
-            free(o);
-            fs->n_overwrites--;
-        } else {
-            pp = &o->next;
-        }
-    }
-}
-
-void mnt_overwrite_pending(struct mnt_fs *fs, const struct inode *in, const char *path,
-                           pid_t tid) {
-    overwrites_prune(fs, tid, 1); /* a thread retries one open at a time */
-    if (in->moved && strcmp(in->path, path) == 0 && mnt_renaming(fs, path))
-        return; /* the name the rename still running gave it: the open came from the old
-                 * name (the kernel moves its entry once the rename is answered), which the
-                 * retry looks up; guarding this one made its readers EBUSY for a write of
-                 * another name */
-    if (fs->n_overwrites >= OVERWRITES_MAX)
-        return; /* the retry may meet a new reader: a second ESTALE */
-    size_t len = strlen(path);
-    struct overwrite *o = malloc(sizeof(*o) + len + 1);
-    if (!o)
-        return;
-    o->tid = tid;
-    o->looked = 0;
-    o->until = mnt_now() + OVERWRITE_PENDING_S;
-    memcpy(o->path, path, len + 1);
-    o->next = fs->overwrites;
-    fs->overwrites = o;
-    fs->n_overwrites++;
-}
-
-void mnt_overwrite_retried(struct mnt_fs *fs, pid_t tid) {
-    if (fs->overwrites)
-        overwrites_prune(fs, tid, 1);
-}
-
-int mnt_overwriting(struct mnt_fs *fs, const char *path) {
-    if (!fs->overwrites)
-        return 0;
-    overwrites_prune(fs, 0, 0);
-    for (struct overwrite *o = fs->overwrites; o; o = o->next)
-        if (strcmp(o->path, path) == 0)
-            return 1;
-    return 0;
-}
-
-int mnt_overwrite_lookup(struct mnt_fs *fs, const char *path, pid_t tid) {
-    if (!fs->overwrites)
-        return 0;
-    overwrites_prune(fs, 0, 0);
-    for (struct overwrite *o = fs->overwrites; o; o = o->next) {
-        if (o->tid == tid && strcmp(o->path, path) == 0) {
-            o->looked = 1;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-int mnt_overwrite_pinned(struct mnt_fs *fs, const char *path, pid_t tid) {
-    if (!fs->overwrites)
-        return 0;
-    overwrites_prune(fs, 0, 0);
-    for (struct overwrite *o = fs->overwrites; o; o = o->next)
-        if (o->looked && (o->tid != tid || tid == 0) && strcmp(o->path, path) == 0)
-            return 1;
-    return 0;
-}
-
-void mnt_overwrites_free(struct mnt_fs *fs) {
-    while (fs->overwrites) {
-        struct overwrite *o = fs->overwrites;
-        fs->overwrites = o->next;
-        free(o);
-    }
-    fs->n_overwrites = 0;
-}
-
 int mnt_meta_changed_since(struct mnt_fs *fs, const char *path, uint64_t gen0) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = mnt_meta_find(fs, path);
     return m ? m->chg > gen0 : fs->evicted_gen > gen0;
 }
 
 int mnt_dir_changed_since(struct mnt_fs *fs, const char *dir, uint64_t gen0) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct meta *m = mnt_meta_find(fs, dir);
     return m ? m->dchg > gen0 : fs->evicted_gen > gen0;
 }
@@ -373,6 +283,7 @@ struct mnt_heads {
 };
 
 static void head_job_run(struct head_job *j) {
+    S3F_ASSERT_NOT_HELD(&j->fs->mu);
     j->st = s3f_head_object(j->fs->c, j->fs->bucket, j->key, NULL, &j->info, &j->err);
 }
 
@@ -400,6 +311,7 @@ static void *head_worker(void *arg) {
 }
 
 int mnt_heads_start(struct mnt_fs *fs) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct mnt_heads *h = calloc(1, sizeof(*h));
     if (!h)
         return -1;
@@ -416,6 +328,7 @@ int mnt_heads_start(struct mnt_fs *fs) {
 }
 
 void mnt_heads_stop(struct mnt_fs *fs) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct mnt_heads *h = fs->heads;
     if (!h)
         return;
@@ -486,6 +399,7 @@ static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int
  * (RESOLVE_TRIES at most), so a lookup never hands the kernel a name that is gone or a
  * version that was replaced. */
 int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     memset(a, 0, sizeof(*a));
     if (strcmp(path, "/") == 0) {
         a->kind = K_DIR;
@@ -502,6 +416,7 @@ int mnt_resolve(struct mnt_fs *fs, const char *path, struct attr *a, int fresh) 
  * change of the name. */
 static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int fresh,
                         int retry) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     memset(a, 0, sizeof(*a));
     pthread_mutex_lock(&fs->mu);
     struct fh *w = mnt_writer_find(fs, path);
@@ -578,6 +493,7 @@ static int resolve_once(struct mnt_fs *fs, const char *path, struct attr *a, int
 }
 
 int mnt_parent_ok(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     char parent[PATH_MAX];
     mnt_parent_of(path, parent);
     struct attr a;

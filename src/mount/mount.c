@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
@@ -73,6 +74,10 @@ static void log_line(enum s3f_log_level level, const char *msg) {
             level_name(level), msg);
     fflush(log_fp);
     pthread_mutex_unlock(&log_mu);
+}
+
+int mnt_log_on(enum s3f_log_level level) {
+    return level <= log_max && level != S3F_LOG_OFF;
 }
 
 void mnt_log(enum s3f_log_level level, const char *fmt, ...) {
@@ -287,6 +292,11 @@ int mnt_run(const struct mnt_options *in) {
         }
     }
     log_max = o.debug ? S3F_LOG_DEBUG : S3F_LOG_WARN;
+    /* with --debug, S3FLASH_LOG=trace adds the mount's state transitions (handles, the
+     * readdir stream, the overwrite guard) */
+    const char *lv = getenv("S3FLASH_LOG");
+    if (o.debug && lv && strcasecmp(lv, "trace") == 0)
+        log_max = S3F_LOG_TRACE;
 
     if (!o.foreground) {
         int p[2];
@@ -444,11 +454,13 @@ int mnt_run(const struct mnt_options *in) {
         (void)w;
         close(report_fd);
         report_fd = -1;
+        /* stderr goes on into the log file where there is one, so that what is written
+         * there (a failed S3F_ASSERT in a test build, libfuse's own complaints) is kept */
         int dn = open("/dev/null", O_RDWR);
         if (dn >= 0) {
             dup2(dn, 0);
             dup2(dn, 1);
-            dup2(dn, 2);
+            dup2(log_fp ? fileno(log_fp) : dn, 2);
             if (dn > 2)
                 close(dn);
         }

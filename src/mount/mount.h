@@ -83,6 +83,8 @@ void mnt_log(enum s3f_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Would mnt_log write a line at `level`? (tested before a TRACE line is built) */
+int mnt_log_on(enum s3f_log_level level);
 /* Log an s3flash error at WARN with its context ("read a/b: <formatted error>"). */
 void mnt_log_error(const char *what, const char *path, const struct s3f_error *err);
 

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 /* Invalidations of entries in directories the kernel holds locked for the request: they
@@ -52,6 +53,7 @@ struct deferred {
 };
 
 static void deferred_send(struct mnt_fs *fs, const struct deferred *d) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     if (!d->n)
         return;
     pthread_mutex_lock(&fs->mu);
@@ -74,6 +76,7 @@ struct waits {
 static void invalidate_entry(struct mnt_fs *fs, const char *dir, const char *name,
                              const char *locked1, const char *locked2,
                              struct deferred *later, struct waits *w) {
+    S3F_ASSERT_HELD(&fs->mu);
     if ((locked1 && strcmp(dir, locked1) == 0) || (locked2 && strcmp(dir, locked2) == 0)) {
         if (later && later->n < DEFERRED_MAX && strlen(name) <= MNT_NAME_MAX) {
             snprintf(later->dir[later->n], sizeof(later->dir[0]), "%s", dir);
@@ -88,12 +91,14 @@ static void invalidate_entry(struct mnt_fs *fs, const char *dir, const char *nam
 }
 
 static void wait_all(struct mnt_fs *fs, struct waits *w) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (size_t i = 0; i < w->n; i++)
         mnt_notify_wait(fs, w->note[i]);
 }
 
 void mnt_promote_parents(struct mnt_fs *fs, const char *path, const char *locked1,
                          const char *locked2, struct deferred *later) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct waits w = {0};
     char dir[PATH_MAX];
     for (mnt_parent_of(path, dir); strcmp(dir, "/") != 0;) {
@@ -119,6 +124,7 @@ void mnt_promote_parents(struct mnt_fs *fs, const char *path, const char *locked
  * the calling request (NULL: none), whose invalidations go to `later`. */
 static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const char *locked1,
                                    const char *locked2, struct deferred *later) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     char dir[PATH_MAX];
     mnt_parent_of(path, dir);
     struct waits w = {0};
@@ -158,6 +164,7 @@ static void forget_emptied_parents(struct mnt_fs *fs, const char *path, const ch
 
 /* The end of a rename's or unlink's reservation of its names (takes fs->mu). */
 static void reserved_drop(struct mnt_fs *fs, struct renaming *r) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     pthread_mutex_lock(&fs->mu);
     for (struct renaming **pp = &fs->renaming; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
@@ -233,6 +240,7 @@ out:
 }
 
 int mnt_renaming(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct renaming *r = fs->renaming; r; r = r->next)
         if (strcmp(r->from, path) == 0 || strcmp(r->to, path) == 0)
             return 1;
@@ -240,6 +248,7 @@ int mnt_renaming(struct mnt_fs *fs, const char *path) {
 }
 
 void mnt_renaming_wait(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     /* a copy of a large object: past it, the caller goes on (fs->released waits on the
      * monotonic clock: mnt_cond_init) */
     struct timespec until = mnt_deadline(15);

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 #define PF_ORDER_MAX 100000
@@ -273,6 +274,7 @@ void mnt_pf_free(struct mnt_fs *fs) {
 
 void mnt_pf_listed(struct mnt_fs *fs, const char *dir, uint64_t index, const char *name,
                    const struct attr *a) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct mnt_pf *p = fs->pf;
     if (!p || a->kind != K_FILE)
         return;
@@ -331,6 +333,7 @@ static struct pfe *pfe_find(struct mnt_pf *p, const char *path) {
 
 /* Queue files from p->next_q on while the window has room (p->mu held). */
 static void pf_queue(struct mnt_fs *fs, struct mnt_pf *p) {
+    S3F_ASSERT_HELD(&p->mu);
     int queued = 0;
     while (p->next_q < p->n_ord && p->next_q <= p->last + p->n_max && p->n_ents < p->n_max) {
         struct ordent *o = &p->ord[p->next_q];
@@ -374,6 +377,7 @@ static void pf_queue(struct mnt_fs *fs, struct mnt_pf *p) {
 
 int mnt_pf_open(struct mnt_fs *fs, const char *path, const char *etag, void **data,
                 size_t *len) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct mnt_pf *p = fs->pf;
     *data = NULL;
     *len = 0;
@@ -429,6 +433,7 @@ int mnt_pf_open(struct mnt_fs *fs, const char *path, const char *etag, void **da
 }
 
 void mnt_pf_stats(struct mnt_fs *fs, uint64_t *bytes, size_t *n) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct mnt_pf *p = fs->pf;
     *bytes = 0;
     *n = 0;

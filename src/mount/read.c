@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path) {
@@ -54,6 +55,7 @@ struct fh *mnt_fh_new(struct mnt_fs *fs, struct inode *in, const char *path) {
 }
 
 void mnt_fh_free(struct mnt_fs *fs, struct fh *h) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     if (!h)
         return;
     if (h->in) {
@@ -69,8 +71,39 @@ void mnt_fh_free(struct mnt_fs *fs, struct fh *h) {
     free(h);
 }
 
+static const char *const fh_state_name[] = {
+    [FH_NEW] = "new",         [FH_READING] = "reading", [FH_STALE] = "stale",
+    [FH_RELEASED] = "released", [FH_WRITING] = "writing", [FH_CLOSED] = "closed",
+    [FH_ENDING] = "ending",   [FH_ENDING_CLOSED] = "ending (closed)",
+    [FH_DONE] = "done",       [FH_ABANDONED] = "abandoned",
+};
+
+void mnt_fh_set_state(struct fh *h, enum fh_state to) {
+    /* allowed[from] is the set of states `from` may go to (fs.h's diagram) */
+#define S(x) (1u << (x))
+    static const unsigned allowed[] = {
+        [FH_NEW] = S(FH_READING) | S(FH_WRITING),
+        [FH_READING] = S(FH_STALE) | S(FH_RELEASED),
+        [FH_STALE] = S(FH_RELEASED),
+        [FH_RELEASED] = 0,
+        [FH_WRITING] = S(FH_CLOSED) | S(FH_ENDING) | S(FH_ABANDONED),
+        [FH_CLOSED] = S(FH_ENDING_CLOSED),
+        [FH_ENDING] = S(FH_DONE),
+        [FH_ENDING_CLOSED] = S(FH_DONE),
+        [FH_DONE] = 0,
+        [FH_ABANDONED] = 0,
+    };
+#undef S
+    enum fh_state from = fh_state(h);
+    S3F_ASSERT(allowed[from] & (1u << to));
+    MNT_TRACE("handle %s (%p): %s -> %s", h->path, (void *)h, fh_state_name[from],
+              fh_state_name[to]);
+    __atomic_store_n(&h->state, to, __ATOMIC_RELAXED);
+}
+
 /* Take a handle's reference on the inode `ino` (NULL when the kernel forgot it). */
 static struct inode *inode_open(struct mnt_fs *fs, fuse_ino_t ino, struct attr *a) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     pthread_mutex_lock(&fs->mu);
     struct inode *in = mnt_inode_find(fs, ino);
     if (in) {
@@ -82,6 +115,7 @@ static struct inode *inode_open(struct mnt_fs *fs, fuse_ino_t ino, struct attr *
 }
 
 static void reader_unlist(struct mnt_fs *fs, struct fh *h) {
+    S3F_ASSERT_HELD(&fs->mu);
     if (h->rd_prev)
         h->rd_prev->rd_next = h->rd_next;
     else if (fs->readers == h)
@@ -89,9 +123,9 @@ static void reader_unlist(struct mnt_fs *fs, struct fh *h) {
     if (h->rd_next)
         h->rd_next->rd_prev = h->rd_prev;
     h->rd_prev = h->rd_next = NULL;
-    if (h->stale && h->in && h->in->n_stale)
+    if (fh_state(h) == FH_STALE && h->in && h->in->n_stale)
         h->in->n_stale--;
-    h->stale = 0;
+    mnt_fh_set_state(h, FH_RELEASED);
 }
 
 /* mnt_op_open: the errno it answered (0: a handle) */
@@ -231,6 +265,7 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         snprintf(h->in->open_etag, sizeof(h->in->open_etag), "%s", h->etag);
     }
     h->direct = direct;
+    mnt_fh_set_state(h, FH_READING);
     h->rd_next = fs->readers;
     if (fs->readers)
         fs->readers->rd_prev = h;
@@ -264,7 +299,7 @@ void mnt_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     pid_t tid = fuse_req_ctx(req)->pid;
     int e = op_open(req, ino, fi);
     if (e != ESTALE) {
-        /* an overwrite's retry has come (meta.c): answered, and a writer it opened is
+        /* an overwrite's retry has come (guard.c): answered, and a writer it opened is
          * listed (read opens are EBUSY for it from now on) */
         pthread_mutex_lock(&fs->mu);
         mnt_overwrite_retried(fs, tid);
@@ -348,6 +383,7 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 int mnt_read_cached(struct mnt_fs *fs, const struct inode *in) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (const struct fh *o = fs->readers; o; o = o->rd_next)
         if (o->in == in && !o->direct)
             return 1;
@@ -355,6 +391,7 @@ int mnt_read_cached(struct mnt_fs *fs, const struct inode *in) {
 }
 
 void mnt_reader_release(struct mnt_fs *fs, struct fh *h) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     pthread_mutex_lock(&h->mu); /* after the last read (the kernel's order, made visible) */
     pthread_mutex_unlock(&h->mu);
     pthread_mutex_lock(&fs->mu);

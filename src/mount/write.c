@@ -11,7 +11,7 @@
  *   name's current inode is the one written. Such an ESTALE's retry is not refused again:
  *   its name is pinned from its lookup until its OPEN is answered (no unlink, rename or
  *   create of it meanwhile), and that lookup hands out no inode a page-cache reader
- *   holds (fs.c, meta.c).
+ *   holds (fs.c, guard.c).
  * - A writer never opens on an inode a handle reads through the page cache (that open is
  *   answered ESTALE, the name lets go of the inode): checked under the fs->mu section
  *   that lists the writer, as a read open checks for a writer under the one that lists
@@ -40,9 +40,11 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
 struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     for (struct fh *h = fs->writers; h; h = h->next_writer)
         if (strcmp(h->path, path) == 0)
             return h;
@@ -50,7 +52,9 @@ struct fh *mnt_writer_find(struct mnt_fs *fs, const char *path) {
 }
 
 static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
-    if (!h->listed)
+    S3F_ASSERT_HELD(&fs->mu);
+    enum fh_state s = fh_state(h);
+    if (!fh_listed(s))
         return;
     for (struct fh **pp = &fs->writers; *pp; pp = &(*pp)->next_writer) {
         if (*pp == h) {
@@ -58,10 +62,17 @@ static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
             break;
         }
     }
-    h->listed = 0;
+    mnt_fh_set_state(h, fh_done(s) ? FH_DONE : FH_ABANDONED);
     fs->writer_reserved -= h->reserved;
     h->reserved = 0;
     pthread_cond_broadcast(&fs->released);
+}
+
+/* A writer's upload ends (h->mu held): done from now on, its result in h->status; still
+ * listed until writer_unlist. */
+static void writer_end(struct fh *h) {
+    S3F_ASSERT_HELD(&h->mu);
+    mnt_fh_set_state(h, fh_state(h) == FH_CLOSED ? FH_ENDING_CLOSED : FH_ENDING);
 }
 
 /* Is `path` being written (fs->mu held)? A file its opener has closed but whose upload
@@ -69,12 +80,14 @@ static void writer_unlist(struct mnt_fs *fs, struct fh *h) {
  * is waited for, up to 5 s, so that a rename or open right after close (rsync's temporary
  * file) finds the object. */
 int mnt_writer_busy(struct mnt_fs *fs, const char *path) {
+    S3F_ASSERT_HELD(&fs->mu);
     struct timespec until = mnt_deadline(5);
     for (;;) {
         struct fh *h = mnt_writer_find(fs, path);
         if (!h)
             return 0;
-        if (!__atomic_load_n(&h->closed, __ATOMIC_RELAXED) ||
+        enum fh_state s = fh_state(h);
+        if ((s != FH_CLOSED && s != FH_ENDING_CLOSED) ||
             __atomic_load_n(&h->written, __ATOMIC_RELAXED) > 0)
             return 1; /* open, or written since by another process holding it */
         if (pthread_cond_timedwait(&fs->released, &fs->mu, &until) == ETIMEDOUT)
@@ -188,13 +201,13 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
     h->in = in;
     h->reserved = need;
     fs->writer_reserved += need;
-    h->listed = 1;
+    mnt_fh_set_state(h, FH_WRITING);
     h->next_writer = fs->writers;
     fs->writers = h;
     /* the inode is being written: its open readers hold a version being replaced */
     for (struct fh *o = fs->readers; o; o = o->rd_next) {
-        if (o->in == in && !o->direct && !o->stale) {
-            o->stale = 1;
+        if (o->in == in && !o->direct && fh_state(o) == FH_READING) {
+            mnt_fh_set_state(o, FH_STALE);
             in->n_stale++;
         }
     }
@@ -217,6 +230,7 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
  * was being overwritten in place is its old version again, in the kernel too (which
  * truncated it at the open). Returns the invalidation to wait for when `wait` (or NULL). */
 static struct note *upload_failed(struct mnt_fs *fs, struct fh *h, int wait) {
+    S3F_ASSERT_HELD(&fs->mu);
     writer_unlist(fs, h);
     mnt_meta_expire(fs, h->path);
     if (!h->in || !h->in_place)
@@ -227,6 +241,7 @@ static struct note *upload_failed(struct mnt_fs *fs, struct fh *h, int wait) {
 
 /* A writer whose open never reached the caller: no object. */
 static void writer_abandon(struct mnt_fs *fs, struct fh *h) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     s3f_writer_abort(h->w);
     h->w = NULL;
     pthread_mutex_lock(&fs->mu);
@@ -323,6 +338,8 @@ void mnt_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 /* Append `len` bytes to the object of an append handle at h->apos (h->mu held). 0 or
  * -errno (logged; the object keeps what was appended before). */
 static int append_send(struct mnt_fs *fs, struct fh *h, const void *data, size_t len) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
+    S3F_ASSERT_HELD(&h->mu);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     struct s3f_error err;
@@ -341,9 +358,11 @@ static int append_send(struct mnt_fs *fs, struct fh *h, const void *data, size_t
 
 /* An append handle's failure (h->mu held): later writes get `rc`. */
 static int append_failed(struct mnt_fs *fs, struct fh *h, int rc) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
+    S3F_ASSERT_HELD(&h->mu);
     h->status = rc;
     h->alen = 0;
-    __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
+    writer_end(h);
     pthread_mutex_lock(&fs->mu);
     mnt_notify_wait(fs, upload_failed(fs, h, 1));
     pthread_mutex_unlock(&fs->mu);
@@ -352,7 +371,8 @@ static int append_failed(struct mnt_fs *fs, struct fh *h, int rc) {
 
 /* Append what the handle buffered (flush, fsync; h->mu held). 0 or -errno. */
 static int append_flush(struct mnt_fs *fs, struct fh *h) {
-    if (h->done)
+    S3F_ASSERT_HELD(&h->mu);
+    if (fh_done(fh_state(h)))
         return h->status;
     if (h->alen == 0)
         return 0;
@@ -365,6 +385,7 @@ static int append_flush(struct mnt_fs *fs, struct fh *h) {
 
 /* Buffer (or append) a write of an append handle (h->mu held). 0 or -errno. */
 static int append_write(struct mnt_fs *fs, struct fh *h, const char *buf, size_t size) {
+    S3F_ASSERT_HELD(&h->mu);
     size_t cap = fs->part_size;
     if (h->alen && h->alen + size > cap) {
         int rc = append_flush(fs, h);
@@ -385,14 +406,16 @@ static int append_write(struct mnt_fs *fs, struct fh *h, const char *buf, size_t
 /* Complete (or, after a failure, abort) the upload of a write handle; h->mu held. Returns
  * 0 or -errno; the result is kept for later calls. */
 static int finish_upload(struct mnt_fs *fs, struct fh *h) {
-    if (h->done)
+    S3F_ASSERT_NOT_HELD(&fs->mu);
+    S3F_ASSERT_HELD(&h->mu);
+    if (fh_done(fh_state(h)))
         return h->status;
     if (h->append) {
         int rc = append_flush(fs, h);
         if (rc)
             return rc;
     }
-    __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
+    writer_end(h);
     struct s3f_object_info info;
     memset(&info, 0, sizeof(info));
     if (h->append)
@@ -436,7 +459,7 @@ void mnt_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
     }
     pthread_mutex_lock(&h->mu);
     int rc;
-    if (h->done) {
+    if (fh_done(fh_state(h))) {
         rc = h->status ? h->status : -EINVAL; /* failed upload: its errno; completed: EINVAL */
         goto out;
     }
@@ -464,7 +487,7 @@ void mnt_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
         h->w = NULL;
         h->status = -mnt_errno_of(st, 1);
         rc = h->status;
-        __atomic_store_n(&h->done, 1, __ATOMIC_RELAXED);
+        writer_end(h);
         pthread_mutex_lock(&fs->mu);
         mnt_notify_wait(fs, upload_failed(fs, h, 1));
         pthread_mutex_unlock(&fs->mu);
@@ -497,8 +520,8 @@ void mnt_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         } else if (opener) {
             if (h->written > 0)
                 rc = finish_upload(fs, h);
-            else
-                __atomic_store_n(&h->closed, 1, __ATOMIC_RELAXED);
+            else if (fh_state(h) == FH_WRITING)
+                mnt_fh_set_state(h, FH_CLOSED);
         }
         pthread_mutex_unlock(&h->mu);
     }

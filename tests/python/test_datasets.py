@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import s3flash
 from s3flash import S3IterableDataset, S3MapDataset, S3Reader, S3ReaderConstructor
-from s3flash import _dataset
+from s3flash import _dataset_objects
 from conftest import faultproxy
 from helpers import put_objects
 
@@ -358,13 +358,13 @@ def test_range_based_constructor_from_prefix(seeded, opts):
 @pytest.fixture
 def page_counter(monkeypatch):
     calls = []
-    real = _dataset._list_page
+    real = _dataset_objects._list_page
 
     def counting(*a, **kw):
         calls.append(a[3])  # the continuation token
         return real(*a, **kw)
 
-    monkeypatch.setattr(_dataset, "_list_page", counting)
+    monkeypatch.setattr(_dataset_objects, "_list_page", counting)
     return calls
 
 

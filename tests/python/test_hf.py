@@ -317,10 +317,10 @@ def test_trainer_killed_then_resumed_from_s3(bucket, client, endpoint, tmp_path,
     # what a killed save leaves: files of step 8 without a commit, and a commit record whose
     # object never arrived: neither is ever picked
     client.native.put_object(bucket, "run/step-000000000008/x/model.safetensors", b"partial")
-    m = reader._new_manifest(10, "y", [{"name": "optimizer.pt", "key": "run/step-10/y/o.pt",
-                                         "size": 1, "crc32": "0", "etag": "e"}],
-                             directory="checkpoint-10")
-    reader._commit(m, "y")
+    m = reader._log.new_manifest(10, "y", [{"name": "optimizer.pt", "key": "run/step-10/y/o.pt",
+                                              "size": 1, "crc32": "0", "etag": "e"}],
+                                 directory="checkpoint-10")
+    reader._log.commit(m, "y")
     assert reader.steps() == [4, 6]
 
     # the newest committed folder comes back whole, bit for bit

@@ -1,15 +1,15 @@
 /*
- * Directories: the listing cache, local directories (mkdir), opendir/readdir(plus),
- * releasedir, mkdir and rmdir.
+ * The readdir stream: opendir, readdir(plus) and releasedir. A directory handle walks
+ * the directory's LIST pages (or a cached listing, dircache.c), holds back the files a
+ * directory of the same name on the next page may shadow, and adds at the end the names
+ * S3 does not list yet (local directories, files being written: the extras).
  *
  * Invariants:
  * - readdir streams: a directory handle holds one LIST page (at most --page-size names),
  *   the files held back for the next page, and, for the listing cache, a copy of the
- *   listing, charged to the memory account, that is given up once it passes
- *   LISTING_MAX_ENTRIES or a quarter of the memory budget, or once the account stays
- *   above the budget after the caches are evicted. A handle opened on a cached listing
- *   shares it (a reference, charged once), never copies it. A listing of any size, and
- *   any number of handles, is served in bounded memory.
+ *   listing (dircache.c's struct listing_copy, given up past its bounds). A handle opened
+ *   on a cached listing shares it. A listing of any size, and any number of handles, is
+ *   served in bounded memory.
  * - An entry handed out by readdirplus with a node id is a kernel reference on that inode
  *   (nlookup + 1, taken only once the entry fits in the reply); a reply the kernel does
  *   not take (fuse_reply_buf fails: the request was interrupted, -ENOENT) gives back the
@@ -17,11 +17,13 @@
  *   and for a name the mount changed after the page was asked for (checked when the page
  *   is read and again when each entry goes out: a page outlives readdir calls, and the
  *   kernel's directory lock only one), the entry goes out without a node id (the kernel
- *   then looks it up when it needs it).
- * - The listing cache (fs->listings, fs->mu) holds complete listings only, charged to the
- *   memory account until freed (by the cache's and the sharing handles' last reference);
- *   a listing that started before a change in its directory is not kept.
- * - struct dh is used by one request at a time (d->mu); d->mu is taken before fs->mu.
+ *   then looks it up when it needs it): the no_id rules.
+ * - struct dh is used by one request at a time (d->mu); d->mu is taken before fs->mu. Its
+ *   progress is one state (enum dh_state), changed by dh_set_state only:
+ *
+ *       DH_NEW --first page--> DH_LISTING --last page--> DH_LISTED --extras--> DH_COMPLETE
+ *          `---------- a fresh cached listing (opendir) ----^
+ *       any state --rewind (readdir at offset 0, or before the page held)--> DH_NEW
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,32 +31,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/assert.h"
 #include "fs.h"
 
-#define LISTINGS_MAX 64             /* directories whose listing is kept */
-#define LISTING_MAX_ENTRIES 100000  /* a larger directory is listed every time */
-
-struct localdir {
-    struct localdir *next;
-    char *path;
-};
-
-struct dent {
-    char *name;
-    struct attr a;
-    int no_id;            /* changed by the mount after its page was asked for */
-    uint64_t gen;         /* the generation when its attributes were asked for */
-};
-
-struct listing {
-    struct listing *next;
-    char *path;
-    struct dent *ents;
-    size_t n;
-    double expires;
-    uint64_t gen0;        /* the generation when the listing started */
-    int64_t bytes;        /* charged to the memory account until freed */
-    unsigned refs;        /* the cache's (while in fs->listings) and the handles' sharing it */
+enum dh_state {
+    DH_NEW,        /* nothing listed yet (opendir, or rewound) */
+    DH_LISTING,    /* a page was fetched; d->token names the next one */
+    DH_LISTED,     /* the listing is complete (or came whole from the cache) */
+    DH_COMPLETE,   /* ... and the extras are added: nothing more to fetch */
 };
 
 struct dh {
@@ -66,14 +50,12 @@ struct dh {
     uint64_t base;        /* global index of ents[0] */
     const char *token;    /* the next page's, borrowed from seen; NULL: first or done */
     struct s3f_list_tokens *seen; /* the tokens this listing followed (a looping server) */
-    int started, listing_done, complete;
-    int from_cache;
+    enum dh_state state;  /* changed by dh_set_state only (d->mu) */
+    int from_cache;       /* a mode, chosen at opendir or at a rewind: served from a cached
+                           * listing (state DH_LISTED from the start) */
     struct listing *shared; /* from_cache: d->ents are its entries (not the handle's) */
     uint64_t list_gen0;   /* generation when the listing started */
-    struct dent *all;     /* the listing so far, for the listing cache */
-    size_t n_all, cap_all;
-    uint64_t all_bytes;   /* what `all` is charged to the memory account (fs->mu) */
-    int all_over;
+    struct listing_copy all; /* the listing so far, for the listing cache (dircache.c) */
     struct dent *held;    /* files a directory of the same name on the next page shadows */
     size_t n_held, cap_held;
     char **extra;         /* local directories and files being written, from opendir */
@@ -84,169 +66,37 @@ struct dh {
     struct dh *prev, *next;   /* in fs->dirs */
 };
 
-/* ---- local directories (fs->mu held) ---------------------------------------------- */
+static const char *const dh_state_name[] = {"new", "listing", "listed", "complete"};
 
-struct localdir *mnt_localdir_find(struct mnt_fs *fs, const char *path) {
-    for (struct localdir *d = fs->localdirs; d; d = d->next)
-        if (strcmp(d->path, path) == 0)
-            return d;
-    return NULL;
+/* Change a handle's state (d->mu held, or a handle no other thread sees yet): only along
+ * the arrows of the diagram above. */
+static void dh_set_state(struct dh *d, enum dh_state to) {
+    static const unsigned char allowed[4][4] = {
+        /* to:         NEW LISTING LISTED COMPLETE */
+        [DH_NEW]      = {1, 1, 1, 0},
+        [DH_LISTING]  = {1, 0, 1, 0},
+        [DH_LISTED]   = {1, 0, 0, 1},
+        [DH_COMPLETE] = {1, 0, 0, 0},
+    };
+    S3F_ASSERT(allowed[d->state][to]);
+    if (d->state != to)
+        MNT_TRACE("readdir %s: %s -> %s", d->path, dh_state_name[d->state],
+                dh_state_name[to]);
+    d->state = to;
 }
-
-void mnt_localdir_remove(struct mnt_fs *fs, const char *path) {
-    for (struct localdir **pp = &fs->localdirs; *pp; pp = &(*pp)->next) {
-        if (strcmp((*pp)->path, path) == 0) {
-            struct localdir *d = *pp;
-            *pp = d->next;
-            free(d->path);
-            free(d);
-            return;
-        }
-    }
-}
-
-void mnt_localdirs_free(struct mnt_fs *fs) {
-    while (fs->localdirs) {
-        struct localdir *d = fs->localdirs;
-        fs->localdirs = d->next;
-        free(d->path);
-        free(d);
-    }
-}
-
-int mnt_holds_local(struct mnt_fs *fs, const char *dir) {
-    for (struct localdir *d = fs->localdirs; d; d = d->next)
-        if (mnt_is_under(dir, d->path))
-            return 1;
-    for (struct fh *h = fs->writers; h; h = h->next_writer)
-        if (mnt_is_under(dir, h->path))
-            return 1;
-    return 0;
-}
-
-/* ---- entries and the listing cache ------------------------------------------------- */
-
-static void dents_free(struct dent *e, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        free(e[i].name);
-    free(e);
-}
-
-/* Append a copy of `name` with its attributes to a growing array (first allocation
- * `first` entries, doubling; never past `max`). -ENOMEM on failure (the array is left as
- * it was). */
-static int dents_append(struct dent **v, size_t *n, size_t *cap, size_t first, size_t max,
-                        const char *name, size_t len, const struct attr *a, int no_id,
-                        uint64_t gen) {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : first;
-        struct dent *e = c > max ? NULL : realloc(*v, c * sizeof(*e));
-        if (!e)
-            return -ENOMEM;
-        *v = e;
-        *cap = c;
-    }
-    char *s = strndup(name, len);
-    if (!s)
-        return -ENOMEM;
-    (*v)[*n].name = s;
-    (*v)[*n].a = *a;
-    (*v)[*n].no_id = no_id;
-    (*v)[*n].gen = gen;
-    (*n)++;
-    return 0;
-}
-
-/* Drop a reference on a listing; the last one frees it (fs->mu held). */
-static void listing_unref(struct mnt_fs *fs, struct listing *l) {
-    if (--l->refs)
-        return;
-    mnt_mem_charge(fs, -l->bytes);
-    dents_free(l->ents, l->n);
-    free(l->path);
-    free(l);
-}
-
-/* Take a listing out of the cache (it stays, charged, while handles share it). */
-static void listing_free(struct mnt_fs *fs, struct listing *l) {
-    fs->n_listings--;
-    listing_unref(fs, l);
-}
-
-void mnt_listings_drop_above(struct mnt_fs *fs, const char *path) {
-    for (struct listing **pp = &fs->listings; *pp;) {
-        struct listing *l = *pp;
-        if (strcmp(l->path, "/") == 0 || mnt_is_under(l->path, path)) {
-            *pp = l->next;
-            listing_free(fs, l);
-        } else {
-            pp = &l->next;
-        }
-    }
-}
-
-void mnt_listings_trim(struct mnt_fs *fs) {
-    while (fs->listings && fs->mem_used > fs->mem_budget) {
-        struct listing **pp = &fs->listings;
-        while ((*pp)->next)
-            pp = &(*pp)->next;
-        struct listing *l = *pp;
-        *pp = NULL;
-        listing_free(fs, l);
-    }
-}
-
-/* Keep a complete listing (takes `ents`; fs->mu held). */
-static void listing_put(struct mnt_fs *fs, const char *path, struct dent *ents, size_t n,
-                        uint64_t bytes, uint64_t gen0) {
-    struct listing *l = calloc(1, sizeof(*l));
-    if (!l || !(l->path = strdup(path))) {
-        free(l);
-        dents_free(ents, n);
-        return;
-    }
-    l->ents = ents;
-    l->n = n;
-    l->refs = 1;
-    l->gen0 = gen0;
-    l->expires = mnt_now() + fs->o.metadata_ttl_s;
-    l->bytes = (int64_t)(bytes + sizeof(*l) + strlen(path) + 1);
-    for (struct listing **pp = &fs->listings; *pp; pp = &(*pp)->next) {
-        if (strcmp((*pp)->path, path) == 0) {
-            struct listing *old = *pp;
-            *pp = old->next;
-            listing_free(fs, old);
-            break;
-        }
-    }
-    l->next = fs->listings;
-    fs->listings = l;
-    fs->n_listings++;
-    mnt_mem_charge(fs, l->bytes);
-    if (fs->n_listings > LISTINGS_MAX) {
-        struct listing **pp = &fs->listings;
-        while ((*pp)->next)
-            pp = &(*pp)->next;
-        struct listing *last = *pp;
-        *pp = NULL;
-        listing_free(fs, last);
-    }
-    mnt_mem_reclaim(fs);
-}
-
 /* ---- directory handles ------------------------------------------------------------- */
 
 /* Give back what the handle holds of the memory account: the cached listing it shares
  * and its copy for the listing cache (fs->mu held). */
 static void dh_uncharge(struct mnt_fs *fs, struct dh *d) {
+    S3F_ASSERT_HELD(&fs->mu);
     if (d->shared) {
-        listing_unref(fs, d->shared);
+        mnt_listing_unref(fs, d->shared);
         d->shared = NULL;
         d->ents = NULL; /* they were the listing's */
         d->n = d->cap = 0;
     }
-    mnt_mem_charge(fs, -(int64_t)d->all_bytes);
-    d->all_bytes = 0;
+    mnt_copy_uncharge(fs, &d->all);
 }
 
 /* Drop the entries in d->ents (a LIST page, or the shared listing), moving d->base on. */
@@ -254,7 +104,7 @@ static void dh_drop_page(struct mnt_fs *fs, struct dh *d) {
     d->base += d->n;
     if (d->shared) {
         pthread_mutex_lock(&fs->mu);
-        listing_unref(fs, d->shared);
+        mnt_listing_unref(fs, d->shared);
         pthread_mutex_unlock(&fs->mu);
         d->shared = NULL;
         d->ents = NULL;
@@ -269,7 +119,8 @@ static void dh_drop_page(struct mnt_fs *fs, struct dh *d) {
 /* Back to before the first readdir (fs->mu not held unless the handle holds nothing of
  * the account: dh_uncharge done). */
 static void dh_reset(struct mnt_fs *fs, struct dh *d) {
-    if (d->shared || d->all_bytes) {
+    if (d->shared || d->all.bytes) {
+        S3F_ASSERT_NOT_HELD(&fs->mu);
         pthread_mutex_lock(&fs->mu);
         dh_uncharge(fs, d);
         pthread_mutex_unlock(&fs->mu);
@@ -277,11 +128,8 @@ static void dh_reset(struct mnt_fs *fs, struct dh *d) {
     for (size_t i = 0; i < d->n; i++)
         free(d->ents[i].name);
     d->n = 0;
-    dents_free(d->all, d->n_all);
-    d->all = NULL;
-    d->n_all = d->cap_all = 0;
-    d->all_over = 0;
-    dents_free(d->held, d->n_held);
+    mnt_copy_clear(&d->all);
+    mnt_dents_free(d->held, d->n_held);
     d->held = NULL;
     d->n_held = d->cap_held = 0;
     d->from_cache = 0;
@@ -289,7 +137,7 @@ static void dh_reset(struct mnt_fs *fs, struct dh *d) {
     s3f_list_tokens_free(d->seen);
     d->seen = NULL;
     d->token = NULL;
-    d->started = d->listing_done = d->complete = 0;
+    dh_set_state(d, DH_NEW);
     for (size_t i = 0; i < d->n_extra; i++)
         d->extra_seen[i] = 0;
 }
@@ -311,16 +159,12 @@ static void dh_free(struct mnt_fs *fs, struct dh *d) {
 }
 
 void mnt_dirs_free(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     while (fs->dirs) {
         struct dh *d = fs->dirs;
         fs->dirs = d->next;
         dh_uncharge(fs, d); /* fs->mu is held here: dh_free then has nothing to give back */
         dh_free(fs, d);
-    }
-    while (fs->listings) {
-        struct listing *l = fs->listings;
-        fs->listings = l->next;
-        listing_free(fs, l);
     }
 }
 
@@ -333,9 +177,10 @@ static uint64_t dents_bytes(const struct dent *e, size_t n) {
 }
 
 uint64_t mnt_dirs_held(struct mnt_fs *fs) {
+    S3F_ASSERT_HELD(&fs->mu);
     uint64_t b = 0;
     for (struct dh *d = fs->dirs; d; d = d->next) {
-        b += dents_bytes(d->all, d->n_all);
+        b += dents_bytes(d->all.v, d->all.n);
         if (d->shared) {
             int first = 1; /* a listing shared by several handles is held once */
             for (struct dh *o = fs->dirs; o != d && first; o = o->next)
@@ -350,41 +195,6 @@ uint64_t mnt_dirs_held(struct mnt_fs *fs) {
 }
 #endif
 
-/* The listing will not be cached (its copy is given up; fs->mu held). */
-static void dh_nocache(struct mnt_fs *fs, struct dh *d) {
-    dents_free(d->all, d->n_all);
-    d->all = NULL;
-    d->n_all = d->cap_all = 0;
-    mnt_mem_charge(fs, -(int64_t)d->all_bytes);
-    d->all_bytes = 0;
-    d->all_over = 1;
-}
-
-/* Record an entry for the listing cache (best effort, fs->mu held). The copy is charged
- * to the memory account; it is given up (the listing is not cached, the handle streams)
- * once an entry cannot be kept, once it passes a quarter of the budget, or once the
- * account stays above the budget after the caches were evicted (the other handles'
- * copies and the kernel's inodes hold the rest). */
-static void dh_keep(struct mnt_fs *fs, struct dh *d, const char *name, size_t len,
-                    const struct attr *a) {
-    if (d->all_over)
-        return;
-    uint64_t b = sizeof(struct dent) + len + 1 + 16;
-    d->all_bytes += b;
-    mnt_mem_charge(fs, (int64_t)b);
-    if (d->all_bytes > fs->mem_budget / 4 ||
-        dents_append(&d->all, &d->n_all, &d->cap_all, 256, LISTING_MAX_ENTRIES, name, len, a,
-                     0, d->list_gen0)) {
-        dh_nocache(fs, d);
-        return;
-    }
-    if (fs->mem_used > fs->mem_budget) {
-        mnt_mem_reclaim(fs);
-        if (fs->mem_used > fs->mem_budget)
-            dh_nocache(fs, d);
-    }
-}
-
 /* A name the listing gave: not one of d->extra to add at its end. */
 static void dh_seen(struct dh *d, const char *s) {
     for (size_t i = 0; i < d->n_extra; i++)
@@ -394,7 +204,7 @@ static void dh_seen(struct dh *d, const char *s) {
 
 static int dh_push(struct dh *d, const char *name, size_t len, const struct attr *a,
                    int no_id, uint64_t gen) {
-    int rc = dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a, no_id, gen);
+    int rc = mnt_dents_append(&d->ents, &d->n, &d->cap, 256, SIZE_MAX, name, len, a, no_id, gen);
     if (rc)
         return rc;
     dh_seen(d, d->ents[d->n - 1].name);
@@ -460,20 +270,16 @@ void mnt_op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         for (struct fh *h = fs->writers; h; h = h->next_writer)
             if (mnt_is_under(path, h->path))
                 dh_extra(d, path, h->path, K_FILE);
-        for (struct listing *l = fs->listings; l; l = l->next) {
-            if (strcmp(l->path, path) != 0)
-                continue;
-            if (l->expires > mnt_now()) {
-                /* shared, not copied: any number of handles hold one listing */
-                l->refs++;
-                d->shared = l;
-                d->ents = l->ents;
-                d->n = l->n;
-                for (size_t i = 0; i < l->n && d->n_extra; i++)
-                    dh_seen(d, l->ents[i].name);
-                d->started = d->listing_done = d->from_cache = 1;
-            }
-            break;
+        /* shared, not copied: any number of handles hold one listing */
+        struct listing *l = mnt_listing_share(fs, path);
+        if (l) {
+            d->shared = l;
+            d->ents = l->ents;
+            d->n = l->n;
+            for (size_t i = 0; i < l->n && d->n_extra; i++)
+                dh_seen(d, l->ents[i].name);
+            d->from_cache = 1;
+            dh_set_state(d, DH_LISTED);
         }
     }
     if (d->extra && d->extra_seen && d->extra_kind) {
@@ -537,6 +343,7 @@ struct fetch {
  * page was asked for)? Then the page's attributes of it are not handed to the kernel
  * with a node id. */
 static int changed_after(struct fetch *f, const char *name, size_t len, uint64_t gen) {
+    S3F_ASSERT_HELD(&f->fs->mu);
     char *cp = mnt_child_path(f->d->path, name, len);
     int changed = !cp || mnt_meta_changed_since(f->fs, cp, gen);
     free(cp);
@@ -548,13 +355,14 @@ static int changed_after(struct fetch *f, const char *name, size_t len, uint64_t
  * so far. */
 static int emit_file(struct fetch *f, const char *name, size_t len, struct attr *a,
                      uint64_t gen) {
+    S3F_ASSERT_HELD(&f->fs->mu);
     struct dh *d = f->d;
     char *cp = mnt_child_path(d->path, name, len);
     struct fh *w = cp ? mnt_writer_find(f->fs, cp) : NULL;
     if (w)
-        dh_nocache(f->fs, d); /* S3's object is the version being replaced: not for the cache */
+        mnt_copy_drop(f->fs, &d->all); /* S3's object is the version being replaced: not for the cache */
     else
-        dh_keep(f->fs, d, name, len, a);
+        mnt_copy_keep(f->fs, &d->all, name, len, a, d->list_gen0);
     if (w) {
         a->size = __atomic_load_n(&w->written, __ATOMIC_RELAXED);
         a->mtime = w->opened;
@@ -568,17 +376,18 @@ static int emit_file(struct fetch *f, const char *name, size_t len, struct attr 
 
 static int dh_hold(struct dh *d, const char *name, size_t len, const struct attr *a,
                    uint64_t gen) {
-    return dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a, 0,
+    return mnt_dents_append(&d->held, &d->n_held, &d->cap_held, 8, SIZE_MAX, name, len, a, 0,
                         gen);
 }
 
 /* Hand out the directory `name` (fs->mu held). */
 static int emit_dir(struct fetch *f, const char *name, size_t len) {
+    S3F_ASSERT_HELD(&f->fs->mu);
     struct attr a;
     memset(&a, 0, sizeof(a));
     a.kind = K_DIR;
     int rc = dh_push(f->d, name, len, &a, 0, f->gen0);
-    dh_keep(f->fs, f->d, name, len, &a);
+    mnt_copy_keep(f->fs, &f->d->all, name, len, &a, f->d->list_gen0);
     char *cp = mnt_child_path(f->d->path, name, len);
     if (cp)
         mnt_meta_fill(f->fs, cp, K_DIR, 0, 0, NULL, f->gen0);
@@ -608,25 +417,17 @@ static int on_page_name(void *user, const char *name, size_t len,
 
 /* The listing is complete: keep it in the listing cache when nothing changed it. */
 static void dh_listed(struct mnt_fs *fs, struct dh *d, int rc) {
-    d->listing_done = 1;
+    S3F_ASSERT_NOT_HELD(&fs->mu);
+    dh_set_state(d, DH_LISTED);
     pthread_mutex_lock(&fs->mu);
-    if (rc == 0 && !d->all_over && fs->o.metadata_ttl_s > 0 &&
-        !mnt_dir_changed_since(fs, d->path, d->list_gen0)) {
-        uint64_t bytes = d->all_bytes;
-        mnt_mem_charge(fs, -(int64_t)bytes); /* the listing's own charge from now on */
-        d->all_bytes = 0;
-        listing_put(fs, d->path, d->all, d->n_all, bytes, d->list_gen0);
-        d->all = NULL;
-        d->n_all = d->cap_all = 0;
-    } else if (d->all) {
-        dh_nocache(fs, d); /* not kept: the copy is not held until releasedir */
-    }
+    mnt_copy_done(fs, &d->all, d->path, d->list_gen0, rc == 0);
     pthread_mutex_unlock(&fs->mu);
 }
 
 /* One LIST page of the directory after `token` (NULL: the first). 0 or -errno (logged). */
 static int list_page(struct mnt_fs *fs, struct dh *d, const char *token,
                      struct s3f_list_page **page) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     struct s3f_list_options lo = {.prefix = d->dkey, .delimiter = "/",
                                   .continuation_token = token,
                                   .max_keys = fs->o.page_size};
@@ -681,7 +482,7 @@ static int on_collect(void *user, const char *name, size_t len,
     c->bytes += sizeof(struct dent) + len + 1 + 16;
     if (c->bytes > c->max)
         return -ENOMEM;
-    return dents_append(&c->v, &c->n, &c->cap, 256, SIZE_MAX, name, len, &a, 0, 0);
+    return mnt_dents_append(&c->v, &c->n, &c->cap, 256, SIZE_MAX, name, len, &a, 0, 0);
 }
 
 /* By name; a directory before the file of the same name (which it shadows). */
@@ -712,7 +513,7 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
             break;
     }
     s3f_list_tokens_free(seen);
-    d->started = 1;
+    dh_set_state(d, DH_LISTING);
     if (rc == -ENOMEM && c.bytes > c.max)
         fprintf(stderr, "s3flash mount: readdir %s: the directory's listing passes the "
                         "metadata budget (1/16 of --memory-target)\n", d->path);
@@ -731,26 +532,28 @@ static int dh_fetch_whole(struct mnt_fs *fs, struct dh *d) {
         }
         pthread_mutex_unlock(&fs->mu);
     }
-    dents_free(c.v, c.n);
+    mnt_dents_free(c.v, c.n);
     dh_listed(fs, d, rc);
     return rc;
 }
 
 /* Fetch the next LIST page into d->ents (dropping the previous page). 0 or -errno. */
 static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     dh_drop_page(fs, d);
     if (fs->directory_bucket)
         return dh_fetch_whole(fs, d);
     pthread_mutex_lock(&fs->mu);
     uint64_t gen0 = fs->gen;
     pthread_mutex_unlock(&fs->mu);
-    if (!d->started)
+    if (d->state == DH_NEW)
         d->list_gen0 = gen0;
     struct s3f_list_page *page = NULL;
     int rc = list_page(fs, d, d->token, &page);
     if (rc)
         return rc;
-    d->started = 1;
+    if (d->state == DH_NEW)
+        dh_set_state(d, DH_LISTING);
     struct fetch f = {.fs = fs, .d = d, .gen0 = gen0, .page = page};
     const char *last = mnt_page_last(page, d->dkey);
     pthread_mutex_lock(&fs->mu);
@@ -768,7 +571,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
         else
             rc = emit_file(&f, e->name, len, &e->a, e->gen);
     }
-    dents_free(prev, n_prev);
+    mnt_dents_free(prev, n_prev);
     if (rc == 0)
         rc = mnt_page_walk(page, d->dkey, on_page_name, &f);
     pthread_mutex_unlock(&fs->mu);
@@ -783,6 +586,7 @@ static int dh_fetch(struct mnt_fs *fs, struct dh *d) {
 
 /* The attributes of the file being written at dir/name, if one is (takes fs->mu). */
 static void writer_attr(struct mnt_fs *fs, const char *dir, const char *name, struct attr *a) {
+    S3F_ASSERT_NOT_HELD(&fs->mu);
     char *cp = mnt_child_path(dir, name, strlen(name));
     if (!cp)
         return;
@@ -902,7 +706,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
         offset = 2;
     }
     uint64_t g = (uint64_t)offset - 2;
-    if ((g < d->base || (g == 0 && d->started)) && !(d->from_cache && d->base == 0))
+    if ((g < d->base || (g == 0 && d->state != DH_NEW)) && !(d->from_cache && d->base == 0))
         dh_reset(fs, d);
     int emitted = 0;
     for (;;) {
@@ -914,9 +718,9 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
             emitted = 1;
             g++;
         }
-        if (d->complete)
+        if (d->state == DH_COMPLETE)
             break;
-        if (d->listing_done) {
+        if (d->state == DH_LISTED) {
             dh_drop_page(fs, d);
             for (size_t i = 0; i < d->n_extra && rc == 0; i++) {
                 if (d->extra_seen[i])
@@ -927,7 +731,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
                 /* as of opendir: a file closed (or unlinked) since goes without a node id */
                 rc = dh_push(d, d->extra[i], strlen(d->extra[i]), &a, 0, d->extra_gen);
             }
-            d->complete = 1;
+            dh_set_state(d, DH_COMPLETE);
             if (rc)
                 break;
             continue;
@@ -965,108 +769,4 @@ void mnt_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void mnt_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         struct fuse_file_info *fi) {
     readdir_common(req, ino, size, off, fi, 1);
-}
-
-/* ---- mkdir, rmdir ------------------------------------------------------------------ */
-
-void mnt_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
-    struct mnt_fs *fs = fuse_req_userdata(req);
-    char *path = mnt_req_path_rw(req, fs, parent, name);
-    if (!path)
-        return;
-    struct attr a;
-    int rc = mnt_resolve(fs, path, &a, 0);
-    if (rc == 0)
-        rc = -EEXIST;
-    else if (rc == -ENOENT)
-        rc = mnt_parent_ok(fs, path);
-    struct localdir *d = NULL;
-    if (rc == 0) {
-        d = calloc(1, sizeof(*d));
-        if (!d || !(d->path = strdup(path))) {
-            free(d);
-            d = NULL;
-            rc = -ENOMEM;
-        }
-    }
-    if (rc == 0) {
-        pthread_mutex_lock(&fs->mu);
-        if (mnt_localdir_find(fs, path)) {
-            rc = -EEXIST;
-            free(d->path);
-            free(d);
-        } else {
-            d->next = fs->localdirs;
-            fs->localdirs = d;
-            mnt_meta_expire(fs, path);
-        }
-        pthread_mutex_unlock(&fs->mu);
-    }
-    if (rc) {
-        fuse_reply_err(req, -rc);
-    } else {
-        struct attr da = {.kind = K_DIR};
-        mnt_reply_entry(req, fs, path, &da);
-    }
-    free(path);
-}
-
-void mnt_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
-    struct mnt_fs *fs = fuse_req_userdata(req);
-    char *path = mnt_req_path_rw(req, fs, parent, name);
-    if (!path)
-        return;
-    char *dkey = NULL;
-    struct attr a;
-    int rc = mnt_resolve(fs, path, &a, 0);
-    if (rc)
-        goto out;
-    if (a.kind != K_DIR) {
-        rc = -ENOTDIR;
-        goto out;
-    }
-    pthread_mutex_lock(&fs->mu);
-    int local = mnt_localdir_find(fs, path) != NULL;
-    int busy = mnt_holds_local(fs, path);
-    pthread_mutex_unlock(&fs->mu);
-    if (busy) {
-        rc = -ENOTEMPTY;
-        goto out;
-    }
-    dkey = mnt_key_of(fs, path, "/");
-    if (!dkey) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    struct s3f_list_options lo = {.prefix = dkey, .max_keys = 2};
-    struct s3f_list_page *page = NULL;
-    struct s3f_error err;
-    s3f_error_clear(&err);
-    enum s3f_status st = s3f_list_objects_v2(fs->c, fs->bucket, &lo, &page, &err);
-    if (st != S3F_OK) {
-        mnt_log_error("rmdir", path, &err);
-        rc = -mnt_errno_of(st, 0);
-        goto out;
-    }
-    int marker = 0, others = 0;
-    for (size_t i = 0; i < page->n_objects; i++) {
-        if (strcmp(page->objects[i].key, dkey) == 0)
-            marker = 1;
-        else
-            others = 1;
-    }
-    others |= page->n_common_prefixes > 0;
-    s3f_list_page_free(page);
-    rc = others ? -ENOTEMPTY : marker ? -EPERM : !local ? -ENOENT : 0;
-    if (rc == 0) {
-        pthread_mutex_lock(&fs->mu);
-        mnt_localdir_remove(fs, path);
-        mnt_meta_change(fs, path, K_MISSING, 0, 0, NULL);
-        mnt_inode_detach(fs, path);
-        pthread_mutex_unlock(&fs->mu);
-    }
-out:
-    fuse_reply_err(req, rc ? -rc : 0);
-    free(dkey);
-    free(path);
 }
