@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """The layering of docs/ARCHITECTURE.md ("Who may call whom"), checked on the sources: each
 folder under src/ includes only the headers of the folders it may call, the libraries it may
-use, names no function of a layer above it, and makes no unbounded string copy (strcpy,
-stpcpy, strcat, sprintf, vsprintf, gets). A meson unit test (`meson test --suite
-unit`, so tests/run.sh runs it); run it by hand with `python3 tests/layering.py [SRC_DIR]`.
+use, directly or through the headers it includes (transitively), names no function of a
+layer above it, calls no public s3f_* function of another folder from inside the library,
+and makes no unbounded string copy (strcpy, stpcpy, strcat, sprintf, vsprintf, gets); a
+mount handler makes no system call on a path and no fuse_lowlevel_notify_* call. A meson
+unit test (`meson test --suite unit`, so tests/run.sh runs it); run it by hand with
+`python3 tests/layering.py [SRC_DIR]`. tests/test_layering_rules.py plants one violation of
+each rule in a copy of the tree and checks that this script names it.
 
 Exits 1 naming every forbidden edge (file:line, the include or the call, the rule).
 """
@@ -39,9 +43,11 @@ FRONT_ENDS = {"cli", "python", "mount"}
 DEFINITION = re.compile(r"^[a-z][\w \*]*?\b(s3f_\w+)\(", re.M)
 # what only http/, auth/ and s3/ may name: libcurl's identifiers
 CURL_NAME = re.compile(r"\b(curl_\w+|CURL\w*)\b")
-# of http/, auth/ may use only the CURLcode map; xfer/ only the count of data connections
+# of http/, auth/ may use only the CURLcode map; xfer/ nothing (the count of data
+# connections comes through s3f__s3_data_connections, a body's read callback is an
+# s3f__s3_read_fn)
 HTTP_ALLOWED = {"auth": {"s3f__http_status_of_curl"},
-                "xfer": {"s3f__http_pool_data_connections", "s3f__http_read_fn"}}
+                "xfer": set()}
 
 # copies that trust the source to fit: not anywhere in src/ (issue 28, N12)
 UNBOUNDED_COPY = re.compile(r"\b(strcpy|stpcpy|strcat|sprintf|vsprintf|gets)\s*\(")
@@ -52,6 +58,46 @@ UNBOUNDED_COPY = re.compile(r"\b(strcpy|stpcpy|strcat|sprintf|vsprintf|gets)\s*\
 # deadline on a monotonic condition variable never times out)
 TIMEDWAIT = re.compile(r"\bpthread_cond_timedwait\s*\([^;]*?,\s*&\s*(\w+)\s*\)")
 DEADLINE_OF = r"\b{}\s*=\s*(s3f__deadline_ms|mnt_deadline)\s*\("
+
+# The library's folders (not the front ends).
+LIBRARY = ("core", "auth", "http", "s3", "xfer", "cache", "format")
+# A public function (declared in include/s3flash/*.h) is an entry point of the front ends:
+# inside the library a folder calls the public functions of its own folder and of core/
+# (the status and error helpers: s3f_error_clear, s3f_status_name..., pure and usable
+# anywhere), and reaches any other folder through its internal s3f__ functions. The
+# exceptions, by folder and name, each with its reason:
+PUBLIC_CALLS_ALLOWED = {
+    # xfer/ is the engine directly above s3/ and composes whole S3 operations: the public
+    # function is the operation itself (its argument checks and one executed request),
+    # with no internal function behind it that would not repeat it.
+    "xfer": {"s3f_get_object",            # stream.c (stream GETs), xfer.c (the cache's origin)
+             "s3f_head_object",           # upload_known.c (a copy's source), xfer.c (origin)
+             "s3f_list_multipart_uploads",  # upload_ctl.c: orphans of a key
+             "s3f_abort_multipart_upload",  # upload_ctl.c
+             "s3f_uploads_page_free",     # upload_ctl.c: the page the listing returned
+             "s3f_client_endpoint"},      # xfer.c: the cache's scope
+}
+PUBLIC_DECL = re.compile(r"\b(s3f_[a-z]\w*)\s*\(")
+
+# A mount handler makes no system call on a path (the kernel would send it back into the
+# mount, or to a path the mount does not own) and never calls fuse_lowlevel_notify_*
+# itself: docs/ARCHITECTURE.md, "Never re-enter". Every src/mount/*.c is a handler's file
+# except the daemon's start-up (before FUSE serves) and the notifier threads' files.
+MOUNT_STARTUP = "mount.c"
+MOUNT_NOTIFIER = {"notify.c"}
+PATH_CALL = re.compile(
+    r"(?<![\w.>])(stat|lstat|fstatat|newfstatat|statx|open|open64|openat|creat|access|"
+    r"faccessat|euidaccess|mkdir|mkdirat|rmdir|unlink|unlinkat|remove|rename|renameat|"
+    r"renameat2|opendir|scandir|nftw|ftw|glob|realpath|canonicalize_file_name|readlink|"
+    r"readlinkat|statfs|statvfs|chdir|chroot|truncate|utimensat|utimes|utime|chmod|fchmodat|"
+    r"chown|lchown|fchownat|link|linkat|symlink|symlinkat|mknod|mknodat|mkfifo|getxattr|"
+    r"lgetxattr|setxattr|lsetxattr|listxattr|removexattr|fopen|freopen|mkstemp|mkdtemp|"
+    r"name_to_handle_at)\s*\(")
+NOTIFY_CALL = re.compile(r"\b(fuse_lowlevel_notify_\w+)\s*\(")
+# (file, call) -> why it is no call on the mount
+PATH_CALLS_ALLOWED = {
+    ("write.c", "fopen"): "process_of reads /proc/<tid>/status, never a path of the mount",
+}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
@@ -73,9 +119,88 @@ def xfer_public(src):
     return names
 
 
+def public_functions(src):
+    """The functions include/s3flash/*.h declares."""
+    inc = os.path.join(os.path.dirname(os.path.abspath(src)), "include", "s3flash")
+    names = set()
+    if os.path.isdir(inc):
+        for name in os.listdir(inc):
+            if name.endswith(".h"):
+                with open(os.path.join(inc, name), encoding="utf-8", errors="replace") as f:
+                    names.update(PUBLIC_DECL.findall(strip_comments(f.read())))
+    return names
+
+
+def defined_in(src, names):
+    """name -> the src/ folder whose .c defines it."""
+    where = {}
+    for folder in sorted(os.listdir(src)):
+        fdir = os.path.join(src, folder)
+        if not os.path.isdir(fdir):
+            continue
+        for name in os.listdir(fdir):
+            if name.endswith(".c"):
+                with open(os.path.join(fdir, name), encoding="utf-8", errors="replace") as f:
+                    for n in DEFINITION.findall(f.read()):
+                        if n in names:
+                            where.setdefault(n, folder)
+    return where
+
+
+def includes_of(src, folder, name, cache):
+    """The quoted headers of src/ (as 'folder/name.h') and the library headers (as
+    '<lib/x.h>') that src/folder/name includes directly, with their line numbers."""
+    key = (folder, name)
+    if key in cache:
+        return cache[key]
+    out = []
+    path = os.path.join(src, folder, name)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f.read().splitlines(), 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                kind, inc = m.groups()
+                if kind == "<":
+                    out.append((n, "<" + inc + ">"))
+                elif "/" in inc:
+                    if os.path.exists(os.path.join(src, inc)):
+                        out.append((n, inc))
+                elif os.path.exists(os.path.join(src, folder, inc)):
+                    out.append((n, f"{folder}/{inc}"))
+    cache[key] = out
+    return out
+
+
+def transitive_includes(src, folder, name, cache):
+    """Every header reached from src/folder/name through another header: (line of the
+    direct include, the chain of headers, the header reached)."""
+    found = []
+    for n, first in includes_of(src, folder, name, cache):
+        if first.startswith("<"):
+            continue
+        seen = {first}
+        todo = [(first, [first])]
+        while todo:
+            hdr, chain = todo.pop()
+            hf, hn = hdr.split("/", 1)
+            for _, nxt in includes_of(src, hf, hn, cache):
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                found.append((n, chain, nxt))
+                if not nxt.startswith("<"):
+                    todo.append((nxt, chain + [nxt]))
+    return found
+
+
 def check(src):
     problems = []
     above = xfer_public(src)
+    public = public_functions(src)
+    public_home = defined_in(src, public)
+    inc_cache = {}
     for folder in sorted(os.listdir(src)):
         fdir = os.path.join(src, folder)
         if not os.path.isdir(fdir):
@@ -113,7 +238,24 @@ def check(src):
                 if top in LIBRARIES and folder not in LIBRARIES[top]:
                     problems.append(f"{rel}:{n}: includes <{inc}>: {folder}/ may not use "
                                     f"{top}")
+            for n, chain, hdr in transitive_includes(src, folder, name, inc_cache):
+                through = " -> ".join(chain)
+                if hdr.startswith("<"):
+                    lib = hdr[1:-1]
+                    top = lib.split("/", 1)[0] if "/" in lib else lib.rsplit(".", 1)[0]
+                    if top in LIBRARIES and folder not in LIBRARIES[top]:
+                        problems.append(f"{rel}:{n}: includes {hdr} through {through}: "
+                                        f"{folder}/ may not use {top} (transitively)")
+                    continue
+                top = hdr.split("/", 1)[0]
+                if hdr in ("s3flash/s3flash.h", "core/assert.h") or top == folder:
+                    continue
+                if top in MAY_INCLUDE and top not in MAY_INCLUDE[folder]:
+                    problems.append(f"{rel}:{n}: includes {hdr} through {through}: "
+                                    f"{folder}/ may not call {top}/ (transitively)")
             code = strip_comments(raw)
+            mount_handler = (folder == "mount" and name.endswith(".c") and
+                             name != MOUNT_STARTUP and name not in MOUNT_NOTIFIER)
             for m in TIMEDWAIT.finditer(code):
                 if not re.search(DEADLINE_OF.format(re.escape(m.group(1))), code):
                     n = code.count("\n", 0, m.start()) + 1
@@ -134,12 +276,33 @@ def check(src):
                         if m.group(0) not in HTTP_ALLOWED[folder]:
                             problems.append(f"{rel}:{n}: calls {m.group(0)}: of http/, "
                                             f"{folder}/ may use only "
-                                            f"{', '.join(sorted(HTTP_ALLOWED[folder]))}")
+                                            f"{', '.join(sorted(HTTP_ALLOWED[folder])) or 'none'}")
                 if folder in ("core", "auth", "http", "s3", "cache"):
                     for m in re.finditer(r"\b(s3f_\w+)\s*\(", line):
                         if m.group(1) in above:
                             problems.append(f"{rel}:{n}: calls {m.group(1)}: a function of "
                                             f"the transfer engine (xfer/), above {folder}/")
+                if folder in LIBRARY:
+                    for m in re.finditer(r"\b(s3f_[a-z]\w*)\s*\(", line):
+                        home = public_home.get(m.group(1))
+                        if (m.group(1) in public and home not in (None, folder, "core") and
+                                m.group(1) not in PUBLIC_CALLS_ALLOWED.get(folder, ()) and
+                                not DEFINITION.match(line)):
+                            problems.append(f"{rel}:{n}: calls {m.group(1)}: a public "
+                                            f"function of {home}/ (an entry point of the "
+                                            f"front ends) from inside the library; call the "
+                                            f"internal s3f__ function behind it, or have "
+                                            f"the caller pass it in")
+                if mount_handler:
+                    for m in PATH_CALL.finditer(line):
+                        if (name, m.group(1)) not in PATH_CALLS_ALLOWED:
+                            problems.append(f"{rel}:{n}: calls {m.group(1)}: a system call "
+                                            f"on a path in a mount handler (it may re-enter "
+                                            f"the mount; only {MOUNT_STARTUP} at start-up)")
+                    for m in NOTIFY_CALL.finditer(line):
+                        problems.append(f"{rel}:{n}: calls {m.group(1)}: a mount handler "
+                                        f"never notifies the kernel itself (only the "
+                                        f"notifier: {', '.join(sorted(MOUNT_NOTIFIER))})")
                 if folder == "s3" and re.search(
                         r"\bs3f__(xfer|pool|sched|up|reader|cache|bdp|janitor)_\w*\s*\(", line):
                     problems.append(f"{rel}:{n}: calls into xfer/ or cache/ from s3/ (the "

@@ -1,7 +1,7 @@
-/* Credentials: their values, the reference-counted snapshots with their signing keys, and
- * the cached, thread-safe provider with its refresher thread. The default chain and the
- * local providers are in credentials_chain.c, the network providers in
- * credentials_http.c. */
+/* Credentials: the reference-counted snapshots with their signing keys, and the cached,
+ * thread-safe provider with its refresher thread. Their values are in credentials_values.c,
+ * the default chain and the local providers in credentials_chain.c, the network providers
+ * in credentials_http.c and credentials_metadata.c. */
 #include "auth/credentials.h"
 
 #include <errno.h>
@@ -20,155 +20,13 @@
 #include <unistd.h>
 
 #include "auth/credentials_internal.h"
+#include "core/assert.h"
 
 #define OP "credentials"
 #define DEFAULT_REFRESH_WINDOW_S 300
 /* Cached credentials stay in use while another thread refreshes them, or when a refresh
  * fails, as long as at least this long remains. */
 #define USABLE_MARGIN_S 60
-
-/* ---- credentials values ----------------------------------------------------------------- */
-
-void s3f__wipe_free(char *s) {
-    if (s) {
-        explicit_bzero(s, strlen(s));
-        free(s);
-    }
-}
-
-void s3f__credentials_cleanup(struct s3f__credentials *c) {
-    if (!c)
-        return;
-    free(c->access_key_id);
-    s3f__wipe_free(c->secret_access_key);
-    s3f__wipe_free(c->session_token);
-    memset(c, 0, sizeof(*c));
-}
-
-enum s3f_status s3f__credentials_set(struct s3f__credentials *out, const char *akid,
-                                     const char *secret, const char *token, int64_t expiration,
-                                     const char *source) {
-    memset(out, 0, sizeof(*out));
-    out->access_key_id = s3f__strdup(akid);
-    out->secret_access_key = s3f__strdup(secret);
-    out->session_token = token && *token ? s3f__strdup(token) : NULL;
-    if (!out->access_key_id || !out->secret_access_key || (token && *token && !out->session_token)) {
-        s3f__credentials_cleanup(out);
-        return S3F_ERR_NO_MEMORY;
-    }
-    out->expiration = expiration;
-    s3f__strlcpy(out->source, source, sizeof(out->source));
-    return S3F_OK;
-}
-
-enum s3f_status s3f__credentials_copy(struct s3f__credentials *dst,
-                                      const struct s3f__credentials *src) {
-    return s3f__credentials_set(dst, src->access_key_id, src->secret_access_key,
-                                src->session_token, src->expiration, src->source);
-}
-
-static bool has_control(const char *s) {
-    for (; s && *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            return true;
-    return false;
-}
-
-const char *s3f__credentials_refused(const char *akid, const char *secret, const char *token,
-                                     bool need_token, int64_t expiration,
-                                     bool has_expiration) {
-    if (!akid || !*akid)
-        return "no AccessKeyId";
-    if (has_control(akid))
-        return "the AccessKeyId has a control character";
-    if (!secret || !*secret)
-        return "no SecretAccessKey";
-    if (has_control(secret))
-        return "the SecretAccessKey has a control character";
-    if (need_token && (!token || !*token))
-        return "no SessionToken (or an empty one)";
-    if (has_control(token))
-        return "the SessionToken has a control character";
-    if (has_expiration && expiration <= 0)
-        return "the Expiration is at or before 1970-01-01 (it would never expire)";
-    return NULL;
-}
-
-enum s3f_status s3f__credentials_from_json(const struct s3f__json_object *o,
-                                           const char *token_key, const char *source,
-                                           const char *what, struct s3f__credentials *out,
-                                           struct s3f_error *err) {
-    memset(out, 0, sizeof(*out));
-    const char *akid = s3f__json_get_string(o, "AccessKeyId");
-    const char *secret = s3f__json_get_string(o, "SecretAccessKey");
-    const char *token = s3f__json_get_string(o, token_key);
-    const char *exp = s3f__json_get_string(o, "Expiration");
-    int64_t expiration = 0;
-    if (exp && *exp && s3f__time_parse(exp, &expiration) != 0)
-        return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL,
-                              "%s: Expiration is not an ISO-8601 time", what);
-    const char *why = s3f__credentials_refused(akid, secret, token, false, expiration,
-                                               exp && *exp);
-    if (why)
-        return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "%s: %s", what, why);
-    if (s3f__credentials_set(out, akid, secret, token, expiration, source))
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-    return S3F_OK;
-}
-
-enum s3f_status s3f__read_token_file(const char *path, size_t max, const char *what, char **out,
-                                     struct s3f_error *err) {
-    struct s3f__buf b;
-    s3f__buf_init(&b, max);
-    enum s3f_status st = S3F_OK;
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path, "%s %s: %s", what, path,
-                              strerror(errno));
-    for (;;) {
-        char chunk[4096];
-        ssize_t r = read(fd, chunk, sizeof(chunk));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path, "%s %s: %s", what, path,
-                                strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        enum s3f_status ast = s3f__buf_append(&b, chunk, (size_t)r);
-        explicit_bzero(chunk, sizeof(chunk));
-        if (ast == S3F_ERR_NO_MEMORY) {
-            st = s3f__error_set(err, ast, OP, path, "out of memory");
-            goto out;
-        }
-        if (ast) {
-            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path,
-                                "%s %s: larger than %zu bytes", what, path, max);
-            goto out;
-        }
-    }
-    if (b.data && strlen(b.data) != b.len) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path, "%s %s: contains a NUL byte",
-                            what, path);
-        goto out;
-    }
-    if (!b.data || !*s3f__trim(b.data)) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path, "%s %s: empty", what, path);
-        goto out;
-    }
-    *out = s3f__strdup(s3f__trim(b.data));
-    if (!*out)
-        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, path, "out of memory");
-out:
-    close(fd);
-    if (b.data)
-        explicit_bzero(b.data, b.cap);
-    s3f__buf_cleanup(&b);
-    return st;
-}
 
 /* ---- snapshots ------------------------------------------------------------------------------ */
 
@@ -248,6 +106,15 @@ enum s3f_status s3f__credentials_signing_key(struct s3f__credentials_snapshot *s
  * snapshot at all (the first request, credentials that expired or were rejected by the
  * server) fetches in the foreground, while the other such callers wait for its result. */
 
+/* The refresher thread's life: NONE (not started, or a failed start, or the parent's in a
+ * forked child) -> RUNNING -> STOPPING (s3f__credentials_provider_free: the end; requests
+ * fail, nothing starts again). NONE -> STOPPING when freed without one. */
+enum refresher_state { REFRESHER_NONE, REFRESHER_RUNNING, REFRESHER_STOPPING };
+/* What the refresher is asked to do before its timer: nothing; REFRESH now
+ * (s3f__credentials_refresh_now); or a DEMAND, a request has no usable credentials (a
+ * refresh_now does not lower it). The refresher takes the order when it fetches (-> NONE). */
+enum refresher_order { ORDER_NONE, ORDER_REFRESH, ORDER_DEMAND };
+
 struct s3f__credentials_provider {
     /* immutable after creation */
     struct s3f__chain_settings *settings; /* NULL for a static provider (empty, never
@@ -274,27 +141,52 @@ struct s3f__credentials_provider {
         int chosen;             /* provider of the chain that answered; -1 before */
         uint64_t fetches;
         uint64_t background_fetches;
-        /* the refresher thread */
-        bool thread_started;
+        /* the refresher thread (refresher_set) */
+        enum refresher_state refresher;
         pid_t thread_pid;       /* a forked child has no refresher: it starts its own */
         pthread_t thread;
-        bool stop;
-        bool kick;              /* fetch now: a request waits, or refresh_now */
-        bool demanded;          /* the kick is a request's that has no usable credentials */
+        enum refresher_order order; /* what it is asked to do now (order_set) */
         int failures;           /* consecutive background failures */
         int64_t retry_at;       /* wall seconds: no background fetch before */
         struct s3f__credentials_waiter *waiters; /* parked requests, for the next fetch */
     } synced;
 };
 
+/* The one place the refresher's state changes (p->lock held): checked, logged at TRACE. */
+static void refresher_set(struct s3f__credentials_provider *p, enum refresher_state to) {
+    static const char *const name[] = {"none", "running", "stopping"};
+    S3F_ASSERT_HELD(&p->lock);
+    enum refresher_state from = p->synced.refresher;
+    S3F_ASSERT(from != REFRESHER_STOPPING); /* the end: nothing starts after _free */
+    S3F_ASSERT(from != to);
+    s3f__log(p->logger, S3F_LOG_TRACE, "credentials: refresher %s -> %s", name[from], name[to]);
+    p->synced.refresher = to;
+}
+
+/* The one place the refresher's order changes (p->lock held): a DEMAND is never lowered
+ * to a REFRESH (a request waits for it); checked, logged at TRACE. */
+static void order_set(struct s3f__credentials_provider *p, enum refresher_order to) {
+    static const char *const name[] = {"none", "refresh", "demand"};
+    S3F_ASSERT_HELD(&p->lock);
+    enum refresher_order from = p->synced.order;
+    S3F_ASSERT(!(from == ORDER_DEMAND && to == ORDER_REFRESH));
+    if (from == to)
+        return;
+    s3f__log(p->logger, S3F_LOG_TRACE, "credentials: refresher order %s -> %s", name[from],
+             name[to]);
+    p->synced.order = to;
+}
+
 /* Take the parked requests (lock held); call them with call_waiters once it is released. */
 static struct s3f__credentials_waiter *take_waiters(struct s3f__credentials_provider *p) {
+    S3F_ASSERT_HELD(&p->lock);
     struct s3f__credentials_waiter *w = p->synced.waiters;
     p->synced.waiters = NULL;
     return w;
 }
 
-static void call_waiters(struct s3f__credentials_waiter *w) {
+static void call_waiters(struct s3f__credentials_provider *p, struct s3f__credentials_waiter *w) {
+    S3F_ASSERT_NOT_HELD(&p->lock); /* the waiters re-queue requests: never under the lock */
     while (w) {
         struct s3f__credentials_waiter *next = w->next;
         w->next = NULL;
@@ -333,8 +225,8 @@ void s3f__credentials_provider_free(struct s3f__credentials_provider *p) {
         return;
     atomic_store(&p->cancel, true);
     pthread_mutex_lock(&p->lock);
-    p->synced.stop = true;
-    bool join = p->synced.thread_started && p->synced.thread_pid == getpid();
+    bool join = p->synced.refresher == REFRESHER_RUNNING && p->synced.thread_pid == getpid();
+    refresher_set(p, REFRESHER_STOPPING);
     pthread_cond_broadcast(&p->wake);
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
@@ -344,7 +236,7 @@ void s3f__credentials_provider_free(struct s3f__credentials_provider *p) {
     pthread_mutex_lock(&p->lock);
     struct s3f__credentials_waiter *ws = take_waiters(p);
     pthread_mutex_unlock(&p->lock);
-    call_waiters(ws);
+    call_waiters(p, ws);
     s3f__credentials_release(p->synced.current);
     s3f__chain_settings_free(p->settings);
     pthread_cond_destroy(&p->wake);
@@ -466,6 +358,7 @@ static int64_t refresh_at(const struct s3f__credentials_provider *p,
 static enum s3f_status fetch_unlocked(struct s3f__credentials_provider *p, int only,
                                       struct s3f__credentials *fresh, int *chosen,
                                       struct s3f_error *ferr) {
+    S3F_ASSERT_NOT_HELD(&p->lock);
     memset(fresh, 0, sizeof(*fresh));
     s3f_error_clear(ferr);
     *chosen = -1;
@@ -481,6 +374,8 @@ static enum s3f_status fetch_unlocked(struct s3f__credentials_provider *p, int o
 static enum s3f_status fetch_done(struct s3f__credentials_provider *p, enum s3f_status st,
                                   struct s3f__credentials *fresh, int chosen,
                                   struct s3f_error *ferr) {
+    S3F_ASSERT_HELD(&p->lock);
+    S3F_ASSERT(p->synced.fetching);
     if (st == S3F_OK) {
         struct s3f__credentials_snapshot *s =
             snapshot_new(fresh, p->synced.next_gen++, s3f__wall_time_s());
@@ -509,12 +404,15 @@ static void *refresher_main(void *arg);
  * temporary snapshot; again in a forked child). A failure is logged; requests then fetch
  * in the foreground once the credentials are no longer usable. */
 static void ensure_refresher(struct s3f__credentials_provider *p) {
-    if (!p->settings || p->synced.stop ||
-        (p->synced.thread_started && p->synced.thread_pid == getpid()))
+    S3F_ASSERT_HELD(&p->lock);
+    enum refresher_state rs = p->synced.refresher;
+    if (!p->settings || rs == REFRESHER_STOPPING ||
+        (rs == REFRESHER_RUNNING && p->synced.thread_pid == getpid()))
         return;
-    if (p->synced.thread_started && p->synced.thread_pid != getpid())
+    if (rs == REFRESHER_RUNNING) {
         p->synced.waiters = NULL; /* a forked child: those are the parent's requests */
-    p->synced.thread_started = false;
+        refresher_set(p, REFRESHER_NONE);
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes no signal */
@@ -525,10 +423,9 @@ static void ensure_refresher(struct s3f__credentials_provider *p) {
                  "credentials: cannot start the refresher thread (%s); refreshing on demand",
                  strerror(rc));
         p->synced.thread_pid = getpid(); /* do not try again in this process */
-        p->synced.thread_started = false;
         return;
     }
-    p->synced.thread_started = true;
+    refresher_set(p, REFRESHER_RUNNING);
     p->synced.thread_pid = getpid();
 }
 
@@ -543,6 +440,7 @@ static int64_t wall_ms(void) {
 
 /* Wait on p->wake until wall second `due` (at most 60 s; lock held). */
 static void wake_wait_until(struct s3f__credentials_provider *p, int64_t due) {
+    S3F_ASSERT_HELD(&p->lock);
     int64_t ms = due * 1000 - wall_ms();
     if (ms > 60000)
         ms = 60000;
@@ -555,14 +453,14 @@ static void wake_wait_until(struct s3f__credentials_provider *p, int64_t due) {
 static void *refresher_main(void *arg) {
     struct s3f__credentials_provider *p = arg;
     pthread_mutex_lock(&p->lock);
-    while (!p->synced.stop) {
+    while (p->synced.refresher != REFRESHER_STOPPING) {
         struct s3f__credentials_snapshot *cur = p->synced.current;
         int64_t now = s3f__wall_time_s();
         int64_t due;
         if (p->synced.fetching) {
             pthread_cond_wait(&p->wake, &p->lock);
             continue;
-        } else if (p->synced.kick) {
+        } else if (p->synced.order != ORDER_NONE) {
             due = now; /* a request has no usable credentials, or refresh_now */
         } else if (!cur || cur->creds.expiration == 0) {
             pthread_cond_wait(&p->wake, &p->lock);
@@ -577,9 +475,8 @@ static void *refresher_main(void *arg) {
             continue;
         }
         p->synced.fetching = true;
-        p->synced.kick = false;
-        bool demanded = p->synced.demanded;
-        p->synced.demanded = false;
+        bool demanded = p->synced.order == ORDER_DEMAND;
+        order_set(p, ORDER_NONE);
         int only = p->synced.chosen;
         pthread_mutex_unlock(&p->lock);
 
@@ -595,10 +492,10 @@ static void *refresher_main(void *arg) {
         struct s3f__credentials_waiter *ws = take_waiters(p);
         if (ws) { /* parked requests are re-queued from here, never under the lock */
             pthread_mutex_unlock(&p->lock);
-            call_waiters(ws);
+            call_waiters(p, ws);
             pthread_mutex_lock(&p->lock);
         }
-        if (p->synced.stop)
+        if (p->synced.refresher == REFRESHER_STOPPING)
             break; /* cancelled by _free */
         now = s3f__wall_time_s();
         cur = p->synced.current;
@@ -640,7 +537,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
             *out = snapshot_ref(cur);
             break;
         }
-        if (p->synced.stop) {
+        if (p->synced.refresher == REFRESHER_STOPPING) {
             st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "the client is being freed");
             break;
         }
@@ -650,9 +547,8 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
          * fetch serves every waiting caller. */
         if (!p->synced.fetching) {
             ensure_refresher(p);
-            if (p->synced.thread_started) {
-                p->synced.kick = true;
-                p->synced.demanded = true;
+            if (p->synced.refresher == REFRESHER_RUNNING) {
+                order_set(p, ORDER_DEMAND);
                 pthread_cond_broadcast(&p->wake);
             } else {
                 p->synced.fetching = true;
@@ -667,7 +563,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
                 struct s3f__credentials_waiter *ws = take_waiters(p);
                 if (ws) {
                     pthread_mutex_unlock(&p->lock);
-                    call_waiters(ws);
+                    call_waiters(p, ws);
                     pthread_mutex_lock(&p->lock);
                 }
                 if (st) {
@@ -679,7 +575,7 @@ enum s3f_status s3f__credentials_acquire(struct s3f__credentials_provider *p,
             }
         }
         uint64_t seen = p->synced.completed;
-        while (p->synced.completed == seen && !p->synced.stop)
+        while (p->synced.completed == seen && p->synced.refresher != REFRESHER_STOPPING)
             pthread_cond_wait(&p->cond, &p->lock);
         cur = p->synced.current;
         if (p->synced.completed != seen && p->synced.last_status != S3F_OK &&
@@ -713,7 +609,7 @@ enum s3f_status s3f__credentials_acquire_or_park(struct s3f__credentials_provide
         w->parked_before = false;
         goto out;
     }
-    if (p->synced.stop) {
+    if (p->synced.refresher == REFRESHER_STOPPING) {
         st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, NULL, "the client is being freed");
         goto out;
     }
@@ -727,13 +623,12 @@ enum s3f_status s3f__credentials_acquire_or_park(struct s3f__credentials_provide
         goto out;
     }
     ensure_refresher(p);
-    if (!p->synced.thread_started) {
+    if (p->synced.refresher != REFRESHER_RUNNING) {
         pthread_mutex_unlock(&p->lock);
         return s3f__credentials_acquire(p, out, err); /* no refresher: fetch here */
     }
     if (!p->synced.fetching) {
-        p->synced.kick = true;
-        p->synced.demanded = true;
+        order_set(p, ORDER_DEMAND);
         pthread_cond_broadcast(&p->wake);
     }
     w->seen = p->synced.completed;
@@ -764,7 +659,8 @@ void s3f__credentials_refresh_now(struct s3f__credentials_provider *p) {
     if (!p || !p->settings)
         return;
     pthread_mutex_lock(&p->lock);
-    p->synced.kick = true;
+    if (p->synced.order == ORDER_NONE)
+        order_set(p, ORDER_REFRESH); /* a DEMAND stays one */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
 }

@@ -1,9 +1,10 @@
-/* The network providers of the default chain: web identity (STS
- * AssumeRoleWithWebIdentity), the ECS/EKS container endpoint, and EC2 IMDSv2. One small
- * HTTP helper (http_perform) serves them all: one blocking libcurl easy transfer with its
- * own timeouts, a 64 KiB response cap, no redirects, http/https only, and the transport's
- * CURLcode map (s3f__http_status_of_curl). It runs on the provider's refresher thread. */
-#include <arpa/inet.h>
+/* The network providers' HTTP helper, and the STS fetches: one small blocking HTTP helper
+ * (s3f__fetch_perform, with its retries s3f__fetch_retried) serves every network provider
+ * of the default chain (here web identity, STS AssumeRoleWithWebIdentity, and S3 Express's
+ * CreateSession; the container endpoint and IMDSv2 in credentials_metadata.c): one libcurl
+ * easy transfer with its own timeouts, a 64 KiB response cap, no redirects, http/https
+ * only, and the transport's CURLcode map (s3f__http_status_of_curl). It runs on the
+ * provider's refresher thread. */
 #include <curl/curl.h>
 #include <expat.h>
 #include <pthread.h>
@@ -16,7 +17,7 @@
 
 #define OP "credentials"
 #define HTTP_BODY_MAX ((size_t)64 << 10)
-#define TOKEN_FILE_MAX ((size_t)64 << 10)
+
 #define XML_FIELD_MAX ((size_t)16 << 10)
 
 /* ---- one HTTP request ------------------------------------------------------------------- */
@@ -28,25 +29,13 @@ static void curl_init(void) {
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-struct http_request {
-    const char *method;        /* "GET", "PUT" (empty body), "POST" */
-    const char *url;
-    const char *headers[8];    /* "Name: value", NULL-terminated; may hold secrets */
-    const char *body;          /* POST only */
-    size_t body_len;
-    uint32_t connect_timeout_ms;
-    uint32_t timeout_ms;
-    bool no_proxy;             /* link-local metadata endpoints never go through a proxy */
-};
-
-struct http_response {
-    long status;
-    struct s3f__buf body;      /* capped at HTTP_BODY_MAX */
-    bool oom;                  /* the body stopped for want of memory, not at the cap */
-};
+bool s3f__fetch_curl_init(void) {
+    pthread_once(&curl_once, curl_init);
+    return curl_init_rc == CURLE_OK;
+}
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
-    struct http_response *rs = ud;
+    struct s3f__fetch_response *rs = ud;
     size_t n = size * nmemb;
     enum s3f_status st = s3f__buf_append(&rs->body, ptr, n);
     if (st == S3F_ERR_NO_MEMORY)
@@ -60,13 +49,13 @@ static void wipe_slist(struct curl_slist *l) {
     curl_slist_free_all(l);
 }
 
-static void response_init(struct http_response *rs) {
+void s3f__fetch_response_init(struct s3f__fetch_response *rs) {
     rs->status = 0;
     rs->oom = false;
     s3f__buf_init(&rs->body, HTTP_BODY_MAX);
 }
 
-static void response_cleanup(struct http_response *rs) {
+void s3f__fetch_response_cleanup(struct s3f__fetch_response *rs) {
     if (rs->body.data)
         explicit_bzero(rs->body.data, rs->body.cap);
     s3f__buf_cleanup(&rs->body);
@@ -76,15 +65,15 @@ static void response_cleanup(struct http_response *rs) {
  * else S3F_ERR_CONNECT, S3F_ERR_TIMEOUT, S3F_ERR_TLS, S3F_ERR_NETWORK, S3F_ERR_BAD_RESPONSE
  * (body too large), S3F_ERR_INVALID_URI or S3F_ERR_NO_MEMORY, with a short reason in `why`
  * (never a header or body). rs->body is reset first. */
-static enum s3f_status http_perform(const struct s3f__chain_settings *s,
-                                    const struct http_request *rq, struct http_response *rs,
-                                    char *why, size_t why_len) {
-    pthread_once(&curl_once, curl_init);
+enum s3f_status s3f__fetch_perform(const struct s3f__chain_settings *s,
+                                   const struct s3f__fetch_request *rq, struct s3f__fetch_response *rs,
+                                   char *why, size_t why_len) {
+    bool curl_ok = s3f__fetch_curl_init();
     why[0] = '\0';
     s3f__buf_reset(&rs->body);
     rs->status = 0;
     rs->oom = false;
-    if (curl_init_rc != CURLE_OK) {
+    if (!curl_ok) {
         snprintf(why, why_len, "libcurl initialisation failed");
         return S3F_ERR_INTERNAL;
     }
@@ -196,7 +185,7 @@ out:
 }
 
 /* Whether a failed attempt is worth repeating. */
-static bool retryable(enum s3f_status st, long http_status) {
+bool s3f__fetch_retryable(enum s3f_status st, long http_status) {
     if (st == S3F_OK)
         return http_status >= 500 || http_status == 429;
     return st == S3F_ERR_CONNECT || st == S3F_ERR_TIMEOUT || st == S3F_ERR_NETWORK;
@@ -206,8 +195,23 @@ static bool retryable(enum s3f_status st, long http_status) {
  * credentials.c), never on a data (I/O) thread, so this short sleep (50, 100, 200 ... ms)
  * delays no transfer; only a provider whose refresher could not start fetches on the
  * requesting thread. */
-static void backoff(int attempt) {
+void s3f__fetch_backoff(int attempt) {
     s3f__sleep_ms((uint64_t)((50u << attempt) * (0.5 + s3f__random_unit())));
+}
+
+enum s3f_status s3f__fetch_retried(const struct s3f__chain_settings *s,
+                                   const struct s3f__fetch_request *rq,
+                                   struct s3f__fetch_response *rs, int attempts, char *why,
+                                   size_t why_len) {
+    enum s3f_status st = S3F_OK;
+    for (int a = 0; a < attempts; a++) {
+        if (a)
+            s3f__fetch_backoff(a);
+        st = s3f__fetch_perform(s, rq, rs, why, why_len);
+        if (!s3f__fetch_retryable(st, rs->status))
+            break;
+    }
+    return st;
 }
 
 /* ---- web identity (STS AssumeRoleWithWebIdentity) ------------------------------------------ */
@@ -336,15 +340,15 @@ static int sts_parse(struct sts_doc *d, const char *body, size_t len) {
 #define STS_ATTEMPTS 3
 
 /* Attempt `a` (0: the first) of an STS or CreateSession fetch: the backoff before a retry,
- * doc emptied (the previous answer's fields), the request. http_perform's status. */
+ * doc emptied (the previous answer's fields), the request. s3f__fetch_perform's status. */
 static enum s3f_status sts_attempt(int a, const struct s3f__chain_settings *s,
-                                   const struct http_request *rq, struct http_response *rs,
+                                   const struct s3f__fetch_request *rq, struct s3f__fetch_response *rs,
                                    struct sts_doc *doc, char *why, size_t why_len) {
     if (a)
-        backoff(a);
+        s3f__fetch_backoff(a);
     sts_doc_cleanup(doc);
     memset(doc, 0, sizeof(*doc));
-    return http_perform(s, rq, rs, why, why_len);
+    return s3f__fetch_perform(s, rq, rs, why, why_len);
 }
 
 int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FIELDS]) {
@@ -406,7 +410,7 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
                               "profile's role_arn",
                               s->wi_token_file_from);
     char *token = NULL;
-    enum s3f_status st = s3f__read_token_file(s->wi_token_file, TOKEN_FILE_MAX,
+    enum s3f_status st = s3f__read_token_file(s->wi_token_file, S3F__TOKEN_FILE_MAX,
                                               "web identity token file", &token, err);
     if (st)
         return st;
@@ -417,9 +421,9 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
         snprintf(session, sizeof(session), "s3flash-%lld", (long long)s3f__wall_time_s());
 
     struct s3f__buf body;
-    s3f__buf_init(&body, TOKEN_FILE_MAX * 4);
-    struct http_response rs;
-    response_init(&rs);
+    s3f__buf_init(&body, S3F__TOKEN_FILE_MAX * 4);
+    struct s3f__fetch_response rs;
+    s3f__fetch_response_init(&rs);
     struct sts_doc doc;
     memset(&doc, 0, sizeof(doc));
     char url[1024];
@@ -442,7 +446,7 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
         goto out;
     }
-    struct http_request rq = {
+    struct s3f__fetch_request rq = {
         .method = "POST",
         .url = url,
         .headers = {"Content-Type: application/x-www-form-urlencoded; charset=utf-8",
@@ -460,7 +464,7 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
         bool idp_flaky = doc.fields[F_CODE] &&
                          (strcmp(doc.fields[F_CODE], "IDPCommunicationError") == 0 ||
                           strcmp(doc.fields[F_CODE], "Throttling") == 0);
-        if (!(retryable(st, rs.status) || (st == S3F_OK && idp_flaky)))
+        if (!(s3f__fetch_retryable(st, rs.status) || (st == S3F_OK && idp_flaky)))
             break;
     }
     if (st) {
@@ -502,336 +506,11 @@ enum s3f_status s3f__chain_fetch_web_identity(const struct s3f__chain_settings *
     }
 out:
     sts_doc_cleanup(&doc);
-    response_cleanup(&rs);
+    s3f__fetch_response_cleanup(&rs);
     if (body.data)
         explicit_bzero(body.data, body.cap);
     s3f__buf_cleanup(&body);
     s3f__wipe_free(token);
-    return st;
-}
-
-/* ---- container (ECS, EKS Pod Identity) ------------------------------------------------------ */
-
-/* Hosts a plain-http full URI may name: loopback and the ECS / EKS link-local addresses. */
-static bool container_host_allowed(const char *host) {
-    static const char *const allowed[] = {"localhost", "[::1]", "169.254.170.2", "169.254.170.23",
-                                          "[fd00:ec2::23]"};
-    for (size_t i = 0; i < S3F_ARRAY_LEN(allowed); i++)
-        if (s3f__strieq(host, allowed[i]))
-            return true;
-    struct in_addr a;
-    if (inet_pton(AF_INET, host, &a) == 1)
-        return (ntohl(a.s_addr) >> 24) == 127;
-    return false;
-}
-
-/* S3F_OK if a full URI is acceptable (https anywhere, http for the hosts above). */
-static enum s3f_status check_full_uri(const char *uri, struct s3f_error *err) {
-    pthread_once(&curl_once, curl_init);
-    CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL;
-    enum s3f_status st = S3F_OK;
-    if (!u)
-        return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-    CURLUcode uc = curl_url_set(u, CURLUPART_URL, uri, 0);
-    if (uc == CURLUE_OK)
-        uc = curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
-    if (uc == CURLUE_OK)
-        uc = curl_url_get(u, CURLUPART_HOST, &host, 0);
-    if (uc == CURLUE_OUT_OF_MEMORY) {
-        st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-        goto out;
-    }
-    if (uc != CURLUE_OK) {
-        st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                            "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
-        goto out;
-    }
-    if (s3f__strieq(scheme, "https"))
-        goto out;
-    if (!s3f__strieq(scheme, "http")) {
-        st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                            "AWS_CONTAINER_CREDENTIALS_FULL_URI must be an http or https URL");
-        goto out;
-    }
-    if (!container_host_allowed(host))
-        st = s3f__error_set(err, S3F_ERR_CONFIG, OP, "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                            "AWS_CONTAINER_CREDENTIALS_FULL_URI: plain http is allowed only for "
-                            "loopback hosts and the ECS/EKS addresses, not '%s'",
-                            host);
-out:
-    curl_free(scheme);
-    curl_free(host);
-    curl_url_cleanup(u);
-    return st;
-}
-
-enum s3f_status s3f__chain_fetch_container(const struct s3f__chain_settings *s,
-                                           struct s3f__credentials *out, char *note,
-                                           size_t note_len, struct s3f_error *err) {
-    if (!s->container_relative && !s->container_full) {
-        snprintf(note, note_len,
-                 "container (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI unset)");
-        return S3F_ERR_NO_CREDENTIALS;
-    }
-    enum s3f_status st = S3F_OK;
-    char *token = NULL, *auth = NULL, *url = NULL;
-    struct http_response rs;
-    response_init(&rs);
-    struct s3f__json_object o = {0};
-    if (s->container_relative) {
-        const char *host = s->container_host ? s->container_host : "http://169.254.170.2";
-        size_t n = strlen(host) + strlen(s->container_relative) + 2;
-        url = malloc(n);
-        if (!url)
-            goto nomem;
-        snprintf(url, n, "%s%s%s", host, s->container_relative[0] == '/' ? "" : "/",
-                 s->container_relative);
-    } else {
-        if ((st = check_full_uri(s->container_full, err)))
-            goto out;
-        url = s3f__strdup(s->container_full);
-        if (!url)
-            goto nomem;
-    }
-    if (s->container_token_file) {
-        if ((st = s3f__read_token_file(s->container_token_file, TOKEN_FILE_MAX,
-                                       "container authorization token file", &token, err)))
-            goto out;
-    } else if (s->container_token) {
-        token = s3f__strdup(s->container_token);
-        if (!token)
-            goto nomem;
-    }
-    if (token) {
-        if (strpbrk(token, "\r\n")) {
-            st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
-                                "the container authorization token contains a line break");
-            goto out;
-        }
-        size_t n = strlen(token) + sizeof("Authorization: ");
-        auth = malloc(n);
-        if (!auth)
-            goto nomem;
-        snprintf(auth, n, "Authorization: %s", token);
-    }
-    struct http_request rq = {
-        .method = "GET",
-        .url = url,
-        .headers = {"Accept: application/json", auth},
-        .connect_timeout_ms = s->connect_timeout_ms,
-        .timeout_ms = s->timeout_ms,
-        .no_proxy = true,
-    };
-    char why[CURL_ERROR_SIZE + 64];
-    for (int a = 0; a < 3; a++) {
-        if (a)
-            backoff(a);
-        st = http_perform(s, &rq, &rs, why, sizeof(why));
-        if (!retryable(st, rs.status))
-            break;
-    }
-    if (st) {
-        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS, OP, url,
-                            "container credentials endpoint: %s", why);
-        goto out;
-    }
-    char jerr[96];
-    enum s3f_status jst = s3f__json_parse_object(rs.body.data, rs.body.len, &o, jerr, sizeof(jerr));
-    if (jst == S3F_ERR_NO_MEMORY)
-        goto nomem;
-    if (rs.status != 200) {
-        const char *msg = jst ? NULL : s3f__json_get_string(&o, "message");
-        const char *code = jst ? NULL : s3f__json_get_string(&o, "code");
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
-                            "container credentials endpoint returned HTTP %ld%s%s", rs.status,
-                            msg ? ": " : "", msg ? msg : "");
-        if (err) {
-            err->http_status = (int)rs.status;
-            s3f__strlcpy(err->code, code ? code : "", sizeof(err->code));
-        }
-        goto out;
-    }
-    if (jst) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
-                            "container credentials response is not a JSON object (%s)", jerr);
-        goto out;
-    }
-    st = s3f__credentials_from_json(&o, "Token", "container", "container credentials response",
-                                    out, err);
-    goto out;
-nomem:
-    st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-out:
-    s3f__json_cleanup(&o);
-    response_cleanup(&rs);
-    s3f__wipe_free(token);
-    s3f__wipe_free(auth);
-    free(url);
-    return st;
-}
-
-/* ---- EC2 instance metadata (IMDSv2 only) ---------------------------------------------------- */
-
-enum s3f_status s3f__chain_fetch_imds(const struct s3f__chain_settings *s,
-                                      struct s3f__credentials *out, char *note, size_t note_len,
-                                      struct s3f_error *err) {
-    if (s->imds_disabled) {
-        snprintf(note, note_len, "imds (disabled by AWS_EC2_METADATA_DISABLED)");
-        return S3F_ERR_NO_CREDENTIALS;
-    }
-    enum s3f_status st = S3F_OK;
-    struct http_response rs;
-    response_init(&rs);
-    struct s3f__json_object o = {0};
-    struct s3f__buf path;
-    s3f__buf_init(&path, 4096);
-    char *token = NULL, *token_hdr = NULL, *role = NULL;
-    char url[2048];
-    char why[CURL_ERROR_SIZE + 64];
-    struct http_request rq = {
-        .connect_timeout_ms = s->imds_timeout_ms,
-        .timeout_ms = s->imds_timeout_ms + 1000,
-        .no_proxy = true,
-    };
-
-    /* 1. session token */
-    snprintf(url, sizeof(url), "%s/latest/api/token", s->imds_endpoint);
-    rq.method = "PUT";
-    rq.url = url;
-    rq.headers[0] = "X-aws-ec2-metadata-token-ttl-seconds: 21600";
-    for (int a = 0; a < s->imds_attempts; a++) {
-        if (a)
-            backoff(a);
-        st = http_perform(s, &rq, &rs, why, sizeof(why));
-        if (!retryable(st, rs.status))
-            break;
-    }
-    if (st == S3F_ERR_NO_MEMORY)
-        goto nomem;
-    if (st) {
-        snprintf(note, note_len, "imds (%s)",
-                 st == S3F_ERR_CONNECT ? "connect failed"
-                 : st == S3F_ERR_TIMEOUT ? "timed out"
-                                         : "token request failed");
-        st = S3F_ERR_NO_CREDENTIALS;
-        goto out;
-    }
-    if (rs.status != 200 || !rs.body.data || !*s3f__trim(rs.body.data)) {
-        snprintf(note, note_len, "imds (token request: HTTP %ld%s)", rs.status,
-                 rs.status == 200 ? ", empty token" : "");
-        st = S3F_ERR_NO_CREDENTIALS;
-        goto out;
-    }
-    token = s3f__strdup(s3f__trim(rs.body.data));
-    size_t hn = (token ? strlen(token) : 0) + sizeof("X-aws-ec2-metadata-token: ");
-    token_hdr = token ? malloc(hn) : NULL;
-    if (!token_hdr)
-        goto nomem;
-    if (strpbrk(token, "\r\n")) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url, "IMDS returned a malformed token");
-        goto out;
-    }
-    snprintf(token_hdr, hn, "X-aws-ec2-metadata-token: %s", token);
-
-    /* 2. the instance's role */
-    snprintf(url, sizeof(url), "%s/latest/meta-data/iam/security-credentials/", s->imds_endpoint);
-    rq.method = "GET";
-    rq.headers[0] = token_hdr;
-    for (int a = 0; a < s->imds_attempts; a++) {
-        if (a)
-            backoff(a);
-        st = http_perform(s, &rq, &rs, why, sizeof(why));
-        if (!retryable(st, rs.status))
-            break;
-    }
-    if (st) {
-        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS, OP, url,
-                            "IMDS: %s", why);
-        goto out;
-    }
-    if (rs.status == 404) {
-        snprintf(note, note_len, "imds (no IAM role attached to the instance)");
-        st = S3F_ERR_NO_CREDENTIALS;
-        goto out;
-    }
-    if (rs.status != 200) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url, "IMDS returned HTTP %ld",
-                            rs.status);
-        if (err)
-            err->http_status = (int)rs.status;
-        goto out;
-    }
-    char *r = rs.body.data ? s3f__trim(rs.body.data) : NULL;
-    if (!r || !*r) {
-        snprintf(note, note_len, "imds (no IAM role attached to the instance)");
-        st = S3F_ERR_NO_CREDENTIALS;
-        goto out;
-    }
-    role = s3f__strndup(r, strcspn(r, "\r\n"));
-    if (!role)
-        goto nomem;
-    /* IAM role names are [A-Za-z0-9+=,.@_-]{1,64}: safe in a URL path as they are */
-    if (strlen(role) > 64 ||
-        strspn(role, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+=,.@_-") !=
-            strlen(role)) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, url,
-                            "IMDS returned an invalid IAM role name");
-        goto out;
-    }
-
-    /* 3. the role's credentials */
-    if (s3f__buf_appendf(&path, "%s/latest/meta-data/iam/security-credentials/%s",
-                         s->imds_endpoint, role))
-        goto nomem;
-    rq.url = path.data;
-    for (int a = 0; a < s->imds_attempts; a++) {
-        if (a)
-            backoff(a);
-        st = http_perform(s, &rq, &rs, why, sizeof(why));
-        if (!retryable(st, rs.status))
-            break;
-    }
-    if (st) {
-        st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS, OP,
-                            path.data, "IMDS: %s", why);
-        goto out;
-    }
-    if (rs.status != 200) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path.data,
-                            "IMDS returned HTTP %ld for role '%s'", rs.status, role);
-        if (err)
-            err->http_status = (int)rs.status;
-        goto out;
-    }
-    char jerr[96];
-    st = s3f__json_parse_object(rs.body.data, rs.body.len, &o, jerr, sizeof(jerr));
-    if (st == S3F_ERR_NO_MEMORY)
-        goto nomem;
-    if (st) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path.data,
-                            "IMDS credentials response is not a JSON object (%s)", jerr);
-        goto out;
-    }
-    const char *code = s3f__json_get_string(&o, "Code");
-    if (code && strcmp(code, "Success") != 0) {
-        st = s3f__error_set(err, S3F_ERR_CREDENTIALS, OP, path.data,
-                            "IMDS credentials for role '%s': Code %s", role, code);
-        if (err)
-            s3f__strlcpy(err->code, code, sizeof(err->code));
-        goto out;
-    }
-    st = s3f__credentials_from_json(&o, "Token", "imds", "IMDS credentials response", out, err);
-    goto out;
-nomem:
-    st = s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, NULL, "out of memory");
-out:
-    s3f__json_cleanup(&o);
-    response_cleanup(&rs);
-    s3f__buf_cleanup(&path);
-    s3f__wipe_free(token);
-    s3f__wipe_free(token_hdr);
-    free(role);
     return st;
 }
 
@@ -845,7 +524,7 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
     memset(&s, 0, sizeof(s));
     s.ca_bundle = (char *)f->ca_bundle;
     s.logger = f->logger;
-    struct http_request rq = {
+    struct s3f__fetch_request rq = {
         .method = "GET",
         .url = f->url,
         .connect_timeout_ms = f->connect_timeout_ms ? f->connect_timeout_ms : 2000,
@@ -853,8 +532,8 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
     };
     for (size_t i = 0; i < S3F_ARRAY_LEN(rq.headers) - 1 && f->headers[i]; i++)
         rq.headers[i] = f->headers[i];
-    struct http_response rs;
-    response_init(&rs);
+    struct s3f__fetch_response rs;
+    s3f__fetch_response_init(&rs);
     struct sts_doc doc;
     memset(&doc, 0, sizeof(doc));
     char why[CURL_ERROR_SIZE + 64];
@@ -867,7 +546,7 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
         if (st) {
             st = s3f__error_set(err, st == S3F_ERR_NO_MEMORY ? st : S3F_ERR_CREDENTIALS,
                                 "CreateSession", f->resource, "%s", why);
-            if (!retryable(st, 0))
+            if (!s3f__fetch_retryable(st, 0))
                 break;
             continue;
         }
@@ -888,7 +567,7 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
                 else if (rs.status == 404)
                     err->status = st = S3F_ERR_NO_SUCH_BUCKET;
             }
-            if (!retryable(S3F_OK, rs.status))
+            if (!s3f__fetch_retryable(S3F_OK, rs.status))
                 break;
             continue;
         }
@@ -907,6 +586,6 @@ enum s3f_status s3f__credentials_fetch_session(const struct s3f__session_fetch *
                  f->resource, bad, a + 1 < STS_ATTEMPTS ? ": asking again" : "");
     }
     sts_doc_cleanup(&doc);
-    response_cleanup(&rs);
+    s3f__fetch_response_cleanup(&rs);
     return st;
 }

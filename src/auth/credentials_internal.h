@@ -1,6 +1,7 @@
 /* Shared between credentials.c (values, snapshots, the cached provider),
  * credentials_chain.c (the chain's settings and order; environment, profile, process) and
- * credentials_http.c (web identity/STS, container, IMDS). Not for other layers. */
+ * credentials_http.c (the network providers' HTTP helper, web identity/STS, CreateSession)
+ * and credentials_metadata.c (container, IMDS). Not for other layers. */
 #ifndef S3F_AUTH_CREDENTIALS_INTERNAL_H
 #define S3F_AUTH_CREDENTIALS_INTERNAL_H
 
@@ -125,6 +126,50 @@ int s3f__sts_parse_fields(const char *body, size_t len, char *fields[S3F__STS_FI
  * is wrong in `why`; S3F_ERR_NO_MEMORY. On failure *out is zeroed. */
 enum s3f_status s3f__sts_credentials(char *const fields[S3F__STS_FIELDS], const char *source,
                                      struct s3f__credentials *out, char *why, size_t why_len);
+
+/* ---- the network providers' HTTP helper (credentials_http.c) ---- */
+
+#define S3F__TOKEN_FILE_MAX ((size_t)64 << 10) /* a token file's bytes read at most */
+
+struct s3f__fetch_request {
+    const char *method;        /* "GET", "PUT" (empty body), "POST" */
+    const char *url;
+    const char *headers[8];    /* "Name: value", NULL-terminated; may hold secrets */
+    const char *body;          /* POST only */
+    size_t body_len;
+    uint32_t connect_timeout_ms;
+    uint32_t timeout_ms;
+    bool no_proxy;             /* link-local metadata endpoints never go through a proxy */
+};
+
+struct s3f__fetch_response {
+    long status;
+    struct s3f__buf body;      /* capped at 64 KiB (credentials_http.c) */
+    bool oom;                  /* the body stopped for want of memory, not at the cap */
+};
+
+/* libcurl's global initialisation, once per process; false when it failed. */
+bool s3f__fetch_curl_init(void);
+void s3f__fetch_response_init(struct s3f__fetch_response *rs);
+/* Wipes the body (it may hold secrets) and frees it. */
+void s3f__fetch_response_cleanup(struct s3f__fetch_response *rs);
+/* Perform the request. S3F_OK when a response arrived (any HTTP status, in rs->status);
+ * else S3F_ERR_CONNECT, S3F_ERR_TIMEOUT, S3F_ERR_TLS, S3F_ERR_NETWORK, S3F_ERR_BAD_RESPONSE
+ * (body too large), S3F_ERR_INVALID_URI or S3F_ERR_NO_MEMORY, with a short reason in `why`
+ * (never a header or body). rs->body is reset first. */
+enum s3f_status s3f__fetch_perform(const struct s3f__chain_settings *s,
+                                   const struct s3f__fetch_request *rq,
+                                   struct s3f__fetch_response *rs, char *why, size_t why_len);
+/* Whether a failed attempt is worth repeating (a transport failure, a 5xx, a 429). */
+bool s3f__fetch_retryable(enum s3f_status st, long http_status);
+/* The sleep before attempt `attempt` (1: the first retry): 50, 100, 200 ... ms, jittered. */
+void s3f__fetch_backoff(int attempt);
+/* The one retry loop of the container and IMDS fetches: up to `attempts` attempts, backoff
+ * between them, while s3f__fetch_retryable; the last attempt's status (rs, why its own). */
+enum s3f_status s3f__fetch_retried(const struct s3f__chain_settings *s,
+                                   const struct s3f__fetch_request *rq,
+                                   struct s3f__fetch_response *rs, int attempts, char *why,
+                                   size_t why_len);
 
 /* Free with wiping (for secrets). NULL ok. */
 void s3f__wipe_free(char *s);

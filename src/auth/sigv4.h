@@ -26,11 +26,6 @@
 /* "YYYYMMDD/" region "/" service "/aws4_request" */
 #define S3F__SIGV4_SCOPE_MAX (9 + S3F__SIGV4_NAME_MAX + 1 + S3F__SIGV4_NAME_MAX + 13 + 1)
 
-struct s3f__header {
-    const char *name;
-    const char *value;
-};
-
 struct s3f__sigv4_credentials {
     const char *access_key_id;
     const char *secret_access_key;

@@ -9,10 +9,13 @@
  *
  * What it owns and may call: the store (store.c: the block files and their format;
  * store_count.c: the lock and the count; store_writer.c: inserts and eviction; shared
- * state in store_internal.h) uses only src/core and libc; io.c (the cache's users in the engine: the reader's block-aligned
- * reads, whole-object downloads served or filled) uses the store and the public API
- * (s3f_head_object, s3f_get_object). src/xfer calls the functions below; nothing here
- * calls src/xfer.
+ * state in store_internal.h) uses only src/core and libc; io.c (the cache's users in the
+ * engine: the reader's block-aligned reads, whole-object downloads served or filled) uses
+ * the store and what its caller passes: the reader's fetch function, and for downloads an
+ * origin (struct s3f__cache_origin: a HEAD and a ranged GET). The cache calls no S3
+ * operation itself (tests/layering.py: no public s3f_* call from inside the library).
+ * src/xfer calls the functions below and gives the origin (s3f__xfer_cache_origin);
+ * nothing here calls src/xfer.
  *
  * Errors of the cache never fail a caller's read: a block that cannot be read, checked or
  * written is a miss (or not inserted), counted in `errors`, and the first cause is logged
@@ -173,24 +176,36 @@ enum s3f_status s3f__cache_pread(struct s3f__cache_object *o, void *buf, size_t 
                                  uint64_t offset, s3f__cache_fetch_fn fetch, void *ud,
                                  size_t *n_read, struct s3f_error *err);
 
-struct s3f_client;
 struct s3f_iovec;
+/* Where whole-object downloads served from the cache learn the object's version and get a
+ * block the cache lost: given by the engine (xfer/), `ud` the caller's (its client). */
+struct s3f__cache_origin {
+    /* The object's ETag and size (a HEAD; version_id may be NULL). */
+    enum s3f_status (*head)(void *ud, const char *bucket, const char *key,
+                            const char *version_id, struct s3f_object_info *info);
+    /* Bytes [offset, offset+len) of the object into dst, pinned to `etag` (If-Match). */
+    enum s3f_status (*get)(void *ud, const char *bucket, const char *key, const char *etag,
+                           void *dst, size_t len, uint64_t offset, struct s3f_error *err);
+};
 /* Whole-object downloads (download.c). serve_*: a HEAD (version_id; a different ETag than
  * if_match is not served) and, when every block of that ETag is in the cache, the object
  * from the cache into the destination (a block lost meanwhile is fetched with a ranged GET
  * pinned by If-Match); true when served, info set from the HEAD. false: nothing is known,
  * the caller downloads as without a cache (and fills it afterwards with fill_*). */
-bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
+bool s3f__cache_serve_iov(const struct s3f__cache_origin *origin,
+                          void *origin_ud, struct s3f__cache *c, const char *bucket,
                           const char *key, const char *version_id, const char *if_match,
                           const struct s3f_iovec *iov, size_t n_iov,
                           struct s3f_object_info *info);
-bool s3f__cache_serve_fd(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
+bool s3f__cache_serve_fd(const struct s3f__cache_origin *origin,
+                          void *origin_ud, struct s3f__cache *c, const char *bucket,
                          const char *key, const char *version_id, const char *if_match,
                          int fd, struct s3f_object_info *info);
 /* s3f_download_alloc: true when every block is there: the call is then answered here, with
  * *st (alloc(size) called once; NULL from it: S3F_ERR_NO_MEMORY; a block lost meanwhile
  * whose ranged GET fails: that GET's error in err). false: nothing was allocated. */
-bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
+bool s3f__cache_serve_alloc(const struct s3f__cache_origin *origin,
+                          void *origin_ud, struct s3f__cache *c,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, void *(*alloc)(void *, size_t),
                             void *alloc_ud, void **data, size_t *len,

@@ -1,7 +1,8 @@
 /* The cache's users in the engine: the reader's reads in whole blocks (s3f__cache_pread)
  * and whole-object downloads served from the cache or filled into it after the download.
- * Uses the block store (store.c) and the public API only (a HEAD for the ETag of a
- * download, a ranged GET for a block lost between the check and the read). */
+ * Uses the block store (store.c) and what the caller passes: the reader's fetch function,
+ * the downloads' origin (struct s3f__cache_origin: a HEAD for the ETag of a download, a
+ * ranged GET for a block lost between the check and the read). No S3 operation here. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "core/assert.h"
 
 #define RUN_MAX ((uint64_t)256 << 20) /* missing blocks fetched by one call of `fetch` */
 
@@ -71,49 +73,31 @@ enum s3f_status s3f__cache_pread(struct s3f__cache_object *o, void *buf, size_t 
         }
         pos = stop;
     }
+    S3F_ASSERT(pos <= end);
     *n_read = (size_t)(pos - offset);
     return st;
 }
 
 /* ---- whole-object downloads -------------------------------------------------------------- */
 
-struct region_sink {
-    char *dst;
-    uint64_t start, len;
-};
-
-static int region_write(void *ud, const void *data, size_t len, uint64_t offset) {
-    struct region_sink *r = ud;
-    if (offset < r->start || offset + len > r->start + r->len)
-        return 1;
-    memcpy(r->dst + (offset - r->start), data, len);
-    return 0;
-}
-
 /* Block `b` into dst: from the cache, else by a ranged GET pinned to the ETag (the block
  * was evicted or found corrupt since the check), then inserted. */
-static enum s3f_status block_fetch(struct s3f_client *client, struct s3f__cache_object *o,
-                                   uint64_t b, char *dst, struct s3f_error *err) {
+static enum s3f_status block_fetch(const struct s3f__cache_origin *origin, void *ud,
+                                   struct s3f__cache_object *o, uint64_t b, char *dst,
+                                   struct s3f_error *err) {
     if (s3f__cache_get(o, b, dst))
         return S3F_OK;
     uint64_t bs = s3f__cache_block_bytes(o->cache), len = s3f__cache_block_len(o, b);
-    struct region_sink r = {dst, b * bs, len};
-    struct s3f_get_options go;
-    memset(&go, 0, sizeof(go));
-    go.has_range = 1;
-    go.range_start = b * bs;
-    go.range_end = b * bs + len - 1;
-    go.if_match = o->etag;
-    enum s3f_status st = s3f_get_object(client, o->bucket, o->key, &go, region_write, &r, NULL,
-                                        err);
+    enum s3f_status st = origin->get(ud, o->bucket, o->key, o->etag, dst, (size_t)len, b * bs,
+                                     err);
     if (st == S3F_OK)
         s3f__cache_put(o, b, dst);
     return st;
 }
 
-static bool block_into(struct s3f_client *client, struct s3f__cache_object *o, uint64_t b,
-                       char *dst) {
-    return block_fetch(client, o, b, dst, NULL) == S3F_OK;
+static bool block_into(const struct s3f__cache_origin *origin, void *ud,
+                       struct s3f__cache_object *o, uint64_t b, char *dst) {
+    return block_fetch(origin, ud, o, b, dst, NULL) == S3F_OK;
 }
 
 static uint64_t n_blocks(const struct s3f__cache_object *o) {
@@ -128,12 +112,14 @@ static uint64_t n_blocks(const struct s3f__cache_object *o) {
 
 /* The object's ETag and size by HEAD, and whether it is served from the cache: every
  * block of it has a file, or at most SERVE_MISSING_MAX are missing. */
-static bool head_all_cached(struct s3f_client *client, struct s3f__cache *c,
+static bool head_all_cached(const struct s3f__cache_origin *origin, void *ud,
+                            struct s3f__cache *c,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, struct s3f_object_info *info,
                             struct s3f__cache_object *o) {
+    S3F_ASSERT(origin && origin->head && origin->get); /* given by the engine */
     memset(o, 0, sizeof(*o));
-    if (s3f_head_object(client, bucket, key, version_id, info, NULL) != S3F_OK)
+    if (origin->head(ud, bucket, key, version_id, info) != S3F_OK)
         return false; /* the download reports it */
     if (!info->etag[0] || (if_match && strcmp(if_match, info->etag) != 0))
         return false;
@@ -191,12 +177,13 @@ static void iov_copy(struct iov_cursor *k, uint64_t start, char *flat, uint64_t 
     }
 }
 
-bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
+bool s3f__cache_serve_iov(const struct s3f__cache_origin *origin,
+                          void *origin_ud, struct s3f__cache *c, const char *bucket,
                           const char *key, const char *version_id, const char *if_match,
                           const struct s3f_iovec *iov, size_t n_iov,
                           struct s3f_object_info *info) {
     struct s3f__cache_object o;
-    bool ok = head_all_cached(client, c, bucket, key, version_id, if_match, info, &o);
+    bool ok = head_all_cached(origin, origin_ud, c, bucket, key, version_id, if_match, info, &o);
     uint64_t capacity = 0;
     for (size_t i = 0; i < n_iov; i++)
         capacity += iov[i].len;
@@ -208,8 +195,8 @@ bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const
         uint64_t len = s3f__cache_block_len(&o, b);
         char *p = iov_place(&k, b * bs, len);
         if (p) {
-            ok = block_into(client, &o, b, p);
-        } else if ((p = scratch(&o)) && (ok = block_into(client, &o, b, p))) {
+            ok = block_into(origin, origin_ud, &o, b, p);
+        } else if ((p = scratch(&o)) && (ok = block_into(origin, origin_ud, &o, b, p))) {
             iov_copy(&k, b * bs, p, len, true);
         } else {
             ok = false;
@@ -219,17 +206,18 @@ bool s3f__cache_serve_iov(struct s3f_client *client, struct s3f__cache *c, const
     return ok;
 }
 
-bool s3f__cache_serve_fd(struct s3f_client *client, struct s3f__cache *c, const char *bucket,
+bool s3f__cache_serve_fd(const struct s3f__cache_origin *origin,
+                          void *origin_ud, struct s3f__cache *c, const char *bucket,
                          const char *key, const char *version_id, const char *if_match,
                          int fd, struct s3f_object_info *info) {
     struct s3f__cache_object o;
-    bool ok = head_all_cached(client, c, bucket, key, version_id, if_match, info, &o);
+    bool ok = head_all_cached(origin, origin_ud, c, bucket, key, version_id, if_match, info, &o);
     uint64_t bs = s3f__cache_block_bytes(c);
     char *p = ok ? scratch(&o) : NULL;
     ok = ok && p;
     for (uint64_t b = 0; ok && b < n_blocks(&o); b++) {
         uint64_t len = s3f__cache_block_len(&o, b);
-        ok = block_into(client, &o, b, p);
+        ok = block_into(origin, origin_ud, &o, b, p);
         for (uint64_t done = 0; ok && done < len;) {
             ssize_t n = pwrite(fd, p + done, (size_t)(len - done), (off_t)(b * bs + done));
             if (n < 0 && errno == EINTR)
@@ -246,7 +234,8 @@ bool s3f__cache_serve_fd(struct s3f_client *client, struct s3f__cache *c, const 
     return ok;
 }
 
-bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
+bool s3f__cache_serve_alloc(const struct s3f__cache_origin *origin,
+                          void *origin_ud, struct s3f__cache *c,
                             const char *bucket, const char *key, const char *version_id,
                             const char *if_match, void *(*alloc)(void *, size_t),
                             void *alloc_ud, void **data, size_t *len,
@@ -254,7 +243,7 @@ bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
                             struct s3f_error *err) {
     *st = S3F_OK;
     struct s3f__cache_object o;
-    if (!head_all_cached(client, c, bucket, key, version_id, if_match, info, &o) ||
+    if (!head_all_cached(origin, origin_ud, c, bucket, key, version_id, if_match, info, &o) ||
         o.size > SIZE_MAX) {
         s3f__cache_object_cleanup(&o);
         return false;
@@ -266,7 +255,7 @@ bool s3f__cache_serve_alloc(struct s3f_client *client, struct s3f__cache *c,
                              "cannot allocate %" PRIu64 " bytes for the object", o.size);
     uint64_t bs = s3f__cache_block_bytes(c);
     for (uint64_t b = 0; !*st && b < n_blocks(&o); b++)
-        *st = block_fetch(client, &o, b, dst + b * bs, err);
+        *st = block_fetch(origin, origin_ud, &o, b, dst + b * bs, err);
     if (!*st) {
         *data = dst;
         *len = (size_t)o.size;

@@ -284,6 +284,9 @@ int cli_parse_s3_object(const struct cli_ctx *ctx, const char *arg, char *bucket
 /* Exit status for a failed library call: CLI_EXIT_USAGE for a bad argument or URI,
  * else CLI_EXIT_FAIL. */
 int cli_exit_for(enum s3f_status status);
+/* A library call failed with `st`: err->status set to it when the call left it unset,
+ * cli_report(err, resource), and the exit status for it (cli_exit_for). */
+int cli_fail(struct s3f_error *err, enum s3f_status st, const char *resource);
 
 /* The last component of a '/'-separated path or key ("a/b/c" -> "c", "a/b/" -> ""). */
 const char *cli_basename(const char *path);

@@ -17,8 +17,5 @@ int cli_cmd_cat(struct cli_ctx *ctx) {
         return CLI_EXIT_OK;
     if (ctx->client_failed || (st == S3F_ERR_ABORTED && err.status == S3F_OK))
         return CLI_EXIT_FAIL; /* already reported, or stdout was closed */
-    if (err.status == S3F_OK)
-        err.status = st;
-    cli_report(&err, uri);
-    return cli_exit_for(st);
+    return cli_fail(&err, st, uri);
 }

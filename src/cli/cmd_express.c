@@ -130,12 +130,8 @@ int cli_express_rename(struct cli_ctx *ctx, const char *bucket, const char *src_
     enum s3f_status st = s3f_rename_object(c, bucket, src_key, dst_key, NULL, &err);
     char uri[CLI_BUCKET_MAX + CLI_KEY_MAX + 8];
     snprintf(uri, sizeof(uri), "s3://%s/%s", bucket, src_key);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        return cli_exit_for(st);
-    }
+    if (st != S3F_OK)
+        return cli_fail(&err, st, uri);
     if (!ctx->quiet)
         printf("move: %s to s3://%s/%s\n", uri, bucket, dst_key);
     return CLI_EXIT_OK;
@@ -222,10 +218,7 @@ int cli_cmd_append(struct cli_ctx *ctx) {
             break;
     }
     if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, dst);
-        rc = cli_exit_for(st);
+        rc = cli_fail(&err, st, dst);
     } else if (!ctx->quiet) {
         printf("append: %s to %s (%" PRIu64 " bytes, now %" PRIu64 ")\n", src, dst, sent,
                offset);

@@ -57,12 +57,8 @@ int cli_list_pages(struct s3f_client *c, const char *uri, const char *bucket,
             break;
     }
     s3f_list_tokens_free(seen);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        return cli_exit_for(st);
-    }
+    if (st != S3F_OK)
+        return cli_fail(&err, st, uri);
     return CLI_EXIT_OK;
 }
 

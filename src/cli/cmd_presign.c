@@ -45,12 +45,8 @@ int cli_cmd_presign(struct cli_ctx *ctx) {
     s3f_error_clear(&err);
     char *url = NULL;
     enum s3f_status st = s3f_presign(c, method, bucket, key, (uint32_t)expires, &url, &err);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        return cli_exit_for(st);
-    }
+    if (st != S3F_OK)
+        return cli_fail(&err, st, uri);
     printf("%s\n", url);
     free(url);
     return CLI_EXIT_OK;

@@ -15,12 +15,8 @@ static int rm_one(struct cli_ctx *ctx, const char *uri, const char *bucket, cons
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = s3f_delete_object(c, bucket, key, &err);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        return cli_exit_for(st);
-    }
+    if (st != S3F_OK)
+        return cli_fail(&err, st, uri);
     if (!ctx->quiet)
         printf("delete: s3://%s/%s\n", bucket, key);
     return CLI_EXIT_OK;
@@ -75,12 +71,8 @@ static int rm_recursive(struct cli_ctx *ctx, const char *uri, const char *bucket
             for (size_t j = 0; j < n; j++)
                 printf("delete: s3://%s/%s\n", bucket, keys.items[i + j]);
     }
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        rc = cli_exit_for(st);
-    }
+    if (st != S3F_OK)
+        rc = cli_fail(&err, st, uri);
     cli_strlist_free(&keys);
     free(prefix);
     return rc;

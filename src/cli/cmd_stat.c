@@ -19,12 +19,8 @@ int cli_cmd_stat(struct cli_ctx *ctx) {
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = s3f_head_object(c, bucket, key, NULL, &info, &err);
-    if (st != S3F_OK) {
-        if (err.status == S3F_OK)
-            err.status = st;
-        cli_report(&err, uri);
-        return cli_exit_for(st);
-    }
+    if (st != S3F_OK)
+        return cli_fail(&err, st, uri);
     printf("size: %" PRIu64 "\n", info.size);
     printf("etag: %s\n", info.etag);
     if (info.last_modified) {

@@ -38,26 +38,23 @@ static const struct cli_opt_spec ls_opts[] = {
      "take back in what matches; the last matching --exclude/--include wins"},               \
     {"dryrun", 0, 0, OPT_DRYRUN, NULL, "print what would be done, change nothing"}
 
+/* cp's and mv's options after --recursive */
+#define COPY_OPTS                                                                            \
+    {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",                                         \
+     "Content-Type of uploaded objects (default application/octet-stream)"},                 \
+    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},     \
+    FILTER_OPTS("; with -r"), ENGINE_OPTS, {NULL, 0, 0, OPT_NONE, NULL, NULL}
+
 static const struct cli_opt_spec cp_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
      "copy a local directory to a prefix, or a prefix to a local directory"},
-    {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
-     "Content-Type of uploaded objects (default application/octet-stream)"},
-    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
-    FILTER_OPTS("; with -r"),
-    ENGINE_OPTS,
-    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+    COPY_OPTS,
 };
 
 static const struct cli_opt_spec mv_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
      "move a local directory to a prefix, or a prefix to a local directory or prefix"},
-    {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",
-     "Content-Type of uploaded objects (default application/octet-stream)"},
-    {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
-    FILTER_OPTS("; with -r"),
-    ENGINE_OPTS,
-    {NULL, 0, 0, OPT_NONE, NULL, NULL},
+    COPY_OPTS,
 };
 
 static const struct cli_opt_spec sync_opts[] = {

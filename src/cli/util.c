@@ -73,6 +73,13 @@ int cli_exit_for(enum s3f_status status) {
     return (status == S3F_ERR_INVALID_URI) ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
 }
 
+int cli_fail(struct s3f_error *err, enum s3f_status st, const char *resource) {
+    if (err->status == S3F_OK)
+        err->status = st;
+    cli_report(err, resource);
+    return cli_exit_for(st);
+}
+
 const char *cli_basename(const char *path) {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;

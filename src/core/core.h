@@ -28,6 +28,12 @@
 
 #include "s3flash/s3flash.h"
 
+/* A request header, name and value borrowed (signed by auth/sigv4.c, sent by s3/). */
+struct s3f__header {
+    const char *name;
+    const char *value;
+};
+
 #if defined(__GNUC__)
 #define S3F_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else

@@ -11,6 +11,7 @@
  * control requests (`control`: small metadata requests) first, and data requests may use
  * only `conn_limit - reserved` connections, so the reserved ones are always free for control
  * requests (a CompleteMultipartUpload is not stuck behind the parts of other transfers). */
+#include "core/assert.h"
 #include "http/http.h"
 
 #include <inttypes.h>
@@ -475,6 +476,9 @@ static void start_request(struct io_thread *t, struct s3f__http_request *q) {
     t->running++;
     if (!q->control)
         t->running_data++;
+    /* admission: curl holds at most as many requests as the thread has connections, data
+     * requests at most the unreserved ones (admit) */
+    S3F_ASSERT(t->running <= t->conn_limit && t->running_data <= t->data_limit);
 }
 
 /* Admission: control requests first, into any free slot; data requests into the slots
@@ -558,6 +562,7 @@ static void *io_main(void *arg) {
             struct s3f__http_request *req = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&req);
             CURLcode rc = msg->data.result;
+            S3F_ASSERT(t->running > 0 && (req->control || t->running_data > 0));
             t->running--;
             if (!req->control)
                 t->running_data--;

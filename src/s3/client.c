@@ -8,6 +8,10 @@
 
 #include <curl/curl.h>
 
+#include "auth/credentials.h"
+#include "auth/profile.h"
+#include "auth/sigv4.h"
+#include "http/http.h"
 #include "s3/client.h"
 
 static const char *env(const char *name) {
@@ -250,6 +254,10 @@ void s3f__s3_client_free(struct s3f_client *c) {
 
 const char *s3f_client_region(const struct s3f_client *c) {
     return c && c->region ? c->region : "";
+}
+
+uint32_t s3f__s3_data_connections(const struct s3f_client *c) {
+    return s3f__http_pool_data_connections(c->http);
 }
 
 const char *s3f_client_endpoint(const struct s3f_client *c) {

@@ -20,13 +20,17 @@
 
 #include <pthread.h>
 
-#include "auth/credentials.h"
-#include "auth/profile.h"
-#include "auth/sigv4.h"
 #include "core/core.h"
-#include "http/http.h"
 #include "s3/endpoint.h"
 #include "s3/request_options.h"
+
+/* Of auth/ and http/, this header names only pointers and a callback's type, so that what
+ * includes it (xfer/) sees neither folder (tests/layering.py checks includes transitively):
+ * the executor's state in each request is opaque storage here, defined in
+ * s3/request_internal.h. */
+struct s3f__aws_config;
+struct s3f__credentials_provider;
+struct s3f__http_pool;
 
 /* AWS standard retry mode token bucket. Guarded by its own lock. */
 struct s3f__retry_bucket {
@@ -71,96 +75,24 @@ struct s3f_client {
 enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
                                    struct s3f_client **out, struct s3f_error *err);
 void s3f__s3_client_free(struct s3f_client *c);
+/* Connections data requests may use across the transport's threads (the engine's plan). */
+uint32_t s3f__s3_data_connections(const struct s3f_client *c);
 
 #define S3F_MAX_EXTRA_HEADERS 16
 
-/* One attempt's response state (private to the executor). */
-struct s3f__s3_attempt {
-    struct s3f__s3_request *r;
-    struct s3f__http_request http;
-    struct s3f__buf err_body;      /* body of a non-2xx response */
-    uint64_t sink_pos;             /* next object offset the sink expects */
-    bool sink_failed;
-    bool body_overflow;            /* the response did not fit body_out's cap */
-    bool body_oom;                 /* body_out could not grow (out of memory) */
-    /* response headers */
-    char etag[128];
-    char request_id[128];
-    char host_id[256];
-    char content_type[128];
-    char version_id[128];
-    char storage_class[32];
-    char checksum_crc32c[16], checksum_crc32[16], checksum_crc64nvme[24], checksum_sha256[48];
-    int64_t last_modified;
-    int64_t date;                  /* the response's Date (Unix seconds), 0 if none */
-    uint64_t content_length;
-    bool has_content_length;
-    uint64_t total_size;           /* from Content-Range */
-    bool has_total_size;
-    uint64_t range_first;          /* first byte of a 206 response, from Content-Range */
-    bool has_range_first;
-    uint64_t range_last;           /* last byte of a 206 response, from Content-Range */
-    bool has_range_last;
-    bool body_started;
-    uint64_t resp_pos;             /* object offset of the next response byte */
-    /* With a sink, the response head is checked against the request before the first
-     * body byte reaches the sink (request.c, check_response). */
-    uint64_t want_first;           /* the first object byte this attempt asks for */
-    bool checked;
-    uint64_t resp_end;             /* object offset past the response's last byte, or
-                                    * UINT64_MAX when its length is not announced */
-    bool rest_skipped;             /* a 200 stopped once past the range asked for */
-    enum s3f_status bad;           /* not what was asked: the error, its message */
-    bool bad_retryable;
-    char bad_msg[400];
-};
-
-/* The executor's response-header callback (an s3f__http_header_fn, `ud` the attempt):
- * records one header of the response (ETag, request ids, content type, version, storage
- * class, the x-amz-checksum-* values, Last-Modified and Date, Content-Length, Content-Range
- * "bytes F-L/T") in *ud. Pure: no I/O, no allocation; exposed for tests/fuzz/fuzz_headers.c. */
-void s3f__s3_attempt_on_header(void *ud, const char *name, size_t n, const char *v, size_t vlen);
 
 struct s3f__s3_request;
+/* A request body streamed by a callback (the transport's s3f__http_read_fn, the same type):
+ * fill up to `len` bytes at `offset` of the body; return the count, or -1 on error. Called
+ * on an I/O thread. */
+typedef long (*s3f__s3_read_fn)(void *ud, char *buf, size_t len, uint64_t offset);
+/* Bytes of the executor's per-request state (checked in s3/request_internal.h) */
+#define S3F__S3_CALL_BYTES 4544
 /* Completion of an asynchronous request: runs on an I/O thread exactly once, never inside
  * s3f__s3_submit; `st` is the final status after retries (the err passed to submit is filled
  * on failure). It must not block; it may submit further requests. */
 typedef void (*s3f__s3_done_fn)(struct s3f__s3_request *r, enum s3f_status st, void *ud);
 
-/* The executor's state for one request across its attempts (private to request.c). */
-struct s3f__s3_call {
-    struct s3f_client *c;
-    struct s3f_error *err;          /* the caller's, or local_err */
-    struct s3f_error local_err;
-    s3f__s3_done_fn done;
-    void *done_ud;
-    int attempt;
-    int max_attempts;
-    uint64_t range_start, range_end;
-    uint64_t delivered;             /* bytes already handed to the sink */
-    char pinned_etag[128];          /* ETag of the first response, for resumed GETs */
-    uint64_t pinned_size;           /* object size: the caller's, or the first response's */
-    bool has_pinned_size;
-    int short_responses;            /* consistent responses that ended before the range */
-    const char *user_if_match;
-    bool used_retry_token;
-    int last_cost;
-    bool prep_failed;               /* this attempt could not be built; err says why */
-    int idem;                       /* enum s3f__idem_class of the request */
-    uint64_t creds_generation;      /* credentials snapshot that signed this attempt */
-    struct s3f__credentials_provider *creds_provider; /* ...and its provider (a session's) */
-    bool token_resent;              /* re-sent once after ExpiredToken & co. */
-    /* parked while the refresher fetches credentials (none usable: expired, or the server
-     * rejected the token): re-queued by it, never waiting on an I/O thread */
-    struct s3f__credentials_waiter creds_wait;
-    uint64_t parked_not_before_ns;
-    uint32_t parks;                 /* times parked (tests, logs) */
-    char resource[600];
-    char range[80];
-    char *url;
-    struct curl_slist *headers;
-    struct s3f__s3_attempt a;
-};
 
 /* One S3 request as the operations describe it; the executor adds host, date, content
  * sha256, security token and authorization, sends it and retries it. */
@@ -204,7 +136,7 @@ struct s3f__s3_request {
     int64_t server_date;          /* Date of the latest response that had one (Unix s), or 0 */
     /* Request body streamed by a callback instead of `body` (fill up to len bytes at
      * `offset` of the body; return the count or -1). Called on an I/O thread. */
-    s3f__http_read_fn read_body;
+    s3f__s3_read_fn read_body;
     void *read_ud;
     /* Limits of this request: attempts (0: the client's max_attempts) and the time each
      * attempt may take in all, connection included (0: none beyond the stall timeout). */
@@ -216,8 +148,12 @@ struct s3f__s3_request {
     /* A HeadObject of a copy's source: it carries the SSE-C key of copy sources
      * (request_options.h) instead of the client's. */
     bool copy_source;
-    /* private: the executor's state */
-    struct s3f__s3_call call;
+    /* private: the executor's state (struct s3f__s3_call, s3/request_internal.h), kept in
+     * the request so that a transfer allocates nothing per request */
+    union {
+        max_align_t align;
+        unsigned char bytes[S3F__S3_CALL_BYTES];
+    } call;
 };
 
 /* Add an extra header (name and value must outlive the request). Past

@@ -415,6 +415,22 @@ static enum s3f_status oom(struct s3f_error *err, const char *resource) {
     return s3f__error_set(err, S3F_ERR_NO_MEMORY, OP, resource, "out of memory");
 }
 
+/* The host of a path-style or bucketless request to AWS's s3 endpoint: FIPS and dual-stack
+ * variants in r1 (the signing region), the legacy global endpoint, else the region's. */
+static void s3_host(char *host, size_t len, const struct s3f__endpoint_params *p,
+                    const char *r1, const char *region, const char *sd, bool legacy_global) {
+    if (p->use_fips && p->use_dual_stack)
+        snprintf(host, len, "s3-fips.dualstack.%s.%s", r1, sd);
+    else if (p->use_fips)
+        snprintf(host, len, "s3-fips.%s.%s", r1, sd);
+    else if (p->use_dual_stack)
+        snprintf(host, len, "s3.dualstack.%s.%s", r1, sd);
+    else if (legacy_global)
+        snprintf(host, len, "s3.%s", sd);
+    else
+        snprintf(host, len, "s3.%s.%s", region, sd);
+}
+
 enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
                                       struct s3f__endpoint *out, struct s3f_error *err) {
     enum s3f_status st_express;
@@ -524,16 +540,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
         if (custom)
             st = s3f__endpoint_set(out, u.https, u.authority, u.host_header, u.path, false, r1);
         else {
-            if (p->use_fips && p->use_dual_stack)
-                snprintf(host, sizeof(host), "s3-fips.dualstack.%s.%s", r1, sd);
-            else if (p->use_fips)
-                snprintf(host, sizeof(host), "s3-fips.%s.%s", r1, sd);
-            else if (p->use_dual_stack)
-                snprintf(host, sizeof(host), "s3.dualstack.%s.%s", r1, sd);
-            else if (legacy_global)
-                snprintf(host, sizeof(host), "s3.%s", sd);
-            else
-                snprintf(host, sizeof(host), "s3.%s.%s", region, sd);
+            s3_host(host, sizeof(host), p, r1, region, sd, legacy_global);
             st = s3f__endpoint_set_aws(out, host, "", false, r1);
         }
         goto done;
@@ -621,16 +628,7 @@ enum s3f_status s3f__endpoint_resolve(const struct s3f__endpoint_params *p,
         if (custom) {
             st = s3f__endpoint_set(out, u.https, u.authority, u.host_header, path.data, true, r1);
         } else {
-            if (p->use_fips && p->use_dual_stack)
-                snprintf(host, sizeof(host), "s3-fips.dualstack.%s.%s", r1, sd);
-            else if (p->use_fips)
-                snprintf(host, sizeof(host), "s3-fips.%s.%s", r1, sd);
-            else if (p->use_dual_stack)
-                snprintf(host, sizeof(host), "s3.dualstack.%s.%s", r1, sd);
-            else if (legacy_global)
-                snprintf(host, sizeof(host), "s3.%s", sd);
-            else
-                snprintf(host, sizeof(host), "s3.%s.%s", region, sd);
+            s3_host(host, sizeof(host), p, r1, region, sd, legacy_global);
             st = s3f__endpoint_set_aws(out, host, path.data, true, r1);
         }
         s3f__buf_cleanup(&path);

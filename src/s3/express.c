@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth/credentials.h"
+#include "auth/sigv4.h"
+#include "http/http.h"
 #include "s3/client.h"
 #include "s3/endpoint.h"
 

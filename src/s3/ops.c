@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "auth/credentials.h"
+#include "auth/sigv4.h"
 #include "s3/client.h"
 #include "s3/endpoint.h"
 #include "s3/ops_common.h"

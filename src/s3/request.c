@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "s3/request_internal.h"
 #include "s3/endpoint.h"
 #include "s3/idempotency.h"
@@ -162,8 +163,8 @@ static enum s3f_status prepare(struct s3f_client *c, struct s3f__s3_request *r,
             .n_headers = nh,
             .payload_hash = payload_hash,
         };
-        r->call.creds_generation = snap->generation;
-        r->call.creds_provider = prov;
+        s3f__s3_call_of(r)->creds_generation = snap->generation;
+        s3f__s3_call_of(r)->creds_provider = prov;
         struct s3f__sigv4_credentials sc = {snap->creds.access_key_id,
                                             snap->creds.secret_access_key,
                                             snap->creds.session_token};
@@ -304,7 +305,7 @@ static void error_from_response(struct s3f__s3_request *r, struct s3f__s3_attemp
     if (!e->host_id[0])
         s3f__strlcpy(e->host_id, a->host_id, sizeof(e->host_id));
     e->status = s3f__s3_error_status(http_status, e->code);
-    s3f__request_options_hint(&r->call.c->ropts, r->operation, r->copy_source, e);
+    s3f__request_options_hint(&s3f__s3_call_of(r)->c->ropts, r->operation, r->copy_source, e);
 }
 
 /* ---- the asynchronous state machine ---------------------------------------------------
@@ -337,12 +338,14 @@ static void attempt_release(struct s3f__s3_call *k) {
 }
 
 static void finish(struct s3f__s3_request *r, enum s3f_status st) {
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     attempt_release(k);
     if (st == S3F_OK)
         s3f__retry_refund(k->c, k->used_retry_token ? k->last_cost : 1);
     s3f__s3_done_fn done = k->done;
     void *ud = k->done_ud;
+    S3F_ASSERT(done != NULL); /* `done` runs exactly once per submit (client.h) */
+    k->done = NULL;
     done(r, st, ud); /* r may be gone from here on */
 }
 
@@ -363,7 +366,7 @@ static void call_creds_ready(struct s3f__credentials_waiter *w) {
 
 /* Build and send attempt k->attempt, to start not before `not_before_ns`. */
 static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     struct s3f__s3_attempt *a = &k->a;
     memset(a, 0, sizeof(*a));
     a->r = r;
@@ -433,7 +436,7 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
 
 static void attempt_done(struct s3f__http_request *req, void *ud) {
     struct s3f__s3_request *r = ud;
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     struct s3f__s3_attempt *a = &k->a;
     struct s3f_client *c = k->c;
     (void)req;
@@ -442,7 +445,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
         return;
     }
     enum s3f_status tst = a->http.status;
-    if (tst == S3F_ERR_ABORTED && a->rest_skipped)
+    if (tst == S3F_ERR_ABORTED && a->state == S3F__ATTEMPT_REST_SKIPPED)
         tst = S3F_OK; /* the range came whole; the rest of a whole-object answer was not read */
     int http_status = a->http.http_status;
     r->http_status = http_status;
@@ -474,10 +477,10 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
             last.status = a->bad;
             s3f__strlcpy(last.message, a->bad_msg, sizeof(last.message));
             s3f__strlcpy(last.host_id, a->host_id, sizeof(last.host_id));
-        } else if (tst == S3F_ERR_ABORTED && a->body_oom) {
+        } else if (tst == S3F_ERR_ABORTED && a->state == S3F__ATTEMPT_BODY_OOM) {
             last.status = S3F_ERR_NO_MEMORY;
             snprintf(last.message, sizeof(last.message), "out of memory");
-        } else if (tst == S3F_ERR_ABORTED && a->body_overflow) {
+        } else if (tst == S3F_ERR_ABORTED && a->state == S3F__ATTEMPT_BODY_OVERFLOW) {
             last.status = S3F_ERR_BAD_RESPONSE;
             snprintf(last.message, sizeof(last.message),
                      "response body larger than the %zu bytes allowed", r->body_out->max);
@@ -603,7 +606,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
 
 void s3f__s3_submit(struct s3f_client *c, struct s3f__s3_request *r, struct s3f_error *err,
                     s3f__s3_done_fn done, void *ud) {
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     memset(k, 0, sizeof(*k));
     k->c = c;
     k->err = err ? err : &k->local_err;

@@ -6,7 +6,6 @@
 #ifndef S3F_S3_REQUEST_OPTIONS_H
 #define S3F_S3_REQUEST_OPTIONS_H
 
-#include "auth/sigv4.h"
 #include "core/core.h"
 
 /* The most headers s3f__request_options_headers adds to one request. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "s3/request_internal.h"
 
 /* ---- one attempt's response state ---------------------------------------------------- */
@@ -87,7 +88,7 @@ void s3f__s3_attempt_on_header(void *ud, const char *name, size_t n, const char 
 }
 
 void s3f__s3_response_head(const struct s3f__s3_request *r, struct s3f__s3_response_head *out) {
-    const struct s3f__s3_attempt *a = &r->call.a;
+    const struct s3f__s3_attempt *a = &s3f__s3_call_of_const(r)->a;
     memset(out, 0, sizeof(*out));
     s3f__strlcpy(out->etag, a->etag, sizeof(out->etag));
     s3f__strlcpy(out->request_id, a->request_id, sizeof(out->request_id));
@@ -136,11 +137,30 @@ bool s3f__s3_etag_differs(const char *pin, const char *got) {
 }
 
 static void asked_range(const struct s3f__s3_attempt *a, char *buf, size_t len) {
-    uint64_t last = a->r->call.range_end;
+    uint64_t last = s3f__s3_call_of(a->r)->range_end;
     if (last == UINT64_MAX)
         snprintf(buf, len, "bytes %" PRIu64 "-", a->want_first);
     else
         snprintf(buf, len, "bytes %" PRIu64 "-%" PRIu64, a->want_first, last);
+}
+
+/* The one place an attempt's state changes: the transition checked (request_internal.h
+ * lists the allowed ones), logged at TRACE. */
+static void attempt_set(struct s3f__s3_attempt *a, enum s3f__attempt_state to) {
+    static const char *const name[] = {"head", "checked", "body", "rest skipped",
+                                       "sink failed", "body out of memory", "body over its cap"};
+    enum s3f__attempt_state from = a->state;
+    S3F_ASSERT((from == S3F__ATTEMPT_HEAD &&
+                (to == S3F__ATTEMPT_CHECKED || to == S3F__ATTEMPT_BODY_OOM ||
+                 to == S3F__ATTEMPT_BODY_OVERFLOW)) ||
+               (from == S3F__ATTEMPT_CHECKED && to == S3F__ATTEMPT_BODY) ||
+               (from == S3F__ATTEMPT_BODY &&
+                (to == S3F__ATTEMPT_REST_SKIPPED || to == S3F__ATTEMPT_SINK_FAILED)));
+    const struct s3f__s3_call *k = s3f__s3_call_of(a->r);
+    if (k->c && s3f__log_enabled(&k->c->logger, S3F_LOG_TRACE))
+        s3f__log(&k->c->logger, S3F_LOG_TRACE, "%s %s: attempt %d: response %s -> %s",
+                 a->r->operation, k->resource, k->attempt, name[from], name[to]);
+    a->state = to;
 }
 
 S3F_PRINTF(4, 5)
@@ -169,9 +189,9 @@ static bool bad_response(struct s3f__s3_attempt *a, enum s3f_status st, bool ret
  * A 206 that ends before the range does is consistent: check_complete continues it. */
 static bool check_response(struct s3f__s3_attempt *a, int code) {
     struct s3f__s3_request *r = a->r;
-    struct s3f__s3_call *k = &r->call;
+    struct s3f__s3_call *k = s3f__s3_call_of(r);
     char asked[64];
-    a->checked = true;
+    attempt_set(a, S3F__ATTEMPT_CHECKED);
     asked_range(a, asked, sizeof(asked));
     const char *pin = k->user_if_match ? k->user_if_match : k->pinned_etag;
     if (s3f__s3_etag_differs(pin, a->etag))
@@ -242,7 +262,7 @@ static bool check_response(struct s3f__s3_attempt *a, int code) {
         k->pinned_size = total;
         k->has_pinned_size = true;
     }
-    a->body_started = true;
+    attempt_set(a, S3F__ATTEMPT_BODY);
     a->resp_pos = first;
     return true;
 }
@@ -252,8 +272,8 @@ static bool check_response(struct s3f__s3_attempt *a, int code) {
  * 206): the rest is to be asked for; -1 with *e filled when the response is wrong. */
 int s3f__s3_check_complete(struct s3f__s3_attempt *a, int code, struct s3f_error *e,
                           bool *retryable) {
-    struct s3f__s3_call *k = &a->r->call;
-    if (!a->checked)
+    struct s3f__s3_call *k = s3f__s3_call_of(a->r);
+    if (a->state == S3F__ATTEMPT_HEAD)
         check_response(a, code);
     if (!a->bad) {
         uint64_t end = k->range_end == UINT64_MAX ? UINT64_MAX : k->range_end + 1;
@@ -307,7 +327,7 @@ int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, 
         if (a->r->sink) {
             /* Place the bytes by their object offset: a server that ignores Range answers
              * 200 with the whole object, whose head we then skip. */
-            if (!a->checked && !check_response(a, code))
+            if (a->state == S3F__ATTEMPT_HEAD && !check_response(a, code))
                 return 1;
             uint64_t pos = a->resp_pos, end = pos + len;
             a->resp_pos = end;
@@ -320,11 +340,11 @@ int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, 
                              asked, a->resp_end);
                 return 1;
             }
-            uint64_t stop = a->r->call.range_end == UINT64_MAX ? UINT64_MAX
-                                                               : a->r->call.range_end + 1;
+            uint64_t stop = s3f__s3_call_of(a->r)->range_end == UINT64_MAX ? UINT64_MAX
+                                                               : s3f__s3_call_of(a->r)->range_end + 1;
             if (pos >= stop && a->sink_pos >= stop) {
                 /* a whole-object answer past the range: all asked for came, stop reading */
-                a->rest_skipped = true;
+                attempt_set(a, S3F__ATTEMPT_REST_SKIPPED);
                 return 1;
             }
             if (pos > a->sink_pos) {
@@ -340,7 +360,7 @@ int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, 
             size_t skip = (size_t)(a->sink_pos - pos);
             size_t n = (size_t)(end - a->sink_pos);
             if (a->r->sink(a->r->sink_ud, data + skip, n, a->sink_pos) != 0) {
-                a->sink_failed = true;
+                attempt_set(a, S3F__ATTEMPT_SINK_FAILED);
                 return 1;
             }
             a->sink_pos += n;
@@ -349,10 +369,8 @@ int s3f__s3_attempt_body(struct s3f__s3_attempt *a, int code, const char *data, 
         if (a->r->body_out) {
             enum s3f_status bst = s3f__buf_append(a->r->body_out, data, len);
             if (bst != S3F_OK) {
-                if (bst == S3F_ERR_NO_MEMORY)
-                    a->body_oom = true;
-                else
-                    a->body_overflow = true;
+                attempt_set(a, bst == S3F_ERR_NO_MEMORY ? S3F__ATTEMPT_BODY_OOM
+                                                        : S3F__ATTEMPT_BODY_OVERFLOW);
                 return 1;
             }
             return 0;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/assert.h"
 #include "s3/client.h"
 #include "s3/retry.h"
 
@@ -80,6 +81,7 @@ bool s3f__s3_error_retryable(int http_status, const char *code) {
 
 bool s3f__retry_acquire(struct s3f_client *c, int cost) {
     bool ok;
+    S3F_ASSERT(cost > 0);
     pthread_mutex_lock(&c->retry.lock);
     ok = c->retry.tokens >= cost;
     if (ok)
@@ -93,6 +95,7 @@ void s3f__retry_refund(struct s3f_client *c, int amount) {
     c->retry.tokens += amount;
     if (c->retry.tokens > c->retry.capacity)
         c->retry.tokens = c->retry.capacity;
+    S3F_ASSERT(c->retry.tokens >= 0);
     pthread_mutex_unlock(&c->retry.lock);
 }
 

@@ -690,7 +690,7 @@ enum s3f_status s3f_download_iov(struct s3f_client *c, const char *bucket, const
         d.iov_end[i] = d.capacity;
     }
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    if (d.x->cache && !d.ranged && s3f__cache_serve_iov(c, d.x->cache, bucket, key, opts->version_id,
+    if (d.x->cache && !d.ranged && s3f__cache_serve_iov(&s3f__xfer_cache_origin, c, d.x->cache, bucket, key, opts->version_id,
                                            opts->if_match, iov, n_iov, info ? info : &cinfo)) {
         s3f__download_cleanup(&d);
         return S3F_OK;

@@ -233,7 +233,7 @@ enum s3f_status s3f_download_alloc(struct s3f_client *c, const char *bucket, con
     if (st)
         return st;
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    if (x->cache && s3f__cache_serve_alloc(c, x->cache, bucket, key, opts->version_id,
+    if (x->cache && s3f__cache_serve_alloc(&s3f__xfer_cache_origin, c, x->cache, bucket, key, opts->version_id,
                                            opts->if_match, alloc, alloc_user_data, data, len,
                                            &cinfo, &st, err)) {
         if (info && st == S3F_OK)

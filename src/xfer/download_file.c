@@ -161,7 +161,7 @@ enum s3f_status s3f_download_file(struct s3f_client *c, const char *bucket, cons
         return st;
     }
     struct s3f_object_info cinfo; /* the block cache: served from it, or filled after */
-    bool cached = d.x->cache && !d.ranged && s3f__cache_serve_fd(c, d.x->cache, bucket, key, opts->version_id,
+    bool cached = d.x->cache && !d.ranged && s3f__cache_serve_fd(&s3f__xfer_cache_origin, c, d.x->cache, bucket, key, opts->version_id,
                                                     opts->if_match, d.fd, info ? info : &cinfo);
     st = cached ? S3F_OK : s3f__download_run(&d, info, err);
     if (st == S3F_OK && !cached && d.x->cache && !d.ranged)

@@ -355,7 +355,7 @@ enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i
 }
 
 enum s3f_status s3f__up_read_request(struct upload *u, struct upreq *q, size_t i,
-                                     s3f__http_read_fn read) {
+                                     s3f__s3_read_fn read) {
     enum s3f_status st = s3f__up_data_request(u, q, i);
     if (st || !u->parts[i].size)
         return st;

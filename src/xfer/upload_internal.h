@@ -174,7 +174,7 @@ enum s3f_status s3f__up_data_request(struct upload *u, struct upreq *q, size_t i
 /* s3f__up_data_request with a part's body read through `read` (its ud is q) rather than
  * sent from memory: the sources whose bytes are read as they go (a file, pool chunks). */
 enum s3f_status s3f__up_read_request(struct upload *u, struct upreq *q, size_t i,
-                                     s3f__http_read_fn read);
+                                     s3f__s3_read_fn read);
 void s3f__up_do_actions(struct upload *u, const struct actions *act);
 void s3f__up_fail(struct upload *u, enum s3f_status st, const struct s3f_error *e);
 enum s3f_status s3f__up_fail_msg(struct upload *u, enum s3f_status st, const char *op,

@@ -98,6 +98,42 @@ static void engine_free(struct s3f__xfer_engine *e) {
     free(e);
 }
 
+/* ---- the block cache's origin: the S3 operations it needs, given to it (cache/ calls no
+ * operation itself) ---- */
+
+static enum s3f_status origin_head(void *ud, const char *bucket, const char *key,
+                                   const char *version_id, struct s3f_object_info *info) {
+    return s3f_head_object(ud, bucket, key, version_id, info, NULL);
+}
+
+struct region_sink {
+    char *dst;
+    uint64_t start, len;
+};
+
+static int region_write(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct region_sink *r = ud;
+    if (offset < r->start || offset + len > r->start + r->len)
+        return 1;
+    memcpy(r->dst + (offset - r->start), data, len);
+    return 0;
+}
+
+static enum s3f_status origin_get(void *ud, const char *bucket, const char *key,
+                                  const char *etag, void *dst, size_t len, uint64_t offset,
+                                  struct s3f_error *err) {
+    struct region_sink r = {dst, offset, len};
+    struct s3f_get_options go;
+    memset(&go, 0, sizeof(go));
+    go.has_range = 1;
+    go.range_start = offset;
+    go.range_end = offset + len - 1;
+    go.if_match = etag;
+    return s3f_get_object(ud, bucket, key, &go, region_write, &r, NULL, err);
+}
+
+const struct s3f__cache_origin s3f__xfer_cache_origin = {origin_head, origin_get};
+
 /* The block cache (cache_dir), its insert queue inside the memory limit: the queue takes
  * its share (s3f__cache_queue_bytes) off x->memory_limit, and the buffer pool gets the
  * rest. A cache that cannot be opened is bypassed (a WARN line), never an error of the
@@ -153,7 +189,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
     x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
     x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
-    x->data_connections = s3f__http_pool_data_connections(c->http);
+    x->data_connections = s3f__s3_data_connections(c);
     x->inflight_fixed = o->max_inflight_requests != 0;
     x->max_inflight = o->max_inflight_requests
                           ? o->max_inflight_requests

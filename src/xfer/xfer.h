@@ -26,6 +26,9 @@
 
 struct s3f_client;
 struct s3f__cache;
+/* The block cache's origin (xfer.c): its HEAD and ranged GET, `ud` the client. */
+struct s3f__cache_origin;
+extern const struct s3f__cache_origin s3f__xfer_cache_origin;
 
 #define S3F__MIB ((uint64_t)1 << 20)
 #define S3F__GIB ((uint64_t)1 << 30)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "s3/client.h"
+#include "s3/request_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct s3f__s3_attempt a;

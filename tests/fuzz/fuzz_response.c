@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     struct s3f__s3_request r;
     memset(&r, 0, sizeof(r));
-    struct s3f__s3_call *k = &r.call;
+    struct s3f__s3_call *k = s3f__s3_call_of(&r);
     struct s3f__s3_attempt *a = &k->a;
     uint64_t start = 0, end = UINT64_MAX, pinned = 0;
     if (f_start[0] && !parse_u64(f_start, &start))
@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         off += n;
     }
     FUZZ_CHECK(a->sink_pos == ss.next);
-    if (stopped && !a->rest_skipped)
+    if (stopped && a->state != S3F__ATTEMPT_REST_SKIPPED)
         goto out; /* the transfer stopped: a->bad says why, or the sink did */
     struct s3f_error e;
     bool retryable = false;

@@ -819,6 +819,24 @@ static void test_refresh(void) {
     CHECK(stat_of("imds_creds") >= 4);
     unsetenv("S3FLASH_TEST_CLOCK_OFFSET_S");
     s3f__credentials_provider_free(p);
+    /* each change of the refresher's state is made by one function, which logs it at TRACE:
+     * started, asked by refresh_now, asked by a request without usable credentials (the
+     * clock offset above), the order taken, stopped by _free */
+    pthread_mutex_lock(&log_lock);
+    static const char *const transitions[] = {
+        "credentials: refresher none -> running",
+        "credentials: refresher order none -> refresh",
+        "credentials: refresher order refresh -> none",
+        "credentials: refresher order none -> demand",
+        "credentials: refresher order demand -> none",
+        "credentials: refresher running -> stopping",
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(transitions); i++) {
+        if (!log_text.data || !strstr(log_text.data, transitions[i]))
+            fprintf(stderr, "not logged: %s\n", transitions[i]);
+        CHECK(log_text.data && strstr(log_text.data, transitions[i]));
+    }
+    pthread_mutex_unlock(&log_lock);
 
     /* the signing key is derived once per (date, region, service) of a snapshot */
     server_reset();
