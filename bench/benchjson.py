@@ -208,3 +208,156 @@ def _num(v):
     if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v):
         return v
     return None
+
+
+# -- the scripts' Markdown tables as records ----------------------------------------------------
+# Every benchmark prints Markdown tables; one parser turns a printed table (or one stored in
+# bench/results/*.md or docs/PERFORMANCE.md) into records, so that a script's --json holds the
+# same rows as its table and the stored tables can be converted the same way.
+
+_NUM = re.compile(r"^\s*`?(-?[\d,]*\.?\d+)\s*(%|[A-Za-z][A-Za-z/.-]*(?:/s)?)?")
+_UNIT_IN_HEAD = re.compile(r"\(([^()]*)\)\s*$")
+_UNITLIKE = re.compile(r"^(s|ms|seconds|%|[KMGT]i?B|[KMGT]i?B/s|[a-z]+/s)$")
+
+
+def _unit_of(text):
+    """The unit a header or title names in its last brackets: '(s)', '(samples/s)', '(2
+    saves ...; seconds)'; '' when none."""
+    m = _UNIT_IN_HEAD.search(text)
+    if not m:
+        return ("s" if text == "seconds" else text) if _UNITLIKE.match(text) else ""
+    u = m[1].split(";")[-1].strip()
+    if not _UNITLIKE.match(u):
+        return ""
+    return "s" if u == "seconds" else u
+
+
+def md_tables(text):
+    """[(title, header, rows)] of the Markdown tables in text; the title is the nearest line
+    above the table that is not part of one (a heading, a bold line or a sentence)."""
+    out, title, lines = [], "", text.splitlines()
+    i = 0
+    while i < len(lines):
+        ln = lines[i].strip()
+        if ln.startswith("|") and i + 1 < len(lines) and re.match(r"^\|[\s:|-]+\|$",
+                                                                   lines[i + 1].strip()):
+            header = _cells(ln)
+            rows = []
+            i += 2
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                rows.append(_cells(lines[i].strip()))
+                i += 1
+            out.append((title, header, rows))
+            continue
+        if ln:
+            title = ln.strip("#* ").rstrip(":")
+        i += 1
+    return out
+
+
+def _cells(ln):
+    return [c.strip() for c in ln.strip().strip("|").split("|")]
+
+
+def parse_cell(cell, head=""):
+    """'295 MiB/s' -> (295.0, 'MiB/s'); '0.45 s, 10 req' -> (0.45, 's'); '1,116 reads/s' ->
+    (1116.0, 'reads/s'); a bare number takes the unit in the header's brackets ('(s)');
+    None for an empty or non-numeric cell."""
+    m = _NUM.match(cell.replace("**", ""))
+    if not m:
+        return None
+    unit = m[2] or ""
+    if unit in ("x",):
+        return None  # a ratio column
+    if not unit:
+        unit = _unit_of(head)
+    return float(m[1].replace(",", "")), unit
+
+
+def title_params(title):
+    """What a table's title says about its settings: object size, first byte, state size."""
+    p = {"table": title}
+    m = re.search(r"(\d+(?:\.\d+)?) ([KMGT])iB (objects|files|state)|state (\d+) ([KMGT])iB",
+                  title)
+    if m:
+        p["object_size"] = parse_size((m[1] or m[4]) + (m[2] or m[5]))
+    m = re.search(r"(\d+) ms first byte", title)
+    if m:
+        p["first_byte_ms"] = int(m[1])
+    return p
+
+
+def from_markdown(text, benchmark, layout="rows", variant_col=0, row_col=None,
+                  value_cols=None, params=None, unit_from_title=False, tables=None):
+    """Records of the Markdown tables in text.
+
+    layout "rows": a row per variant (variant_col); each numeric cell of value_cols (default:
+    every other column) is a record whose metric is the column's header, or the row_col
+    label when given. layout "columns": a column per variant (value_cols, default every column
+    after the first whose header has no '/' or 'x': ratio columns are left out), a row per
+    metric (the first column). `tables`: only tables whose title contains one of these."""
+    recs = []
+    for title, header, rows in md_tables(text):
+        if tables and not any(t in title for t in tables):
+            continue
+        tp = dict(title_params(title), **(params or {}))
+        tunit = _unit_of(title)
+        for row in rows:
+            if len(row) != len(header):
+                continue
+            if layout == "columns":
+                cols = value_cols or [c for c in range(1, len(header))
+                                      if "/" not in header[c] and not header[c].startswith("x")]
+                for c in cols:
+                    v = parse_cell(row[c], header[c])
+                    if v:
+                        recs.append(record(benchmark, header[c], row[0], v[0], v[1], tp,
+                                           cell=row[c]))
+                continue
+            cols = value_cols or [c for c in range(len(header))
+                                  if c not in (variant_col, row_col)
+                                  and not header[c].startswith("x ")]
+            for c in cols:
+                v = parse_cell(row[c], header[c])
+                if not v:
+                    continue
+                unit = v[1] or tunit if not (unit_from_title and tunit) else tunit
+                metric = row[row_col] if row_col is not None else header[c]
+                recs.append(record(benchmark, row[variant_col], metric, v[0], unit, tp,
+                                   column=header[c]))
+    return recs
+
+
+class tee:
+    """`with tee() as buf:` what is printed to stdout inside also goes into buf (a StringIO),
+    for the scripts that print their tables as they go."""
+
+    def __enter__(self):
+        import io
+        self.buf, self.out = io.StringIO(), sys.stdout
+        buf, out = self.buf, self.out
+
+        class _Tee:
+            def write(self, s):
+                buf.write(s)
+                return out.write(s)
+
+            def flush(self):
+                out.flush()
+
+            def __getattr__(self, name):
+                return getattr(out, name)
+
+        sys.stdout = _Tee()
+        return self.buf
+
+    def __exit__(self, *exc):
+        sys.stdout = self.out
+        return False
+
+
+def write_markdown(path, text, benchmark, note=None, **how):
+    """--json PATH of a script that prints Markdown: its tables as records (from_markdown's
+    options in `how`)."""
+    recs = from_markdown(text, benchmark, **how)
+    return write(path, document(benchmark, recs, note=note))
