@@ -224,11 +224,12 @@ def _unit_of(text):
     """The unit a header or title names in its last brackets: '(s)', '(samples/s)', '(2
     saves ...; seconds)'; '' when none."""
     m = _UNIT_IN_HEAD.search(text)
-    if not m:
-        return ("s" if text == "seconds" else text) if _UNITLIKE.match(text) else ""
-    u = m[1].split(";")[-1].strip()
-    if not _UNITLIKE.match(u):
-        return ""
+    u = m[1].split(";")[-1].strip() if m else ""
+    if not _UNITLIKE.match(u):  # else the last word before any brackets: 'peak RSS MiB (+ ...)'
+        words = re.sub(r"\(.*", "", text).replace(",", " ").split()
+        u = next((w for w in reversed(words) if _UNITLIKE.match(w)), "")
+        if not u:
+            return ""
     return "s" if u == "seconds" else u
 
 
@@ -287,6 +288,10 @@ def title_params(title):
     return p
 
 
+# columns that say what a row was measured at, not what it measured: kept as params
+PARAM_HEADERS = ("shards", "server", "runs", "objects", "ranks", "store", "repetitions")
+
+
 def from_markdown(text, benchmark, layout="rows", variant_col=0, row_col=None,
                   value_cols=None, params=None, unit_from_title=False, tables=None):
     """Records of the Markdown tables in text.
@@ -295,7 +300,8 @@ def from_markdown(text, benchmark, layout="rows", variant_col=0, row_col=None,
     every other column) is a record whose metric is the column's header, or the row_col
     label when given. layout "columns": a column per variant (value_cols, default every column
     after the first whose header has no '/' or 'x': ratio columns are left out), a row per
-    metric (the first column). `tables`: only tables whose title contains one of these."""
+    metric (the first column). Columns named in PARAM_HEADERS (server, shards, ...) go into
+    each record's params. `tables`: only tables whose title contains one of these."""
     recs = []
     for title, header, rows in md_tables(text):
         if tables and not any(t in title for t in tables):
@@ -314,16 +320,22 @@ def from_markdown(text, benchmark, layout="rows", variant_col=0, row_col=None,
                         recs.append(record(benchmark, header[c], row[0], v[0], v[1], tp,
                                            cell=row[c]))
                 continue
+            rp = dict(tp)
+            for c, h in enumerate(header):
+                if h in PARAM_HEADERS and row[c]:
+                    v = parse_cell(row[c])
+                    rp[h] = int(v[0]) if v and v[0].is_integer() and not v[1] else row[c]
             cols = value_cols or [c for c in range(len(header))
                                   if c not in (variant_col, row_col)
-                                  and not header[c].startswith("x ")]
+                                  and header[c] not in PARAM_HEADERS
+                                  and not header[c].startswith(("x ", "× "))]
             for c in cols:
                 v = parse_cell(row[c], header[c])
                 if not v:
                     continue
                 unit = v[1] or tunit if not (unit_from_title and tunit) else tunit
                 metric = row[row_col] if row_col is not None else header[c]
-                recs.append(record(benchmark, row[variant_col], metric, v[0], unit, tp,
+                recs.append(record(benchmark, row[variant_col], metric, v[0], unit, rp,
                                    column=header[c]))
     return recs
 

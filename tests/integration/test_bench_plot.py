@@ -144,6 +144,12 @@ def test_markdown_tables_as_records():
         ("s3torchconnector", "iterable, 1 process", 37.0, "samples/s")]
     assert recs[0]["params"]["object_size"] == 64 << 10
     assert recs[0]["params"]["first_byte_ms"] == 20
+    assert [r["params"]["objects"] for r in recs] == [2000, 200]  # a setting, not a value
+    # a header's unit: in its brackets, else its last unit-like word
+    assert benchjson.parse_cell("2.116", "seconds, median (min–max)") == (2.116, "s")
+    assert benchjson.parse_cell("2287 (+2061)", "peak RSS MiB (+ over start)") == (2287, "MiB")
+    assert benchjson.parse_cell("0.92x", "mount / cp") is None
+    assert benchjson.parse_cell("—", "first tensor s") is None
     cols = benchjson.from_markdown(md, "m", layout="columns", tables=["RGW"])
     assert [(r["variant"], r["metric"], r["value"], r["unit"]) for r in cols] == [
         ("s3flash cp", "sequential read, 64 MiB", 249.0, "MiB/s"),
