@@ -9,6 +9,7 @@ the parsing tests need nothing.
 """
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -158,3 +159,37 @@ def test_markdown_tables_as_records():
         ("s3flash mount", "ls -l of 10,000 keys", 1116.0, "reads/s")]
     doc = benchjson.document("m", cols)
     assert json.loads(json.dumps(doc))["records"] == cols
+
+
+def test_sweep_of_cli_bench_json_is_plotted(tmp_path):
+    """bench/sweep.py runs `s3flash bench --json` against the sink once per point (small
+    here: 8 MiB at 1 and 2 connections, 1 MiB objects, a 16 MiB pool); its JSON has a record
+    per phase and point with the settings it was run at, and plot.py draws it."""
+    build = Path(os.environ.get("S3FLASH_BUILD_DIR", ROOT / "build"))
+    for exe in (build / "bench" / "s3flash-sink", build / "src" / "cli" / "s3flash"):
+        if not exe.exists():
+            pytest.skip(f"{exe} not built")
+    out = tmp_path / "sweep.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "sweep.py"), "--build", str(build),
+                        "--connections", "1,2", "--sizes", "1M", "--memory", "16M",
+                        "--total", "8M", "--sink-args", "--threads 2", "--note", "test",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = benchjson.load(str(out))
+    assert doc["note"] == "test" and doc["machine"]["cpus"] >= 1
+    got = sorted((rec["params"]["sweep"], rec["metric"], rec["params"]["connections"],
+                  rec["params"]["object_size"], rec["params"]["memory"])
+                 for rec in doc["records"])
+    MiB = 1 << 20
+    conns = [("connections", m, c, 8 * MiB, 512 * MiB) for c in (1, 2)
+             for m in ("download", "upload")]
+    assert got[:4] == sorted(conns), got
+    assert [g[:2] for g in got[4:]] == [("memory", "download"), ("memory", "upload-w"),
+                                        ("object_size", "download"), ("object_size", "upload")]
+    assert all(g[4] == 16 * MiB for g in got[4:6]) and all(g[3] == MiB for g in got[6:]), got
+    assert all(rec["value"] > 0 and rec["unit"] == "GB/s" for rec in doc["records"])
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "conns.png"
+    r = plot(out, "--x", "connections", "--where", "params.sweep=connections", "--out", png)
+    assert r.returncode == 0, r.stderr
+    assert png_size(png) == (800, 500)
