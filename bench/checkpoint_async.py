@@ -32,6 +32,8 @@ import uuid
 
 import torch
 
+import benchjson  # bench/, the script's own directory
+
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -359,6 +361,7 @@ def main():
     ap.add_argument("--local-dir", default=None,
                     help="where the local tier and DCP's local FS rows write (default: TMPDIR)")
     ap.add_argument("--skip", default="", help="comma-separated row-name substrings to skip")
+    benchjson.add_argument(ap)
     a = ap.parse_args()
     if not a.endpoint:
         sys.exit("no S3 endpoint: --endpoint or S3FLASH_TEST_ENDPOINT")
@@ -414,6 +417,8 @@ def main():
     print(f"# checkpoint_async: torch {torch.__version__}, {os.cpu_count()} CPUs, "
           f"endpoint {a.endpoint}")
     print("\n".join(lines))
+    if a.json:  # a row per saver; blocked and save-to-commit times (the x columns left out)
+        benchjson.write_markdown(a.json, "\n".join(lines), "checkpoint async")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import benchjson  # noqa: E402
 from sink_bench import cpu_seconds, parse_size, run_iperf3  # noqa: E402
 
 MiB = 1 << 20
@@ -149,6 +150,7 @@ def main():
     ap.add_argument("--bench-args", default="", help="more arguments for every bench")
     ap.add_argument("--out", default=None, help="the .md to write (default "
                     "bench/results/client-<date>.md; '-' for none)")
+    benchjson.add_argument(ap)
     a = ap.parse_args()
     size, pool = parse_size(a.size), parse_size(a.memory_limit)
     streams = [int(s) for s in a.iperf_streams.split(",") if s]
@@ -334,6 +336,8 @@ def main():
     lines.append("Targets missed: " + ("; ".join(failures) if failures else "none") + ".")
     text = "\n".join(lines) + "\n"
     print(text)
+    if a.json:  # a row per command: GB/s, the ratio to iperf3, CPU, RSS (medians)
+        benchjson.write_markdown(a.json, text, "client")
     if a.out != "-":
         out = a.out or os.path.join(
             HERE, "results", f"client-{datetime.datetime.now().strftime('%Y%m%d-%H%M')}.md")

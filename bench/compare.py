@@ -36,6 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import benchjson  # noqa: E402
 from sink_bench import parse_size, run_iperf3  # noqa: E402
 
 MiB = 1 << 20
@@ -613,6 +614,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--no-limits", action="store_true", help="skip iperf3/memcpy/dd")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    benchjson.add_argument(ap)  # besides --out's compare-<date>.json
     ap.add_argument("--s3-like", action="store_true",
                     help="the sinks behave like S3 (s3flash-sink --s3-like: per-connection "
                     "bandwidth, first-byte latency, per-prefix request rates; see "
@@ -789,8 +791,13 @@ def main():
     md = "\n".join(text)
     with open(md_path, "w") as f:
         f.write(md)
-    with open(md_path[:-3] + ".json", "w") as f:
-        json.dump({"rows": rows, "argv": sys.argv[1:]}, f, default=str)
+    # the rows as benchjson records (bench/plot.py), the rows themselves kept beside them
+    doc = benchjson.document("compare", benchjson.from_compare(rows),
+                             source=f"python3 bench/compare.py {' '.join(sys.argv[1:])}; "
+                                    f"commit {head}", note=f"{a.quick_label} run")
+    doc.update(rows=rows, argv=sys.argv[1:])
+    for path in [md_path[:-3] + ".json"] + ([a.json] if a.json else []):
+        benchjson.write(path, doc)
     print(md)
     print(f"\nwrote {md_path}" + (f" and {png_path}" if png_path else ""), file=sys.stderr)
     # Exit status 1: an s3flash run failed, or any run read back other bytes or sizes. A

@@ -36,6 +36,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import benchjson  # noqa: E402
 from client_bench import Child  # noqa: E402
 from compare import (Results, Sink, fmt_size, median_range, rgw_pids, run_worker,  # noqa: E402
                      summarize, versions)
@@ -292,6 +293,7 @@ def main():
                     "two-step path's downloads")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per row")
     ap.add_argument("--out", default=None, help="also write the report (Markdown) here")
+    benchjson.add_argument(ap)
     a = ap.parse_args()
     a.t0 = time.time()
     a.size = parse_size(a.size or ("64M" if a.quick else "2G"))
@@ -362,6 +364,8 @@ def main():
         if a.sink_reports else []
     md = "\n".join(text)
     print(md)
+    if a.json:
+        benchjson.write_markdown(a.json, md, "model load")
     if a.out:
         with open(a.out, "w") as f:
             f.write(md + "\n")

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tests" / "servers"))
 
+import benchjson  # noqa: E402 (bench/, the script's own directory)
 from faults import start_faultproxy  # noqa: E402
 from mountutil import Mount, is_mounted, force_unmount  # noqa: E402
 
@@ -630,6 +631,7 @@ def main():
                     "--s3-like, started here)")
     ap.add_argument("--memory-target", type=int, default=512,
                     help="--memory-target of s3flash mount, MiB (the peak RSS target)")
+    benchjson.add_argument(ap)
     a = ap.parse_args()
     q = a.quick
     a.large_mib = a.large_mib or (64 if q else 2048)
@@ -669,8 +671,12 @@ def main():
                             run_server(a, tools, a.rgw_endpoint, server)))
         else:
             raise SystemExit(f"unknown server {server!r} (rgw, sink)")
-    for title, (rows, vals) in results:
-        print_table(a, title, tools, rows, vals)
+    with benchjson.tee() as printed:
+        for title, (rows, vals) in results:
+            print_table(a, title, tools, rows, vals)
+    if a.json:  # a column per tool; the ratio columns and the targets' table left out
+        benchjson.write_markdown(a.json, printed.getvalue(), "mount", layout="columns",
+                                 tables=["Ceph RGW", "sink"])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+import benchjson
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -80,6 +82,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="run each transfer N times, keep best")
     ap.add_argument("--verify", action="store_true", help="raw GETs compare every byte")
     ap.add_argument("sink_args", nargs="*", help="more arguments for the sink (after --)")
+    benchjson.add_argument(ap)
     a = ap.parse_args()
     size = parse_size(a.size)
     exe = os.path.join(a.build, "bench", "s3flash-sink")
@@ -151,6 +154,16 @@ def main():
         eff = f"{size / 1e9 / cpu:.1f}" if cpu else ""
         print(f"{name:34} {gbs:6.2f} {gbs * 8:7.1f} {ratio:>9} {c:>10} {eff:>13}")
     print(err.strip().splitlines()[-1] if err.strip() else "")
+    if a.json:
+        recs = []
+        for name, gbs, streams, cpu in rows:
+            conns = streams or 1  # the -l 1M iperf3 row: one stream, no ratio
+            recs.append(benchjson.record(
+                "sink", name.split()[0], "loopback" if name.startswith("iperf3") else name.split()[1],
+                gbs, "GB/s",
+                {"connections": conns, "object_size": None if name.startswith("iperf3") else size,
+                 "sink_threads": a.threads}, row=name, sink_cpu_s=cpu))
+        benchjson.write(a.json, benchjson.document("sink", recs))
 
 
 if __name__ == "__main__":

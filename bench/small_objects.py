@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+import benchjson  # bench/, the script's own directory
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUCKET = "small-bench"
@@ -364,6 +366,7 @@ def main():
                     help="the mount section's second row: --prefetch-listed N")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out")
+    benchjson.add_argument(ap)
     a = ap.parse_args()
     if a.row:
         return row_dataset(json.loads(a.row))
@@ -377,6 +380,9 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             f.write(t + "\n")
+    if a.json:  # a record per row: its rate, the client as the variant
+        benchjson.write_markdown(a.json, t, "small objects", variant_col=1, row_col=0,
+                                 value_cols=[3], unit_from_title=True)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ enum cli_opt_id {
     OPT_WRITER,
     OPT_KEEP,
     OPT_NO_VERIFY,
+    OPT_JSON,             /* bench: the phases as one JSON document */
     OPT_EXCLUDE,          /* cp, mv, rm, sync: kept in order in cli_args.filter */
     OPT_INCLUDE,
     OPT_DELETE,           /* sync */

@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -114,6 +115,7 @@ struct phase {
     uint64_t base_rss; /* RSS when the phase began (the buffers included) */
     uint64_t peak_rss;
     uint64_t pool_high_water;
+    uint32_t inflight_high_water; /* most data requests in flight at once */
 };
 
 static void print_phase(const struct phase *p) {
@@ -128,6 +130,69 @@ static void print_phase(const struct phase *p) {
     printf("%-9s %7zu %14" PRIu64 " %9.3f %8.3f %11.1f %9s %13.1f %14.1f %12.1f\n", p->name,
            p->objects, p->bytes, p->seconds, gb / secs, (double)p->requests / secs, cpu,
            (double)p->peak_rss / MiB, over / MiB, (double)p->pool_high_water / MiB);
+}
+
+/* `s` as a JSON string (quotes, backslashes and control characters escaped). */
+static void print_json_string(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+/* --json: one document in bench/benchjson.py's schema ("s3flash-bench/1"), a record per
+ * phase with the same figures as the table, so that bench/plot.py draws them. */
+static void print_json(const struct phase *ph, size_t nph, const struct s3f_client_stats *cs,
+                       const char *checksum, const char *bucket, const char *prefix) {
+    struct utsname u;
+    if (uname(&u) != 0)
+        memset(&u, 0, sizeof(u));
+    time_t now = time(NULL);
+    struct tm tm;
+    char date[32] = "";
+    if (gmtime_r(&now, &tm))
+        strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    printf("{\"schema\": \"s3flash-bench/1\", \"benchmark\": \"s3flash bench\", \"date\": ");
+    print_json_string(date);
+    printf(", \"machine\": {\"host\": ");
+    print_json_string(u.nodename);
+    printf(", \"kernel\": ");
+    print_json_string(u.release);
+    printf(", \"arch\": ");
+    print_json_string(u.machine);
+    printf(", \"cpus\": %ld}, \"target\": ", sysconf(_SC_NPROCESSORS_ONLN));
+    print_json_string(bucket);
+    printf(", \"prefix\": ");
+    print_json_string(prefix);
+    printf(", \"records\": [");
+    for (size_t i = 0; i < nph; i++) {
+        const struct phase *p = &ph[i];
+        double gb = (double)p->bytes / 1e9, secs = p->seconds > 0 ? p->seconds : 1e-9;
+        uint64_t per = p->objects ? p->bytes / p->objects : 0;
+        char cpu[32] = "null"; /* no bytes: no CPU seconds per GB */
+        if (gb > 0)
+            snprintf(cpu, sizeof(cpu), "%.6f", p->cpu_seconds / gb);
+        printf("%s\n {\"benchmark\": \"s3flash bench\", \"variant\": \"s3flash\", "
+               "\"metric\": \"%s\", \"value\": %.6f, \"unit\": \"GB/s\", \"params\": "
+               "{\"connections\": %" PRIu32 ", \"object_size\": %" PRIu64 ", \"objects\": %zu, "
+               "\"memory\": %" PRIu64 ", \"part_size\": %" PRIu64 ", \"checksum\": \"%s\"}, "
+               "\"seconds\": %.6f, \"bytes\": %" PRIu64 ", \"requests_per_s\": %.3f, "
+               "\"cpu_s_per_gb\": %s, \"peak_rss_bytes\": %" PRIu64 ", "
+               "\"over_base_bytes\": %" PRIu64 ", \"pool_high_water_bytes\": %" PRIu64 ", "
+               "\"inflight_high_water\": %" PRIu32 "}",
+               i ? "," : "", p->name, gb / secs, cs->max_inflight_requests, per, p->objects,
+               cs->pool_limit_bytes, cs->part_size_bytes, checksum, p->seconds, p->bytes,
+               (double)p->requests / secs, cpu, p->peak_rss,
+               p->peak_rss > p->base_rss ? p->peak_rss - p->base_rss : 0, p->pool_high_water,
+               p->inflight_high_water);
+    }
+    printf("\n]}\n");
 }
 
 static enum s3f_status upload_writer(struct s3f_client *c, const char *bucket, const char *key,
@@ -260,6 +325,7 @@ int cli_cmd_bench(struct cli_ctx *ctx) {
     s3f_client_stats(c, &cs, 1);
     ph[0].requests = cs.requests_started - req0;
     ph[0].pool_high_water = cs.pool_high_water_bytes;
+    ph[0].inflight_high_water = cs.inflight_high_water;
     ph[0].peak_rss = peak_rss_bytes();
     ph[0].objects = uploaded;
     ph[0].bytes = (uint64_t)uploaded * len;
@@ -307,15 +373,20 @@ int cli_cmd_bench(struct cli_ctx *ctx) {
     s3f_client_stats(c, &cs, 1);
     ph[1].requests = cs.requests_started - req0;
     ph[1].pool_high_water = cs.pool_high_water_bytes;
+    ph[1].inflight_high_water = cs.inflight_high_water;
     ph[1].peak_rss = peak_rss_bytes();
     if (st != S3F_OK && err.status != S3F_OK)
         cli_report(&err, NULL);
 
-    printf("%-9s %7s %14s %9s %8s %11s %9s %13s %14s %12s\n", "phase", "objects", "bytes",
-           "seconds", "GB/s", "requests/s", "CPU s/GB", "peak RSS MiB", "over base MiB",
-           "pool HW MiB");
-    print_phase(&ph[0]);
-    print_phase(&ph[1]);
+    if (a->set[OPT_JSON]) {
+        print_json(ph, 2, &cs, alg_name, bucket, prefix);
+    } else {
+        printf("%-9s %7s %14s %9s %8s %11s %9s %13s %14s %12s\n", "phase", "objects", "bytes",
+               "seconds", "GB/s", "requests/s", "CPU s/GB", "peak RSS MiB", "over base MiB",
+               "pool HW MiB");
+        print_phase(&ph[0]);
+        print_phase(&ph[1]);
+    }
     if (st == S3F_OK)
         rc = CLI_EXIT_OK;
 

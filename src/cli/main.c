@@ -101,6 +101,7 @@ static const struct cli_opt_spec bench_opts[] = {
     {"writer", 0, 0, OPT_WRITER, NULL, "upload through the streaming writer (1 MiB writes)"},
     {"keep", 0, 0, OPT_KEEP, NULL, "keep the objects (default: delete them at the end)"},
     {"no-verify", 0, 0, OPT_NO_VERIFY, NULL, "do not compare downloaded bytes with the uploaded"},
+    {"json", 0, 0, OPT_JSON, NULL, "print the phases as JSON records (bench/plot.py reads them)"},
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 

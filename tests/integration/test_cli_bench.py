@@ -4,13 +4,17 @@ Small sizes only (3 objects of 6 MiB with 5 MiB parts: two parts each); the perf
 figures themselves are measured by bench/sink_bench.py, not here.
 """
 
+import json
+import os
 import re
+import sys
 
 import pytest
 
 from helpers import list_keys
 
 MiB = 1 << 20
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLUMNS = ["phase", "objects", "bytes", "seconds", "GB/s", "requests/s", "CPU s/GB",
            "peak RSS MiB", "over base MiB", "pool HW MiB"]
 
@@ -83,6 +87,42 @@ def test_bench_writer_keep(cli, s3, bucket):
     for k in keys:
         assert s3.get_object(Bucket=bucket, Key=k)["Body"].read() == expect
     assert "kept 2 objects" in r.err
+
+
+def test_bench_json(cli, s3, bucket, tmp_path):
+    """--json: one document of bench/benchjson.py's schema, a record per phase with the
+    table's figures and the settings (connections, object size, memory) bench/plot.py draws
+    against; nothing else on stdout."""
+    r = cli.ok("bench", f"s3://{bucket}/bj", "--size", "6M", "--count", "3",
+               "--part-size", "5M", "--concurrency", "3", "--memory-limit", "32M", "--json")
+    assert "phase" not in r.text
+    doc = json.loads(r.text)
+    assert doc["schema"] == "s3flash-bench/1" and doc["benchmark"] == "s3flash bench"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", doc["date"]), doc["date"]
+    assert doc["machine"]["cpus"] >= 1 and doc["machine"]["host"]
+    recs = {rec["metric"]: rec for rec in doc["records"]}
+    assert set(recs) == {"upload", "download"}, doc
+    for rec in recs.values():
+        assert rec["variant"] == "s3flash" and rec["unit"] == "GB/s"
+        assert rec["params"] == {"connections": 3, "object_size": 6 * MiB, "objects": 3,
+                                 "memory": 32 * MiB, "part_size": 5 * MiB,
+                                 "checksum": "crc32c"}, rec
+        assert rec["bytes"] == 3 * 6 * MiB
+        assert rec["value"] == pytest.approx(rec["bytes"] / 1e9 / rec["seconds"], rel=1e-3)
+        assert rec["requests_per_s"] * rec["seconds"] == pytest.approx(6, abs=0.01), rec
+        assert 0 < rec["cpu_s_per_gb"] < 100, rec
+        assert 1 <= rec["inflight_high_water"] <= 3, rec
+    # bench/benchjson.py (what bench/plot.py reads through) takes it as it is
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import benchjson
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "bench.json"
+    path.write_text(r.text)
+    assert [rec["metric"] for rec in benchjson.load(str(path))["records"]] == \
+        ["upload", "download"]
+    assert list_keys(s3, bucket, "bj/") == []
 
 
 def test_bench_quiet_no_verify(cli, s3, bucket):

@@ -24,7 +24,8 @@ APT_PACKAGES=(
     s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
     stress-ng               # tests/run.sh --under-load: the CPU hog beside the gate
 )
-PIP_PACKAGES=(meson ninja pytest pytest-xdist 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml)
+PIP_PACKAGES=(meson ninja pytest pytest-xdist 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml
+              matplotlib)
 
 POLICY=/usr/sbin/policy-rc.d
 MADE_POLICY=0
@@ -81,13 +82,16 @@ pip_missing() {
     python3 -c 'import grpc' 2>/dev/null || echo grpcio
     python3 -c 'import grpc_tools.protoc' 2>/dev/null || echo grpcio-tools
     python3 -c 'import yaml' 2>/dev/null || echo pyyaml
+    # bench/plot.py's test (tests/integration/test_bench_plot.py): the python3 that runs the
+    # tests, which may not be Debian's (python3-matplotlib would reach /usr/bin/python3 only)
+    python3 -c 'import matplotlib' 2>/dev/null || echo matplotlib
 }
 
 install_pip() {
     local missing flags=()
     mapfile -t missing < <(pip_missing)
     if ((${#missing[@]} == 0)); then
-        log "pip: meson ninja pytest moto[server] crc32c awscrt grpcio grpcio-tools pyyaml present"
+        log "pip: meson ninja pytest moto[server] crc32c awscrt grpcio grpcio-tools pyyaml matplotlib present"
         return 0
     fi
     log "pip: installing ${missing[*]}"
