@@ -126,21 +126,6 @@ MIB = 1 << 20
 WRITES = ("PutObject", "CreateMultipartUpload")
 
 
-def seen_on(log, ops, header, value):
-    """`header: value` on every request of `ops` in the fault proxy's log, on no other."""
-    got = {}
-    for e in log:
-        got.setdefault(F.operation(e), []).append(e.get("headers") or {})
-    for op, hs in got.items():
-        for h in hs:
-            if op in ops:
-                assert h.get(header) == value, (op, header, h)
-            else:
-                assert header not in h, (op, header, h)
-    for op in ops:
-        assert got.get(op), f"no {op} seen: {sorted(got)}"
-
-
 def test_canned_acl_on_writes_only(driver, s3, bucket, endpoint, tmp_path):
     s3.put_object(Bucket=bucket, Key="acl/r.txt", Body=b"read me\n")
     t = tmp_path / "pod"
@@ -154,8 +139,8 @@ def test_canned_acl_on_writes_only(driver, s3, bucket, endpoint, tmp_path):
             assert (t / "r.txt").read_bytes() == b"read me\n"
         finally:
             unpublish(driver, "vol-acl", t)
-        log = proxy.stats()["log"]
-    seen_on(log, WRITES, "x-amz-acl", "bucket-owner-full-control")
+        got = F.by_operation(proxy)
+    F.seen_on(got, WRITES, "x-amz-acl", "bucket-owner-full-control")
     assert s3.head_object(Bucket=bucket, Key="acl/big.bin")["ContentLength"] == 11 * MIB
 
 
@@ -172,11 +157,11 @@ def test_kms_encryption_context_and_bucket_key(driver, kms, s3, bucket, endpoint
             (t / "f.bin").write_bytes(b"with a context\n")
         finally:
             unpublish(driver, "vol-ctx", t)
-        log = proxy.stats()["log"]
+        got = F.by_operation(proxy)
     want = base64.b64encode(json.dumps({"team": "ml", "run": "7"},
                                        separators=(",", ":")).encode()).decode()
-    seen_on(log, ("PutObject",), "x-amz-server-side-encryption-context", want)
-    seen_on(log, ("PutObject",), "x-amz-server-side-encryption-bucket-key-enabled", "true")
+    F.seen_on(got, ("PutObject",), "x-amz-server-side-encryption-context", want)
+    F.seen_on(got, ("PutObject",), "x-amz-server-side-encryption-bucket-key-enabled", "true")
     h = s3.head_object(Bucket=bucket, Key="ctx/f.bin")
     assert h["ServerSideEncryption"] == "aws:kms" and h["SSEKMSKeyId"] == kms, h
 
@@ -227,16 +212,16 @@ def test_sse_c_key_from_the_publish_secret(kms, s3, bucket, endpoint, tmp_path):
                     assert not any(s in f.read() for s in secret), p
         finally:
             unpublish(driver, "vol-ssec", t)
-        log = proxy.stats()["log"]
+        got = F.by_operation(proxy)
     keyed = ("PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
              "GetObject", "HeadObject")
-    seen_on(log, keyed, "x-amz-server-side-encryption-customer-algorithm", "AES256")
-    seen_on(log, keyed, "x-amz-server-side-encryption-customer-key-md5", md5)
-    seen_on(log, keyed, "x-amz-server-side-encryption-customer-key", b64)
-    got = s3.get_object(Bucket=bucket, Key="ssec/mine.bin", SSECustomerAlgorithm="AES256",
-                        SSECustomerKey=key)["Body"].read()
-    assert got == mine
-    with pytest.raises(Exception):   # encrypted at rest: unreadable without the key
+    F.seen_on(got, keyed, "x-amz-server-side-encryption-customer-algorithm", "AES256")
+    F.seen_on(got, keyed, "x-amz-server-side-encryption-customer-key-md5", md5)
+    F.seen_on(got, keyed, "x-amz-server-side-encryption-customer-key", b64)
+    body = s3.get_object(Bucket=bucket, Key="ssec/mine.bin", SSECustomerAlgorithm="AES256",
+                         SSECustomerKey=key)["Body"].read()
+    assert body == mine
+    with pytest.raises(s3.exceptions.ClientError):  # encrypted at rest: needs the key
         s3.get_object(Bucket=bucket, Key="ssec/small.bin")
     assert any(b"DEBUG -> PutObject PUT" in open(p, "rb").read()
                for p in driver.logs), "the daemon's debug log is not in the mounter's log"
