@@ -260,10 +260,7 @@ class Mounter:
                 return {"ok": False, "error": err}
             flags += ["--cache", req["cache"]]
         key_file = None
-        if "--sse-c" in flags:
-            if not req.get("sse_c_key"):
-                os.close(fd)
-                return {"ok": False, "error": "mount %s has --sse-c but no SSE-C key" % key}
+        if req.get("sse_c_key"):  # the node's flags have --sse-c AES256
             try:
                 key_file = self._key_file(key, req["sse_c_key"])
             except OSError as e:
