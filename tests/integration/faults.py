@@ -187,3 +187,16 @@ def by_operation(proxy):
     for e in proxy.stats()["log"]:
         ops.setdefault(operation(e), []).append(e.get("headers") or {})
     return ops
+
+
+def seen_on(got, ops, header, value):
+    """`header: value` on every request of the operations `ops`, and on no other; `got` is
+    by_operation's answer. Each of `ops` was seen."""
+    for op, hs in got.items():
+        for h in hs:
+            if op in ops:
+                assert h.get(header) == value, (op, header, h)
+            else:
+                assert header not in h, (op, header, h)
+    for op in ops:
+        assert got.get(op), f"no {op} seen: {sorted(got)}"

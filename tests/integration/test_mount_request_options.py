@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import faults
 from faults import by_operation, operation, s3_error
 from mountutil import mount_supported
 
@@ -27,15 +28,7 @@ def write(m, name, data):
 
 def seen_on(proxy, ops, header, value):
     """`header: value` on every request of `ops`, and on no other request."""
-    got = by_operation(proxy)
-    for op, hs in got.items():
-        for h in hs:
-            if op in ops:
-                assert h.get(header) == value, (op, header, h)
-            else:
-                assert header not in h, (op, header, h)
-    for op in ops:
-        assert got.get(op), f"no {op} seen: {sorted(got)}"
+    faults.seen_on(by_operation(proxy), ops, header, value)
 
 
 def test_mount_sse_kms_and_key_id(mounts, rgw, bucket, proxy, s3):

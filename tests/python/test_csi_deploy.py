@@ -160,7 +160,7 @@ MODES = {"ReadWriteMany": pb.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER
 
 
 @pytest.mark.parametrize("name", ["static.yaml", "dynamic.yaml", "pod-credentials.yaml",
-                                  "secret.yaml"])
+                                  "secret.yaml", "sse-c.yaml"])
 def test_examples_are_volumes_the_node_accepts(name):
     ds = docs((ROOT / "deploy" / "examples" / name).read_text())
     checked = 0
@@ -212,6 +212,19 @@ def test_mount_options_become_flags():
          "region eu-west-1", "prefix=data", "allow-other,dir-mode=0750"]))).share_key("v", "driver")
     assert v.share_key("v", "driver") != v.share_key("v", "pod:x")
     assert v.share_key("v", "driver") != ro.share_key("v", "driver")
+
+
+def test_encryption_options_become_flags():
+    """The CLI's encryption options: a JSON context (commas and all) is one compact flag,
+    `sse-c` alone is the CLI's `--sse-c AES256` (its key never a flag)."""
+    v = volume(['sse-kms-encryption-context={"a": "1", "b": "2"}', "sse=aws:kms",
+                "bucket-key-enabled", "acl=bucket-owner-full-control"])
+    assert v.daemon_flags == ["--acl", "bucket-owner-full-control", "--bucket-key-enabled",
+                              "--sse", "aws:kms", "--sse-kms-encryption-context",
+                              '{"a":"1","b":"2"}']
+    assert volume(["sse-c"]).daemon_flags == volume(["sse-c AES256"]).daemon_flags == [
+        "--sse-c", "AES256"]
+    assert volume(["sse-c"]).sse_c and not volume().sse_c
 
 
 def test_cache_dirs_are_private(tmp_path):

@@ -2,9 +2,12 @@
 container credentials, IMDS), nodePublishSecretRef secrets (`key_id`, `access_key`,
 `session_token`: Mountpoint's driver's names), or the pod's own (authenticationSource: pod: the
 service-account token kubelet passes in volume_context, exchanged with STS
-AssumeRoleWithWebIdentity). They live in the node's and the mounter's memory only: never
+AssumeRoleWithWebIdentity); and a volume's SSE-C key (the same secrets' `sse_customer_key`,
+for the mount option `sse-c`). They live in the node's and the mounter's memory only: never
 written to disk, logged, or put on a command line."""
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -29,13 +32,15 @@ class Credentials:
     """kind: 'driver' (nothing to pass: the daemon uses the mounter's environment), 'static'
     (env holds AWS_ACCESS_KEY_ID...), 'pod' (temporary, refreshed: served to the daemon by
     the mounter through credential_process). identity: what two volumes must share to share
-    one daemon (no secret in it: an HMAC under the node's salt)."""
+    one daemon and a cache directory (no secret in it: an HMAC under the node's salt).
+    sse_c_key: the volume's SSE-C key (base64), not part of message()."""
 
     def __init__(self, kind, identity, values=None, expiration=None):
         self.kind = kind
         self.identity = identity
         self.values = values or {}
         self.expiration = expiration
+        self.sse_c_key = None
 
     def message(self):
         d = {"kind": self.kind}
@@ -50,9 +55,45 @@ def _fingerprint(salt, *parts):
     return hmac.new(salt, "\0".join(parts).encode(), hashlib.sha256).hexdigest()[:32]
 
 
+SSE_C_SECRET = "sse_customer_key"
+
+
+def sse_customer_key(vol, secrets):
+    """The SSE-C key of a volume with the mount option sse-c: the secrets' sse_customer_key,
+    the base64 of 32 bytes (canonical base64), else None. A refusal never quotes it."""
+    raw = secrets.get(SSE_C_SECRET)
+    if not vol.sse_c:
+        if raw is not None:
+            raise invalid("nodePublishSecretRef has %s but the volume has no mount option "
+                          "sse-c: add it (objects are written and read with that key), or "
+                          "remove the key from the Secret" % SSE_C_SECRET)
+        return None
+    if not raw or not raw.strip():
+        raise invalid("mount option sse-c needs the SSE-C key: %s in the volume's "
+                      "nodePublishSecretRef (the base64 of a 32-byte key)" % SSE_C_SECRET)
+    try:
+        key = base64.b64decode(raw.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        key = None
+    if key is None or len(key) != 32:
+        raise invalid("%s of the nodePublishSecretRef is not the base64 of a 32-byte key (%s)"
+                      % (SSE_C_SECRET, "not base64" if key is None
+                         else "it decodes to %d bytes" % len(key)))
+    return base64.b64encode(key).decode()
+
+
 def resolve(vol, secrets, salt, sts_endpoint, kube, audience=STS_AUDIENCE):
     """The credentials of a publish (VolumeError on bad input or an STS refusal)."""
     secrets = dict(secrets)
+    sse_c = sse_customer_key(vol, secrets)
+    c = _resolve(vol, secrets, salt, sts_endpoint, kube, audience)
+    if sse_c:  # another key: another daemon, another cache directory (it holds plaintext)
+        c.sse_c_key = sse_c
+        c.identity += "+sse-c:" + _fingerprint(salt, "sse-c", sse_c)
+    return c
+
+
+def _resolve(vol, secrets, salt, sts_endpoint, kube, audience):
     if vol.auth == "pod":
         return _pod(vol, sts_endpoint, kube, audience)
     if "key_id" in secrets or "access_key" in secrets:

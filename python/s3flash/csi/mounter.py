@@ -5,7 +5,9 @@ mount's current credentials in memory for its daemon (served through credential_
 The mounter is a child subreaper: a daemon, once its starting parent has exited, is the
 mounter's child, found by the S3FLASH_CSI_MOUNT variable in its environment. A record per
 mount in STATE/mounter/ (no secrets) lets a restarted mounter re-adopt daemons still running
-and report those that are gone (their mounts answer ENOTCONN until unpublished)."""
+and report those that are gone (their mounts answer ENOTCONN until unpublished). A mount's
+SSE-C key is there (KEY.sse-c-key, 0600) only while its daemon starts: the daemon reads it
+(--sse-c-key fileb://PATH) before it serves, so it is never in an argv or an environment."""
 
 import ctypes
 import json
@@ -26,9 +28,13 @@ from . import sysmount
 log = logging.getLogger("s3flash-csi.mounter")
 MARKER = "S3FLASH_CSI_MOUNT"
 PR_SET_CHILD_SUBREAPER = 36
+# a mount's SSE-C key while its daemon starts (it reads the file before it serves)
+SSE_C_SUFFIX = ".sse-c-key"
 # the mounter's own variables that a daemon may see whatever its credentials (no secrets)
 CONFIG_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
               "AWS_CA_BUNDLE", "AWS_MAX_ATTEMPTS", "S3FLASH_FORCE_PATH_STYLE", "LANG", "TZ",
+              # a `debug` mount's log level (trace adds its state transitions: SEMANTICS.md)
+              "S3FLASH_LOG",
               # the node's proxies (docs/CONFIGURATION.md, "Proxies")
               "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
               "all_proxy", "NO_PROXY", "no_proxy", "S3FLASH_PROXY_CA_BUNDLE",
@@ -132,7 +138,8 @@ class Mounter:
         os.replace(tmp, self._record_path(m.key))
 
     def _drop(self, m):
-        for p in (self._record_path(m.key), self._record_path(m.key) + ".config"):
+        for p in (self._record_path(m.key), self._record_path(m.key) + ".config",
+                  os.path.join(self.dir, m.key + SSE_C_SUFFIX)):
             try:
                 os.unlink(p)
             except FileNotFoundError:
@@ -142,6 +149,8 @@ class Mounter:
         """Take over the daemons of the records in the state dir that are still running;
         log (and list as lost) those that are not."""
         for name in sorted(os.listdir(self.dir)):
+            if name.endswith(SSE_C_SUFFIX):  # a start this mounter did not finish
+                os.unlink(os.path.join(self.dir, name))
             if not name.endswith(".json"):
                 continue
             key = name[:-5]
@@ -219,6 +228,22 @@ class Mounter:
             env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         return env
 
+    def _key_file(self, key, sse_c_key):
+        """The SSE-C key (base64) in a file of this mounter's private directory, mode 0600,
+        for the daemon's --sse-c-key fileb://PATH: never in its argv or environment."""
+        path = os.path.join(self.dir, key + SSE_C_SUFFIX)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            os.write(fd, sse_c_key.encode())
+        finally:
+            os.close(fd)
+        return path
+
     def start(self, req, fd):
         key = req["key"]
         with self.lock:
@@ -234,6 +259,15 @@ class Mounter:
                 os.close(fd)
                 return {"ok": False, "error": err}
             flags += ["--cache", req["cache"]]
+        key_file = None
+        if req.get("sse_c_key"):  # the node's flags have --sse-c AES256
+            try:
+                key_file = self._key_file(key, req["sse_c_key"])
+            except OSError as e:
+                os.close(fd)
+                return {"ok": False, "error": "the SSE-C key file of mount %s: %s"
+                        % (key, e.strerror)}
+            flags += ["--sse-c-key", "fileb://" + key_file]
         # the daemon's warnings (failed requests with their request ids) go to the
         # mounter's stderr, the container's log: a descriptor of its own for --log-file
         logfd = os.dup(2)
@@ -255,6 +289,8 @@ class Mounter:
         finally:
             os.close(fd)
             os.close(logfd)
+            if key_file:  # read by now (or never to be): not kept on disk
+                os.unlink(key_file)
         pid = _daemon_pid(key) if p is not None and p.returncode == 0 else None
         if not pid:
             with self.lock:

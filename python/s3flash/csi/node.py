@@ -273,9 +273,12 @@ class Node:
             if vol.cache_name:  # one directory per credentials: blocks never cross identities
                 cache = os.path.join(vol.cache_root, vol.cache_name,
                                      hashlib.sha256(c.identity.encode()).hexdigest()[:16])
-            self._call({"op": "mount", "key": key, "source": vol.source,
-                        "flags": vol.daemon_flags, "cache": cache, "target": target,
-                        "credentials": c.message()}, [fd])
+            doc = {"op": "mount", "key": key, "source": vol.source,
+                   "flags": vol.daemon_flags, "cache": cache, "target": target,
+                   "credentials": c.message()}
+            if c.sse_c_key:
+                doc["sse_c_key"] = c.sse_c_key
+            self._call(doc, [fd])
         except BaseException:
             try:
                 sysmount.umount(src, detach=True)

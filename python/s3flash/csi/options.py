@@ -40,6 +40,11 @@ _STORAGE_CLASS = re.compile(r"^[A-Z_]{1,64}$")
 _OWNER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ATTEMPTS = re.compile(r"^([1-9]|[1-9][0-9]|100)$")
 _USER_AGENT = re.compile(r"^[A-Za-z0-9 ._/()+;:,=-]{1,256}$")
+# S3's canned ACLs of objects (x-amz-acl)
+_ACL = re.compile(r"^(private|public-read|public-read-write|authenticated-read|aws-exec-read|"
+                  r"bucket-owner-read|bucket-owner-full-control)$")
+# a JSON object (checked further by _encryption_context)
+_JSON_OBJECT = re.compile(r"^\{.*\}$")
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # `s3flash mount` flags a PersistentVolume may set: name -> value pattern (None: a switch)
@@ -54,6 +59,10 @@ FLAGS = {
     "sse": _SSE, "sse-kms-key-id": _KMS_KEY, "storage-class": _STORAGE_CLASS,
     "expected-bucket-owner": _OWNER, "aws-max-attempts": _ATTEMPTS,
     "user-agent-prefix": _USER_AGENT,
+    # the CLI's: the canned ACL of the objects written, the KMS encryption context, S3 Bucket
+    # Keys, and SSE-C (its key comes from the publish's secrets: creds.sse_customer_key)
+    "acl": _ACL, "sse-kms-encryption-context": _JSON_OBJECT, "bucket-key-enabled": None,
+    "sse-c": re.compile(r"^AES256$"),
 }
 # mountOptions that Mountpoint's driver takes as flags and s3flash as volume attributes
 FLAG_ATTRIBUTES = {"region": "region", "prefix": "prefix", "endpoint-url": "endpointUrl",
@@ -69,7 +78,9 @@ UNSAFE = {"cache": "names a host directory (use the volume attribute `cache`, a 
           "profile": "reads the node's AWS config files (use nodePublishSecretRef or "
                      "authenticationSource: pod)",
           "foreground": "is the mounter's to decide",
-          "no-sign-request": "is not a volume option"}
+          "no-sign-request": "is not a volume option",
+          "sse-c-key": "names a host file (the SSE-C key is the nodePublishSecretRef's "
+                       "sse_customer_key)"}
 
 
 class VolumeError(Exception):
@@ -89,6 +100,22 @@ def _truthy(v, what):
     if v.lower() in ("false", "0", "no", ""):
         return False
     raise invalid("%s must be true or false, not %r" % (what, v))
+
+
+def _encryption_context(v):
+    """The mount option's JSON object of strings, compact (as the daemon's flag)."""
+    try:
+        doc = json.loads(v)
+    except ValueError as e:
+        raise invalid("mount option sse-kms-encryption-context is not JSON (%s): %r" % (e, v))
+    if not isinstance(doc, dict) or not all(isinstance(x, str) for x in doc.values()):
+        raise invalid("mount option sse-kms-encryption-context must be a JSON object of "
+                      "strings, like {\"project\": \"x\"}, not %r" % v)
+    out = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
+    if len(out) > 2048:
+        raise invalid("mount option sse-kms-encryption-context is %d bytes as JSON (at most "
+                      "2048)" % len(out))
+    return out
 
 
 def split_bucket(path):
@@ -156,7 +183,9 @@ class Volume:
                  if k in ctx}
         flags = {}
         for raw in cap.mount.mount_flags:
-            for part in raw.split(",") if "," in raw and " " not in raw else [raw]:
+            # "a,b,c" is three options; a JSON value with commas is one
+            one = " " in raw or "{" in raw
+            for part in raw.split(",") if "," in raw and not one else [raw]:
                 name, value = parse_flag(part)
                 if name in ALIASES and value is None:
                     name, value = ALIASES[name]
@@ -172,12 +201,16 @@ class Volume:
                 if name not in FLAGS:
                     raise invalid("unknown mount option %r (allowed: %s)"
                                   % (name, ", ".join(sorted(list(FLAGS) + list(FLAG_ATTRIBUTES)))))
+                if name == "sse-c" and value in (None, ""):
+                    value = "AES256"   # `sse-c` alone, or the CLI's `sse-c AES256`
                 pat = FLAGS[name]
                 if pat is None and value not in (None, "", "true"):
                     raise invalid("mount option %r takes no value (got %r)" % (name, value))
                 if pat is not None and (value is None or not pat.match(value)):
                     raise invalid("mount option %r needs a value like %s, not %r"
                                   % (name, pat.pattern, value))
+                if name == "sse-kms-encryption-context":
+                    value = _encryption_context(value)
                 flags[name] = value if pat is not None else None
         if req.readonly or reader_only:
             flags["read-only"] = None
@@ -185,6 +218,15 @@ class Volume:
             for f in ("allow-delete", "allow-overwrite", "allow-rename", "incremental-upload"):
                 flags.pop(f, None)  # a read-only publish of a writable volume
         self.read_only = "read-only" in flags
+        if "sse" in flags and "sse-c" in flags:
+            raise invalid("mount options sse and sse-c exclude each other (SSE-C is a key of "
+                          "your own instead of S3's or KMS's)")
+        kms_only = [f for f in ("sse-kms-key-id", "sse-kms-encryption-context",
+                                "bucket-key-enabled") if f in flags]
+        if kms_only and not flags.get("sse", "").startswith("aws:kms"):
+            raise invalid("mount option(s) %s need sse aws:kms or sse aws:kms:dsse"
+                          % ", ".join(kms_only))
+        self.sse_c = "sse-c" in flags
 
         prefix = attrs.get("prefix", "")
         if prefix:
