@@ -46,6 +46,13 @@ class SaveStats:
     upload_seconds: float
     commit_seconds: float
 
+    @classmethod
+    def blocking(cls, uri: str, step: Optional[int], nbytes: int,
+                 seconds: float) -> "SaveStats":
+        """A save that blocked its caller throughout, with nothing staged and its
+        upload's completion as its commit: blocked, upload and save times are one."""
+        return cls(uri, step, nbytes, seconds, seconds, 0.0, seconds, 0.0)
+
     @property
     def throughput_bytes_per_s(self) -> float:
         return self.bytes / self.upload_seconds if self.upload_seconds > 0 else 0.0

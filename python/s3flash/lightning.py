@@ -134,7 +134,7 @@ class S3LightningCheckpoint(_CheckpointIO):
             torch.save(checkpoint, w)
             size = w.tell()
         t = time.monotonic() - t0
-        self._saved(SaveStats(path, _step_of(checkpoint), size, t, t, 0.0, t, 0.0))
+        self._saved(SaveStats.blocking(path, _step_of(checkpoint), size, t))
 
     def _saved(self, stats: SaveStats) -> None:
         self.last_save_stats = stats

@@ -93,6 +93,24 @@ def test_async_checkpointer_callback_error_is_a_warning(region, endpoint, bucket
     assert info.seq is not None and ck.last_save_stats is info.stats
 
 
+def test_s3checkpoint_writer_reports_on_close(region, endpoint, bucket, s3):
+    got = []
+    ck = s3flash.S3Checkpoint(region, endpoint, on_save_stats=got.append)
+    uri = f"s3://{bucket}/metrics-sync-{uuid.uuid4().hex[:8]}.pt"
+    with ck.writer(uri) as w:
+        torch.save({"w": torch.randn(512, 512)}, w)
+        assert got == []  # nothing until the object is complete
+    with pytest.raises(RuntimeError):  # an aborted save reports nothing
+        with ck.writer(uri + ".aborted") as w:
+            w.write(b"x" * 100)
+            raise RuntimeError("abort")
+    assert len(got) == 1 and ck.last_save_stats is got[0]
+    st = got[0]
+    check_consistent(st, blocked_is_save=True)
+    assert st.uri == uri
+    assert st.bytes == s3.head_object(Bucket=bucket, Key=uri.split("/", 3)[3])["ContentLength"]
+
+
 # -- DCP --------------------------------------------------------------------------------------
 
 def test_dcp_writer_reports_save_and_async_save(region, endpoint, bucket, s3):
