@@ -359,13 +359,16 @@ class S3CheckpointMetrics(_Callback):
     ``S3AsyncLightningCheckpoint``), and this callback logs them from the training
     thread at the next batch, epoch or validation end; the saves still in flight at the
     end of fitting are waited for and logged at teardown, before the loggers are
-    finalized. ``prefix``: the metrics' name prefix. Raises ValueError at setup when the
-    Trainer's checkpoint IO is no s3flash plugin."""
+    finalized. Under Lightning's ``AsyncCheckpointIO`` the plugin's blocked time is that
+    wrapper's thread's, not the training's: ``blocked_seconds`` is then not logged.
+    ``prefix``: the metrics' name prefix. Raises ValueError at setup when the Trainer's
+    checkpoint IO is no s3flash plugin."""
 
     def __init__(self, prefix: str = "checkpoint/"):
         self.prefix = prefix
         self._arrived: Deque[SaveStats] = collections.deque()
         self._plugin: Optional[S3LightningCheckpoint] = None
+        self._wrapped = False  # the plugin runs inside a wrapper (AsyncCheckpointIO)
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         plugin = _find_plugin(trainer)
@@ -377,6 +380,7 @@ class S3CheckpointMetrics(_Callback):
             self._detach()
             plugin._stats_sinks.append(self._arrived.append)
             self._plugin = plugin
+        self._wrapped = trainer.strategy.checkpoint_io is not plugin
 
     def _detach(self) -> None:
         if self._plugin is not None:
@@ -389,6 +393,8 @@ class S3CheckpointMetrics(_Callback):
     def _log(self, trainer: Any) -> None:
         while self._arrived:
             metrics = self._arrived.popleft().as_metrics(self.prefix)
+            if self._wrapped:
+                metrics.pop(self.prefix + "blocked_seconds", None)
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
 
