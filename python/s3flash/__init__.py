@@ -53,6 +53,7 @@ from ._async_checkpoint import (
     ConcurrentWriterWarning,
     HostStager,
 )
+from ._stats import DatasetStats, SaveStats
 
 __version__ = LIBRARY_VERSION
 
@@ -61,6 +62,8 @@ __all__ = [
     "CheckpointInfo",
     "CommitInfo",
     "ConcurrentWriterError",
+    "DatasetStats",
+    "SaveStats",
     "ConcurrentWriterWarning",
     "HostStager",
     "S3Checkpoint",

@@ -46,7 +46,7 @@ import time
 import warnings
 import weakref
 import zlib
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ._checkpoint import parse_s3_uri  # noqa: F401  (the same URI rules)
 from ._client import S3Client
@@ -56,6 +56,7 @@ from ._commit import (COMMITS_DIR, DEFAULT_RETENTION_WINDOW_S, MANIFEST_FORMAT, 
                       _new_save_id, _norm_etag, _parse_step_dir, _step_dir)
 from ._config import S3ClientConfig
 from ._staging import HostStager
+from ._stats import SaveStats, _report
 from . import _s3flash
 
 __all__ = ["AsyncCheckpointer", "CheckpointInfo", "CommitInfo", "ConcurrentWriterError",
@@ -102,6 +103,7 @@ class CheckpointInfo(NamedTuple):
     local_path: Optional[str]     # the local tier's folder, None without one (or on failure)
     seq: Optional[int] = None     # the commit's sequence number
     commit_uri: Optional[str] = None  # s3://bucket/prefix/commits/<seq>.json
+    stats: Optional[SaveStats] = None  # the save's times and bytes
 
 
 # -- the stream that feeds every tier at once ---------------------------------------------
@@ -152,6 +154,7 @@ class _Job(NamedTuple):
     staged: Any
     future: "concurrent.futures.Future[CheckpointInfo]"
     torch_save_kwargs: Dict[str, Any]
+    clock: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # save() called, staging began, returned
 
 
 _live: "weakref.WeakSet[AsyncCheckpointer]" = weakref.WeakSet()
@@ -205,6 +208,10 @@ class AsyncCheckpointer:
             (None: found out once, with a probe object under ``commits/``, at the first
             commit). Without it each commit's name carries its save id, so two writers
             still never overwrite each other's commit (docs/PYTHON.md).
+        on_save_stats: called with each committed save's ``SaveStats`` (its blocked,
+            staging, upload and commit times and its bytes: docs/METRICS-python.md), on the
+            background thread, before the save's future resolves; also
+            ``last_save_stats`` and ``save(...).result().stats``.
     """
 
     def __init__(self, uri: str, region: Optional[str] = None, endpoint: Optional[str] = None,
@@ -214,7 +221,8 @@ class AsyncCheckpointer:
                  pin_memory: Optional[bool] = None, in_place: bool = True,
                  client: Optional[S3Client] = None,
                  conditional_put: Optional[bool] = None,
-                 retention_window_s: float = DEFAULT_RETENTION_WINDOW_S):
+                 retention_window_s: float = DEFAULT_RETENTION_WINDOW_S,
+                 on_save_stats: Optional[Callable[[SaveStats], None]] = None):
         bucket, prefix = _s3flash.parse_uri(uri)
         if prefix and not prefix.endswith("/"):
             prefix += "/"
@@ -240,6 +248,8 @@ class AsyncCheckpointer:
         self.stager = HostStager(pin_memory, zip_layout=in_place)
         self.in_place_saves = 0   # saves uploaded from the arena with no copy
         self.stream_saves = 0     # saves streamed through torch.save into an S3 writer
+        self.on_save_stats = on_save_stats
+        self.last_save_stats: Optional[SaveStats] = None
         self._cond = threading.Condition()
         self._staging_busy = False      # the host buffers hold a state not yet serialized
         self._pending: List[_Job] = []  # at most one (the buffers are single)
@@ -264,6 +274,7 @@ class AsyncCheckpointer:
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
         fut: "concurrent.futures.Future[Optional[CheckpointInfo]]" = concurrent.futures.Future()
+        t_call = time.monotonic()
         with self._cond:
             if self._closed:
                 raise ValueError("AsyncCheckpointer is closed")
@@ -277,6 +288,7 @@ class AsyncCheckpointer:
                 while self._staging_busy:
                     self._cond.wait()
             self._staging_busy = True
+        t_stage = time.monotonic()
         try:
             staged = self.stager.stage(state_dict)
         except BaseException:
@@ -286,7 +298,8 @@ class AsyncCheckpointer:
             raise
         fut.set_running_or_notify_cancel()
         with self._cond:
-            self._enqueue(_Job(step, staged, fut, torch_save_kwargs))  # type: ignore
+            self._enqueue(_Job(step, staged, fut, torch_save_kwargs,  # type: ignore
+                               (t_call, t_stage, time.monotonic())))
         return fut
 
     _thread_name = "s3flash-checkpoint"
@@ -403,6 +416,8 @@ class AsyncCheckpointer:
                 self._release_staging()
                 job.future.set_exception(e)
             else:
+                self.last_save_stats = info.stats
+                _report(self.on_save_stats, info.stats, "AsyncCheckpointer")
                 job.future.set_result(info)
                 try:
                     assert info.commit_uri is not None
@@ -441,6 +456,7 @@ class AsyncCheckpointer:
         try:
             size, crc, info, local_error = self._write_object(job, key, f)
             f = None
+            uploaded = time.monotonic()
             obj = {"name": STATE_NAME, "key": key, "size": size,
                    "crc32": f"{crc:08x}", "etag": _norm_etag(info.get("etag"))}
             if info.get("size") is not None and int(info["size"]) != size:
@@ -458,8 +474,13 @@ class AsyncCheckpointer:
             elif local_error is not None:
                 warnings.warn(f"s3flash.AsyncCheckpointer: local copy of step {job.step} "
                               f"failed: {local_error}", RuntimeWarning)
+            t_call, t_stage, t_back = job.clock
+            end = time.monotonic()
+            stats = SaveStats(f"s3://{self.bucket}/{sdir}", job.step, size + len(body),
+                              end - t_call, t_back - t_call, t_back - t_stage,
+                              uploaded - started, end - uploaded)
             return CheckpointInfo(job.step, f"s3://{self.bucket}/{sdir}", manifest,
-                                  local_path, seq, f"s3://{self.bucket}/{ckey}")
+                                  local_path, seq, f"s3://{self.bucket}/{ckey}", stats)
         finally:
             if not verified:
                 self._log.own_leftovers.add(key)  # named by no valid commit: the next retention's

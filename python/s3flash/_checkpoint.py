@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Optional
 
 from . import _s3flash
 from ._client import S3Client, _shared_client
 from ._config import S3ClientConfig
 from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._stats import SaveStats, _report
 from ._writer import S3Writer
 
 
@@ -28,12 +30,19 @@ class S3Checkpoint:
         endpoint: custom endpoint URL (MinIO, Ceph RGW...); None or "" for the default.
         s3client_config: an S3ClientConfig.
         reader_constructor: from S3ReaderConstructor (default: sequential()).
+        on_save_stats: called with the ``SaveStats`` of each writer once it completes
+            its object (also ``last_save_stats``): timed from ``writer()`` to its close;
+            the writing caller is blocked throughout, so blocked, upload and save times
+            are one.
     """
 
     def __init__(self, region: Optional[str] = None, endpoint: Optional[str] = None,
                  s3client_config: Optional[S3ClientConfig] = None,
-                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
+                 on_save_stats: Optional[Callable[[SaveStats], None]] = None):
         self.region = region
+        self.on_save_stats = on_save_stats
+        self.last_save_stats: Optional[SaveStats] = None
         self.endpoint = endpoint
         self._client = S3Client(region, endpoint=endpoint, s3client_config=s3client_config)
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
@@ -49,8 +58,16 @@ class S3Checkpoint:
 
     def writer(self, s3_uri: str) -> S3Writer:
         """A write-only stream; the object appears at `s3_uri` when it is closed."""
+        t0 = time.monotonic()
         bucket, key = parse_s3_uri(s3_uri)
-        return self._client.put_object(bucket, key)
+        w = self._client.put_object(bucket, key)
+
+        def closed(size: int) -> None:
+            t = time.monotonic() - t0
+            self.last_save_stats = SaveStats.blocking(s3_uri, None, size, t)
+            _report(self.on_save_stats, self.last_save_stats, "S3Checkpoint")
+        w._on_closed = closed
+        return w
 
 
 def save(obj: Any, uri: str, *, region: Optional[str] = None, endpoint: Optional[str] = None,

@@ -27,6 +27,7 @@ from ._dataset_objects import (S3BucketKeyData, _DatasetReader,  # noqa: F401
                                _parse_prefix_uri, _rebuild_reader)
 from ._prefetch import _PREFETCH_BYTES, _Ahead
 from ._reader import S3Reader, S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._stats import DatasetStats, _DatasetCounter
 
 
 def identity(obj: Any) -> Any:
@@ -36,14 +37,17 @@ def identity(obj: Any) -> Any:
 class _S3DatasetBase:
     """What both datasets share: the client (built lazily, in the process that uses it:
     never pickled, rebuilt after fork by the native layer), the reader of an item, the
-    read-ahead (``prefetch``, ``prefetch_bytes``)."""
+    read-ahead (``prefetch``, ``prefetch_bytes``), the counts of what was handed out
+    (``stats``, ``on_stats`` every ``stats_interval_s``)."""
 
     def __init__(self, region: Optional[str],
                  get_dataset_objects: Callable[[S3Client], Iterable[S3BucketKeyData]],
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES):
+                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES,
+                 on_stats: Optional[Callable[[DatasetStats], None]] = None,
+                 stats_interval_s: float = 10.0):
         if prefetch is not None and prefetch < 0:
             raise ValueError(f"prefetch must be >= 0 or None, got {prefetch}")
         if prefetch_bytes < 1:
@@ -59,6 +63,23 @@ class _S3DatasetBase:
         self._fast_reader = _is_default_sequential(reader_constructor)
         self._client: Optional[S3Client] = None
         self._last_ahead: Optional[_Ahead] = None  # the last read-ahead of this process
+        self._counter = _DatasetCounter(on_stats, stats_interval_s)
+
+    @property
+    def stats(self) -> DatasetStats:
+        """The samples and bytes handed out in this process (a DataLoader worker counts
+        in its own copy: use ``on_stats`` there), and their rates (docs/METRICS-python.md)."""
+        return self._counter.snapshot()
+
+    def reset_stats(self) -> None:
+        """Count from zero again (e.g. at each epoch)."""
+        self._counter.reset()
+
+    def _deliver(self, reader: S3Reader) -> Any:
+        """transform(reader), counted: every item goes out through here."""
+        out = self._transform(reader)
+        self._counter.add(reader)
+        return out
 
     @property
     def region(self) -> Optional[str]:
@@ -95,11 +116,13 @@ class _S3DatasetBase:
         return self._reader_constructor(client, obj.bucket, obj.key)
 
     def _get_transformed_object(self, obj: S3BucketKeyData) -> Any:
-        return self._transform(self._reader(obj))
+        self._counter.begin()
+        return self._deliver(self._reader(obj))
 
     def _prefetched(self, objs: Iterable[S3BucketKeyData]) -> Iterator[Any]:
         """transform(reader) of each object in order, the next objects fetched meanwhile
         (see _Ahead)."""
+        self._counter.begin()
         ahead = _Ahead(self)
         src = iter(objs)
         more = True
@@ -108,10 +131,11 @@ class _S3DatasetBase:
                 if more:
                     more = ahead.fill(src)
                 if not len(ahead):
-                    return
-                yield self._transform(ahead.pop())
+                    break
+                yield self._deliver(ahead.pop())
         finally:
             ahead.close()
+        self._counter.report()  # the end of a pass
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -146,9 +170,12 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                  endpoint: Optional[str] = None, transform: Callable[[S3Reader], Any] = identity,
                  s3client_config: Optional[S3ClientConfig] = None,
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None, *,
-                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES):
+                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES,
+                 on_stats: Optional[Callable[[DatasetStats], None]] = None,
+                 stats_interval_s: float = 10.0):
         super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
-                         reader_constructor, prefetch, prefetch_bytes)
+                         reader_constructor, prefetch, prefetch_bytes, on_stats,
+                         stats_interval_s)
         self._objects: List[S3BucketKeyData] = []
         self._listing: Optional[Iterator[S3BucketKeyData]] = None
         self._listed = False
@@ -162,13 +189,14 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                      s3client_config: Optional[S3ClientConfig] = None,
                      reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
                      prefetch: Optional[int] = None,
-                     prefetch_bytes: int = _PREFETCH_BYTES) -> "S3MapDataset":
+                     prefetch_bytes: int = _PREFETCH_BYTES, **kwargs: Any) -> "S3MapDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
-        A malformed URI raises ValueError naming it, here."""
+        A malformed URI raises ValueError naming it, here. ``kwargs``: on_stats,
+        stats_interval_s."""
         objs = _parse_object_uris(object_uris)
         return cls(region, _ObjectList(objs), endpoint, transform=transform,
                    s3client_config=s3client_config, reader_constructor=reader_constructor,
-                   prefetch=prefetch, prefetch_bytes=prefetch_bytes)
+                   prefetch=prefetch, prefetch_bytes=prefetch_bytes, **kwargs)
 
     @classmethod
     def from_prefix(cls, s3_uri: str, *, region: Optional[str] = None,
@@ -177,16 +205,17 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
                     s3client_config: Optional[S3ClientConfig] = None,
                     reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
                     list_page_size: int = 0, prefetch: Optional[int] = None,
-                    prefetch_bytes: int = _PREFETCH_BYTES) -> "S3MapDataset":
+                    prefetch_bytes: int = _PREFETCH_BYTES, **kwargs: Any) -> "S3MapDataset":
         """A dataset of every object whose key starts with the prefix of ``s3_uri``
         (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
         is an empty dataset; a missing bucket raises S3NotFoundError at the first access.
-        ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000)."""
+        ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000).
+        ``kwargs``: on_stats, stats_interval_s."""
         bucket, prefix = _parse_prefix_uri(s3_uri)
         return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
                    transform=transform, s3client_config=s3client_config,
                    reader_constructor=reader_constructor, prefetch=prefetch,
-                   prefetch_bytes=prefetch_bytes)
+                   prefetch_bytes=prefetch_bytes, **kwargs)
 
     def _list_until(self, n: Optional[int]) -> None:
         """List until at least n objects are known (None: all of them)."""
@@ -255,6 +284,7 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
         return [i + shift for i in idx]
 
     def _fetch_batch(self, indices: List[int], ahead_idx: List[int]) -> List[Any]:
+        self._counter.begin()
         if not self._reads_ahead():
             return [self[i] for i in indices]
         want_max = max((i for i in indices + ahead_idx), default=-1)
@@ -277,12 +307,12 @@ class S3MapDataset(_S3DatasetBase, torch.utils.data.Dataset):
         for pos in range(common, len(want)):
             obj = self._objects[want[pos]]
             while a.full(obj.size) and len(out) < n_batch:
-                out.append(self._transform(a.pop()))
+                out.append(self._deliver(a.pop()))
             if a.full(obj.size) and pos >= n_batch:
                 break  # read-ahead beyond the bound: left for the next batch to ask
             a.push(obj, tag=want[pos])
         while len(out) < n_batch:
-            out.append(self._transform(a.pop()))
+            out.append(self._deliver(a.pop()))
         return out
 
     def batch_sampler(self, batch_size: int, *, shuffle: bool = False, drop_last: bool = False,
@@ -424,9 +454,12 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                  shuffle: bool = False, seed: int = 0,
                  shuffle_buffer_size: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES):
+                 prefetch: Optional[int] = None, prefetch_bytes: int = _PREFETCH_BYTES,
+                 on_stats: Optional[Callable[[DatasetStats], None]] = None,
+                 stats_interval_s: float = 10.0):
         super().__init__(region, get_dataset_objects, endpoint, transform, s3client_config,
-                         reader_constructor, prefetch, prefetch_bytes)
+                         reader_constructor, prefetch, prefetch_bytes, on_stats,
+                         stats_interval_s)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and not enable_sharding:
@@ -456,7 +489,8 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
                      **kwargs: Any) -> "S3IterableDataset":
         """A dataset of the given objects (s3://bucket/key each, or one str), in order.
         A malformed URI raises ValueError naming it, here. ``kwargs``: shuffle, seed,
-        shuffle_buffer_size, rank, world_size, prefetch, prefetch_bytes."""
+        shuffle_buffer_size, rank, world_size, prefetch, prefetch_bytes,
+        on_stats, stats_interval_s."""
         objs = _parse_object_uris(object_uris)
         return cls(region, _ObjectList(objs), endpoint, transform=transform,
                    s3client_config=s3client_config, enable_sharding=enable_sharding,
@@ -474,7 +508,8 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
         (s3://bucket/prefix; s3://bucket for the whole bucket). A prefix with no objects
         is an empty dataset; a missing bucket raises S3NotFoundError when iterated.
         ``list_page_size``: keys per ListObjectsV2 request (0: the server's, 1000).
-        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size, prefetch, prefetch_bytes."""
+        ``kwargs``: shuffle, seed, shuffle_buffer_size, rank, world_size, prefetch, prefetch_bytes,
+        on_stats, stats_interval_s."""
         bucket, prefix = _parse_prefix_uri(s3_uri)
         return cls(region, _PrefixLister(bucket, prefix, list_page_size), endpoint,
                    transform=transform, s3client_config=s3client_config,
@@ -524,7 +559,11 @@ class S3IterableDataset(_S3DatasetBase, torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         if self._reads_ahead():
             return self._prefetched(self._objects())
-        return map(self._get_transformed_object, self._objects())
+        return self._lazy(self._objects())
+
+    def _lazy(self, objs: Iterable[S3BucketKeyData]) -> Iterator[Any]:
+        yield from map(self._get_transformed_object, objs)
+        self._counter.report()  # the end of a pass
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -11,9 +11,10 @@ import logging
 import os
 import pickle
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.distributed.checkpoint.filesystem import SerializationFormat, _StorageInfo
@@ -26,6 +27,7 @@ from torch.futures import Future
 from . import _s3flash, _zipimage
 from ._config import S3ClientConfig
 from ._dcp_fs import DEFAULT_SUFFIX, _metadata_name, _PathMixin, _valid_s3_path
+from ._stats import SaveStats, _report
 
 try:  # torch's stream extensions (FileSystemWriter's _extensions), torch >= 2.6
     from torch.distributed.checkpoint.filesystem import _StorageWriterTransforms
@@ -206,6 +208,14 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
             ``torch.distributed.checkpoint._extension``: each item is written through them
             and their descriptors are recorded in the metadata, so ``FileSystemReader`` and
             ``S3StorageReader`` undo them on load.
+        on_save_stats: s3flash extension; called with this rank's ``SaveStats`` of each
+            save (also ``last_save_stats``): when ``finish`` has written ``.metadata`` on
+            the rank that writes it, when ``write_data`` is done on the others. The save
+            starts at ``stage`` when this writer staged it (``dcp.async_save`` with it as
+            the stager: blocked is the staging), else at ``set_up_storage_writer``
+            (``dcp.save`` on the main thread: blocked is the whole save; on another
+            thread, after another stager: None, unknown here). ``bytes``: this rank's
+            objects, and ``.metadata`` where this rank wrote it.
     """
 
     def __init__(
@@ -224,6 +234,7 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
         per_thread_copy_ahead: int = 10_000_000,
         serialization_format: SerializationFormat = SerializationFormat.TORCH_SAVE,
         _extensions: Optional[Sequence[Any]] = None,
+        on_save_stats: Optional[Callable[[SaveStats], None]] = None,
     ) -> None:
         StorageWriter.__init__(self)
         BlockingAsyncStager.__init__(self, cache_staged_state_dict=cache_staged_state_dict)
@@ -249,6 +260,37 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
         self.is_coordinator = False
         self.rank: Optional[int] = None
         self.use_collectives = True
+        self.on_save_stats = on_save_stats
+        self.last_save_stats: Optional[SaveStats] = None
+        self._staged_at: Optional[Tuple[float, float]] = None  # stage()'s start and end
+        self._clock: Dict[str, Any] = {}  # this save's readings and bytes
+
+    # -- stats ---------------------------------------------------------------------------
+    def stage(self, state_dict: Any) -> Any:
+        """BlockingAsyncStager's copy to CPU (dcp.async_save's staging), timed."""
+        t0 = time.monotonic()
+        out = BlockingAsyncStager.stage(self, state_dict)
+        self._staged_at = (t0, time.monotonic())
+        return out
+
+    def _save_done(self, commit_seconds: float) -> None:
+        c, end = self._clock, time.monotonic()
+        if not c:
+            return
+        staged = c["staged"]
+        start = staged[0] if staged else c["start"]
+        staging = staged[1] - staged[0] if staged else 0.0
+        if staged:
+            blocked: Optional[float] = staging
+        elif c["main"]:
+            blocked = end - start
+        else:
+            blocked = None
+        stats = SaveStats(self._uri(), None, c["bytes"], end - start, blocked, staging,
+                          c["upload"], commit_seconds)
+        self._clock = {}
+        self.last_save_stats = stats
+        _report(self.on_save_stats, stats, "dcp.S3StorageWriter")
 
     # -- StorageWriter -----------------------------------------------------------------
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
@@ -264,6 +306,10 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self._clock = {"start": time.monotonic(), "staged": self._staged_at, "bytes": 0,
+                       "upload": 0.0,
+                       "main": threading.current_thread() is threading.main_thread()}
+        self._staged_at = None
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
         self.use_collectives = kwargs.get("use_collectives", True)
@@ -297,6 +343,7 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
             groups = [[item] for item in plan.items]
         files = [(f"{prefix}{n}{DEFAULT_SUFFIX}", g) for n, g in enumerate(groups)]
         results: List[WriteResult] = []
+        t0 = time.monotonic()
         if files:
             cancel = threading.Event()
             workers = min(self.thread_count, len(files))
@@ -319,12 +366,18 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
                     if errors:
                         first = [e for e in errors if not isinstance(e, _Cancelled)] or errors
                         raise first[0]
+        if self._clock:
+            self._clock["upload"] = time.monotonic() - t0
+            self._clock["bytes"] = sum(r.size_in_bytes for r in results)
+            if self.use_collectives and not self.is_coordinator:
+                self._save_done(0.0)  # finish() is the coordinator's
         fut: Future[List[WriteResult]] = Future()
         fut.set_result(results)
         return fut
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         """Write ``.metadata`` (the coordinator, after every rank's data is written)."""
+        t0 = time.monotonic()
         metadata.version = CURRENT_DCP_VERSION
         storage_md: Dict[MetadataIndex, Any] = {}
         for wr_list in results:
@@ -345,6 +398,9 @@ class S3StorageWriter(_PathMixin, StorageWriter, BlockingAsyncStager):
                 f"another writer committed a checkpoint at {self._uri()} during this save "
                 f"({_metadata_name(rank)} appeared after this save began); its commit is "
                 "kept and this save's is not written") from e
+        if self._clock:
+            self._clock["bytes"] += len(data)
+        self._save_done(time.monotonic() - t0)
 
     # -- internals -----------------------------------------------------------------------
     def _invalidate_metadata(self, rank: Optional[int]) -> None:

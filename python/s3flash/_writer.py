@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from . import _s3flash
 
@@ -17,6 +17,8 @@ class S3Writer(io.BufferedIOBase):
     manager, an exception inside the block aborts the upload: nothing is created. A writer
     dropped without close() is aborted too.
     """
+
+    _on_closed: Optional[Callable[[int], None]] = None  # given the size, once complete
 
     def __init__(self, native: _s3flash.Writer, bucket: str = "", key: str = ""):
         self._native: Optional[_s3flash.Writer] = native
@@ -44,7 +46,10 @@ class S3Writer(io.BufferedIOBase):
         then nothing is created). Closing twice is a no-op."""
         native, self._native = self._native, None
         if native is not None:
+            size = native.tell()
             self.info = native.close()
+            if self._on_closed is not None:
+                self._on_closed(size)
 
     def abort(self) -> None:
         """Cancel: abort the multipart upload, create nothing."""

@@ -31,6 +31,15 @@ method of ``ModelCheckpoint`` for non-local filesystems only (the candidates get
 protocol back: ``s3://bucket/run/last.ckpt``); local directories are untouched.
 ``S3ModelCheckpoint`` (the same fix as a subclass) is kept for code that uses it.
 
+Checkpoint metrics: each plugin times every save (``SaveStats``: ``on_save_stats``,
+``last_save_stats``), and the ``S3CheckpointMetrics`` callback logs them on the Trainer's
+loggers (``checkpoint/save_seconds``, ``checkpoint/blocked_seconds``,
+``checkpoint/throughput_bytes_per_s``...: TensorBoard, CSVLogger)::
+
+    trainer = Trainer(plugins=[S3AsyncLightningCheckpoint(...)],
+                      callbacks=[ModelCheckpoint(dirpath="s3://bucket/run/"),
+                                 S3CheckpointMetrics()])
+
 The lightning package is the target; pytorch_lightning is used when lightning is absent.
 """
 
@@ -38,14 +47,17 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Deque, Dict, Optional, Tuple
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import torch
 
 try:
+    from lightning.pytorch.callbacks import Callback as _Callback
     from lightning.pytorch.callbacks import ModelCheckpoint as _ModelCheckpoint
     from lightning.pytorch.plugins.io import CheckpointIO as _CheckpointIO
 except ImportError:  # pragma: no cover - only pytorch_lightning installed
+    from pytorch_lightning.callbacks import Callback as _Callback  # type: ignore
     from pytorch_lightning.callbacks import ModelCheckpoint as _ModelCheckpoint  # type: ignore
     from pytorch_lightning.plugins.io import CheckpointIO as _CheckpointIO  # type: ignore
 
@@ -54,8 +66,10 @@ from ._client import S3Client
 from ._config import S3ClientConfig
 from ._fsspec_default import provide_s3
 from ._reader import S3ReaderConstructor, S3ReaderConstructorProtocol
+from ._stats import SaveStats, _report
 
-__all__ = ["S3AsyncLightningCheckpoint", "S3LightningCheckpoint", "S3ModelCheckpoint"]
+__all__ = ["S3AsyncLightningCheckpoint", "S3CheckpointMetrics", "S3LightningCheckpoint",
+           "S3ModelCheckpoint", "SaveStats"]
 
 
 def _keep_on_cpu(storage: Any, location: Any) -> Any:
@@ -70,6 +84,11 @@ def _check_path(path: Any) -> str:
     return path
 
 
+def _step_of(checkpoint: Any) -> Optional[int]:
+    step = checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
+    return step if isinstance(step, int) else None
+
+
 class S3LightningCheckpoint(_CheckpointIO):
     """A Lightning ``CheckpointIO`` that saves to and loads from S3 through libs3flash.
 
@@ -80,14 +99,22 @@ class S3LightningCheckpoint(_CheckpointIO):
             (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``, the profile's, else AWS).
         reader_constructor: s3flash extension; an ``S3ReaderConstructor`` for loads
             (default: ``S3ReaderConstructor.default()``).
+        on_save_stats: s3flash extension; called with each completed save's ``SaveStats``
+            (on the thread that completed it); the last one is ``last_save_stats``. Here
+            a save blocks its caller throughout: blocked, upload and save times are one
+            (``S3CheckpointMetrics`` logs them on the Trainer's loggers).
     """
 
     def __init__(self, region: Optional[str] = None,
                  s3client_config: Optional[S3ClientConfig] = None,
                  endpoint: Optional[str] = None, *,
-                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None):
+                 reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
+                 on_save_stats: Optional[Callable[[SaveStats], None]] = None):
         self.region = region
         self.endpoint = endpoint
+        self.on_save_stats = on_save_stats
+        self.last_save_stats: Optional[SaveStats] = None
+        self._stats_sinks: List[Callable[[SaveStats], None]] = []  # S3CheckpointMetrics
         self._client = S3Client(region, endpoint=endpoint, s3client_config=s3client_config)
         self._reader_constructor = reader_constructor or S3ReaderConstructor.default()
 
@@ -101,9 +128,19 @@ class S3LightningCheckpoint(_CheckpointIO):
         appears when the save completes; an error (or a killed process) leaves the previous
         object under the key, or none. ``storage_options`` is accepted and ignored, as in
         s3torchconnector."""
+        t0 = time.monotonic()
         bucket, key = parse_s3_uri(_check_path(path))
         with self._client.put_object(bucket, key) as w:
             torch.save(checkpoint, w)
+            size = w.tell()
+        t = time.monotonic() - t0
+        self._saved(SaveStats.blocking(path, _step_of(checkpoint), size, t))
+
+    def _saved(self, stats: SaveStats) -> None:
+        self.last_save_stats = stats
+        for sink in list(self._stats_sinks):
+            sink(stats)
+        _report(self.on_save_stats, stats, type(self).__name__)
 
     def load_checkpoint(self, path: str,  # type: ignore[override]
                         map_location: Optional[Any] = _keep_on_cpu,
@@ -151,16 +188,19 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
     ``save_checkpoint``, ``load_checkpoint`` or ``teardown``; each object appears whole or
     not at all, as with ``S3LightningCheckpoint``.
 
-    Args: as ``S3LightningCheckpoint``; ``pin_memory`` as ``s3flash.HostStager``.
+    Args: as ``S3LightningCheckpoint``; ``pin_memory`` as ``s3flash.HostStager``. Each
+    save's ``SaveStats`` comes when its upload completes, from the background thread:
+    blocked is the time ``save_checkpoint`` took (waiting for the buffers, staging).
     """
 
     def __init__(self, region: Optional[str] = None,
                  s3client_config: Optional[S3ClientConfig] = None,
                  endpoint: Optional[str] = None, *,
                  reader_constructor: Optional[S3ReaderConstructorProtocol] = None,
-                 pin_memory: Optional[bool] = None):
+                 pin_memory: Optional[bool] = None,
+                 on_save_stats: Optional[Callable[[SaveStats], None]] = None):
         super().__init__(region, s3client_config, endpoint,
-                         reader_constructor=reader_constructor)
+                         reader_constructor=reader_constructor, on_save_stats=on_save_stats)
         from ._staging import HostStager
         self.stager = HostStager(pin_memory, zip_layout=True)
         self.in_place_saves = 0   # uploaded from the staging buffers with no copy
@@ -175,18 +215,21 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: str,  # type: ignore[override]
                         storage_options: Optional[Any] = None) -> None:
         """Stage ``checkpoint`` and return; the upload to ``path`` runs in the background."""
+        t_call = time.monotonic()
         self._raise_error()
         bucket, key = parse_s3_uri(_check_path(path))
         with self._cond:
             while self._staging_busy:
                 self._cond.wait()
             self._staging_busy = True
+        t_stage = time.monotonic()
         try:
             staged = self.stager.stage(checkpoint)
         except BaseException:
             self._release_staging()
             raise
-        self._submit("save", (bucket, key, staged))
+        self._submit("save", (path, staged, _step_of(checkpoint),
+                              (t_call, t_stage, time.monotonic())))
 
     def remove_checkpoint(self, path: str) -> None:  # type: ignore[override]
         """Queue the removal behind the saves asked for so far; returns at once."""
@@ -237,10 +280,10 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
                 self._thread.start()
             self._cond.notify_all()
 
-    def _save_staged(self, bucket: str, key: str, staged: Any) -> None:
+    def _save_staged(self, bucket: str, key: str, staged: Any) -> int:
         """In place when the zip fits around the staged bytes (uploaded from the buffers,
         no copy), else the same zip streamed into an S3 writer (_zipimage.stream: its CRCs
-        let the GIL go; torch.save when it cannot)."""
+        let the GIL go; torch.save when it cannot). Returns the object's size."""
         from . import _zipimage
         st = self.stager
         try:
@@ -251,16 +294,18 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
         else:
             self._client.upload(bucket, key, memoryview(st.arena.numpy())[:size])
             self.in_place_saves += 1
-            return
+            return size
         with self._client.put_object(bucket, key) as w:
             try:
                 try:
                     _zipimage.stream(staged, w.write)
                 except _zipimage.Unsupported:  # raised before any byte is written
                     torch.save(staged, w)
+                size = w.tell()
             finally:
                 self._release_staging()
         self.stream_saves += 1
+        return size
 
     def _run(self) -> None:
         while True:
@@ -270,11 +315,15 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
                 kind, arg = self._ops.popleft()
             try:
                 if kind == "save":
-                    bucket, key, staged = arg
+                    path, staged, step, (t_call, t_stage, t_back) = arg
+                    t_up = time.monotonic()
                     try:
-                        self._save_staged(bucket, key, staged)
+                        size = self._save_staged(*parse_s3_uri(path), staged)
                     finally:
                         self._release_staging()
+                    end = time.monotonic()
+                    self._saved(SaveStats(path, step, size, end - t_call, t_back - t_call,
+                                          t_back - t_stage, end - t_up, 0.0))
                 elif self._error is None:
                     # after a failed save, nothing is removed (it may be the one to keep)
                     S3LightningCheckpoint.remove_checkpoint(self, arg)
@@ -285,6 +334,88 @@ class S3AsyncLightningCheckpoint(S3LightningCheckpoint):
             with self._cond:
                 self._busy -= 1
                 self._cond.notify_all()
+
+
+def _find_plugin(trainer: Any) -> Optional[S3LightningCheckpoint]:
+    """The S3LightningCheckpoint under the trainer's checkpoint IO (inside Lightning's
+    wrappers, e.g. AsyncCheckpointIO), or None."""
+    io = getattr(trainer.strategy, "checkpoint_io", None)
+    for _ in range(8):  # wrappers nest at most a few deep
+        if isinstance(io, S3LightningCheckpoint) or io is None:
+            return io
+        io = getattr(io, "checkpoint_io", None)
+    return None
+
+
+class S3CheckpointMetrics(_Callback):
+    """Logs each checkpoint save of the Trainer's s3flash plugin on the Trainer's loggers
+    (TensorBoard, CSVLogger...): ``checkpoint/save_seconds``, ``checkpoint/blocked_seconds``,
+    ``checkpoint/staging_seconds``, ``checkpoint/upload_seconds``,
+    ``checkpoint/commit_seconds``, ``checkpoint/bytes`` and
+    ``checkpoint/throughput_bytes_per_s`` (``SaveStats``; docs/METRICS-python.md).
+
+    A save's stats are logged at the Trainer's global step when they arrive: the
+    plugin hands them over when the save completes (from a background thread for
+    ``S3AsyncLightningCheckpoint``), and this callback logs them from the training
+    thread at the next batch, epoch or validation end; the saves still in flight at the
+    end of fitting are waited for and logged at teardown, before the loggers are
+    finalized. Under Lightning's ``AsyncCheckpointIO`` the plugin's blocked time is that
+    wrapper's thread's, not the training's: ``blocked_seconds`` is then not logged.
+    ``prefix``: the metrics' name prefix. Raises ValueError at setup when the Trainer's
+    checkpoint IO is no s3flash plugin."""
+
+    def __init__(self, prefix: str = "checkpoint/"):
+        self.prefix = prefix
+        self._arrived: Deque[SaveStats] = collections.deque()
+        self._plugin: Optional[S3LightningCheckpoint] = None
+        self._wrapped = False  # the plugin runs inside a wrapper (AsyncCheckpointIO)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        plugin = _find_plugin(trainer)
+        if plugin is None:
+            raise ValueError("S3CheckpointMetrics: the Trainer's checkpoint IO is "
+                             f"{type(trainer.strategy.checkpoint_io).__name__}, not an "
+                             "s3flash S3LightningCheckpoint (pass one in plugins=[...])")
+        if self._plugin is not plugin:
+            self._detach()
+            plugin._stats_sinks.append(self._arrived.append)
+            self._plugin = plugin
+        self._wrapped = trainer.strategy.checkpoint_io is not plugin
+
+    def _detach(self) -> None:
+        if self._plugin is not None:
+            try:
+                self._plugin._stats_sinks.remove(self._arrived.append)
+            except ValueError:
+                pass
+            self._plugin = None
+
+    def _log(self, trainer: Any) -> None:
+        while self._arrived:
+            metrics = self._arrived.popleft().as_metrics(self.prefix)
+            if self._wrapped:
+                metrics.pop(self.prefix + "blocked_seconds", None)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        self._log(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._log(trainer)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._log(trainer)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._log(trainer)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        plugin = self._plugin
+        if isinstance(plugin, S3AsyncLightningCheckpoint):
+            plugin.wait()  # the strategy's teardown waited already; saves made since too
+        self._log(trainer)
+        self._detach()
 
 
 def _with_protocol(callback: Any, found: "set[str]") -> "set[str]":

@@ -1,5 +1,6 @@
 """s3flash.dcp: torch.distributed.checkpoint save/load/async_save against RGW, 1 and 2 ranks."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -551,8 +552,11 @@ def _two_rank_worker(rank, world, store, endpoint, region, uri, out_dir, other_k
         report["strategies"] = {}
         for name, strategy in PREFIX_STRATEGIES.items():
             sd4 = {"sharded": sharded, "w": torch.arange(5.0) + rank * 0}
-            dcp.save(sd4, storage_writer=S3StorageWriter(
-                region, f"{uri}-ps-{name}", endpoint=endpoint, prefix_strategy=strategy()))
+            w = S3StorageWriter(region, f"{uri}-ps-{name}", endpoint=endpoint,
+                                prefix_strategy=strategy())
+            dcp.save(sd4, storage_writer=w)
+            if name == "default":  # this rank's SaveStats (test_metrics.py has the rest)
+                report["save_stats"] = dataclasses.asdict(w.last_save_stats)
             out = {"sharded": distribute_tensor(torch.zeros_like(full), sharded.device_mesh,
                                                 [Shard(0)]), "w": torch.zeros(5)}
             dcp.load(out, storage_reader=S3StorageReader(region, f"{uri}-ps-{name}",
@@ -602,7 +606,9 @@ def two_ranks(bucket, s3, region, endpoint, rgw):
             "denied_keys": keys_under(s3, bucket, prefix + "-denied/"),
             "denied_uploads": uploads_under(s3, bucket, prefix + "-denied/"),
             "strategy_keys": {n: keys_under(s3, bucket, f"{prefix}-ps-{n}/")
-                              for n in PREFIX_STRATEGIES}}
+                              for n in PREFIX_STRATEGIES},
+            "default_sizes": {o["Key"].split("/", 1)[1]: o["Size"] for o in s3.list_objects_v2(
+                Bucket=bucket, Prefix=f"{prefix}-ps-default/").get("Contents", [])}}
 
 
 def test_two_ranks_prefix_strategies(two_ranks):
@@ -610,6 +616,19 @@ def test_two_ranks_prefix_strategies(two_ranks):
     assert two_ranks["strategy_keys"] == PREFIX_LAYOUTS
     for rep in two_ranks["reports"]:
         assert rep["strategies"] == {n: True for n in PREFIX_STRATEGIES}, rep
+
+
+def test_two_ranks_save_stats(two_ranks):
+    """Each rank's SaveStats counts its own object; .metadata is rank 0's (the
+    coordinator's), whose commit is the only one timed."""
+    sizes = two_ranks["default_sizes"]
+    st0, st1 = (rep["save_stats"] for rep in two_ranks["reports"])
+    assert st0["bytes"] == sizes["__0_0.distcp"] + sizes[".metadata"]
+    assert st1["bytes"] == sizes["__1_0.distcp"]
+    assert st0["commit_seconds"] > 0 and st1["commit_seconds"] == 0
+    for st in (st0, st1):
+        assert st["blocked_seconds"] == st["save_seconds"]  # dcp.save, on the main thread
+        assert 0 < st["upload_seconds"] <= st["save_seconds"]
 
 
 def test_two_ranks_save_load_bit_exact(two_ranks):
