@@ -1,10 +1,12 @@
 """ARN buckets from the Python package: a writer and a reader on an access point ARN, and a
 writer on a Multi-Region Access Point ARN, go to the AWS hosts the endpoint rules give
-(reached at tests/servers/aws_host.py's loopback TLS server through the test build's
-S3FLASH_TEST_CONNECT_TO), signed for the ARN's region (SigV4) or with SigV4a. The SigV4a
+(reached at tests/servers/aws_host.py's loopback TLS server through a CONNECT proxy that
+tunnels every host there: the package under test is the wheel, which has no test hooks),
+signed for the ARN's region (SigV4) or with SigV4a. The SigV4a
 signature itself is verified in tests/integration/test_arn.py."""
 import aws_host
 import pytest
+from connectproxy import ConnectProxy
 from aws_host import AP_ARN, AP_HOST, MRAP_ARN, MRAP_HOST
 
 from s3flash import S3Client, S3ClientConfig
@@ -14,11 +16,13 @@ from s3flash._checkpoint import parse_s3_uri
 
 @pytest.fixture
 def client_at_aws_hosts(tmp_path, monkeypatch):
-    with aws_host.serve(tmp_path, [AP_HOST, MRAP_HOST]) as (port, cert, handler):
-        monkeypatch.setenv("S3FLASH_TEST_CONNECT_TO", f"127.0.0.1:{port}")
+    with aws_host.serve(tmp_path, [AP_HOST, MRAP_HOST]) as (port, cert, handler), \
+            ConnectProxy(redirect=("127.0.0.1", port)) as proxy:
         cfg = S3ClientConfig(access_key_id="AKIDARNTEST", secret_access_key="arn-test-secret",
-                             ca_bundle=str(cert), max_attempts=1)
+                             ca_bundle=str(cert), max_attempts=1, proxy=proxy.url)
         yield S3Client(region="us-east-1", s3client_config=cfg), handler
+        # every request went through the proxy, to the hosts the endpoint rules give
+        assert {r.split()[1] for r in proxy.seen()} <= {f"{AP_HOST}:443", f"{MRAP_HOST}:443"}
 
 
 def test_parse_uri_takes_arn_buckets():

@@ -26,6 +26,7 @@ pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grp
 
 import aws_host  # noqa: E402
 from aws_host import AP_ARN, AP_HOST  # noqa: E402
+from connectproxy import ConnectProxy  # noqa: E402
 from conftest import faultproxy, integration_faults  # noqa: E402
 from connectproxy import ConnectProxy  # noqa: E402
 from csi_harness import is_mount, running, wait_served  # noqa: E402
@@ -315,8 +316,11 @@ def test_node_publishes_an_access_point_arn(tmp_path, aws_ap):
 def test_controller_provisions_and_deletes_on_an_access_point_arn(tmp_path, aws_ap):
     port, cert, handler = aws_ap
     sock = tmp_path / "controller.sock"
+    # the controller is the installed package (a wheel: no test hooks), so it reaches the
+    # access point's host through a proxy that tunnels every host to aws_host
+    proxy = ConnectProxy(redirect=("127.0.0.1", port))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-               S3FLASH_TEST_CONNECT_TO=f"127.0.0.1:{port}", AWS_CA_BUNDLE=str(cert))
+               HTTPS_PROXY=proxy.url, AWS_CA_BUNDLE=str(cert))
     with open(tmp_path / "controller.log", "wb") as log:
         p = subprocess.Popen([sys.executable, "-m", "s3flash.csi", "controller", "--endpoint",
                               "unix://%s" % sock], env=env, stdout=log, stderr=log)
@@ -337,7 +341,9 @@ def test_controller_provisions_and_deletes_on_an_access_point_arn(tmp_path, aws_
         seen = [(m, p.split("?")[0]) for m, p, h, _ in handler.seen]
         assert ("DELETE", "/claims/pv-1/a.bin") in seen, seen   # the listed object
         assert all(h["host"] == AP_HOST for _, _, h, _ in handler.seen)
+        assert f"CONNECT {AP_HOST}:443" in proxy.seen()
         ch.close()
     finally:
         p.terminate()
         p.wait(10)
+        proxy.stop()

@@ -9,6 +9,12 @@ client opens a new connection for its next request (no response framing to parse
         env["HTTP_PROXY"] = p.url
         ...
         p.requests   # ["GET http://127.0.0.1:8000/b/k", "CONNECT 127.0.0.1:8443", ...]
+
+ConnectProxy(redirect=("127.0.0.1", PORT)) tunnels every CONNECT to that loopback address,
+whatever host it names: a client sent to AWS's host names (an access point's) reaches a
+loopback server through the proxy's own resolution, with the URL, the Host header and the
+TLS name unchanged, as a corporate proxy would carry it (a wheel has no test hooks, so this
+is how the Python package's tests reach tests/servers/aws_host.py).
 """
 import socket
 import threading
@@ -47,7 +53,8 @@ def _pump(src, dst):
 
 
 class ConnectProxy:
-    def __init__(self):
+    def __init__(self, redirect=None):
+        self.redirect = redirect
         self.lsock = socket.create_server(("127.0.0.1", 0))
         self.port = self.lsock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -94,7 +101,9 @@ class ConnectProxy:
             method, target, version = lines[0].split(" ", 2)
             with self.lock:
                 self.requests.append(f"{method} {target}")
-            if method == "CONNECT":
+            if method == "CONNECT" and self.redirect:
+                host, port = self.redirect
+            elif method == "CONNECT":
                 host, port = target.rsplit(":", 1)
             else:
                 u = urlsplit(target)
