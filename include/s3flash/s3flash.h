@@ -464,6 +464,36 @@ S3F_API int s3f_metrics_foreach(struct s3f_metrics *m, s3f_metric_fn fn, void *u
 S3F_API enum s3f_status s3f_metrics_prometheus(struct s3f_metrics *const *regs, size_t n_regs,
                                                char **out, size_t *out_len);
 
+/* An exporter: one thread that serves the registries' Prometheus text over HTTP
+ * (GET /metrics) and/or writes a line of their changed values to a log every interval. */
+struct s3f_metrics_exporter;
+struct s3f_metrics_exporter_options {
+    struct s3f_metrics *const *registries; /* rendered in this order; must outlive it */
+    size_t n_registries;
+    /* "PORT" (bound on 127.0.0.1), "IP:PORT" or "[IPv6]:PORT" (numeric; PORT 0: any free
+     * one, see s3f_metrics_exporter_port); NULL: no HTTP server. An address other than
+     * loopback is refused unless allow_remote (the endpoint has no authentication). */
+    const char *listen;
+    int allow_remote;
+    /* 0: no log lines. Else every interval, at S3F_LOG_INFO through log_fn (NULL: stderr):
+     * "metrics: NAME{LABELS}=VALUE ..." of the series that changed since the last line
+     * (histograms as NAME_count and NAME_sum); one more at stop. */
+    uint32_t log_interval_ms;
+    s3f_log_fn log_fn;
+    void *log_user_data;
+};
+/* Start it. Errors: S3F_ERR_INVALID_ARGUMENT (a malformed or refused address),
+ * S3F_ERR_NETWORK (bind or listen failed, with errno's text), S3F_ERR_NO_MEMORY. Stop and
+ * free with s3f_metrics_exporter_stop. */
+S3F_API enum s3f_status s3f_metrics_exporter_start(const struct s3f_metrics_exporter_options *o,
+                                                   struct s3f_metrics_exporter **out,
+                                                   struct s3f_error *err);
+/* The port the server listens on (0: none). */
+S3F_API int s3f_metrics_exporter_port(const struct s3f_metrics_exporter *e);
+/* Write the last log line (if logging), stop the thread, close the socket, free. NULL
+ * accepted. */
+S3F_API void s3f_metrics_exporter_stop(struct s3f_metrics_exporter *e);
+
 /* The client's registry (owned by the client, valid until s3f_client_free). */
 S3F_API struct s3f_metrics *s3f_client_metrics_registry(struct s3f_client *client);
 /* A snapshot of the client's metrics: s3f_metrics_foreach on its registry. */
