@@ -415,13 +415,14 @@ struct s3f_metric_def {
     const char *const *label_values[S3F_METRIC_MAX_LABELS];
 };
 
-/* One series of a snapshot, valid during the callback only. */
+/* One series of a snapshot, valid during the callback only. Its labels: the registry's
+ * constant label first, if it has one (s3f_metrics_set_label), then the metric's. */
 struct s3f_metric_sample {
     const char *name, *help;
     enum s3f_metric_type type;
     size_t n_labels;
-    const char *label_names[S3F_METRIC_MAX_LABELS];
-    const char *label_values[S3F_METRIC_MAX_LABELS];
+    const char *label_names[S3F_METRIC_MAX_LABELS + 1];
+    const char *label_values[S3F_METRIC_MAX_LABELS + 1];
     double value;                /* counter, gauge */
     /* histogram: counts[i] observations <= bounds[i] (cumulative), n_buckets of them, then
      * `count` (the +Inf bucket) and `sum` (seconds) */
@@ -441,6 +442,11 @@ typedef void (*s3f_metrics_collect_fn)(struct s3f_metrics *m, void *ud);
  * s3f_metrics_free (NULL accepted). */
 S3F_API struct s3f_metrics *s3f_metrics_new(size_t max_series);
 S3F_API void s3f_metrics_free(struct s3f_metrics *m);
+/* A label every series of the registry carries (copied), e.g. client="write" for a
+ * process with two clients, whose registries have the same metrics: set before the first
+ * snapshot. S3F_ERR_INVALID_ARGUMENT (a bad name), S3F_ERR_NO_MEMORY. */
+S3F_API enum s3f_status s3f_metrics_set_label(struct s3f_metrics *m, const char *name,
+                                              const char *value);
 /* Register a metric; its id (>= 0), or -1 when refused: bad definition, a name already
  * registered, the registry's bound on series (or 64 metrics) reached, out of memory.
  * Not thread-safe against other registrations; updates and snapshots may run meanwhile. */
@@ -459,8 +465,10 @@ S3F_API enum s3f_status s3f_metrics_add_collector(struct s3f_metrics *m, s3f_met
 /* A snapshot: the collectors run, then fn sees every series (histograms: one sample each) in
  * registration order. Thread-safe. Returns what fn returned to stop, else 0. */
 S3F_API int s3f_metrics_foreach(struct s3f_metrics *m, s3f_metric_fn fn, void *ud);
-/* The Prometheus text exposition format (version 0.0.4) of the registries given, in order:
- * *out (caller frees with free()) of *out_len bytes, NUL-terminated. S3F_ERR_NO_MEMORY. */
+/* The Prometheus text exposition format (version 0.0.4) of the registries given, in order,
+ * the series of one name grouped under one HELP and TYPE (registries with the same metrics
+ * tell theirs apart by their constant labels): *out (caller frees with free()) of *out_len
+ * bytes, NUL-terminated. S3F_ERR_NO_MEMORY. */
 S3F_API enum s3f_status s3f_metrics_prometheus(struct s3f_metrics *const *regs, size_t n_regs,
                                                char **out, size_t *out_len);
 

@@ -160,6 +160,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},
     {"user-agent-prefix", 0, 1, OPT_USER_AGENT_PREFIX, "TEXT",
      "put before the User-Agent of every request (Mountpoint's option)"},
+    METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 

@@ -26,6 +26,7 @@ struct metric {
 };
 
 struct s3f_metrics {
+    char *label_name, *label_value; /* the constant label (s3f_metrics_set_label), or NULL */
     size_t max_series, used_series;
     struct metric metrics[MAX_METRICS];
     _Atomic size_t n_metrics;
@@ -52,6 +53,8 @@ void s3f_metrics_free(struct s3f_metrics *m) {
     for (size_t i = 0; i < atomic_load(&m->n_metrics); i++)
         free(m->metrics[i].cells);
     pthread_mutex_destroy(&m->collect_lock);
+    free(m->label_name);
+    free(m->label_value);
     free(m);
 }
 
@@ -63,6 +66,23 @@ static bool valid_name(const char *s) {
               *s == '_'))
             return false;
     return true;
+}
+
+enum s3f_status s3f_metrics_set_label(struct s3f_metrics *m, const char *name,
+                                      const char *value) {
+    if (!m || !valid_name(name) || !value)
+        return S3F_ERR_INVALID_ARGUMENT;
+    char *n = strdup(name), *v = strdup(value);
+    if (!n || !v) {
+        free(n);
+        free(v);
+        return S3F_ERR_NO_MEMORY;
+    }
+    free(m->label_name);
+    free(m->label_value);
+    m->label_name = n;
+    m->label_value = v;
+    return S3F_OK;
 }
 
 int s3f_metrics_register(struct s3f_metrics *m, const struct s3f_metric_def *def) {
@@ -167,13 +187,19 @@ enum s3f_status s3f_metrics_add_collector(struct s3f_metrics *m, s3f_metrics_col
     return st;
 }
 
-/* One series' label values into s. */
-static void labels_of(const struct metric *x, size_t series, struct s3f_metric_sample *s) {
-    s->n_labels = x->n_labels;
+/* One series' labels into s: the registry's constant one, then the metric's. */
+static void labels_of(const struct s3f_metrics *m, const struct metric *x, size_t series,
+                      struct s3f_metric_sample *s) {
+    size_t first = m->label_name ? 1 : 0;
+    if (first) {
+        s->label_names[0] = m->label_name;
+        s->label_values[0] = m->label_value;
+    }
+    s->n_labels = first + x->n_labels;
     size_t rest = series;
     for (size_t l = x->n_labels; l-- > 0;) {
-        s->label_names[l] = x->def.label_names[l];
-        s->label_values[l] = x->def.label_values[l][rest % x->n_values[l]];
+        s->label_names[first + l] = x->def.label_names[l];
+        s->label_values[first + l] = x->def.label_values[l][rest % x->n_values[l]];
         rest /= x->n_values[l];
     }
 }
@@ -192,7 +218,7 @@ int s3f_metrics_foreach(struct s3f_metrics *m, s3f_metric_fn fn, void *ud) {
         for (size_t k = 0; k < x->n_series; k++) {
             struct s3f_metric_sample s = {.name = x->def.name, .help = x->def.help,
                                           .type = x->def.type};
-            labels_of(x, k, &s);
+            labels_of(m, x, k, &s);
             if (x->def.type == S3F_METRIC_HISTOGRAM) {
                 _Atomic int64_t *h = &x->cells[k * HIST_CELLS];
                 uint64_t cum = 0;

@@ -34,7 +34,8 @@ enum s3f__metric_id {
     S3F__M_COUNT
 };
 
-/* label values, in the order of the definitions' lists */
+/* label values, in the order of the definitions' lists (ops: those named here) */
+enum s3f__metric_op { S3F__MOP_GET_OBJECT = 0, S3F__MOP_PUT_OBJECT = 2, S3F__MOP_UPLOAD_PART = 8 };
 enum s3f__metric_status { S3F__MS_2XX, S3F__MS_3XX, S3F__MS_4XX, S3F__MS_5XX, S3F__MS_NETWORK };
 enum s3f__metric_direction { S3F__MD_UP, S3F__MD_DOWN };
 enum s3f__metric_retry {

@@ -22,7 +22,8 @@
 #define MAX_REGISTRIES 8
 
 struct seen { /* a series' value at the last log line, in walk order */
-    const char *name, *l0, *l1;
+    const char *name;
+    const char *labels[S3F_METRIC_MAX_LABELS + 1];
     double value;
 };
 
@@ -112,8 +113,9 @@ static void log_value(struct s3f_metrics_exporter *e, const struct s3f_metric_sa
 /* Has the series at this point of the walk changed since the last line? Records it. */
 static bool changed(struct s3f_metrics_exporter *e, const struct s3f_metric_sample *s,
                     double v) {
-    const char *l0 = s->n_labels > 0 ? s->label_values[0] : NULL;
-    const char *l1 = s->n_labels > 1 ? s->label_values[1] : NULL;
+    const char *labels[S3F_METRIC_MAX_LABELS + 1] = {NULL};
+    for (size_t l = 0; l < s->n_labels; l++)
+        labels[l] = s->label_values[l];
     size_t i = e->walk++;
     if (i >= e->cap_seen) {
         size_t cap = e->cap_seen ? e->cap_seen * 2 : 256;
@@ -124,9 +126,12 @@ static bool changed(struct s3f_metrics_exporter *e, const struct s3f_metric_samp
         e->cap_seen = cap;
     }
     struct seen *x = &e->seen[i];
-    bool same_series = i < e->n_seen && x->name == s->name && x->l0 == l0 && x->l1 == l1;
+    bool same_series = i < e->n_seen && x->name == s->name &&
+                       memcmp(x->labels, labels, sizeof(labels)) == 0;
     bool diff = same_series ? x->value != v : v != 0;
-    *x = (struct seen){s->name, l0, l1, v};
+    x->name = s->name;
+    memcpy(x->labels, labels, sizeof(labels));
+    x->value = v;
     if (i >= e->n_seen)
         e->n_seen = i + 1;
     return diff;

@@ -30,8 +30,9 @@ static const struct s3f_metric_def defs[S3F__M_COUNT] = {
                                    "Time of one attempt from its start to the first byte of "
                                    "the response", H, {"op"}, {ops}},
     [S3F__M_BYTES] = {"s3flash_bytes_total",
-                      "Body bytes moved: request bodies sent (up), 2xx response bodies "
-                      "received (down)", C, {"direction"}, {directions}},
+                      "Object data moved: bodies sent by PutObject and UploadPart (up, "
+                      "retried attempts too), 2xx bodies received by GetObject (down)", C,
+                      {"direction"}, {directions}},
     [S3F__M_RETRIES] = {"s3flash_retries_total", "Attempts retried, by reason", C, {"reason"},
                         {reasons}},
     [S3F__M_THROTTLES] = {"s3flash_throttles_total",
@@ -101,9 +102,18 @@ enum s3f__metric_status s3f__metrics_status_class(int http_status) {
 
 /* ---- the Prometheus text format ---------------------------------------------------- */
 
+/* The samples of every registry, captured (histograms' counts copied), then written name
+ * by name in the order the names first appear, so that each name is one group. */
+struct captured {
+    struct s3f_metric_sample s;
+    uint64_t counts[S3F_METRIC_N_BUCKETS];
+    bool written;
+};
+
 struct prom {
     struct s3f__buf out;
-    const char *last_name;
+    struct captured *v;
+    size_t n, cap;
     enum s3f_status st;
 };
 
@@ -112,7 +122,29 @@ static void put(struct prom *p, enum s3f_status st) {
         p->st = st;
 }
 
-/* `{a="x",b="y"` (unclosed) and the value escaped: \, " and newline */
+static int capture(const struct s3f_metric_sample *s, void *ud) {
+    struct prom *p = ud;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 512;
+        struct captured *v = realloc(p->v, cap * sizeof(*v));
+        if (!v) {
+            put(p, S3F_ERR_NO_MEMORY);
+            return 1;
+        }
+        p->v = v;
+        p->cap = cap;
+    }
+    struct captured *c = &p->v[p->n++];
+    c->s = *s;
+    c->written = false;
+    if (s->counts) {
+        memcpy(c->counts, s->counts, s->n_buckets * sizeof(*s->counts));
+        c->s.counts = NULL; /* pointed at again when written (v may move) */
+    }
+    return 0;
+}
+
+/* `{a="x",b="y"` then le, closed; values escaped: \, " and newline */
 static void labels(struct prom *p, const struct s3f_metric_sample *s, const char *le) {
     for (size_t l = 0; l < s->n_labels; l++) {
         put(p, s3f__buf_appendf(&p->out, "%c%s=\"", l ? ',' : '{', s->label_names[l]));
@@ -129,35 +161,28 @@ static void labels(struct prom *p, const struct s3f_metric_sample *s, const char
         put(p, s3f__buf_appends(&p->out, "}"));
 }
 
-static int prom_sample(const struct s3f_metric_sample *s, void *ud) {
-    struct prom *p = ud;
-    static const char *const types[] = {"counter", "gauge", "histogram"};
-    if (s->name != p->last_name) {
-        put(p, s3f__buf_appendf(&p->out, "# HELP %s %s\n# TYPE %s %s\n", s->name,
-                                s->help ? s->help : "", s->name, types[s->type]));
-        p->last_name = s->name;
-    }
+static void write_sample(struct prom *p, const struct s3f_metric_sample *s,
+                         const uint64_t *counts) {
     if (s->type != S3F_METRIC_HISTOGRAM) {
         put(p, s3f__buf_appends(&p->out, s->name));
         labels(p, s, NULL);
         put(p, s3f__buf_appendf(&p->out, " %.17g\n", s->value));
-        return p->st ? 1 : 0;
+        return;
     }
     char le[32];
     for (size_t b = 0; b < s->n_buckets; b++) {
         snprintf(le, sizeof(le), "%g", s->bounds[b]);
         put(p, s3f__buf_appendf(&p->out, "%s_bucket", s->name));
         labels(p, s, le);
-        put(p, s3f__buf_appendf(&p->out, " %" PRIu64 "\n", s->counts[b]));
+        put(p, s3f__buf_appendf(&p->out, " %" PRIu64 "\n", counts[b]));
     }
     put(p, s3f__buf_appendf(&p->out, "%s_bucket", s->name));
     labels(p, s, "+Inf");
     put(p, s3f__buf_appendf(&p->out, " %" PRIu64 "\n%s_sum", s->count, s->name));
     labels(p, s, NULL);
-    put(p, s3f__buf_appendf(&p->out, " %.9f\n%s_count", s->sum, s->name));
+    put(p, s3f__buf_appendf(&p->out, " %.17g\n%s_count", s->sum, s->name));
     labels(p, s, NULL);
     put(p, s3f__buf_appendf(&p->out, " %" PRIu64 "\n", s->count));
-    return p->st ? 1 : 0;
 }
 
 enum s3f_status s3f_metrics_prometheus(struct s3f_metrics *const *regs, size_t n_regs,
@@ -165,12 +190,25 @@ enum s3f_status s3f_metrics_prometheus(struct s3f_metrics *const *regs, size_t n
     if (!out)
         return S3F_ERR_INVALID_ARGUMENT;
     *out = NULL;
+    static const char *const types[] = {"counter", "gauge", "histogram"};
     struct prom p = {.st = S3F_OK};
     s3f__buf_init(&p.out, 64u << 20);
     for (size_t i = 0; i < n_regs && !p.st; i++)
-        s3f_metrics_foreach(regs[i], prom_sample, &p);
-    if (!p.st)
-        put(&p, s3f__buf_append(&p.out, "", 0));
+        s3f_metrics_foreach(regs[i], capture, &p);
+    for (size_t i = 0; i < p.n && !p.st; i++) {
+        if (p.v[i].written)
+            continue;
+        const struct s3f_metric_sample *g = &p.v[i].s;
+        put(&p, s3f__buf_appendf(&p.out, "# HELP %s %s\n# TYPE %s %s\n", g->name,
+                                 g->help ? g->help : "", g->name, types[g->type]));
+        for (size_t j = i; j < p.n; j++)
+            if (!p.v[j].written && strcmp(p.v[j].s.name, g->name) == 0) {
+                write_sample(&p, &p.v[j].s, p.v[j].counts);
+                p.v[j].written = true;
+            }
+    }
+    put(&p, s3f__buf_append(&p.out, "", 0));
+    free(p.v);
     if (p.st) {
         s3f__buf_cleanup(&p.out);
         return p.st;

@@ -104,6 +104,40 @@ static void test_semantics(void) {
     s3f_metrics_free(m);
 }
 
+/* Two registries of the same metrics, told apart by their constant labels: one group per
+ * name in the text (HELP and TYPE once), the constant label first. */
+static void test_two_registries(void) {
+    struct s3f_metrics *a = s3f_metrics_new(0), *b = s3f_metrics_new(0);
+    struct s3f_metric_def reqs = {"t_requests_total", "requests", S3F_METRIC_COUNTER,
+                                  {"op"}, {ops}};
+    struct s3f_metric_def depth = {"t_depth", "queue depth", S3F_METRIC_GAUGE, {NULL}, {NULL}};
+    CHECK_INT(s3f_metrics_set_label(a, "client", "read"), S3F_OK);
+    CHECK_INT(s3f_metrics_set_label(b, "client", "write"), S3F_OK);
+    CHECK_INT(s3f_metrics_set_label(b, "bad name", "x"), S3F_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 2; i++) {
+        struct s3f_metrics *m = i ? b : a;
+        CHECK_INT(s3f_metrics_register(m, &reqs), 0);
+        CHECK_INT(s3f_metrics_register(m, &depth), 1);
+        s3f_metrics_add(m, 0, 1, 10 + i);
+        s3f_metrics_set(m, 1, 0, 7 + i);
+    }
+    struct s3f_metrics *regs[] = {a, b};
+    char *text = NULL;
+    CHECK_INT(s3f_metrics_prometheus(regs, 2, &text, NULL), S3F_OK);
+    CHECK(strstr(text, "# TYPE t_requests_total counter\n"
+                       "t_requests_total{client=\"read\",op=\"get\"} 0\n"
+                       "t_requests_total{client=\"read\",op=\"put\"} 10\n"
+                       "t_requests_total{client=\"write\",op=\"get\"} 0\n"
+                       "t_requests_total{client=\"write\",op=\"put\"} 11\n"
+                       "# HELP t_depth") != NULL);
+    CHECK(strstr(text, "t_depth{client=\"read\"} 7\nt_depth{client=\"write\"} 8\n") != NULL);
+    const char *first = strstr(text, "# TYPE t_depth");
+    CHECK(first && !strstr(first + 1, "# TYPE t_depth"));
+    free(text);
+    s3f_metrics_free(a);
+    s3f_metrics_free(b);
+}
+
 static void test_bound_refused(void) {
     static const char *const many[] = {"a", "b", "c", "d", "e", "f", "g", "h", NULL};
     struct s3f_metrics *m = s3f_metrics_new(20);
@@ -130,7 +164,9 @@ static void test_bound_refused(void) {
 static void test_library_metrics(void) {
     struct s3f_metrics *m = s3f__metrics_new_client();
     CHECK(m != NULL);
-    CHECK_INT(s3f__metrics_op_index("GetObject"), 0);
+    CHECK_INT(s3f__metrics_op_index("GetObject"), S3F__MOP_GET_OBJECT);
+    CHECK_INT(s3f__metrics_op_index("PutObject"), S3F__MOP_PUT_OBJECT);
+    CHECK_INT(s3f__metrics_op_index("UploadPart"), S3F__MOP_UPLOAD_PART);
     size_t other = s3f__metrics_op_index("NoSuchOperation");
     CHECK_INT(other, s3f__metrics_op_index(NULL));
     CHECK_INT(s3f__metrics_status_class(204), S3F__MS_2XX);
@@ -197,6 +233,7 @@ static void test_threads(void) {
 
 int main(void) {
     test_semantics();
+    test_two_registries();
     test_bound_refused();
     test_library_metrics();
     test_threads();
