@@ -22,6 +22,8 @@
  *   namespace.c  unlink and rename, and the directories they leave empty
  *   listing.c    a LIST page's names (no FUSE: fuzzed on its own)
  *   prefetch.c   --prefetch-listed: small listed files fetched ahead of their opens
+ *   metrics.c    the mount's metrics: every handler metered (mnt_ll_ops_metered), the
+ *                inodes and the metadata account read at each snapshot
  *
  * LOCK ORDER (the only one): a handle's mutex (struct fh / struct dh), then fs->mu. Never
  * the other way round (prefetch.c's own mutex and meta.c's HEAD workers' are leaves:
