@@ -39,7 +39,9 @@ static const struct cli_opt_spec ls_opts[] = {
      "let --metrics-listen use an address other than loopback (no authentication)"},         \
     {"log-metrics", 0, 0, OPT_LOG_METRICS, NULL,                                             \
      "log the metrics that changed every 5 seconds (\"metrics: ...\" lines)"}
-#define LINGER_OPT                                                                           \
+/* cp, mv, sync, bench: the metrics options and --metrics-linger */
+#define COMMAND_METRICS_OPTS                                                                 \
+    METRICS_OPTS,                                                                            \
     {"metrics-linger", 0, 1, OPT_METRICS_LINGER, "SECONDS",                                  \
      "after the command, keep serving the last metrics this long (or until SIGTERM)"}
 
@@ -58,8 +60,7 @@ static const struct cli_opt_spec cp_opts[] = {
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
     FILTER_OPTS("; with -r"),
     ENGINE_OPTS,
-    METRICS_OPTS,
-    LINGER_OPT,
+    COMMAND_METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -71,8 +72,7 @@ static const struct cli_opt_spec mv_opts[] = {
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},
     FILTER_OPTS("; with -r"),
     ENGINE_OPTS,
-    METRICS_OPTS,
-    LINGER_OPT,
+    COMMAND_METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -87,8 +87,7 @@ static const struct cli_opt_spec sync_opts[] = {
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request"},
     FILTER_OPTS(""),
     ENGINE_OPTS,
-    METRICS_OPTS,
-    LINGER_OPT,
+    COMMAND_METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -122,8 +121,7 @@ static const struct cli_opt_spec bench_opts[] = {
     {"writer", 0, 0, OPT_WRITER, NULL, "upload through the streaming writer (1 MiB writes)"},
     {"keep", 0, 0, OPT_KEEP, NULL, "keep the objects (default: delete them at the end)"},
     {"no-verify", 0, 0, OPT_NO_VERIFY, NULL, "do not compare downloaded bytes with the uploaded"},
-    METRICS_OPTS,
-    LINGER_OPT,
+    COMMAND_METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 

@@ -37,6 +37,16 @@ def start_cli(cli, proxy, *args):
                             stderr=subprocess.PIPE)
 
 
+def throttled_cp(cli, proxy, bucket, out, linger):
+    """`cp` of the blob through the proxy, whose first two GETs of it answer 503 SlowDown,
+    serving its metrics on a free port and for `linger` s after; (process, stderr lines)."""
+    proxy.set_faults([s3_error("SlowDown", 503, {"method": "GET", "path": "/metrics/blob$",
+                                                 "max_count": 2})])
+    p = start_cli(cli, proxy, "cp", f"s3://{bucket}/metrics/blob", out,
+                  "--metrics-listen", "127.0.0.1:0", "--metrics-linger", str(linger))
+    return p, StderrLines(p)
+
+
 def finish(p):
     p.send_signal(signal.SIGTERM)
     try:
@@ -48,12 +58,8 @@ def finish(p):
 
 
 def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
-    proxy.set_faults([s3_error("SlowDown", 503, {"method": "GET", "path": "/metrics/blob$",
-                                                 "max_count": 2})])
     out = tmp_path / "blob"
-    p = start_cli(cli, proxy, "cp", f"s3://{bucket}/metrics/blob", out,
-                  "--metrics-listen", "127.0.0.1:0", "--metrics-linger", "120")
-    err = StderrLines(p)
+    p, err = throttled_cp(cli, proxy, bucket, out, 120)
     try:
         url = err.wait_for(URL_RE).group(1).decode()
         err.wait_for(rb"the command is done")
@@ -162,12 +168,8 @@ def test_mount_fuse_operations(mounts, s3, bucket, blob):
 # ---- Debian's prometheus server scraping a running cp and a running mount ---------------
 
 def test_prometheus_scrapes_cp(cli, proxy, bucket, blob, tmp_path):
-    proxy.set_faults([s3_error("SlowDown", 503, {"method": "GET", "path": "/metrics/blob$",
-                                                 "max_count": 2})])
     out = tmp_path / "blob"
-    p = start_cli(cli, proxy, "cp", f"s3://{bucket}/metrics/blob", out,
-                  "--metrics-listen", "127.0.0.1:0", "--metrics-linger", "300")
-    err = StderrLines(p)
+    p, err = throttled_cp(cli, proxy, bucket, out, 300)
     prom = None
     try:
         url = err.wait_for(URL_RE).group(1).decode()
