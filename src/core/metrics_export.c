@@ -43,8 +43,9 @@ struct s3f_metrics_exporter {
 
 /* ---- the address ---------------------------------------------------------------------- */
 
-static enum s3f_status parse_listen(const char *spec, bool allow_remote, struct sockaddr_storage *ss,
-                                    socklen_t *len, struct s3f_error *err) {
+static enum s3f_status parse_listen(const char *spec, bool allow_remote,
+                                    struct sockaddr_storage *ss, socklen_t *len,
+                                    struct s3f_error *err) {
     static const char *op = "metrics exporter";
     char host[64] = "127.0.0.1";
     const char *port = spec;

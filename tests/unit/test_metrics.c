@@ -21,7 +21,8 @@ struct found {
 
 static int find(const struct s3f_metric_sample *s, void *ud) {
     struct found *f = ud;
-    if (strcmp(s->name, f->name) || (f->l0 && (s->n_labels < 1 || strcmp(s->label_values[0], f->l0))) ||
+    if (strcmp(s->name, f->name) ||
+        (f->l0 && (s->n_labels < 1 || strcmp(s->label_values[0], f->l0))) ||
         (f->l1 && (s->n_labels < 2 || strcmp(s->label_values[1], f->l1))))
         return 0;
     f->hits++;
