@@ -135,14 +135,15 @@ class Prometheus:
         res = doc["data"]["result"]
         return float(res[0]["value"][1]) if res else None
 
-    def wait_value(self, promql, want, timeout=60):
-        """Poll the query until it answers `want` (the scrapes catch up); returns it."""
+    def wait_value(self, promql, want, timeout=60, at_least=False):
+        """Poll the query until it answers `want` (or, at_least, `want` or more: the scrapes
+        catch up); returns it."""
         seen = []
 
         def cond():
             v = self.query(promql)
             seen.append(v)
-            return v == want
+            return v is not None and (v >= want if at_least else v == want)
         deadline = time.monotonic() + timeout
         while not cond():
             assert time.monotonic() < deadline, f"{promql}: {seen[-5:]}, want {want}"

@@ -200,7 +200,10 @@ def test_prometheus_scrapes_mount(mounts, s3, bucket, blob, tmp_path):
     try:
         with open(os.path.join(m.dir, "blob"), "rb") as f:
             assert f.read() == blob
-        prom.wait_value('sum(s3flash_bytes_total{client="read",direction="down"})', SIZE)
+        # every byte of the file came down; the readers' windows may fetch a range twice
+        # (a window dropped and asked again under load: seen once under TSan, 1 MiB more)
+        prom.wait_value('sum(s3flash_bytes_total{client="read",direction="down"})', SIZE,
+                        at_least=True)
         prom.wait_value('sum(s3flash_fuse_operations_total{op="open",errno="0"})', 1)
         prom.wait_value('sum(s3flash_fuse_operations_total{op="flush",errno="0"})', 1)
         assert prom.query('sum(s3flash_fuse_operations_total{op="read"})') >= 1
