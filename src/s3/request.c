@@ -434,8 +434,9 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
 
 /* An attempt's metrics (docs/METRICS.md): the request by operation and status class (network:
  * the transport failed, even after a status line), its times, and the object data it moved:
- * the body sent by PutObject and UploadPart, the 2xx body received by GetObject (not the
- * XML of the other operations, nor error documents). */
+ * the body sent by PutObject and UploadPart, the 2xx body received by GetObject, also of an
+ * attempt broken mid-body (its bytes were delivered: the next asks for the rest); not the
+ * XML of the other operations, nor error documents. */
 static void count_attempt(struct s3f_client *c, const struct s3f__s3_request *r,
                           const struct s3f__s3_attempt *a, enum s3f_status tst, int http_status) {
     size_t op = s3f__metrics_op_index(r->operation);
@@ -449,7 +450,7 @@ static void count_attempt(struct s3f_client *c, const struct s3f__s3_request *r,
                             (double)a->http.first_byte_us / 1e6);
     if (op == S3F__MOP_PUT_OBJECT || op == S3F__MOP_UPLOAD_PART)
         S3F__METRIC_ADD(c->metrics, S3F__M_BYTES, S3F__MD_UP, (int64_t)a->http.bytes_sent);
-    else if (op == S3F__MOP_GET_OBJECT && cls == S3F__MS_2XX)
+    else if (op == S3F__MOP_GET_OBJECT && http_status >= 200 && http_status < 300)
         S3F__METRIC_ADD(c->metrics, S3F__M_BYTES, S3F__MD_DOWN, (int64_t)a->http.bytes_received);
 }
 

@@ -37,11 +37,14 @@ def start_cli(cli, proxy, *args):
                             stderr=subprocess.PIPE)
 
 
-def throttled_cp(cli, proxy, bucket, out, linger):
-    """`cp` of the blob through the proxy, whose first two GETs of it answer 503 SlowDown,
-    serving its metrics on a free port and for `linger` s after; (process, stderr lines)."""
-    proxy.set_faults([s3_error("SlowDown", 503, {"method": "GET", "path": "/metrics/blob$",
-                                                 "max_count": 2})])
+THROTTLE_TWICE = [s3_error("SlowDown", 503, {"method": "GET", "path": "/metrics/blob$",
+                                             "max_count": 2})]
+
+
+def cp_with_faults(cli, proxy, bucket, out, rules, linger=120):
+    """`cp` of the blob through the proxy with these fault rules, serving its metrics on a
+    free port and for `linger` s after; (process, stderr lines)."""
+    proxy.set_faults(rules)
     p = start_cli(cli, proxy, "cp", f"s3://{bucket}/metrics/blob", out,
                   "--metrics-listen", "127.0.0.1:0", "--metrics-linger", str(linger))
     return p, StderrLines(p)
@@ -59,7 +62,7 @@ def finish(p):
 
 def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
     out = tmp_path / "blob"
-    p, err = throttled_cp(cli, proxy, bucket, out, 120)
+    p, err = cp_with_faults(cli, proxy, bucket, out, THROTTLE_TWICE)
     try:
         url = err.wait_for(URL_RE).group(1).decode()
         err.wait_for(rb"the command is done")
@@ -92,6 +95,29 @@ def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
     assert total(m, "s3flash_connections_opened_total") >= 1
     assert total(m, "s3flash_parts_in_flight") == 0
     assert total(m, "s3flash_pool_in_use_bytes") == 0
+
+
+def test_cp_body_cut_counts_each_byte_once(cli, proxy, bucket, blob, tmp_path):
+    # the first GET's body is reset after 1 MiB: those bytes were delivered, the retry asks
+    # for the rest; the data counted is the object's size, once
+    out = tmp_path / "blob"
+    p, err = cp_with_faults(cli, proxy, bucket, out, [
+        {"match": {"method": "GET", "path": "/metrics/blob$", "nth": 1},
+         "action": "reset_response_body_at", "at": 1 << 20}])
+    try:
+        url = err.wait_for(URL_RE).group(1).decode()
+        err.wait_for(rb"the command is done")
+        assert out.read_bytes() == blob
+        m = parse(scrape(url))
+    finally:
+        finish(p)
+    st = proxy.stats()
+    assert st["faults_total"] == 1, st["faults"]
+    assert total(m, "s3flash_bytes_total", direction="down") == SIZE
+    assert total(m, "s3flash_requests_total", op="GetObject", status="network") == 1
+    assert total(m, "s3flash_requests_total") == st["requests_total"]
+    assert total(m, "s3flash_retries_total", reason="network") == 1
+    assert total(m, "s3flash_throttles_total") == 0
 
 
 def test_log_metrics_lines(cli, proxy, bucket, blob, tmp_path):
@@ -169,7 +195,7 @@ def test_mount_fuse_operations(mounts, s3, bucket, blob):
 
 def test_prometheus_scrapes_cp(cli, proxy, bucket, blob, tmp_path):
     out = tmp_path / "blob"
-    p, err = throttled_cp(cli, proxy, bucket, out, 300)
+    p, err = cp_with_faults(cli, proxy, bucket, out, THROTTLE_TWICE, linger=300)
     prom = None
     try:
         url = err.wait_for(URL_RE).group(1).decode()
