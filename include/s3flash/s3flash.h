@@ -386,6 +386,128 @@ S3F_API void s3f_client_cache_flush(struct s3f_client *client);
 S3F_API void s3f_client_set_max_inflight_requests(struct s3f_client *client, uint32_t n);
 
 /* ---------------------------------------------------------------------------------------
+ * Metrics (docs/METRICS.md)
+ * ------------------------------------------------------------------------------------- */
+/* A registry of counters, gauges and histograms. Every client owns one, always on (its
+ * metrics are listed in docs/METRICS.md); a front end (the mount) may create its own for
+ * its layer and render both together. Labels are small fixed sets of values declared when a
+ * metric is registered (never free text such as a bucket or a key), so memory is bounded
+ * by the label combinations the registry allows: registering past that bound is refused.
+ * Updates are lock-free atomics, safe from any thread; a snapshot never blocks them. */
+struct s3f_metrics;
+
+enum s3f_metric_type { S3F_METRIC_COUNTER, S3F_METRIC_GAUGE, S3F_METRIC_HISTOGRAM };
+
+#define S3F_METRIC_MAX_LABELS 2
+/* The histograms' upper bounds in seconds (then +Inf): S3F_METRIC_BUCKET_BOUNDS. */
+#define S3F_METRIC_N_BUCKETS 16
+#define S3F_METRIC_BUCKET_BOUNDS \
+    {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+struct s3f_metric_def {
+    const char *name;  /* Prometheus conventions: s3flash_..._total, ..._seconds, ..._bytes */
+    const char *help;
+    enum s3f_metric_type type;
+    /* up to S3F_METRIC_MAX_LABELS labels (NULL name: no more), each with its allowed
+     * values, a NULL-terminated list (at most 64). A series is named by one index per
+     * label: series = index0 * count1 + index1 (s3f_metrics_series). */
+    const char *label_names[S3F_METRIC_MAX_LABELS];
+    const char *const *label_values[S3F_METRIC_MAX_LABELS];
+};
+
+/* One series of a snapshot, valid during the callback only. Its labels: the registry's
+ * constant label first, if it has one (s3f_metrics_set_label), then the metric's. */
+struct s3f_metric_sample {
+    const char *name, *help;
+    enum s3f_metric_type type;
+    size_t n_labels;
+    const char *label_names[S3F_METRIC_MAX_LABELS + 1];
+    const char *label_values[S3F_METRIC_MAX_LABELS + 1];
+    double value;                /* counter, gauge */
+    /* histogram: counts[i] observations <= bounds[i] (cumulative), n_buckets of them, then
+     * `count` (the +Inf bucket) and `sum` (seconds) */
+    size_t n_buckets;
+    const double *bounds;
+    const uint64_t *counts;
+    uint64_t count;
+    double sum;
+};
+/* Return non-zero to stop the walk. */
+typedef int (*s3f_metric_fn)(const struct s3f_metric_sample *sample, void *ud);
+/* Called at the start of every snapshot, so that the owner can set gauges (and counters it
+ * counts elsewhere) from its own state. */
+typedef void (*s3f_metrics_collect_fn)(struct s3f_metrics *m, void *ud);
+
+/* A registry of at most `max_series` series (0: 4096); NULL when out of memory. Free with
+ * s3f_metrics_free (NULL accepted). */
+S3F_API struct s3f_metrics *s3f_metrics_new(size_t max_series);
+S3F_API void s3f_metrics_free(struct s3f_metrics *m);
+/* A label every series of the registry carries (copied), e.g. client="write" for a
+ * process with two clients, whose registries have the same metrics: set before the first
+ * snapshot. S3F_ERR_INVALID_ARGUMENT (a bad name), S3F_ERR_NO_MEMORY. */
+S3F_API enum s3f_status s3f_metrics_set_label(struct s3f_metrics *m, const char *name,
+                                              const char *value);
+/* Register a metric; its id (>= 0), or -1 when refused: bad definition, a name already
+ * registered, the registry's bound on series (or 64 metrics) reached, out of memory.
+ * Not thread-safe against other registrations; updates and snapshots may run meanwhile. */
+S3F_API int s3f_metrics_register(struct s3f_metrics *m, const struct s3f_metric_def *def);
+/* The series of label value indexes (i1 is ignored for a metric of fewer than 2 labels). */
+S3F_API size_t s3f_metrics_series(const struct s3f_metrics *m, int id, size_t i0, size_t i1);
+/* Updates; an unknown id or series is ignored (and counted in s3flash_metrics_dropped_total).
+ * add: a counter (n >= 0) or a gauge; set: a gauge, or a counter kept elsewhere; observe: a
+ * histogram, in seconds. */
+S3F_API void s3f_metrics_add(struct s3f_metrics *m, int id, size_t series, int64_t n);
+S3F_API void s3f_metrics_set(struct s3f_metrics *m, int id, size_t series, int64_t v);
+S3F_API void s3f_metrics_observe(struct s3f_metrics *m, int id, size_t series, double seconds);
+/* Add a collector (at most 4); S3F_ERR_INVALID_ARGUMENT when full. */
+S3F_API enum s3f_status s3f_metrics_add_collector(struct s3f_metrics *m, s3f_metrics_collect_fn fn,
+                                                  void *ud);
+/* A snapshot: the collectors run, then fn sees every series (histograms: one sample each) in
+ * registration order. Thread-safe. Returns what fn returned to stop, else 0. */
+S3F_API int s3f_metrics_foreach(struct s3f_metrics *m, s3f_metric_fn fn, void *ud);
+/* The Prometheus text exposition format (version 0.0.4) of the registries given, in order,
+ * the series of one name grouped under one HELP and TYPE (registries with the same metrics
+ * tell theirs apart by their constant labels): *out (caller frees with free()) of *out_len
+ * bytes, NUL-terminated. S3F_ERR_NO_MEMORY. */
+S3F_API enum s3f_status s3f_metrics_prometheus(struct s3f_metrics *const *regs, size_t n_regs,
+                                               char **out, size_t *out_len);
+
+/* An exporter: one thread that serves the registries' Prometheus text over HTTP
+ * (GET /metrics) and/or writes a line of their changed values to a log every interval. */
+struct s3f_metrics_exporter;
+struct s3f_metrics_exporter_options {
+    struct s3f_metrics *const *registries; /* rendered in this order; must outlive it */
+    size_t n_registries;
+    /* "PORT" (bound on 127.0.0.1), "IP:PORT" or "[IPv6]:PORT" (numeric; PORT 0: any free
+     * one, see s3f_metrics_exporter_port); NULL: no HTTP server. An address other than
+     * loopback is refused unless allow_remote (the endpoint has no authentication). */
+    const char *listen;
+    int allow_remote;
+    /* 0: no log lines. Else every interval, at S3F_LOG_INFO through log_fn (NULL: stderr):
+     * "metrics: NAME{LABELS}=VALUE ..." of the series that changed since the last line
+     * (histograms as NAME_count and NAME_sum); one more at stop. */
+    uint32_t log_interval_ms;
+    s3f_log_fn log_fn;
+    void *log_user_data;
+};
+/* Start it. Errors: S3F_ERR_INVALID_ARGUMENT (a malformed or refused address),
+ * S3F_ERR_NETWORK (bind or listen failed, with errno's text), S3F_ERR_NO_MEMORY. Stop and
+ * free with s3f_metrics_exporter_stop. */
+S3F_API enum s3f_status s3f_metrics_exporter_start(const struct s3f_metrics_exporter_options *o,
+                                                   struct s3f_metrics_exporter **out,
+                                                   struct s3f_error *err);
+/* The port the server listens on (0: none). */
+S3F_API int s3f_metrics_exporter_port(const struct s3f_metrics_exporter *e);
+/* Write the last log line (if logging), stop the thread, close the socket, free. NULL
+ * accepted. */
+S3F_API void s3f_metrics_exporter_stop(struct s3f_metrics_exporter *e);
+
+/* The client's registry (owned by the client, valid until s3f_client_free). */
+S3F_API struct s3f_metrics *s3f_client_metrics_registry(struct s3f_client *client);
+/* A snapshot of the client's metrics: s3f_metrics_foreach on its registry. */
+S3F_API int s3f_client_metrics(struct s3f_client *client, s3f_metric_fn fn, void *ud);
+
+/* ---------------------------------------------------------------------------------------
  * s3:// URIs
  * ------------------------------------------------------------------------------------- */
 /* Parse "s3://bucket/key". `bucket` and `key` receive NUL-terminated copies (key may be

@@ -114,6 +114,10 @@ enum cli_opt_id {
     OPT_MAX_THREADS,
     OPT_PREFETCH_LISTED,
     OPT_USER_AGENT_PREFIX, /* mount */
+    OPT_METRICS_LISTEN,    /* cp, mv, sync, bench, mount: the metrics exporter (metrics.c) */
+    OPT_METRICS_ALLOW_REMOTE,
+    OPT_LOG_METRICS,
+    OPT_METRICS_LINGER,    /* cp, mv, sync, bench */
     OPT_COUNT_,
 };
 
@@ -197,6 +201,7 @@ struct cli_ctx {
     int quiet;
     mode_t umask_bits;         /* the process umask, read at start-up */
     struct cli_engine engine;  /* set by the command before the client is created */
+    struct s3f_metrics_exporter *metrics; /* --metrics-listen, --log-metrics (metrics.c) */
 };
 
 struct cli_command {
@@ -257,6 +262,16 @@ int cli_request_options_read(struct cli_ctx *ctx);
 /* Put them into the client's options; cli_request_options_wipe clears the keys. */
 void cli_request_options_apply(const struct cli_ctx *ctx, struct s3f_client_options *opts);
 void cli_request_options_wipe(struct cli_ctx *ctx);
+
+/* The metrics exporter of --metrics-listen and --log-metrics (metrics.c). cli_metrics_start
+ * starts it on the client's registry (`extra`: another registry rendered after it, or NULL)
+ * and prints "s3flash: metrics at http://ADDR:PORT/metrics" to stderr: CLI_EXIT_OK, or the
+ * error printed and CLI_EXIT_USAGE / CLI_EXIT_FAIL. cli_metrics_finish: --metrics-linger's
+ * wait (the last values stay served), then the exporter's stop; NULL-safe. */
+int cli_metrics_options_check(const struct cli_ctx *ctx);
+int cli_metrics_start(struct cli_ctx *ctx, struct s3f_client *client, struct s3f_metrics *extra,
+                      s3f_log_fn log_fn, void *log_ud);
+void cli_metrics_finish(struct cli_ctx *ctx);
 
 /* Print "s3flash: <s3f_error_format(err)>" to stderr. When err->resource is empty and
  * `resource` is not NULL, `resource` is named instead. */

@@ -84,6 +84,9 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
     o.foreground = a->set[OPT_FOREGROUND] ? 1 : 0;
     o.debug = a->set[OPT_DEBUG] ? 1 : 0;
     o.log_file = a->value[OPT_LOG_FILE];
+    o.metrics_listen = a->value[OPT_METRICS_LISTEN];
+    o.metrics_allow_remote = a->set[OPT_METRICS_ALLOW_REMOTE] ? 1 : 0;
+    o.log_metrics = a->set[OPT_LOG_METRICS] ? 1 : 0;
     o.read_only = a->set[OPT_READ_ONLY] ? 1 : 0;
     o.allow_delete = a->set[OPT_ALLOW_DELETE] ? 1 : 0;
     o.allow_overwrite = a->set[OPT_ALLOW_OVERWRITE] ? 1 : 0;

@@ -31,6 +31,20 @@ static const struct cli_opt_spec ls_opts[] = {
     {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE",                                     \
      "bound of the --cache directory, least recently used blocks evicted (default 10G)"}
 
+#define METRICS_OPTS                                                                         \
+    {"metrics-listen", 0, 1, OPT_METRICS_LISTEN, "ADDR",                                     \
+     "serve the metrics in the Prometheus text format at http://ADDR/metrics: PORT "         \
+     "(127.0.0.1), IP:PORT or [IPv6]:PORT (docs/METRICS.md)"},                               \
+    {"metrics-allow-remote", 0, 0, OPT_METRICS_ALLOW_REMOTE, NULL,                           \
+     "let --metrics-listen use an address other than loopback (no authentication)"},         \
+    {"log-metrics", 0, 0, OPT_LOG_METRICS, NULL,                                             \
+     "log the metrics that changed every 5 seconds (\"metrics: ...\" lines)"}
+/* cp, mv, sync, bench: the metrics options and --metrics-linger */
+#define COMMAND_METRICS_OPTS                                                                 \
+    METRICS_OPTS,                                                                            \
+    {"metrics-linger", 0, 1, OPT_METRICS_LINGER, "SECONDS",                                  \
+     "after the command, keep serving the last metrics this long (or until SIGTERM)"}
+
 #define FILTER_OPTS(when)                                                                    \
     {"exclude", 0, 1, OPT_EXCLUDE, "PATTERN",                                                \
      "leave out what matches (path relative to the source" when ")"},                        \
@@ -43,7 +57,8 @@ static const struct cli_opt_spec ls_opts[] = {
     {"content-type", 0, 1, OPT_CONTENT_TYPE, "TYPE",                                         \
      "Content-Type of uploaded objects (default application/octet-stream)"},                 \
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request with --recursive"},     \
-    FILTER_OPTS("; with -r"), ENGINE_OPTS, {NULL, 0, 0, OPT_NONE, NULL, NULL}
+    FILTER_OPTS("; with -r"), ENGINE_OPTS, COMMAND_METRICS_OPTS,                              \
+    {NULL, 0, 0, OPT_NONE, NULL, NULL}
 
 static const struct cli_opt_spec cp_opts[] = {
     {"recursive", 'r', 0, OPT_RECURSIVE, NULL,
@@ -68,6 +83,7 @@ static const struct cli_opt_spec sync_opts[] = {
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request"},
     FILTER_OPTS(""),
     ENGINE_OPTS,
+    COMMAND_METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -102,6 +118,7 @@ static const struct cli_opt_spec bench_opts[] = {
     {"keep", 0, 0, OPT_KEEP, NULL, "keep the objects (default: delete them at the end)"},
     {"no-verify", 0, 0, OPT_NO_VERIFY, NULL, "do not compare downloaded bytes with the uploaded"},
     {"json", 0, 0, OPT_JSON, NULL, "print the phases as JSON records (bench/plot.py reads them)"},
+    COMMAND_METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -138,6 +155,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},
     {"user-agent-prefix", 0, 1, OPT_USER_AGENT_PREFIX, "TEXT",
      "put before the User-Agent of every request (Mountpoint's option)"},
+    METRICS_OPTS,
     {NULL, 0, 0, OPT_NONE, NULL, NULL},
 };
 
@@ -291,6 +309,12 @@ struct s3f_client *cli_client(struct cli_ctx *ctx) {
         ctx->client_failed = 1;
         return NULL;
     }
+    if (ctx->cmd && strcmp(ctx->cmd->name, "mount") != 0 &&
+        cli_metrics_start(ctx, ctx->client, NULL, NULL, NULL) != CLI_EXIT_OK) {
+        s3f_client_free(ctx->client);
+        ctx->client = NULL;
+        ctx->client_failed = 1;
+    }
     return ctx->client;
 }
 
@@ -332,6 +356,8 @@ int main(int argc, char **argv) {
     ctx.quiet = args.set[OPT_QUIET] ? 1 : 0;
     ctx.umask_bits = umask(0);
     umask(ctx.umask_bits);
+    if ((rc = cli_metrics_options_check(&ctx)) != CLI_EXIT_OK)
+        return rc;
     if ((rc = cli_request_options_read(&ctx)) != CLI_EXIT_OK) {
         cli_request_options_wipe(&ctx); /* a key read before the error */
         return rc;
@@ -340,6 +366,7 @@ int main(int argc, char **argv) {
     rc = cmd->run(&ctx);
     if (fflush(stdout) != 0 && rc == CLI_EXIT_OK)
         rc = CLI_EXIT_FAIL;
+    cli_metrics_finish(&ctx);
     s3f_client_free(ctx.client);
     cli_request_options_wipe(&ctx);
     return rc;

@@ -2,7 +2,9 @@
  * Owns: statuses and struct s3f_error (status.c), capped growable buffers (buf.c), logging
  *   (log.c), clocks and the HTTP/ISO-8601 dates (time.c), hex, base64 and percent-encoding
  *   (encode.c), SHA-256, HMAC and MD5 through OpenSSL (hash.c), the CRC checksums through
- *   ISA-L (checksum.c, checksum.h), random numbers (random.c).
+ *   ISA-L (checksum.c, checksum.h), random numbers (random.c), the metrics registry, the
+ *   library's metrics and their exporter (metrics.c, metrics_lib.c, metrics_export.c:
+ *   metrics.h; every layer updates its client's).
  * May call: libc, OpenSSL, ISA-L and the public header's types; nothing of the other
  *   folders. Every folder may include it.
  *

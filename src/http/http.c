@@ -12,6 +12,7 @@
  * only `conn_limit - reserved` connections, so the reserved ones are always free for control
  * requests (a CompleteMultipartUpload is not stuck behind the parts of other transfers). */
 #include "core/assert.h"
+#include "core/metrics.h"
 #include "http/http.h"
 
 #include <inttypes.h>
@@ -147,6 +148,10 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     struct io_thread *t = ud;
     (void)purpose;
     curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    if (fd != CURL_SOCKET_BAD) {
+        S3F__METRIC_ADD(t->pool->opts.metrics, S3F__M_CONNECTIONS, 0, 1);
+        S3F__METRIC_ADD(t->pool->opts.metrics, S3F__M_CONNECTIONS_OPENED, 0, 1);
+    }
     if (fd != CURL_SOCKET_BAD && t->n_socks < (int)S3F_ARRAY_LEN(t->socks))
         t->socks[t->n_socks++] = fd;
     return fd;
@@ -159,6 +164,7 @@ static int on_close_socket(void *ud, curl_socket_t fd) {
             t->socks[i] = t->socks[--t->n_socks];
             break;
         }
+    S3F__METRIC_ADD(t->pool->opts.metrics, S3F__M_CONNECTIONS, 0, -1);
     return close(fd);
 }
 
@@ -416,6 +422,11 @@ static void complete(struct io_thread *t, struct s3f__http_request *req, CURLcod
         long http = 0;
         curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &http);
         req->http_status = (int)http;
+        curl_off_t us = 0;
+        if (curl_easy_getinfo(req->easy, CURLINFO_STARTTRANSFER_TIME_T, &us) == CURLE_OK)
+            req->first_byte_us = (uint64_t)us;
+        if (curl_easy_getinfo(req->easy, CURLINFO_TOTAL_TIME_T, &us) == CURLE_OK)
+            req->total_us = (uint64_t)us;
         curl_multi_remove_handle(t->multi, req->easy);
         curl_easy_setopt(req->easy, CURLOPT_SHARE, NULL);
         curl_easy_setopt(req->easy, CURLOPT_ERRORBUFFER, NULL);

@@ -44,6 +44,7 @@ struct s3f__http_pool_options {
      * (CURLOPT_NOPROXY; NULL: none), the CA bundle of an https:// proxy (NULL: ca_bundle). */
     const char *http_proxy, *https_proxy, *no_proxy, *proxy_ca_bundle;
     const struct s3f__logger *logger; /* must outlive the pool */
+    struct s3f_metrics *metrics;      /* connections (core/metrics.h); must outlive the pool */
 };
 
 enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
@@ -97,6 +98,10 @@ struct s3f__http_request {
     uint64_t bytes_sent;
     uint64_t bytes_received;      /* body bytes */
     uint64_t start_ns, end_ns;
+    uint64_t first_byte_us;       /* from the transfer's start (not the queue's) to the
+                                     response's first byte (CURLINFO_STARTTRANSFER_TIME_T);
+                                     0: none came */
+    uint64_t total_us;            /* ... to its end (CURLINFO_TOTAL_TIME_T) */
 
     /* ---- private to the transport ---- */
     CURL *easy;

@@ -495,6 +495,11 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
         return NULL;
     }
     fs->start_time = (int64_t)time(NULL);
+    fs->metrics = mnt_metrics_new(fs);
+    if (!fs->metrics) {
+        mnt_fs_free(fs);
+        return NULL;
+    }
     struct s3f_client_stats cs;
     s3f_client_stats(wclient, &cs, 0);
     fs->part_size = opts->part_size_bytes ? opts->part_size_bytes : cs.part_size_bytes;
@@ -535,5 +540,6 @@ void mnt_fs_free(struct mnt_fs *fs) {
     free(fs->prefix);
     pthread_cond_destroy(&fs->released);
     pthread_mutex_destroy(&fs->mu);
+    s3f_metrics_free(fs->metrics);
     free(fs);
 }

@@ -22,6 +22,8 @@
  *   namespace.c  unlink and rename, and the directories they leave empty
  *   listing.c    a LIST page's names (no FUSE: fuzzed on its own)
  *   prefetch.c   --prefetch-listed: small listed files fetched ahead of their opens
+ *   metrics.c    the mount's metrics: every handler metered (mnt_ll_ops_metered), the
+ *                inodes and the metadata account read at each snapshot
  *
  * LOCK ORDER (the only one): a handle's mutex (struct fh / struct dh), then fs->mu. Never
  * the other way round (prefetch.c's own mutex and meta.c's HEAD workers' are leaves:
@@ -50,6 +52,17 @@
 
 #include "listing.h"
 #include "mount.h"
+
+/* ---- metrics.c: the mount's metrics (docs/METRICS.md) ---- */
+/* Every error answer goes through mnt_reply_err, which notes the errno for the FUSE
+ * operations' metric (mnt_ll_ops_metered) and answers. */
+int mnt_reply_err(fuse_req_t req, int err);
+#define fuse_reply_err(req, err) mnt_reply_err((req), (err))
+struct mnt_fs;
+/* The mount's registry (freed with s3f_metrics_free), its collector reading fs. */
+struct s3f_metrics *mnt_metrics_new(struct mnt_fs *fs);
+/* An open of a listed file found it fetched ahead (hit) or not. */
+void mnt_metrics_prefetch(struct mnt_fs *fs, int hit);
 
 enum kind { K_MISSING = 0, K_FILE = 1, K_DIR = 2 };
 
@@ -153,6 +166,7 @@ struct mnt_fs {
     size_t n_notes;
     struct mnt_pf *pf;        /* --prefetch-listed (prefetch.c), NULL when off */
     struct mnt_heads *heads;  /* the lookups' HEAD workers, o.max_threads (meta.c) */
+    struct s3f_metrics *metrics; /* the mount's metrics (metrics.c), lock-free updates */
 };
 
 /* An open file's state: where it is in its life, changed by mnt_fh_set_state only (which

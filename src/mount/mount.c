@@ -236,6 +236,52 @@ static int is_fuse_fd(const char *mountpoint) {
     return 1;
 }
 
+/* --metrics-listen, --log-metrics: the exporter of the readers' client (client="read"), the
+ * writers' (client="write") and the mount's own registry, in the daemon (after the fork).
+ * 0, or -1 after fail() said why. */
+static int start_metrics(const struct mnt_options *o, struct s3f_client *client,
+                         struct s3f_client *wclient, struct mnt_fs *fs,
+                         struct s3f_metrics_exporter **out) {
+    if (!o->metrics_listen && !o->log_metrics)
+        return 0;
+    struct s3f_metrics *regs[3] = {s3f_client_metrics_registry(client),
+                                   s3f_client_metrics_registry(wclient), mnt_fs_metrics(fs)};
+    if (s3f_metrics_set_label(regs[0], "client", "read") ||
+        s3f_metrics_set_label(regs[1], "client", "write")) {
+        fail("out of memory");
+        return -1;
+    }
+    struct s3f_metrics_exporter_options eo = {
+        .registries = regs,
+        .n_registries = 3,
+        .listen = o->metrics_listen,
+        .allow_remote = o->metrics_allow_remote,
+        .log_interval_ms = o->log_metrics ? 5000 : 0,
+        .log_fn = library_log,
+    };
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    if (s3f_metrics_exporter_start(&eo, out, &err) != S3F_OK) {
+        char buf[1600];
+        s3f_error_format(&err, buf, sizeof(buf));
+        fail("%s", buf);
+        return -1;
+    }
+    if (o->metrics_listen) {
+        const char *colon = strrchr(o->metrics_listen, ':');
+        char url[128];
+        snprintf(url, sizeof(url), "http://%.*s:%d/metrics",
+                 colon ? (int)(colon - o->metrics_listen) : 9,
+                 colon ? o->metrics_listen : "127.0.0.1", s3f_metrics_exporter_port(*out));
+        /* stderr: the caller's until the daemon detaches (the tests read it there) */
+        fprintf(stderr, "s3flash: metrics at %s\n", url);
+        fflush(stderr);
+        if (log_fp != stderr)
+            mnt_log(S3F_LOG_INFO, "metrics at %s", url);
+    }
+    return 0;
+}
+
 int mnt_run(const struct mnt_options *in) {
     struct mnt_options o = *in;
     struct stat st;
@@ -291,7 +337,7 @@ int mnt_run(const struct mnt_options *in) {
             return 1;
         }
     }
-    log_max = o.debug ? S3F_LOG_DEBUG : S3F_LOG_WARN;
+    log_max = o.debug ? S3F_LOG_DEBUG : o.log_metrics ? S3F_LOG_INFO : S3F_LOG_WARN;
     /* with --debug, S3FLASH_LOG=trace adds the mount's state transitions (handles, the
      * readdir stream, the overwrite guard) */
     const char *lv = getenv("S3FLASH_LOG");
@@ -343,6 +389,7 @@ int mnt_run(const struct mnt_options *in) {
     int rc = 1;
     struct s3f_client *client = NULL, *wclient = NULL;
     struct mnt_fs *fs = NULL;
+    struct s3f_metrics_exporter *exporter = NULL;
     struct fuse_session *se = NULL;
     int mounted = 0;
 
@@ -425,7 +472,9 @@ int mnt_run(const struct mnt_options *in) {
              shown, o.allow_other ? ",allow_other" : "", o.read_only ? ",ro" : "");
     char *argv[] = {"s3flash", "-o", fsopt, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
-    se = fuse_session_new(&args, &mnt_ll_ops, sizeof(mnt_ll_ops), fs);
+    if (start_metrics(&o, client, wclient, fs, &exporter) != 0)
+        goto out;
+    se = fuse_session_new(&args, &mnt_ll_ops_metered, sizeof(mnt_ll_ops_metered), fs);
     fuse_opt_free_args(&args);
     if (!se) {
         fail("cannot set up the FUSE session (see the messages above)");
@@ -491,6 +540,7 @@ out:
         if (mounted)
             fuse_session_unmount(se);
     }
+    s3f_metrics_exporter_stop(exporter); /* its collectors read fs and the clients */
     mnt_fs_free(fs); /* stops the notifier before the session goes */
     if (se)
         fuse_session_destroy(se);

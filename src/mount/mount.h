@@ -51,6 +51,11 @@ struct mnt_options {
     int page_size;           /* keys per LIST page, 0: 1000 (tests use small pages) */
     uint64_t metadata_budget_bytes; /* the inode table, metadata and listing caches: set
                                        by mnt_run from memory_target (0: 8 MiB) */
+    /* the metrics exporter (docs/METRICS.md): --metrics-listen ADDR (NULL: none),
+     * --metrics-allow-remote, --log-metrics (a "metrics:" line every 5 s in the log) */
+    const char *metrics_listen;
+    int metrics_allow_remote;
+    int log_metrics;
 };
 
 /* Mount and serve until unmounted or signalled. Returns the process exit status: 0, or 1
@@ -62,6 +67,8 @@ int mnt_run(const struct mnt_options *opts);
 struct fuse_lowlevel_ops;
 struct fuse_session;
 extern const struct fuse_lowlevel_ops mnt_ll_ops;
+/* mnt_ll_ops with every handler metered (metrics.c): the table the session runs. */
+extern const struct fuse_lowlevel_ops mnt_ll_ops_metered;
 
 struct mnt_fs;
 /* The file system's state; `client` serves reads, listings and HEADs, `wclient` writers,
@@ -70,6 +77,8 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
                           struct s3f_client *wclient);
 /* The session is mounted: start the notifier threads (kernel invalidations). 0 or -errno. */
 int mnt_fs_start(struct mnt_fs *fs, struct fuse_session *se);
+/* The mount's own metrics (metrics.c), owned by fs. */
+struct s3f_metrics *mnt_fs_metrics(struct mnt_fs *fs);
 /* Stop the notifier, abort uploads still open (no object), close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);
 

@@ -237,10 +237,14 @@ static int op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         goto out;
     }
     snprintf(h->etag, sizeof(h->etag), "%s", s3f_reader_info(h->r)->etag);
-    if (mnt_pf_open(fs, path, h->etag, &h->pf_data, &h->pf_len) && h->pf_len != h->size) {
+    int pf_hit = mnt_pf_open(fs, path, h->etag, &h->pf_data, &h->pf_len);
+    if (pf_hit && h->pf_len != h->size) {
         free(h->pf_data); /* not the size this version has: read it from S3 */
         h->pf_data = NULL;
+        pf_hit = 0;
     }
+    if (fs->pf)
+        mnt_metrics_prefetch(fs, pf_hit);
     int keep = 0;
     pthread_mutex_lock(&fs->mu);
     if (mnt_writer_find(fs, path)) {

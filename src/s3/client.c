@@ -12,6 +12,7 @@
 #include "auth/profile.h"
 #include "auth/sigv4.h"
 #include "http/http.h"
+#include "core/metrics.h"
 #include "s3/client.h"
 
 static const char *env(const char *name) {
@@ -66,6 +67,14 @@ static enum s3f_status parse_attempts(const char *v, const char *where, int *out
     return S3F_OK;
 }
 
+/* The snapshot's collector of the s3 layer: the credentials provider's fetches. */
+static void collect_metrics(struct s3f_metrics *m, void *ud) {
+    struct s3f_client *c = ud;
+    if (c->creds)
+        s3f_metrics_set(m, S3F__M_CREDS_REFRESHES, 0,
+                        (int64_t)s3f__credentials_provider_fetch_count(c->creds));
+}
+
 enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
                                    struct s3f_client **out, struct s3f_error *err) {
     *out = NULL;
@@ -74,6 +83,12 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
     if (!c)
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
     pthread_mutex_init(&c->retry.lock, NULL);
+    c->metrics = s3f__metrics_new_client();
+    if (!c->metrics) {
+        pthread_mutex_destroy(&c->retry.lock);
+        free(c);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
+    }
     c->retry.capacity = c->retry.tokens = 500;
     c->logger.fn = opts->log_fn;
     c->logger.user_data = opts->log_user_data;
@@ -216,12 +231,15 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
         .no_proxy = proxy.no_proxy,
         .proxy_ca_bundle = proxy.ca_bundle,
         .logger = &c->logger,
+        .metrics = c->metrics,
     };
     st = s3f__http_pool_new(&ho, &c->http, err);
     s3f__proxy_log(&proxy, &c->logger);
     s3f__proxy_cleanup(&proxy);
     if (st)
         goto fail;
+    if (s3f_metrics_add_collector(c->metrics, collect_metrics, c))
+        goto oom;
     char shown[512];
     s3f__url_redact(c->endpoint_url ? c->endpoint_url : "(AWS)", shown, sizeof(shown));
     s3f__log(&c->logger, S3F_LOG_DEBUG, "client: region %s, endpoint %s, %s, %d attempts",
@@ -249,7 +267,16 @@ void s3f__s3_client_free(struct s3f_client *c) {
     free(c->ca_bundle);
     s3f__request_options_cleanup(&c->ropts);
     pthread_mutex_destroy(&c->retry.lock);
+    s3f_metrics_free(c->metrics);
     free(c);
+}
+
+struct s3f_metrics *s3f_client_metrics_registry(struct s3f_client *c) {
+    return c ? c->metrics : NULL;
+}
+
+int s3f_client_metrics(struct s3f_client *c, s3f_metric_fn fn, void *ud) {
+    return c ? s3f_metrics_foreach(c->metrics, fn, ud) : 0;
 }
 
 const char *s3f_client_region(const struct s3f_client *c) {

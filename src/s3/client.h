@@ -67,6 +67,9 @@ struct s3f_client {
      * engine (s3f_client_new and s3f_client_free in src/xfer/xfer.c compose the s3 client
      * and the engine). The s3 layer never reads it. */
     struct s3f__xfer_engine *xfer;
+    /* The client's metrics (core/metrics.h: the S3F__M_* ids; docs/METRICS.md), updated by
+     * every layer with atomics; created first, freed last. */
+    struct s3f_metrics *metrics;
 };
 
 /* The s3 layer's part of s3f_client_new and s3f_client_free (src/xfer/xfer.c calls them

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/assert.h"
+#include "core/metrics.h"
 #include "s3/request_internal.h"
 #include "s3/endpoint.h"
 #include "s3/idempotency.h"
@@ -434,6 +435,39 @@ static void start_attempt(struct s3f__s3_request *r, uint64_t not_before_ns) {
     s3f__http_submit(k->c->http, &a->http, attempt_done, r);
 }
 
+/* An attempt's metrics (docs/METRICS.md): the request by operation and status class (network:
+ * the transport failed, even after a status line), its times, and the object data it moved:
+ * the body sent by PutObject and UploadPart, the 2xx body received by GetObject, also of an
+ * attempt broken mid-body (its bytes were delivered: the next asks for the rest); not the
+ * XML of the other operations, nor error documents. */
+static void count_attempt(struct s3f_client *c, const struct s3f__s3_request *r,
+                          const struct s3f__s3_attempt *a, enum s3f_status tst, int http_status) {
+    size_t op = s3f__metrics_op_index(r->operation);
+    enum s3f__metric_status cls =
+        tst == S3F_OK ? s3f__metrics_status_class(http_status) : S3F__MS_NETWORK;
+    S3F__METRIC_ADD(c->metrics, S3F__M_REQUESTS, s3f_metrics_series(c->metrics, S3F__M_REQUESTS,
+                                                                     op, cls), 1);
+    S3F__METRIC_OBSERVE(c->metrics, S3F__M_REQUEST_SECONDS, op, (double)a->http.total_us / 1e6);
+    if (a->http.first_byte_us)
+        S3F__METRIC_OBSERVE(c->metrics, S3F__M_FIRST_BYTE_SECONDS, op,
+                            (double)a->http.first_byte_us / 1e6);
+    if (op == S3F__MOP_PUT_OBJECT || op == S3F__MOP_UPLOAD_PART)
+        S3F__METRIC_ADD(c->metrics, S3F__M_BYTES, S3F__MD_UP, (int64_t)a->http.bytes_sent);
+    else if (op == S3F__MOP_GET_OBJECT && http_status >= 200 && http_status < 300)
+        S3F__METRIC_ADD(c->metrics, S3F__M_BYTES, S3F__MD_DOWN, (int64_t)a->http.bytes_received);
+}
+
+/* The reason label of a retry of an attempt that failed with `last`. */
+static enum s3f__metric_retry retry_reason(const struct s3f__s3_attempt *a, enum s3f_status tst,
+                                           const struct s3f_error *last, bool throttled) {
+    if (throttled)
+        return S3F__MR_THROTTLE;
+    if (tst != S3F_OK && !a->bad)
+        return s3f__http_error_is_timeout(&a->http) ? S3F__MR_TIMEOUT : S3F__MR_NETWORK;
+    return last->http_status >= 500 || last->status == S3F_ERR_SERVER ? S3F__MR_SERVER
+                                                                      : S3F__MR_BAD_RESPONSE;
+}
+
 static void attempt_done(struct s3f__http_request *req, void *ud) {
     struct s3f__s3_request *r = ud;
     struct s3f__s3_call *k = s3f__s3_call_of(r);
@@ -457,6 +491,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
              r->operation, http_status, tst ? s3f_status_name(tst) : "OK", ms,
              a->http.bytes_received, a->request_id[0] ? a->request_id : "-",
              a->http.error[0] ? ": " : "", a->http.error);
+    count_attempt(c, r, a, tst, http_status);
 
     bool retryable = false;
     int cost = S3F__RETRY_COST;
@@ -546,6 +581,10 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
         return;
     }
     attempt_release(k);
+    bool throttled = http_status == 503 || http_status == 429 ||
+                     last.status == S3F_ERR_THROTTLED;
+    if (throttled)
+        S3F__METRIC_ADD(c->metrics, S3F__M_THROTTLES, 0, 1);
 
     if (token_rejected(c, k, &last)) {
         /* the credentials' token expired early or was revoked: new credentials, re-sent
@@ -555,6 +594,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
         s3f__credentials_invalidate(k->creds_provider ? k->creds_provider : c->creds,
                                     k->creds_generation);
         k->token_resent = true;
+        S3F__METRIC_ADD(c->metrics, S3F__M_RETRIES, S3F__MR_CREDENTIALS, 1);
         k->attempt++;
         k->max_attempts++;
         start_attempt(r, 0);
@@ -582,6 +622,7 @@ static void attempt_done(struct s3f__http_request *req, void *ud) {
     }
     k->used_retry_token = true;
     k->last_cost = cost;
+    S3F__METRIC_ADD(c->metrics, S3F__M_RETRIES, retry_reason(a, tst, &last, throttled), 1);
     /* Could the server have acted on this attempt? A 5xx or a 200 carrying an error may
      * come after it did; a transport failure only once it had the whole request (a refused
      * connection or a body cut short cannot have been acted on). */

@@ -194,6 +194,7 @@ void s3f__pool_stats(struct s3f__pool *p, struct s3f__pool_stats *out) {
     out->in_use = p->in_use;
     out->high_water = p->high_water;
     out->reclaims = p->reclaims;
+    out->waiters = p->next_ticket - p->now_serving;
     pthread_mutex_unlock(&p->lock);
 }
 

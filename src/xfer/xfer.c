@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache/cache.h"
+#include "core/metrics.h"
 #include "s3/client.h"
 #include "s3/ops_internal.h"
 #include "xfer/xfer.h"
@@ -238,6 +239,34 @@ enum s3f_status s3f__xfer_whole_get_args(struct s3f_client *c, const char *op_na
     return s3f__xfer_shared_get(c, x, err);
 }
 
+/* The snapshot's collector of the engine (docs/METRICS.md): what s3f_client_stats reads, the
+ * pool, the scheduler and the block cache, set into the client's gauges and counters. */
+static void collect_metrics(struct s3f_metrics *m, void *ud) {
+    struct s3f_client *c = ud;
+    struct s3f__xfer_shared *x = NULL;
+    if (s3f__xfer_shared_get(c, &x, NULL))
+        return;
+    struct s3f_client_stats s;
+    s3f_client_stats(c, &s, 0);
+    struct s3f__pool_stats ps;
+    s3f__pool_stats(&x->pool, &ps);
+    const struct {
+        enum s3f__metric_id id;
+        uint64_t v;
+    } set[] = {
+        {S3F__M_INFLIGHT, s.inflight_requests}, {S3F__M_INFLIGHT_MAX, s.max_inflight_requests},
+        {S3F__M_POOL_IN_USE, s.pool_in_use_bytes}, {S3F__M_POOL_LIMIT, s.pool_limit_bytes},
+        {S3F__M_POOL_WAITERS, ps.waiters}, {S3F__M_CACHE_HITS, s.cache_hits},
+        {S3F__M_CACHE_MISSES, s.cache_misses}, {S3F__M_CACHE_HIT_BYTES, s.cache_hit_bytes},
+        {S3F__M_CACHE_INSERTED_BYTES, s.cache_inserted_bytes},
+        {S3F__M_CACHE_DROPPED_BYTES, s.cache_insert_dropped_bytes},
+        {S3F__M_CACHE_EVICTED_BYTES, s.cache_evicted_bytes},
+        {S3F__M_CACHE_ERRORS, s.cache_errors},
+    };
+    for (size_t i = 0; i < S3F_ARRAY_LEN(set); i++)
+        s3f_metrics_set(m, set[i].id, 0, (int64_t)set[i].v);
+}
+
 enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f_client **out,
                                struct s3f_error *err) {
     static const struct s3f_client_options defaults;
@@ -257,6 +286,12 @@ enum s3f_status s3f_client_new(const struct s3f_client_options *opts, struct s3f
         return st;
     }
     (*out)->xfer = e;
+    if (s3f_metrics_add_collector((*out)->metrics, collect_metrics, *out)) {
+        s3f_client_free(*out);
+        *out = NULL;
+        return s3f__error_set(err, S3F_ERR_INTERNAL, "s3f_client_new", NULL,
+                              "no room for the engine's metrics collector");
+    }
     return S3F_OK;
 }
 

@@ -161,6 +161,7 @@ void s3f__pool_lender_remove(struct s3f__pool *p, struct s3f__pool_lender *l);
 struct s3f__pool_stats {
     size_t chunk_size, max_chunks, n_allocated, in_use, high_water;
     uint64_t reclaims;
+    uint64_t waiters;         /* acquirers blocked now */
 };
 void s3f__pool_stats(struct s3f__pool *p, struct s3f__pool_stats *out);
 void s3f__pool_reset_high_water(struct s3f__pool *p);

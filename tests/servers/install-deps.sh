@@ -23,6 +23,7 @@ APT_PACKAGES=(
     rsync                   # tests/integration/test_mount_use.py (rsync -r into a mount)
     s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
     stress-ng               # tests/run.sh --under-load: the CPU hog beside the gate
+    prometheus              # tests/integration/test_metrics.py: a real server scrapes s3flash
 )
 PIP_PACKAGES=(meson ninja pytest pytest-xdist 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml
               matplotlib)

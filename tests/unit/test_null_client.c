@@ -39,6 +39,8 @@ static void test_null_client(void) {
     s3f_client_stats(c, &cs, 0);
     CHECK(cs.pool_limit_bytes == 0);
     s3f_client_cache_flush(c); /* returns at once */
+    CHECK(s3f_client_metrics_registry(c) == NULL);
+    CHECK(s3f_client_metrics(c, NULL, NULL) == 0); /* no series, no call */
     FAILS(s3f_head_object(c, "bucket", "k", NULL, &info, &e));
     CHECK(strstr(e.message, "client is NULL") != NULL);
     FAILS(s3f_get_object(c, "bucket", "k", NULL, sink, NULL, NULL, &e));

@@ -1,0 +1,83 @@
+/* --metrics-listen, --metrics-allow-remote, --log-metrics and --metrics-linger: the
+ * library's metrics exporter (s3f_metrics_exporter_*) on the client's registry. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+#define LOG_INTERVAL_MS 5000
+#define LINGER_MAX_S 86400
+
+static long linger_seconds(const struct cli_ctx *ctx) {
+    const char *v = ctx->args->value[OPT_METRICS_LINGER];
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long s = strtol(v, &end, 10);
+    return !*v || *end || errno || s < 0 || s > LINGER_MAX_S ? -1 : s;
+}
+
+int cli_metrics_options_check(const struct cli_ctx *ctx) {
+    const struct cli_args *a = ctx->args;
+    if (linger_seconds(ctx) < 0)
+        return cli_usage_error(ctx->cmd, "--metrics-linger takes whole seconds, 0 to %d, not '%s'",
+                               LINGER_MAX_S, a->value[OPT_METRICS_LINGER]);
+    if (a->set[OPT_METRICS_ALLOW_REMOTE] && !a->value[OPT_METRICS_LISTEN])
+        return cli_usage_error(ctx->cmd, "--metrics-allow-remote needs --metrics-listen");
+    if (a->set[OPT_METRICS_LINGER] && !a->value[OPT_METRICS_LISTEN])
+        return cli_usage_error(ctx->cmd, "--metrics-linger needs --metrics-listen");
+    return CLI_EXIT_OK;
+}
+
+int cli_metrics_start(struct cli_ctx *ctx, struct s3f_client *client, struct s3f_metrics *extra,
+                      s3f_log_fn log_fn, void *log_ud) {
+    const struct cli_args *a = ctx->args;
+    if (!a->value[OPT_METRICS_LISTEN] && !a->set[OPT_LOG_METRICS])
+        return CLI_EXIT_OK;
+    struct s3f_metrics *regs[2] = {s3f_client_metrics_registry(client), extra};
+    struct s3f_metrics_exporter_options o = {
+        .registries = regs,
+        .n_registries = extra ? 2 : 1,
+        .listen = a->value[OPT_METRICS_LISTEN],
+        .allow_remote = a->set[OPT_METRICS_ALLOW_REMOTE] ? 1 : 0,
+        .log_interval_ms = a->set[OPT_LOG_METRICS] ? LOG_INTERVAL_MS : 0,
+        .log_fn = log_fn,
+        .log_user_data = log_ud,
+    };
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f_metrics_exporter_start(&o, &ctx->metrics, &err);
+    if (st) {
+        cli_report(&err, NULL);
+        return cli_exit_for(st);
+    }
+    if (o.listen) {
+        /* the address as given, the port as bound (PORT 0: the one the kernel chose) */
+        const char *colon = strrchr(o.listen, ':');
+        int host_len = colon ? (int)(colon - o.listen) : (int)strlen("127.0.0.1");
+        fprintf(stderr, "s3flash: metrics at http://%.*s:%d/metrics\n", host_len,
+                colon ? o.listen : "127.0.0.1", s3f_metrics_exporter_port(ctx->metrics));
+        fflush(stderr);
+    }
+    return CLI_EXIT_OK;
+}
+
+void cli_metrics_finish(struct cli_ctx *ctx) {
+    if (!ctx->metrics)
+        return;
+    long s = linger_seconds(ctx);
+    if (s > 0) {
+        fprintf(stderr, "s3flash: metrics: the command is done; serving its last values for "
+                        "%ld s (SIGTERM ends it)\n", s);
+        fflush(stderr);
+        struct timespec left = {.tv_sec = s};
+        while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+        }
+    }
+    s3f_metrics_exporter_stop(ctx->metrics);
+    ctx->metrics = NULL;
+}
