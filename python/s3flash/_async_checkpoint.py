@@ -209,7 +209,7 @@ class AsyncCheckpointer:
             commit). Without it each commit's name carries its save id, so two writers
             still never overwrite each other's commit (docs/PYTHON.md).
         on_save_stats: called with each committed save's ``SaveStats`` (its blocked,
-            staging, upload and commit times and its bytes: docs/METRICS-python.md), on the
+            staging, upload and commit times and its bytes: docs/METRICS.md (Python)), on the
             background thread, before the save's future resolves; also
             ``last_save_stats`` and ``save(...).result().stats``.
     """

@@ -68,7 +68,7 @@ class _S3DatasetBase:
     @property
     def stats(self) -> DatasetStats:
         """The samples and bytes handed out in this process (a DataLoader worker counts
-        in its own copy: use ``on_stats`` there), and their rates (docs/METRICS-python.md)."""
+        in its own copy: use ``on_stats`` there), and their rates (docs/METRICS.md (Python))."""
         return self._counter.snapshot()
 
     def reset_stats(self) -> None:

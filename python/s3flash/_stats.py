@@ -1,6 +1,6 @@
 """What a save and a dataset report while they run: ``SaveStats`` (one per checkpoint save:
 AsyncCheckpointer, the DCP writer, the Lightning plugins) and ``DatasetStats`` (the samples
-and bytes a dataset handed out, and their rates). docs/METRICS-python.md defines each field.
+and bytes a dataset handed out, and their rates). docs/METRICS.md (Python) defines each field.
 
 Everything here is plain Python on the caller's data: a save's clock readings
 (time.monotonic) and a dataset's counters, updated once per item.

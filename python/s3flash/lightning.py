@@ -352,7 +352,7 @@ class S3CheckpointMetrics(_Callback):
     (TensorBoard, CSVLogger...): ``checkpoint/save_seconds``, ``checkpoint/blocked_seconds``,
     ``checkpoint/staging_seconds``, ``checkpoint/upload_seconds``,
     ``checkpoint/commit_seconds``, ``checkpoint/bytes`` and
-    ``checkpoint/throughput_bytes_per_s`` (``SaveStats``; docs/METRICS-python.md).
+    ``checkpoint/throughput_bytes_per_s`` (``SaveStats``; docs/METRICS.md (Python)).
 
     A save's stats are logged at the Trainer's global step when they arrive: the
     plugin hands them over when the save completes (from a background thread for
