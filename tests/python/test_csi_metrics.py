@@ -121,9 +121,33 @@ def test_two_volumes_on_one_port(tmp_path, filled, endpoint, rgw):
         unpublish(d, "vol-metrics-2", t2)
 
 
+def test_mounter_down_and_readopted(tmp_path, filled, endpoint):
+    """The node's port answers while the mounter is down (s3flash_csi_mounter_up 0); the
+    restarted mounter re-adopts the daemon with its metrics port, whose counts went on."""
+    port = _free_port()
+    with running(tmp_path, node_args=["--metrics-port", str(port)]) as d:
+        t = tmp_path / "t"
+        publish(d, "vol-readopt", t, {"bucketName": filled, "endpointUrl": endpoint})
+        assert read(t / "a.bin") == OBJECTS["a.bin"]
+        pids = d.daemons()
+        d.kill("mounter")
+        ss = series(scrape(port))
+        assert total(ss, "s3flash_csi_mounter_up") == 0
+        assert total(ss, "s3flash_csi_mounts") == 0
+        d.start_mounter()
+        assert d.daemons() == pids
+        ss = series(scrape(port))
+        assert total(ss, "s3flash_csi_mounter_up") == 1
+        assert total(ss, "s3flash_csi_mount_up", volume_id="vol-readopt") == 1
+        assert total(ss, "s3flash_bytes_total", volume_id="vol-readopt",
+                     direction="down") == len(OBJECTS["a.bin"])
+        unpublish(d, "vol-readopt", t)
+
+
 def test_metrics_port_off_by_default(driver):
-    # no --metrics-port: the node listens on no TCP port of its own
-    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
+    # no --metrics-port: the node listens on no TCP port of its own (and ss sees the
+    # mounter's daemons' loopback ports, so it would see the node's)
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
     assert "pid=%d," % driver.node.pid not in out
 
 

@@ -295,7 +295,7 @@ class Node:
     def metrics_mounts(self):
         """For the node's /metrics (csi/metrics.py): each live daemon's labels (its volume's
         id and its share key, nothing of the publish's secrets) and its metrics port."""
-        r = sysmount.call(self.mounter, {"op": "list"})
+        r = sysmount.call(self.mounter, {"op": "list"}, timeout=10)
         if not r.get("ok"):
             raise OSError(r.get("error", "the mounter refused to list its mounts"))
         volume = {rec["key"]: rec["volume_id"] for rec in self._records()}
