@@ -145,8 +145,7 @@ def test_mounter_down_and_readopted(tmp_path, filled, endpoint):
 
 
 def test_metrics_port_off_by_default(driver):
-    # no --metrics-port: the node listens on no TCP port of its own (and ss sees the
-    # mounter's daemons' loopback ports, so it would see the node's)
+    # no --metrics-port: the node process listens on no TCP port (ss -p names the owner)
     out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
     assert "pid=%d," % driver.node.pid not in out
 
