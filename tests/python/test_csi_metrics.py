@@ -89,8 +89,15 @@ def test_two_volumes_on_one_port(tmp_path, filled, endpoint, rgw):
         assert read(t2 / "dir/sub/c.bin") == small
         text = scrape(port)
         ss = series(text)
-        for vid, n in (("vol-metrics-1", len(big)), ("vol-metrics-2", len(small))):
-            assert total(ss, "s3flash_bytes_total", volume_id=vid, direction="down") == n, text
+        # every byte read came down through its own volume's daemon: the small file in one
+        # GET, exactly; the 3 MiB one at least once (a reader's window dropped and asked
+        # again under load fetches a range twice, as tests/integration/test_metrics.py's
+        # mount test says), and never the other volume's bytes
+        down2 = total(ss, "s3flash_bytes_total", volume_id="vol-metrics-2", direction="down")
+        assert down2 == len(small), text
+        down1 = total(ss, "s3flash_bytes_total", volume_id="vol-metrics-1", direction="down")
+        assert down1 >= len(big), text
+        for vid in ("vol-metrics-1", "vol-metrics-2"):
             gets = total(ss, "s3flash_requests_total", volume_id=vid, op="GetObject",
                          status="2xx")
             assert gets >= 1
@@ -139,8 +146,8 @@ def test_mounter_down_and_readopted(tmp_path, filled, endpoint):
         ss = series(scrape(port))
         assert total(ss, "s3flash_csi_mounter_up") == 1
         assert total(ss, "s3flash_csi_mount_up", volume_id="vol-readopt") == 1
-        assert total(ss, "s3flash_bytes_total", volume_id="vol-readopt",
-                     direction="down") == len(OBJECTS["a.bin"])
+        down = total(ss, "s3flash_bytes_total", volume_id="vol-readopt", direction="down")
+        assert down >= len(OBJECTS["a.bin"])  # at least once: a window may be asked again
         unpublish(d, "vol-readopt", t)
 
 
