@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterator, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from . import _s3flash
 from ._config import S3ClientConfig
@@ -171,6 +171,13 @@ class S3Client:
         """Engine counters: pool use and high water, requests started and in flight, and
         the block cache's hits, misses, bytes served and inserted, errors (cache_*)."""
         return self._native.stats(reset_high_water=reset_high_water)
+
+    def metrics(self) -> Dict[str, List[Dict[str, Any]]]:
+        """A snapshot of the client's metrics registry (docs/METRICS.md): a dict from each
+        metric's name to its series, ``{"labels": {...}, "value": int}`` for a counter or a
+        gauge, ``{"labels": {...}, "buckets": [(le, cumulative count), ..., (inf, count)],
+        "count": int, "sum": seconds}`` for a histogram. Taken without the GIL."""
+        return self._native.metrics()
 
     def cache_flush(self) -> None:
         """Wait until the block cache's queued inserts are written (or dropped): reads hand

@@ -534,6 +534,10 @@ static PyMethodDef Client_methods[] = {
      "(at most the data connections)."},
     {"stats", (PyCFunction)(void (*)(void))Client_stats, METH_VARARGS | METH_KEYWORDS,
      "stats(reset_high_water=False) -> dict\nEngine counters (s3f_client_stats)."},
+    {"metrics", (PyCFunction)Client_metrics, METH_NOARGS,
+     "metrics() -> dict\nA snapshot of the client's metrics registry (s3f_client_metrics): "
+     "{name: [{'labels': {...}, 'value': int} or {'labels', 'buckets': [(le, n)...], 'count', "
+     "'sum'}]}, docs/METRICS.md."},
     {"cache_flush", (PyCFunction)Client_cache_flush, METH_NOARGS,
      "cache_flush() -> None\nWait until the block cache's queued inserts are written or "
      "dropped (s3f_client_cache_flush)."},

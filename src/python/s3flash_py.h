@@ -13,6 +13,7 @@
  *   client_multipart.c Client's listings and the low-level multipart calls
  *   writer.c    Writer (a streaming upload) and Client.open_writer
  *   reader.c    Reader (a random-access reader) and Client.open_reader
+ *   metrics.c   Client.metrics(): the registry's snapshot as a dict
  *   fetch.c     Fetch (many whole objects fetched concurrently) and Client.open_fetch
  *   safetensors.c  ranged downloads into regions, a ranged GET, the safetensors header's
  *               parser (for python/s3flash/safetensors.py)
@@ -114,6 +115,8 @@ PyObject *Client_download_whole(ClientObject *self, PyObject *args, PyObject *kw
 PyObject *Client_upload_file(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_download_file(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_copy(ClientObject *self, PyObject *args, PyObject *kw);
+/* metrics.c */
+PyObject *Client_metrics(ClientObject *self, PyObject *Py_UNUSED(ignored));
 /* client_multipart.c */
 PyObject *Client_list_objects(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_list_multipart_uploads(ClientObject *self, PyObject *args, PyObject *kw);

@@ -106,6 +106,25 @@ def test_node_daemonset(rendered):
     assert pod["tolerations"] == [{"operator": "Exists"}]
 
 
+def test_node_metrics_port(rendered):
+    """The node's metrics port: its flag, the container's port and the pod's Prometheus
+    annotations agree; --set node.metricsPort=0 turns all three off."""
+    ds = by_kind(rendered, "DaemonSet", "s3flash-csi-node")
+    node = containers(ds)["s3flash-csi-node"]
+    n = parser().parse_args([a.replace("$(NODE_NAME)", "n1") for a in node["args"]])
+    assert n.metrics_port == 9810
+    assert {"name": "metrics", "containerPort": 9810, "protocol": "TCP"} in node["ports"]
+    assert ds["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9810",
+        "prometheus.io/path": "/metrics"}
+    off = by_kind(docs(render_chart.render(namespace="s3flash", sets=["node.metricsPort=0"])),
+                  "DaemonSet", "s3flash-csi-node")
+    node = containers(off)["s3flash-csi-node"]
+    assert "annotations" not in off["spec"]["template"]["metadata"]
+    assert not any(a.startswith("--metrics-port") for a in node["args"])
+    assert [p["name"] for p in node["ports"]] == ["healthz"]
+
+
 def test_controller_and_rbac(rendered):
     dep = by_kind(rendered, "Deployment", "s3flash-csi-controller")
     c = containers(dep)

@@ -2,6 +2,7 @@
 
   s3flash-csi node --endpoint unix:///csi/csi.sock --node-id NODE --mounter-socket SOCK
                    [--state-dir DIR] [--cache-root DIR] [--sts-endpoint URL]
+                   [--metrics-port PORT [--metrics-address IP]]
   s3flash-csi mounter --socket SOCK [--state-dir DIR] [--s3flash PATH]
   s3flash-csi controller --endpoint unix:///csi/csi.sock
   s3flash-csi credentials --socket SOCK --mount KEY     (the daemons' credential_process)
@@ -66,6 +67,13 @@ def parser():
                    help="the audience of the service-account token for STS (the CSIDriver's "
                         "tokenRequests)")
     n.add_argument("--max-volumes", type=int, default=0)
+    n.add_argument("--metrics-port", type=int,
+                   default=int(os.environ.get("S3FLASH_CSI_METRICS_PORT", "0") or 0),
+                   help="serve every volume's metrics (Prometheus text, labelled volume_id) "
+                        "at http://NODE:PORT/metrics (default $S3FLASH_CSI_METRICS_PORT, "
+                        "else 0: off; -1: any free port, logged)")
+    n.add_argument("--metrics-address", default="",
+                   help="the address --metrics-port binds (default: all)")
     m = sub.add_parser("mounter", help="runs the s3flash mount daemons")
     m.add_argument("--socket", required=True)
     m.add_argument("--state-dir", default=DEFAULT_STATE)
@@ -102,6 +110,10 @@ def main(argv=None):
         node = Node(a.node_id, a.mounter_socket, a.state_dir, cache_root=a.cache_root,
                     sts_endpoint=a.sts_endpoint, max_volumes=a.max_volumes,
                     token_audience=a.token_audience)
+        if a.metrics_port:
+            from . import metrics
+            metrics.serve(metrics.Exporter(node.metrics_mounts), max(a.metrics_port, 0),
+                          a.metrics_address)
         server = _serve_grpc(a.endpoint, [("Identity", Identity()), ("Node", node)])
     else:
         from .controller import Controller

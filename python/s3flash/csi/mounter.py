@@ -13,6 +13,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -30,6 +31,8 @@ MARKER = "S3FLASH_CSI_MOUNT"
 PR_SET_CHILD_SUBREAPER = 36
 # a mount's SSE-C key while its daemon starts (it reads the file before it serves)
 SSE_C_SUFFIX = ".sse-c-key"
+# the daemon's start-up line naming its metrics endpoint (--metrics-listen 127.0.0.1:0)
+METRICS_LINE = re.compile(r"^s3flash: metrics at http://127\.0\.0\.1:([0-9]{1,5})/metrics$", re.M)
 # the mounter's own variables that a daemon may see whatever its credentials (no secrets)
 CONFIG_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
               "AWS_CA_BUNDLE", "AWS_MAX_ATTEMPTS", "S3FLASH_FORCE_PATH_STYLE", "LANG", "TZ",
@@ -272,7 +275,10 @@ class Mounter:
         # mounter's stderr, the container's log: a descriptor of its own for --log-file
         logfd = os.dup(2)
         flags += ["--log-file", "/dev/fd/%d" % logfd]
-        argv = [self.s3flash, "mount", req["source"], "/dev/fd/%d" % fd] + flags
+        # its metrics on a loopback port of its own, which the node's /metrics scrapes
+        # (csi/metrics.py): not in the record's flags, the port is learnt below
+        argv = [self.s3flash, "mount", req["source"], "/dev/fd/%d" % fd] + flags + [
+            "--metrics-listen", "127.0.0.1:0"]
         m = Mount(key, {"key": key, "source": req["source"], "flags": flags,
                         "target": req.get("target", ""), "started": time.time()})
         if cred.get("kind") == "pod":
@@ -301,6 +307,11 @@ class Mounter:
             return {"ok": False, "error": out or "s3flash mount exited with status %s"
                     % (p.returncode if p else "?")}
         m.pid = m.doc["pid"] = pid
+        port = METRICS_LINE.search(out)
+        m.doc["metrics_port"] = int(port.group(1)) if port else None
+        if not port:
+            log.warning("the daemon of s3://%s (pid %d) named no metrics port: its volume's "
+                        "metrics are not served (its output: %s)", req["source"], pid, out)
         with self.lock:
             self.mounts[key] = m
             self.lost.pop(key, None)
@@ -357,7 +368,8 @@ class Mounter:
     def simple(self, op, req, conn):
         if op == "list":
             with self.lock:
-                return {"ok": True, "mounts": {k: {"pid": m.pid, "source": m.doc.get("source")}
+                return {"ok": True, "mounts": {k: {"pid": m.pid, "source": m.doc.get("source"),
+                                                   "metrics_port": m.doc.get("metrics_port")}
                                                for k, m in self.mounts.items()},
                         "lost": self.lost}
         if op == "release":

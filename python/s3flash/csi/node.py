@@ -292,6 +292,16 @@ class Node:
             log.info("read-ahead of %s left at the kernel's default (sysfs not writable)", src)
         return src
 
+    def metrics_mounts(self):
+        """For the node's /metrics (csi/metrics.py): each live daemon's labels (its volume's
+        id and its share key, nothing of the publish's secrets) and its metrics port."""
+        r = sysmount.call(self.mounter, {"op": "list"}, timeout=10)
+        if not r.get("ok"):
+            raise OSError(r.get("error", "the mounter refused to list its mounts"))
+        volume = {rec["key"]: rec["volume_id"] for rec in self._records()}
+        return [({"volume_id": volume.get(k, ""), "mount": k}, m.get("metrics_port"))
+                for k, m in sorted(r.get("mounts", {}).items())]
+
     def _release_if_unused(self, key, stop_daemon=True):
         if any(r["key"] == key for r in self._records()):
             return

@@ -63,6 +63,9 @@ FLAGS = {
     # Keys, and SSE-C (its key comes from the publish's secrets: creds.sse_customer_key)
     "acl": _ACL, "sse-kms-encryption-context": _JSON_OBJECT, "bucket-key-enabled": None,
     "sse-c": re.compile(r"^AES256$"),
+    # metrics (docs/METRICS.md): OTLP/HTTP push to a collector, as Mountpoint's CSI driver's
+    # metrics example sets it (an http(s) URL, no user or password), and the periodic log line
+    "otlp-endpoint": _URL, "log-metrics": None,
 }
 # mountOptions that Mountpoint's driver takes as flags and s3flash as volume attributes
 FLAG_ATTRIBUTES = {"region": "region", "prefix": "prefix", "endpoint-url": "endpointUrl",
@@ -79,6 +82,10 @@ UNSAFE = {"cache": "names a host directory (use the volume attribute `cache`, a 
                      "authenticationSource: pod)",
           "foreground": "is the mounter's to decide",
           "no-sign-request": "is not a volume option",
+          "metrics-listen": "is the mounter's to decide (the node serves every volume's "
+                            "metrics on its --metrics-port)",
+          "metrics-allow-remote": "is the mounter's to decide (the daemons listen on "
+                                  "loopback only)",
           "sse-c-key": "names a host file (the SSE-C key is the nodePublishSecretRef's "
                        "sse_customer_key)"}
 
