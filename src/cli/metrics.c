@@ -1,5 +1,6 @@
-/* --metrics-listen, --metrics-allow-remote, --log-metrics and --metrics-linger: the
- * library's metrics exporter (s3f_metrics_exporter_*) on the client's registry. */
+/* --metrics-listen, --metrics-allow-remote, --log-metrics, --metrics-linger, --otlp-endpoint
+ * and --otlp-export-interval: the library's metrics exporter (s3f_metrics_exporter_*) on the
+ * client's registry. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,14 +13,19 @@
 #define LINGER_MAX_S 86400
 #define OTLP_INTERVAL_MAX_S 86400
 
-static long otlp_interval_s(const struct cli_ctx *ctx) {
-    const char *v = ctx->args->value[OPT_OTLP_EXPORT_INTERVAL];
+/* A whole number of seconds, min..max; 0 when the option is not given, -1 when bad. */
+static long seconds_option(const struct cli_ctx *ctx, int opt, long min, long max) {
+    const char *v = ctx->args->value[opt];
     if (!v)
         return 0;
     char *end;
     errno = 0;
     long s = strtol(v, &end, 10);
-    return !*v || *end || errno || s < 1 || s > OTLP_INTERVAL_MAX_S ? -1 : s;
+    return !*v || *end || errno || s < min || s > max ? -1 : s;
+}
+
+static long otlp_interval_s(const struct cli_ctx *ctx) {
+    return seconds_option(ctx, OPT_OTLP_EXPORT_INTERVAL, 1, OTLP_INTERVAL_MAX_S);
 }
 
 uint32_t cli_otlp_interval_ms(const struct cli_ctx *ctx) {
@@ -28,13 +34,7 @@ uint32_t cli_otlp_interval_ms(const struct cli_ctx *ctx) {
 }
 
 static long linger_seconds(const struct cli_ctx *ctx) {
-    const char *v = ctx->args->value[OPT_METRICS_LINGER];
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long s = strtol(v, &end, 10);
-    return !*v || *end || errno || s < 0 || s > LINGER_MAX_S ? -1 : s;
+    return seconds_option(ctx, OPT_METRICS_LINGER, 0, LINGER_MAX_S);
 }
 
 int cli_metrics_options_check(const struct cli_ctx *ctx) {

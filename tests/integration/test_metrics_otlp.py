@@ -12,7 +12,6 @@ import socket
 import subprocess
 import threading
 import time
-from urllib.parse import urlparse
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -20,7 +19,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 from faults import faultproxy_factory, s3_error  # noqa: F401  (fixture)
-from metricsutil import total
+from metricsutil import proxy, put_blob, total  # noqa: F401  (proxy: fixture)
 from mountutil import mount_supported
 
 SIZE = 20 * 1024 * 1024 + 12345   # three ranged GETs of 8 MiB parts
@@ -108,17 +107,9 @@ def receiver():
     r.close()
 
 
-@pytest.fixture
-def proxy(rgw, faultproxy_factory):  # noqa: F811
-    u = urlparse(rgw.endpoint)
-    return faultproxy_factory(u.hostname, u.port)
-
-
 @pytest.fixture(scope="module")
 def blob(s3, bucket):
-    data = os.urandom(SIZE)
-    s3.put_object(Bucket=bucket, Key=KEY, Body=data)
-    return data
+    return put_blob(s3, bucket, KEY, SIZE)
 
 
 def run_cli(cli, proxy, *args):
