@@ -489,8 +489,17 @@ struct s3f_metrics_exporter_options {
     uint32_t log_interval_ms;
     s3f_log_fn log_fn;
     void *log_user_data;
+    /* OTLP/HTTP push (Mountpoint's --otlp-endpoint): NULL, none; else "http://HOST[:PORT]
+     * [/PATH]", the values POSTed (protobuf ExportMetricsServiceRequest) to it + "/v1/metrics"
+     * (unless it ends so) every otlp_interval_ms (0: 60 s) and once more at stop. A failed
+     * push is logged (S3F_LOG_WARN, at most once a minute) and tried again next time.
+     * otlp_resource: resource attributes besides service.name=s3flash, name and value
+     * pairs, NULL-terminated (may be NULL; must outlive the exporter). */
+    const char *otlp_endpoint;
+    uint32_t otlp_interval_ms;
+    const char *const *otlp_resource;
 };
-/* Start it. Errors: S3F_ERR_INVALID_ARGUMENT (a malformed or refused address),
+/* Start it. Errors: S3F_ERR_INVALID_ARGUMENT (a malformed or refused address or OTLP URL),
  * S3F_ERR_NETWORK (bind or listen failed, with errno's text), S3F_ERR_NO_MEMORY. Stop and
  * free with s3f_metrics_exporter_stop. */
 S3F_API enum s3f_status s3f_metrics_exporter_start(const struct s3f_metrics_exporter_options *o,
@@ -498,7 +507,7 @@ S3F_API enum s3f_status s3f_metrics_exporter_start(const struct s3f_metrics_expo
                                                    struct s3f_error *err);
 /* The port the server listens on (0: none). */
 S3F_API int s3f_metrics_exporter_port(const struct s3f_metrics_exporter *e);
-/* Write the last log line (if logging), stop the thread, close the socket, free. NULL
+/* Write the last log line (if logging), push the last values (OTLP), stop the thread, close the socket, free. NULL
  * accepted. */
 S3F_API void s3f_metrics_exporter_stop(struct s3f_metrics_exporter *e);
 

@@ -117,6 +117,8 @@ enum cli_opt_id {
     OPT_METRICS_LISTEN,    /* cp, mv, sync, bench, mount: the metrics exporter (metrics.c) */
     OPT_METRICS_ALLOW_REMOTE,
     OPT_LOG_METRICS,
+    OPT_OTLP_ENDPOINT,     /* cp, mv, sync, bench, mount: OTLP/HTTP push (metrics.c) */
+    OPT_OTLP_EXPORT_INTERVAL,
     OPT_METRICS_LINGER,    /* cp, mv, sync, bench */
     OPT_COUNT_,
 };
@@ -272,6 +274,9 @@ int cli_metrics_options_check(const struct cli_ctx *ctx);
 int cli_metrics_start(struct cli_ctx *ctx, struct s3f_client *client, struct s3f_metrics *extra,
                       s3f_log_fn log_fn, void *log_ud);
 void cli_metrics_finish(struct cli_ctx *ctx);
+/* --otlp-export-interval in ms (0: not given: the library's default, 60 s); checked by
+ * cli_metrics_options_check. */
+uint32_t cli_otlp_interval_ms(const struct cli_ctx *ctx);
 
 /* Print "s3flash: <s3f_error_format(err)>" to stderr. When err->resource is empty and
  * `resource` is not NULL, `resource` is named instead. */

@@ -87,6 +87,8 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
     o.metrics_listen = a->value[OPT_METRICS_LISTEN];
     o.metrics_allow_remote = a->set[OPT_METRICS_ALLOW_REMOTE] ? 1 : 0;
     o.log_metrics = a->set[OPT_LOG_METRICS] ? 1 : 0;
+    o.otlp_endpoint = a->value[OPT_OTLP_ENDPOINT];
+    o.otlp_interval_ms = cli_otlp_interval_ms(ctx);
     o.read_only = a->set[OPT_READ_ONLY] ? 1 : 0;
     o.allow_delete = a->set[OPT_ALLOW_DELETE] ? 1 : 0;
     o.allow_overwrite = a->set[OPT_ALLOW_OVERWRITE] ? 1 : 0;

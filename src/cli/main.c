@@ -38,7 +38,12 @@ static const struct cli_opt_spec ls_opts[] = {
     {"metrics-allow-remote", 0, 0, OPT_METRICS_ALLOW_REMOTE, NULL,                           \
      "let --metrics-listen use an address other than loopback (no authentication)"},         \
     {"log-metrics", 0, 0, OPT_LOG_METRICS, NULL,                                             \
-     "log the metrics that changed every 5 seconds (\"metrics: ...\" lines)"}
+     "log the metrics that changed every 5 seconds (\"metrics: ...\" lines)"},             \
+    {"otlp-endpoint", 0, 1, OPT_OTLP_ENDPOINT, "URL",                                        \
+     "push the metrics to this OTLP/HTTP collector (http://HOST:PORT; POSTed to "            \
+     "URL/v1/metrics, protobuf)"},                                                           \
+    {"otlp-export-interval", 0, 1, OPT_OTLP_EXPORT_INTERVAL, "SECONDS",                      \
+     "seconds between OTLP pushes (default 60; one more at the end)"}
 /* cp, mv, sync, bench: the metrics options and --metrics-linger */
 #define COMMAND_METRICS_OPTS                                                                 \
     METRICS_OPTS,                                                                            \

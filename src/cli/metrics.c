@@ -1,5 +1,6 @@
-/* --metrics-listen, --metrics-allow-remote, --log-metrics and --metrics-linger: the
- * library's metrics exporter (s3f_metrics_exporter_*) on the client's registry. */
+/* --metrics-listen, --metrics-allow-remote, --log-metrics, --metrics-linger, --otlp-endpoint
+ * and --otlp-export-interval: the library's metrics exporter (s3f_metrics_exporter_*) on the
+ * client's registry. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +11,30 @@
 
 #define LOG_INTERVAL_MS 5000
 #define LINGER_MAX_S 86400
+#define OTLP_INTERVAL_MAX_S 86400
 
-static long linger_seconds(const struct cli_ctx *ctx) {
-    const char *v = ctx->args->value[OPT_METRICS_LINGER];
+/* A whole number of seconds, min..max; 0 when the option is not given, -1 when bad. */
+static long seconds_option(const struct cli_ctx *ctx, int opt, long min, long max) {
+    const char *v = ctx->args->value[opt];
     if (!v)
         return 0;
     char *end;
     errno = 0;
     long s = strtol(v, &end, 10);
-    return !*v || *end || errno || s < 0 || s > LINGER_MAX_S ? -1 : s;
+    return !*v || *end || errno || s < min || s > max ? -1 : s;
+}
+
+static long otlp_interval_s(const struct cli_ctx *ctx) {
+    return seconds_option(ctx, OPT_OTLP_EXPORT_INTERVAL, 1, OTLP_INTERVAL_MAX_S);
+}
+
+uint32_t cli_otlp_interval_ms(const struct cli_ctx *ctx) {
+    long s = otlp_interval_s(ctx);
+    return s > 0 ? (uint32_t)s * 1000u : 0;
+}
+
+static long linger_seconds(const struct cli_ctx *ctx) {
+    return seconds_option(ctx, OPT_METRICS_LINGER, 0, LINGER_MAX_S);
 }
 
 int cli_metrics_options_check(const struct cli_ctx *ctx) {
@@ -26,6 +42,12 @@ int cli_metrics_options_check(const struct cli_ctx *ctx) {
     if (linger_seconds(ctx) < 0)
         return cli_usage_error(ctx->cmd, "--metrics-linger takes whole seconds, 0 to %d, not '%s'",
                                LINGER_MAX_S, a->value[OPT_METRICS_LINGER]);
+    if (otlp_interval_s(ctx) < 0)
+        return cli_usage_error(ctx->cmd, "--otlp-export-interval takes whole seconds, 1 to %d, "
+                               "not '%s'", OTLP_INTERVAL_MAX_S,
+                               a->value[OPT_OTLP_EXPORT_INTERVAL]);
+    if (a->set[OPT_OTLP_EXPORT_INTERVAL] && !a->value[OPT_OTLP_ENDPOINT])
+        return cli_usage_error(ctx->cmd, "--otlp-export-interval needs --otlp-endpoint");
     if (a->set[OPT_METRICS_ALLOW_REMOTE] && !a->value[OPT_METRICS_LISTEN])
         return cli_usage_error(ctx->cmd, "--metrics-allow-remote needs --metrics-listen");
     if (a->set[OPT_METRICS_LINGER] && !a->value[OPT_METRICS_LISTEN])
@@ -36,9 +58,12 @@ int cli_metrics_options_check(const struct cli_ctx *ctx) {
 int cli_metrics_start(struct cli_ctx *ctx, struct s3f_client *client, struct s3f_metrics *extra,
                       s3f_log_fn log_fn, void *log_ud) {
     const struct cli_args *a = ctx->args;
-    if (!a->value[OPT_METRICS_LISTEN] && !a->set[OPT_LOG_METRICS])
+    if (!a->value[OPT_METRICS_LISTEN] && !a->set[OPT_LOG_METRICS] && !a->value[OPT_OTLP_ENDPOINT])
         return CLI_EXIT_OK;
     struct s3f_metrics *regs[2] = {s3f_client_metrics_registry(client), extra};
+    /* the resource: which command (never its arguments: keys, URLs with credentials) */
+    static const char *resource[3] = {"s3flash.command"}; /* the exporter keeps it */
+    resource[1] = ctx->cmd ? ctx->cmd->name : "";
     struct s3f_metrics_exporter_options o = {
         .registries = regs,
         .n_registries = extra ? 2 : 1,
@@ -47,6 +72,9 @@ int cli_metrics_start(struct cli_ctx *ctx, struct s3f_client *client, struct s3f
         .log_interval_ms = a->set[OPT_LOG_METRICS] ? LOG_INTERVAL_MS : 0,
         .log_fn = log_fn,
         .log_user_data = log_ud,
+        .otlp_endpoint = a->value[OPT_OTLP_ENDPOINT],
+        .otlp_interval_ms = cli_otlp_interval_ms(ctx),
+        .otlp_resource = resource,
     };
     struct s3f_error err;
     s3f_error_clear(&err);

@@ -50,6 +50,29 @@ size_t s3f__metrics_op_index(const char *operation);
 /* The status label of an attempt: its HTTP status, 0 when none came (transport failure). */
 enum s3f__metric_status s3f__metrics_status_class(int http_status);
 
+/* A snapshot of registries, in walk order, histograms' counts copied (the sample's
+ * `counts` is NULL: use the copy); `written` is the caller's, false. Free *out. */
+struct s3f__metrics_captured {
+    struct s3f_metric_sample s;
+    uint64_t counts[S3F_METRIC_N_BUCKETS];
+    bool written;
+};
+enum s3f_status s3f__metrics_capture(struct s3f_metrics *const *regs, size_t n_regs,
+                                     struct s3f__metrics_captured **out, size_t *n_out);
+
+/* OTLP (otlp.c): the ExportMetricsServiceRequest (opentelemetry-proto, protobuf) of the
+ * registries' values: one ResourceMetrics with service.name=s3flash and the `resource`
+ * attributes (name, value pairs, NULL-terminated; may be NULL), one scope "s3flash",
+ * one Metric per name (counters: monotonic cumulative Sum; gauges: Gauge; histograms:
+ * cumulative explicit-bounds Histogram), its series as data points with their labels as
+ * attributes, start_ns and now_ns (Unix nanoseconds) as their times. */
+enum s3f_status s3f__otlp_encode(struct s3f_metrics *const *regs, size_t n_regs,
+                                 const char *const *resource, uint64_t start_ns,
+                                 uint64_t now_ns, struct s3f__buf *out);
+/* The URL to POST to: the endpoint + "/v1/metrics" unless it ends with it already. Checks
+ * it is http://HOST[:PORT][/PATH]; NULL (and err) if not, else malloc'd. */
+char *s3f__otlp_url(const char *endpoint, struct s3f_error *err);
+
 #ifdef S3F_METRICS
 #define S3F__METRIC_ADD(m, id, series, n) s3f_metrics_add((m), (id), (series), (n))
 #define S3F__METRIC_SET(m, id, series, v) s3f_metrics_set((m), (id), (series), (v))

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/metrics.h"
@@ -20,6 +21,8 @@
 #define REQUEST_TIMEOUT_MS 5000   /* for a client to send it, and to take the answer */
 #define LOG_LINE_MAX 1800         /* s3f__log's lines are 2048 bytes */
 #define MAX_REGISTRIES 8
+#define OTLP_INTERVAL_MS 60000    /* Mountpoint's --otlp-export-interval default */
+#define OTLP_WARN_EVERY_MS 60000  /* a failing push is logged at most this often */
 
 struct seen { /* a series' value at the last log line, in walk order */
     const char *name;
@@ -39,6 +42,12 @@ struct s3f_metrics_exporter {
     struct seen *seen;
     size_t n_seen, cap_seen, walk;
     struct s3f__buf line;
+    /* OTLP push: the exporter thread's own, then stop's */
+    char *otlp_url;
+    const char *const *otlp_resource;
+    uint32_t otlp_interval_ms;
+    uint64_t otlp_start_ns, otlp_warned_ms;
+    bool otlp_failing;
 };
 
 /* ---- the address ---------------------------------------------------------------------- */
@@ -159,8 +168,6 @@ static void log_metrics(struct s3f_metrics_exporter *e) {
     flush_line(e);
 }
 
-/* ---- the HTTP server ------------------------------------------------------------------- */
-
 static bool send_all(int fd, const char *p, size_t n) {
     uint64_t deadline = s3f__now_ms() + REQUEST_TIMEOUT_MS;
     while (n) {
@@ -188,6 +195,192 @@ static void answer(int fd, const char *status, const char *type, const char *bod
     if (send_all(fd, head, (size_t)n))
         send_all(fd, body, len);
 }
+
+/* ---- the OTLP push ------------------------------------------------------------------------ */
+
+static uint64_t unix_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* http://HOST[:PORT][/PATH] split; false if it is not that */
+static bool split_url(const char *url, char *host, size_t host_max, char *port,
+                      const char **path) {
+    static const char scheme[] = "http://";
+    if (strncasecmp(url, scheme, strlen(scheme)) != 0)
+        return false;
+    const char *h = url + strlen(scheme), *end = h + strcspn(h, "/?#");
+    *path = *end == '/' ? end : "/";
+    const char *colon = NULL;
+    if (*h == '[') {
+        const char *close = memchr(h, ']', (size_t)(end - h));
+        if (!close)
+            return false;
+        colon = close[1] == ':' ? close + 1 : NULL;
+        if (!colon && close + 1 != end)
+            return false;
+    } else {
+        colon = memchr(h, ':', (size_t)(end - h));
+    }
+    const char *hend = colon ? colon : end;
+    if (*h == '[') {
+        h++;
+        hend--;
+    }
+    size_t hl = (size_t)(hend - h), pl = colon ? (size_t)(end - colon - 1) : 2;
+    if (hl == 0 || hl >= host_max || pl == 0 || pl > 5 || *end == '?' || *end == '#')
+        return false;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    if (colon) {
+        memcpy(port, colon + 1, pl);
+        port[pl] = '\0';
+    } else {
+        strncpy(port, "80", 6);
+    }
+    return strspn(port, "0123456789") == strlen(port) && atoi(port) > 0 && atoi(port) <= 65535;
+}
+
+char *s3f__otlp_url(const char *endpoint, struct s3f_error *err) {
+    static const char *op = "OTLP endpoint", suffix[] = "/v1/metrics";
+    char host[256], port[6];
+    const char *path;
+    if (!endpoint || !split_url(endpoint, host, sizeof(host), port, &path)) {
+        s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, endpoint,
+                       "not http://HOST[:PORT][/PATH] (https is not supported: point it at "
+                       "a local collector or agent)");
+        return NULL;
+    }
+    size_t n = strlen(endpoint);
+    while (n > strlen("http://") && endpoint[n - 1] == '/')
+        n--;
+    bool has = n >= strlen(suffix) && strncmp(endpoint + n - strlen(suffix), suffix,
+                                              strlen(suffix)) == 0;
+    char *url = malloc(n + sizeof(suffix));
+    if (!url) {
+        s3f__error_set(err, S3F_ERR_NO_MEMORY, op, endpoint, "out of memory");
+        return NULL;
+    }
+    memcpy(url, endpoint, n);
+    memcpy(url + n, suffix, has ? 1 : sizeof(suffix));
+    if (has)
+        url[n] = '\0';
+    return url;
+}
+
+/* Connect (bounded by the deadline); -1 and errno-ish text in why. */
+static int connect_to(const char *host, const char *port, uint64_t deadline, const char **why) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc) {
+        *why = gai_strerror(rc);
+        return -1;
+    }
+    int fd = -1;
+    *why = "no address";
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EINPROGRESS) {
+            uint64_t now = s3f__now_ms();
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            int e = 0;
+            socklen_t el = sizeof(e);
+            if (now < deadline && poll(&pf, 1, (int)(deadline - now)) == 1 &&
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e == 0)
+                break;
+            errno = e ? e : ETIMEDOUT;
+        } else if (errno == 0 || errno == EISCONN) {
+            break;
+        }
+        *why = strerror(errno);
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+/* POST the body; S3F_OK on a 2xx answer, else err names the URL and what went wrong. */
+static enum s3f_status otlp_post(const char *url, const struct s3f__buf *body,
+                                 struct s3f_error *err) {
+    static const char *op = "OTLP push";
+    char host[256], port[6];
+    const char *path, *why = NULL;
+    if (!split_url(url, host, sizeof(host), port, &path))
+        return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, op, url, "bad URL");
+    uint64_t deadline = s3f__now_ms() + REQUEST_TIMEOUT_MS;
+    int fd = connect_to(host, port, deadline, &why);
+    if (fd < 0)
+        return s3f__error_set(err, S3F_ERR_NETWORK, op, url, "cannot connect: %s", why);
+    char head[512];
+    bool v6 = strchr(host, ':') != NULL;
+    int hn = snprintf(head, sizeof(head),
+                      "POST %s HTTP/1.1\r\nHost: %s%s%s:%s\r\nContent-Type: "
+                      "application/x-protobuf\r\nContent-Length: %zu\r\nUser-Agent: s3flash"
+                      "\r\nConnection: close\r\n\r\n", path, v6 ? "[" : "", host, v6 ? "]" : "",
+                      port, body->len);
+    enum s3f_status st = S3F_OK;
+    if (hn < 0 || (size_t)hn >= sizeof(head) || !send_all(fd, head, (size_t)hn) ||
+        (body->len && !send_all(fd, body->data, body->len))) {
+        st = s3f__error_set(err, S3F_ERR_NETWORK, op, url, "cannot send the request: %s",
+                            strerror(errno));
+        goto out;
+    }
+    char resp[256];
+    size_t got = 0;
+    while (got < sizeof(resp) - 1 && !memchr(resp, '\n', got)) {
+        uint64_t now = s3f__now_ms();
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (now >= deadline || poll(&pf, 1, (int)(deadline - now)) <= 0)
+            break;
+        ssize_t r = recv(fd, resp + got, sizeof(resp) - 1 - got, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        if (r > 0)
+            got += (size_t)r;
+    }
+    resp[got] = '\0';
+    resp[strcspn(resp, "\r\n")] = '\0';
+    int status = 0;
+    if (sscanf(resp, "HTTP/%*d.%*d %d", &status) != 1)
+        st = s3f__error_set(err, S3F_ERR_NETWORK, op, url, "no HTTP answer within %d s",
+                            REQUEST_TIMEOUT_MS / 1000);
+    else if (status < 200 || status > 299)
+        st = s3f__error_set(err, S3F_ERR_NETWORK, op, url, "the collector answered '%s'", resp);
+out:
+    close(fd);
+    return st;
+}
+
+/* One push of the registries' values; a failure is logged (WARN, at most once a minute
+ * while it lasts, and its end at INFO), never more. */
+static void otlp_push(struct s3f_metrics_exporter *e) {
+    struct s3f__buf body;
+    s3f__buf_init(&body, 64u << 20);
+    struct s3f_error err;
+    s3f_error_clear(&err);
+    enum s3f_status st = s3f__otlp_encode(e->regs, e->n_regs, e->otlp_resource,
+                                          e->otlp_start_ns, unix_ns(), &body);
+    if (st)
+        s3f__error_set(&err, st, "OTLP push", e->otlp_url, "cannot encode the metrics");
+    else
+        st = otlp_post(e->otlp_url, &body, &err);
+    s3f__buf_cleanup(&body);
+    uint64_t now = s3f__now_ms();
+    if (st && (!e->otlp_failing || now - e->otlp_warned_ms >= OTLP_WARN_EVERY_MS)) {
+        s3f__log(&e->logger, S3F_LOG_WARN, "metrics: %s to %s failed: %s (tried again every %u s)",
+                 err.operation, err.resource, err.message, e->otlp_interval_ms / 1000);
+        e->otlp_warned_ms = now;
+    } else if (!st && e->otlp_failing) {
+        s3f__log(&e->logger, S3F_LOG_INFO, "metrics: OTLP push to %s works again", e->otlp_url);
+    }
+    e->otlp_failing = st != S3F_OK;
+}
+
+/* ---- the HTTP server ------------------------------------------------------------------- */
 
 /* One connection: read the request's head (bounded in size and time), answer, close. */
 static void serve(struct s3f_metrics_exporter *e, int fd) {
@@ -232,11 +425,12 @@ static void serve(struct s3f_metrics_exporter *e, int fd) {
 static void *exporter_main(void *arg) {
     struct s3f_metrics_exporter *e = arg;
     uint64_t next_log = e->log_interval_ms ? s3f__now_ms() + e->log_interval_ms : UINT64_MAX;
+    uint64_t next_push = e->otlp_url ? s3f__now_ms() + e->otlp_interval_ms : UINT64_MAX;
     for (;;) {
         struct pollfd pf[2] = {{.fd = e->wake[0], .events = POLLIN},
                                {.fd = e->listen_fd, .events = POLLIN}};
-        uint64_t now = s3f__now_ms();
-        int timeout = next_log == UINT64_MAX ? -1 : next_log > now ? (int)(next_log - now) : 0;
+        uint64_t now = s3f__now_ms(), next = next_log < next_push ? next_log : next_push;
+        int timeout = next == UINT64_MAX ? -1 : next > now ? (int)(next - now) : 0;
         int n = poll(pf, e->listen_fd >= 0 ? 2 : 1, timeout);
         if (n < 0 && errno != EINTR)
             break;
@@ -253,6 +447,10 @@ static void *exporter_main(void *arg) {
             log_metrics(e);
             next_log = s3f__now_ms() + e->log_interval_ms;
         }
+        if (e->otlp_url && s3f__now_ms() >= next_push) {
+            otlp_push(e);
+            next_push = s3f__now_ms() + e->otlp_interval_ms;
+        }
     }
     return NULL;
 }
@@ -265,6 +463,7 @@ static void exporter_free(struct s3f_metrics_exporter *e) {
             close(e->wake[i]);
     s3f__buf_cleanup(&e->line);
     free(e->seen);
+    free(e->otlp_url);
     free(e);
 }
 
@@ -287,6 +486,15 @@ enum s3f_status s3f_metrics_exporter_start(const struct s3f_metrics_exporter_opt
     e->logger = (struct s3f__logger){o->log_fn, o->log_user_data, S3F_LOG_INFO};
     s3f__buf_init(&e->line, 4096);
     enum s3f_status st = S3F_OK;
+    if (o->otlp_endpoint) {
+        if (!(e->otlp_url = s3f__otlp_url(o->otlp_endpoint, err))) {
+            st = err ? err->status : S3F_ERR_INVALID_ARGUMENT;
+            goto fail;
+        }
+        e->otlp_resource = o->otlp_resource;
+        e->otlp_interval_ms = o->otlp_interval_ms ? o->otlp_interval_ms : OTLP_INTERVAL_MS;
+        e->otlp_start_ns = unix_ns();
+    }
     if (o->listen) {
         struct sockaddr_storage ss;
         socklen_t len;
@@ -331,5 +539,7 @@ void s3f_metrics_exporter_stop(struct s3f_metrics_exporter *e) {
     pthread_join(e->thread, NULL);
     if (e->log_interval_ms)
         log_metrics(e); /* the last values, after the thread (its state is ours now) */
+    if (e->otlp_url)
+        otlp_push(e);
     exporter_free(e);
 }

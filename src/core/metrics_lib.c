@@ -104,15 +104,9 @@ enum s3f__metric_status s3f__metrics_status_class(int http_status) {
 
 /* The samples of every registry, captured (histograms' counts copied), then written name
  * by name in the order the names first appear, so that each name is one group. */
-struct captured {
-    struct s3f_metric_sample s;
-    uint64_t counts[S3F_METRIC_N_BUCKETS];
-    bool written;
-};
-
 struct prom {
     struct s3f__buf out;
-    struct captured *v;
+    struct s3f__metrics_captured *v;
     size_t n, cap;
     enum s3f_status st;
 };
@@ -126,7 +120,7 @@ static int capture(const struct s3f_metric_sample *s, void *ud) {
     struct prom *p = ud;
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 512;
-        struct captured *v = realloc(p->v, cap * sizeof(*v));
+        struct s3f__metrics_captured *v = realloc(p->v, cap * sizeof(*v));
         if (!v) {
             put(p, S3F_ERR_NO_MEMORY);
             return 1;
@@ -134,7 +128,7 @@ static int capture(const struct s3f_metric_sample *s, void *ud) {
         p->v = v;
         p->cap = cap;
     }
-    struct captured *c = &p->v[p->n++];
+    struct s3f__metrics_captured *c = &p->v[p->n++];
     c->s = *s;
     c->written = false;
     if (s->counts) {
@@ -142,6 +136,21 @@ static int capture(const struct s3f_metric_sample *s, void *ud) {
         c->s.counts = NULL; /* pointed at again when written (v may move) */
     }
     return 0;
+}
+
+enum s3f_status s3f__metrics_capture(struct s3f_metrics *const *regs, size_t n_regs,
+                                     struct s3f__metrics_captured **out, size_t *n_out) {
+    struct prom p = {.st = S3F_OK};
+    for (size_t i = 0; i < n_regs && !p.st; i++)
+        s3f_metrics_foreach(regs[i], capture, &p);
+    if (p.st) {
+        free(p.v);
+        p.v = NULL;
+        p.n = 0;
+    }
+    *out = p.v;
+    *n_out = p.n;
+    return p.st;
 }
 
 /* `{a="x",b="y"` then le, closed; values escaped: \, " and newline */
@@ -193,8 +202,7 @@ enum s3f_status s3f_metrics_prometheus(struct s3f_metrics *const *regs, size_t n
     static const char *const types[] = {"counter", "gauge", "histogram"};
     struct prom p = {.st = S3F_OK};
     s3f__buf_init(&p.out, 64u << 20);
-    for (size_t i = 0; i < n_regs && !p.st; i++)
-        s3f_metrics_foreach(regs[i], capture, &p);
+    p.st = s3f__metrics_capture(regs, n_regs, &p.v, &p.n);
     for (size_t i = 0; i < p.n && !p.st; i++) {
         if (p.v[i].written)
             continue;

@@ -242,7 +242,7 @@ static int is_fuse_fd(const char *mountpoint) {
 static int start_metrics(const struct mnt_options *o, struct s3f_client *client,
                          struct s3f_client *wclient, struct mnt_fs *fs,
                          struct s3f_metrics_exporter **out) {
-    if (!o->metrics_listen && !o->log_metrics)
+    if (!o->metrics_listen && !o->log_metrics && !o->otlp_endpoint)
         return 0;
     struct s3f_metrics *regs[3] = {s3f_client_metrics_registry(client),
                                    s3f_client_metrics_registry(wclient), mnt_fs_metrics(fs)};
@@ -251,6 +251,13 @@ static int start_metrics(const struct mnt_options *o, struct s3f_client *client,
         fail("out of memory");
         return -1;
     }
+    /* the resource: the bucket and prefix mounted (names, never credentials); static: the
+     * exporter keeps the pointer */
+    static const char *resource[5];
+    resource[0] = "aws.s3.bucket";
+    resource[1] = o->bucket;
+    resource[2] = "s3flash.prefix";
+    resource[3] = o->prefix ? o->prefix : "";
     struct s3f_metrics_exporter_options eo = {
         .registries = regs,
         .n_registries = 3,
@@ -258,6 +265,9 @@ static int start_metrics(const struct mnt_options *o, struct s3f_client *client,
         .allow_remote = o->metrics_allow_remote,
         .log_interval_ms = o->log_metrics ? 5000 : 0,
         .log_fn = library_log,
+        .otlp_endpoint = o->otlp_endpoint,
+        .otlp_interval_ms = o->otlp_interval_ms,
+        .otlp_resource = resource,
     };
     struct s3f_error err;
     s3f_error_clear(&err);

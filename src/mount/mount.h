@@ -56,6 +56,9 @@ struct mnt_options {
     const char *metrics_listen;
     int metrics_allow_remote;
     int log_metrics;
+    /* --otlp-endpoint URL (NULL: none), --otlp-export-interval (0: 60 s) */
+    const char *otlp_endpoint;
+    uint32_t otlp_interval_ms;
 };
 
 /* Mount and serve until unmounted or signalled. Returns the process exit status: 0, or 1

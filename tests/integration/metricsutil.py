@@ -5,6 +5,11 @@ import re
 import select
 import time
 import urllib.request
+from urllib.parse import urlparse
+
+import pytest
+
+from faults import faultproxy_factory  # noqa: F401  (fixture)
 
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -167,3 +172,17 @@ class Prometheus:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+@pytest.fixture
+def proxy(rgw, faultproxy_factory):  # noqa: F811
+    """The fault proxy in front of RGW (import it into a test module to use it)."""
+    u = urlparse(rgw.endpoint)
+    return faultproxy_factory(u.hostname, u.port)
+
+
+def put_blob(s3, bucket, key, size):
+    """A random object of `size` bytes at `key`; its data."""
+    data = os.urandom(size)
+    s3.put_object(Bucket=bucket, Key=key, Body=data)
+    return data

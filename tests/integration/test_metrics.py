@@ -11,23 +11,15 @@ from urllib.parse import urlparse
 import pytest
 
 from faults import faultproxy_factory, s3_error  # noqa: F401  (fixture)
-from metricsutil import URL_RE, Prometheus, StderrLines, parse, scrape, total
+from metricsutil import URL_RE, Prometheus, StderrLines, parse, proxy, put_blob, scrape, total  # noqa: F401
 from mountutil import mount_supported
 
 SIZE = 20 * 1024 * 1024 + 12345   # three ranged GETs of 8 MiB parts
 
 
-@pytest.fixture
-def proxy(rgw, faultproxy_factory):  # noqa: F811
-    u = urlparse(rgw.endpoint)
-    return faultproxy_factory(u.hostname, u.port)
-
-
 @pytest.fixture(scope="module")
 def blob(s3, bucket):
-    data = os.urandom(SIZE)
-    s3.put_object(Bucket=bucket, Key="metrics/blob", Body=data)
-    return data
+    return put_blob(s3, bucket, "metrics/blob", SIZE)
 
 
 def start_cli(cli, proxy, *args):

@@ -86,13 +86,16 @@ pip_missing() {
     # bench/plot.py's test (tests/integration/test_bench_plot.py): the python3 that runs the
     # tests, which may not be Debian's (python3-matplotlib would reach /usr/bin/python3 only)
     python3 -c 'import matplotlib' 2>/dev/null || echo matplotlib
+    # the OTLP receiver of tests/integration/test_metrics_otlp.py decodes the protobuf
+    python3 -c 'import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2' \
+        2>/dev/null || echo opentelemetry-proto
 }
 
 install_pip() {
     local missing flags=()
     mapfile -t missing < <(pip_missing)
     if ((${#missing[@]} == 0)); then
-        log "pip: meson ninja pytest moto[server] crc32c awscrt grpcio grpcio-tools pyyaml matplotlib present"
+        log "pip: meson ninja pytest moto[server] crc32c awscrt grpcio grpcio-tools pyyaml matplotlib opentelemetry-proto present"
         return 0
     fi
     log "pip: installing ${missing[*]}"
