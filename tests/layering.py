@@ -311,7 +311,8 @@ def check(src):
 
 
 def unpackaged(src):
-    """Python modules of python/s3flash/ that src/python/meson.build does not install: the
+    """Python modules of python/s3flash/ and its subpackages that src/python/meson.build does
+    not install: the
     wheel and `pip install .` would lack them (tests run from the source tree would not see
     it; the gate's Python step did, as an ImportError of s3flash.hf)."""
     root = os.path.dirname(os.path.abspath(src))
@@ -320,10 +321,17 @@ def unpackaged(src):
     if not os.path.isdir(pkg) or not os.path.exists(build):
         return []
     with open(build, encoding="utf-8") as f:
-        listed = set(re.findall(r"python/s3flash/([\w.]+)'", f.read()))
-    return [f"python/s3flash/{n}: not installed by src/python/meson.build's install_sources"
-            for n in sorted(os.listdir(pkg))
-            if n.endswith((".py", ".pyi")) and n not in listed]
+        listed = set(re.findall(r"python/s3flash/([\w./]+)'", f.read()))
+    found = []
+    for dirpath, dirs, files in os.walk(pkg):  # the subpackages too (s3flash.csi)
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(dirpath, pkg)
+        for n in sorted(files):
+            name = n if rel == "." else f"{rel}/{n}"
+            if n.endswith((".py", ".pyi")) and name not in listed:
+                found.append(f"python/s3flash/{name}: not installed by src/python/meson.build's "
+                             f"install_sources")
+    return found
 
 
 def main():
