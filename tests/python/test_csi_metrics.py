@@ -3,7 +3,7 @@ the driver (the node's real gRPC socket, real FUSE mounts, real `s3flash mount` 
 RGW): two volumes published and read through, one scrape of the node's --metrics-port shows
 each volume's data bytes and GetObject requests under its own volume_id, one HELP and TYPE
 per name, and nothing of the publish's secrets or pod; the `otlp-endpoint` mount option
-reaches the daemon's argv as --otlp-endpoint, and a URL that is not http(s) is refused."""
+reaches the daemon's argv as --otlp-endpoint, and a URL that is not http:// is refused (the push is plain HTTP)."""
 
 import http.client
 import os
@@ -196,7 +196,8 @@ def test_otlp_endpoint_reaches_the_daemon(tmp_path, filled, endpoint):
         i = argv.index("--otlp-endpoint")
         assert argv[i + 1] == url
         unpublish(d, "vol-otlp", t)
-        for bad in ("ftp://collector:4318", "http://user:pw@collector:4318", "collector:4318"):
+        for bad in ("ftp://collector:4318", "http://user:pw@collector:4318", "collector:4318",
+                    "https://collector:4318"):
             with pytest.raises(grpc.RpcError) as e:
                 publish(d, "vol-otlp-bad", tmp_path / "bad", ctx, flags=["otlp-endpoint=" + bad])
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -28,6 +28,9 @@ _SECONDS = re.compile(r"^[0-9]{1,8}(\.[0-9]{1,3})?$")
 _SIZE = re.compile(r"^[0-9]{1,12}[KMGT]?$")
 _REGION = re.compile(r"^[a-z0-9-]{1,40}$")
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
+# the daemon's OTLP push is plain HTTP (src/core/metrics_export.c): an https URL is refused here,
+# at publish, rather than by the daemon at mount time
+_OTLP_URL = re.compile(r"^http://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{2,62}$")
 # an access point, Outposts, Multi-Region or Object Lambda access point ARN (the mount
 # resolves it as the endpoint rules say; split_bucket checks its shape)
@@ -65,7 +68,7 @@ FLAGS = {
     "sse-c": re.compile(r"^AES256$"),
     # metrics (docs/METRICS.md): OTLP/HTTP push to a collector, as Mountpoint's CSI driver's
     # metrics example sets it (an http(s) URL, no user or password), and the periodic log line
-    "otlp-endpoint": _URL, "log-metrics": None,
+    "otlp-endpoint": _OTLP_URL, "log-metrics": None,
 }
 # mountOptions that Mountpoint's driver takes as flags and s3flash as volume attributes
 FLAG_ATTRIBUTES = {"region": "region", "prefix": "prefix", "endpoint-url": "endpointUrl",
