@@ -244,7 +244,8 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
     s3f__url_redact(c->endpoint_url ? c->endpoint_url : "(AWS)", shown, sizeof(shown));
     s3f__log(&c->logger, S3F_LOG_DEBUG, "client: region %s, endpoint %s, %s, %d attempts",
              c->region, shown,
-             c->force_path_style ? "path style forced" : "virtual-hosted style where possible", c->max_attempts);
+             c->force_path_style ? "path style forced" : "virtual-hosted style where possible",
+             c->max_attempts);
     *out = c;
     return S3F_OK;
 

@@ -52,9 +52,11 @@ def finish(p):
         raise
 
 
-def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
+def cp_scraped(cli, proxy, bucket, blob, tmp_path, rules):
+    """`cp` of the blob through these fault rules, its output checked, and its metrics scraped
+    once it is done: (the parsed metrics, the proxy's stats)."""
     out = tmp_path / "blob"
-    p, err = cp_with_faults(cli, proxy, bucket, out, THROTTLE_TWICE)
+    p, err = cp_with_faults(cli, proxy, bucket, out, rules)
     try:
         url = err.wait_for(URL_RE).group(1).decode()
         err.wait_for(rb"the command is done")
@@ -62,7 +64,11 @@ def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
         m = parse(scrape(url))
     finally:
         finish(p)
-    st = proxy.stats()
+    return m, proxy.stats()
+
+
+def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
+    m, st = cp_scraped(cli, proxy, bucket, blob, tmp_path, THROTTLE_TWICE)
     assert st["faults_total"] == 2, st["faults"]
     # bytes: the object's, once (the 503s' error documents are not data)
     assert total(m, "s3flash_bytes_total", direction="down") == SIZE
@@ -92,18 +98,9 @@ def test_cp_through_throttling_proxy(cli, proxy, bucket, blob, tmp_path):
 def test_cp_body_cut_counts_each_byte_once(cli, proxy, bucket, blob, tmp_path):
     # the first GET's body is reset after 1 MiB: those bytes were delivered, the retry asks
     # for the rest; the data counted is the object's size, once
-    out = tmp_path / "blob"
-    p, err = cp_with_faults(cli, proxy, bucket, out, [
+    m, st = cp_scraped(cli, proxy, bucket, blob, tmp_path, [
         {"match": {"method": "GET", "path": "/metrics/blob$", "nth": 1},
          "action": "reset_response_body_at", "at": 1 << 20}])
-    try:
-        url = err.wait_for(URL_RE).group(1).decode()
-        err.wait_for(rb"the command is done")
-        assert out.read_bytes() == blob
-        m = parse(scrape(url))
-    finally:
-        finish(p)
-    st = proxy.stats()
     assert st["faults_total"] == 1, st["faults"]
     assert total(m, "s3flash_bytes_total", direction="down") == SIZE
     assert total(m, "s3flash_requests_total", op="GetObject", status="network") == 1

@@ -27,10 +27,11 @@ _OCTAL = re.compile(r"^0?[0-7]{3,4}$")
 _SECONDS = re.compile(r"^[0-9]{1,8}(\.[0-9]{1,3})?$")
 _SIZE = re.compile(r"^[0-9]{1,12}[KMGT]?$")
 _REGION = re.compile(r"^[a-z0-9-]{1,40}$")
-_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
+_HOST_PATH = r"[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$"
+_URL = re.compile(r"^https?://" + _HOST_PATH)
 # the daemon's OTLP push is plain HTTP (src/core/metrics_export.c): an https URL is refused here,
 # at publish, rather than by the daemon at mount time
-_OTLP_URL = re.compile(r"^http://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$")
+_OTLP_URL = re.compile(r"^http://" + _HOST_PATH)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{2,62}$")
 # an access point, Outposts, Multi-Region or Object Lambda access point ARN (the mount
 # resolves it as the endpoint rules say; split_bucket checks its shape)
