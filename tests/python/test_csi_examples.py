@@ -33,6 +33,7 @@ yaml = pytest.importorskip("yaml")
 pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
 
 import aws_host  # noqa: E402
+import connectproxy  # noqa: E402
 from connectproxy import ConnectProxy  # noqa: E402
 from csi_harness import is_mount, mountinfo, running, tokens, wait_for  # noqa: E402
 from s3flash.csi.proto import pb  # noqa: E402
@@ -94,10 +95,11 @@ def test_the_examples_are_the_thirteen():
     assert (EXAMPLES / "LICENSE").read_text().lstrip().startswith("Apache License")
 
 
-class TLSFront:
+class TLSFront(ConnectProxy):
     """A TLS server on 127.0.0.1 (its certificate names 127.0.0.1) that relays each
     connection to RGW's plain-HTTP port: an https:// endpoint for the store, so that a
-    proxy for https URLs (HTTPS_PROXY, all that Mountpoint lets a volume set) applies."""
+    proxy for https URLs (HTTPS_PROXY, all that Mountpoint lets a volume set) applies.
+    ConnectProxy's listener and threads, another handler."""
 
     def __init__(self, tmp_path, backend):
         self.cert, key = tmp_path / "front.pem", tmp_path / "front.key"
@@ -108,47 +110,17 @@ class TLSFront:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(str(self.cert), str(key))
         self.backend = backend
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while not self.stopped:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c):
+    def _handle(self, c):
         try:
             t = self.ctx.wrap_socket(c, server_side=True)
             b = socket.create_connection(self.backend)
         except OSError:
             c.close()
             return
-
-        def pump(src, dst):
-            try:
-                while True:
-                    data = src.recv(65536)
-                    if not data:
-                        break
-                    dst.sendall(data)
-            except OSError:
-                pass
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        threading.Thread(target=pump, args=(b, t), daemon=True).start()
-        pump(t, b)
-
-    def stop(self):
-        self.stopped = True
-        self.sock.close()
+        threading.Thread(target=connectproxy._pump, args=(b, t), daemon=True).start()
+        connectproxy._pump(t, b)
 
 
 class _Collector(BaseHTTPRequestHandler):
