@@ -33,6 +33,7 @@ yaml = pytest.importorskip("yaml")
 pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
 
 import aws_host  # noqa: E402
+from conftest import faultproxy  # noqa: E402
 import connectproxy  # noqa: E402
 from connectproxy import ConnectProxy  # noqa: E402
 from csi_harness import is_mount, mountinfo, running, tokens, wait_for  # noqa: E402
@@ -504,18 +505,43 @@ def case_proxy(buckets, endpoint, tmp_path, monkeypatch, **_):
             front.stop()
 
 
-def case_static_provisioning_with_shared_cache(buckets, endpoint, tmp_path, **_):
-    """cache-xz: the shared cache in an S3 Express directory bucket (docs/CACHE.md); RGW has
-    no directory buckets, so the shared cache is bypassed (its failures never fail a read)
-    while the volume reads and writes."""
-    def check(d, pv, targets):
-        read_and_write(targets, M.MULTI_NODE_MULTI_WRITER)
-        (targets[0] / "shared_cache_test.txt").write_bytes(b"Shared cache test\n")
-        assert (targets[0] / "shared_cache_test.txt").read_bytes() == b"Shared cache test\n"
-        (argv,) = daemon_argv(d).values()
-        assert flag_values(argv, "--cache-xz") == ["s3-csi-driver--usw2-az1--x-s3"], argv
-    serve_example("static_provisioning_with_shared_cache.yaml",
-                  rgw_setting(buckets, endpoint), tmp_path, check)
+def case_static_provisioning_with_shared_cache(tmp_path, **_):
+    """cache-xz: the shared cache in an S3 Express directory bucket (docs/CACHE.md), the
+    example's `s3-csi-driver--usw2-az1--x-s3`, at the express sink (bench/sink_express.c)
+    behind the fault proxy (which counts requests by path), the store the driver's
+    AWS_ENDPOINT_URL names. The sink serves directory buckets only, so the volume's bucket is
+    one of its directory buckets too: the block of a file read through the volume is PUT into
+    the cache bucket."""
+    from s3flash import S3Client
+    from test_express import ExpressSink
+    sink = ExpressSink(tmp_path)
+    source = "csi-source--usw2-az1--x-s3"
+    blocks = "/s3-csi-driver--usw2-az1--x-s3/s3flash-v1/"
+    try:
+        w = S3Client("us-west-2", sink.endpoint).put_object(source, "hello.txt")
+        w.write(HELLO)
+        w.close()
+        with faultproxy(sink.endpoint) as proxy:
+            setting = Setting(env={"AWS_ENDPOINT_URL": proxy.endpoint},
+                              buckets={"s3-csi-driver": source})
+
+            def block_puts():
+                return sum(n for k, n in proxy.stats()["requests"].items()
+                           if k.startswith("PUT " + blocks) and "/_s3flash_cache_" not in k)
+
+            def check(d, pv, targets):
+                read_and_write(targets, M.MULTI_NODE_MULTI_WRITER)
+                (targets[0] / "shared_cache_test.txt").write_bytes(b"Shared cache test\n")
+                assert (targets[0] / "shared_cache_test.txt").read_bytes() == \
+                    b"Shared cache test\n"
+                (argv,) = daemon_argv(d).values()
+                assert flag_values(argv, "--cache-xz") == ["s3-csi-driver--usw2-az1--x-s3"]
+                wait_for(block_puts, 30, "the block's PUT into the shared cache")
+            serve_example("static_provisioning_with_shared_cache.yaml", setting, tmp_path,
+                          check)
+        assert sink.stats()["denied"] == 0
+    finally:
+        assert sink.stop() == 0
 
 
 CASES = {
@@ -543,3 +569,51 @@ def test_example(name, request, tmp_path):
         if p in fn.__code__.co_varnames[:fn.__code__.co_argcount]:
             args[p] = request.getfixturevalue(p)
     fn(**args)
+
+
+# mount-s3's flags that act against RGW, each set published alone: the daemon must start with
+# them (the node's names and values are `s3flash mount`'s) and serve reads and writes.
+# (transfer-acceleration and dual-stack name AWS hosts: tests/integration/test_mount_flags.py.)
+DAEMON_FLAGS = [
+    (["read-part-size 8388608", "write-part-size 5242880"],
+     ["--read-part-size", "8388608", "--write-part-size", "5242880"]),
+    (["maximum-throughput-gbps 25"], ["--maximum-throughput-gbps", "25"]),
+    (["upload-checksums off"], ["--upload-checksums", "off"]),
+    (["bucket-type general-purpose"], ["--bucket-type", "general-purpose"]),
+    (["requester-pays"], ["--requester-pays"]),
+    (["infer-content-type"], ["--infer-content-type"]),
+    (["debug", "debug-crt"], ["--debug", "--debug-crt"]),
+    (["no-log"], ["--no-log"]),
+    (["log-metrics"], ["--log-metrics"]),
+    (["memory-target 512"], ["--memory-target", "512M"]),
+    (["max-threads 8"], ["--max-threads", "8"]),
+    (["allow-root"], []),
+    (["bind lo"], ["--bind", "lo"]),
+    (["metadata-ttl minimal", "negative-metadata-ttl indefinite"],
+     ["--metadata-ttl", "1", "--negative-metadata-ttl", "31536000"]),
+    (["cache /ignored/host/path", "max-cache-size 64", "cache-block-size 256"],
+     ["--cache-block-size", "256", "--max-cache-size", "64M"]),
+    (["otlp-endpoint http://127.0.0.1:{closed}", "otlp-export-interval 5"],
+     ["--otlp-endpoint", "http://127.0.0.1:{closed}", "--otlp-export-interval", "5"]),
+]
+
+
+@pytest.mark.parametrize("flags,argv", DAEMON_FLAGS, ids=[" ".join(f) for f, _ in DAEMON_FLAGS])
+def test_mount_s3_flags_reach_a_daemon(flags, argv, buckets, endpoint, tmp_path):
+    from s3servers import closed_port
+    port = closed_port()
+    flags = [f.format(closed=port) for f in flags]
+    argv = [a.format(closed=port) for a in argv]
+    t = tmp_path / "pod" / "mount"
+    t.parent.mkdir(parents=True)
+    (tmp_path / "driver").mkdir()
+    with running(tmp_path / "driver", env={"AWS_ENDPOINT_URL": endpoint}) as d:
+        publish(d, "flags", t, {"bucketName": buckets[0]}, ["allow-delete"] + flags,
+                M.MULTI_NODE_MULTI_WRITER)
+        try:
+            read_and_write([t], M.MULTI_NODE_MULTI_WRITER)
+            ((_, got),) = daemon_argv(d).items()
+            i = got.index("--allow-delete") + 1
+            assert got[i:i + len(argv)] == argv, got
+        finally:
+            unpublish(d, "flags", t)
