@@ -617,3 +617,32 @@ def test_mount_s3_flags_reach_a_daemon(flags, argv, buckets, endpoint, tmp_path)
             assert got[i:i + len(argv)] == argv, got
         finally:
             unpublish(d, "flags", t)
+
+
+def test_empty_dir_cache_ends_with_its_daemon(buckets, endpoint, tmp_path):
+    """cache: emptyDir lives and dies with its daemon: a daemon killed (an OOM kill, a crash)
+    takes its cache directory with it, and the volume's next publish starts an empty one."""
+    import signal
+    t, t2 = tmp_path / "pod" / "mount", tmp_path / "pod2" / "mount"
+    for p in (t, t2):
+        p.parent.mkdir(parents=True)
+    (tmp_path / "driver").mkdir()
+    ctx = {"bucketName": buckets[0], "cache": "emptyDir", "cacheEmptyDirSizeLimit": "1Gi"}
+    with running(tmp_path / "driver", env={"AWS_ENDPOINT_URL": endpoint}) as d:
+        publish(d, "ed", t, ctx, [], M.MULTI_NODE_MULTI_WRITER)
+        try:
+            assert (t / "hello.txt").read_bytes() == HELLO
+            ((key, argv),) = daemon_argv(d).items()
+            (cache,) = flag_values(argv, "--cache")
+            assert any(p.is_file() for p in Path(cache).rglob("*")), "nothing cached"
+            os.kill(d.daemons()[key], signal.SIGKILL)
+            wait_for(lambda: not os.path.exists(cache), 30, "the cache to go with its daemon")
+        finally:
+            unpublish(d, "ed", t)
+        publish(d, "ed", t2, ctx, [], M.MULTI_NODE_MULTI_WRITER)
+        try:
+            assert os.path.isdir(cache) and not any(Path(cache).rglob("*"))
+            assert (t2 / "hello.txt").read_bytes() == HELLO
+        finally:
+            unpublish(d, "ed", t2)
+        wait_for(lambda: not os.path.exists(cache), 30, "the cache to go with its mount")
