@@ -286,6 +286,15 @@ def test_static_keys_are_not_in_the_daemon_environment(driver, ctx, s3, bucket, 
     (t / "static.txt").write_bytes(b"with static keys")
     assert s3.get_object(Bucket=bucket, Key="iso-a/static.txt")["Body"].read() == \
         b"with static keys"
+    # a new mounter has no keys in memory: kubelet's republish gives them back
+    driver.kill_container("mounter")
+    driver.start_mounter()
+    assert list(driver.daemons().values()) == [pid]  # the same daemon, re-adopted
+    publish(driver, "vol-s", t, dict(ctx, prefix="iso-a/"), ["allow-overwrite"],
+            secrets=secrets)
+    (t / "static2.txt").write_bytes(b"after the restart")
+    assert s3.get_object(Bucket=bucket, Key="iso-a/static2.txt")["Body"].read() == \
+        b"after the restart"
     unpublish(driver, "vol-s", t)
 
 
