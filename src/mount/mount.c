@@ -32,7 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/core.h"
 #include "mount.h"
 
 /* ---- logging ------------------------------------------------------------------------ */

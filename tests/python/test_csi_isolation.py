@@ -24,7 +24,8 @@ import pytest
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("s3flash.csi.csi_pb2", reason="s3flash.csi built without grpcio-tools")
 
-from csi_harness import pid_alive, running, wait_for  # noqa: E402
+from conftest import faultproxy  # noqa: E402
+from csi_harness import pid_alive, running, tokens, wait_for  # noqa: E402
 from s3flash.csi.cgroups import HEADROOM_FIXED  # noqa: E402
 from s3flash.csi.proto import pb  # noqa: E402
 
@@ -92,6 +93,20 @@ def driver(tmp_path, groups):
                  mounter_args=["--daemon-cgroup", str(groups / "daemons"),
                                 "--daemons-memory-limit", "%dM" % (DAEMONS_LIMIT >> 20)]) as d:
         yield d
+
+
+@pytest.fixture
+def sts(rgw):
+    """test_csi.py's STS stand-in."""
+    from http.server import ThreadingHTTPServer
+
+    from test_csi import _STS
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _STS)
+    srv.token, srv.keys, srv.calls = "good-token", (rgw.other_access_key, rgw.other_secret_key), []
+    srv.expiration, srv.answers = "2099-01-01T00:00:00Z", []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
 
 
 @pytest.fixture
@@ -296,6 +311,43 @@ def test_static_keys_are_not_in_the_daemon_environment(driver, ctx, s3, bucket, 
     assert s3.get_object(Bucket=bucket, Key="iso-a/static2.txt")["Body"].read() == \
         b"after the restart"
     unpublish(driver, "vol-s", t)
+
+
+def test_pod_credentials_after_the_mounter_container_restarts(s3, bucket, rgw, endpoint, sts,
+                                                             groups, tmp_path):
+    """A daemon that a mounter before this one started gets its refreshed credentials from
+    the new mounter (credential_process: the asker descends from the mount's daemon)."""
+    s3.put_object(Bucket=bucket, Key="pub/f.txt", Body=b"data", ACL="public-read")
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    sts.answers = [(rgw.access_key, rgw.secret_key, 6),
+                   (rgw.other_access_key, rgw.other_secret_key, 3600)]
+    t = tmp_path / "p"
+    with running(tmp_path, cgroups={"node": groups / "node", "mounter": groups / "mounter"},
+                 mounter_args=["--daemon-cgroup", str(groups / "daemons")],
+                 node_args=["--sts-endpoint", "http://127.0.0.1:%d/" % sts.server_port]) \
+            as d, faultproxy(endpoint) as proxy:
+        c = {"bucketName": bucket, "endpointUrl": proxy.endpoint, "prefix": "pub/",
+             "authenticationSource": "pod", "roleArn": "arn:aws:iam::1:role/r",
+             "csi.storage.k8s.io/pod.namespace": "ns",
+             "csi.storage.k8s.io/serviceAccount.name": "sa",
+             "csi.storage.k8s.io/serviceAccount.tokens": tokens("good-token")}
+        publish(d, "vol-p", t, c, ["metadata-ttl=0"])
+        assert read(t / "f.txt") == b"data"
+        assert {e.get("access_key") for e in proxy.stats()["log"]} == {rgw.access_key}
+        pids = d.daemons()
+        d.kill_container("mounter")
+        d.start_mounter()
+        assert d.daemons() == pids
+        publish(d, "vol-p", t, c, ["metadata-ttl=0"])  # kubelet's republish
+        assert len(sts.calls) == 2
+
+        def refreshed():
+            os.listdir(t)  # a LIST each time (metadata-ttl=0)
+            return proxy.stats()["log"][-1].get("access_key") == rgw.other_access_key
+        wait_for(refreshed, 60, "the re-adopted daemon to sign with the refreshed keys")
+        assert "not its daemon: refused" not in (d.root / "mounter.log").read_text()
+        unpublish(d, "vol-p", t)
+    s3.delete_object(Bucket=bucket, Key="pub/f.txt")
 
 
 FOREIGN = r"""
