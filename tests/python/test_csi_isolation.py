@@ -287,6 +287,34 @@ def test_a_daemon_over_its_limit_takes_no_other_volume(driver, ctx, s3, bucket, 
     s3.delete_object(Bucket=bucket, Key="iso-a/big.bin")
 
 
+def test_cgroup_v2_limits(tmp_path, monkeypatch):
+    """The v2 files (memory.max, "max" for none, memory.events' oom_kill) in a tree shaped
+    as the kernel's (this machine's v2 hierarchy has no memory controller)."""
+    from s3flash.csi import cgroups
+    top = tmp_path / "cg"
+    root = top / "kubepods" / "s3flash-csi"
+    for d in (top, top / "kubepods", root):
+        d.mkdir(exist_ok=True)
+        (d / "cgroup.controllers").write_text("cpu memory pids\n")
+        (d / "cgroup.subtree_control").write_text("")
+        (d / "memory.max").write_text("max\n")
+    (top / "kubepods" / "memory.max").write_text("%d\n" % (3 * 1024 * MIB))
+    monkeypatch.setattr(cgroups, "_ram", lambda: 64 << 30)
+    g = cgroups.DaemonCgroups(str(root), limit=4096 * MIB)
+    assert g.v2 and (root / "memory.max").read_text() == str(4096 * MIB)
+    assert g.available() == 3 * 1024 * MIB  # the smallest up the tree
+    (top / "kubepods" / "memory.max").write_text("max\n")
+    assert g.available() == 4096 * MIB
+    procs = g.create("k" * 32, 300 * MIB)
+    assert procs == str(root / ("k" * 32) / "cgroup.procs")
+    assert g.limit("k" * 32) == 300 * MIB
+    (root / ("k" * 32) / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n")
+    assert g.oom_kills("k" * 32) == 1
+    # the memory controller switched on from the top down
+    assert all((d / "cgroup.subtree_control").read_text() == "+memory"
+               for d in (top, top / "kubepods", root))
+
+
 def test_static_keys_are_not_in_the_daemon_environment(driver, ctx, s3, bucket, rgw, tmp_path):
     """R9: nodePublishSecretRef keys reach the daemon through credential_process."""
     t = tmp_path / "s"

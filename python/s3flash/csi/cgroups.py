@@ -66,9 +66,16 @@ class DaemonCgroups:
         self.v2 = os.path.exists(os.path.join(self.root, "cgroup.controllers"))
         self.limit_file = "memory.max" if self.v2 else "memory.limit_in_bytes"
         if self.v2:
-            # the leaves get a memory.max: the controller on for root's children (and for
-            # root's own, from its parent, where the parent allows it)
-            for d in (os.path.dirname(self.root), self.root):
+            # the leaves get a memory.max: the controller on for root's children, and for
+            # root and the cgroups between it and the top, from the top down (each parent
+            # must have it for its child to); where one refuses, the check below says so
+            chain, d = [], self.root
+            while os.path.exists(os.path.join(d, "cgroup.controllers")):
+                chain.append(d)
+                if os.path.dirname(d) == d:
+                    break
+                d = os.path.dirname(d)
+            for d in reversed(chain):
                 try:
                     with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
                         f.write("+memory")
