@@ -190,8 +190,8 @@ struct s3f_client_options {
      * buffer pool (the bytes they hold between the caller and the network) and, with
      * cache_dir, the block cache's insert queue (an eighth of the limit, at least two
      * cache blocks, at most 32 MiB; the pool gets the rest). Uploads from memory or a
-     * file and downloads to memory or a file use no pool memory. At least 16 MiB. 0: 512 MiB, or a quarter of the memory the
-     * process may use (its cgroup's limit, a container's, where less than the RAM) if less. */
+     * file and downloads to memory or a file use no pool memory. At least 16 MiB. 0: 512
+     * MiB, or a quarter of s3f_memory_available() (a container's cgroup limit) if less. */
     uint64_t memory_limit_bytes;
     /* 0: 60000 ms. A writer that waits for pool memory (all of it held) asks the readers
      * for their read-ahead first (idle readers give it back); when no memory came back for
