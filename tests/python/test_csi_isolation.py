@@ -436,6 +436,24 @@ def test_foreign_callers_are_refused(driver):
     assert "refused: only uid" in (driver.root / "mounter.log").read_text()
 
 
+def test_the_mounter_refuses_a_socket_directory_open_to_others(tmp_path):
+    """A --socket in a directory others may enter, holding other files (such as /tmp): the
+    mounter neither closes that directory nor serves there; it exits, naming it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "someone-else.txt").write_text("x")
+    p = subprocess.run([sys.executable, "-m", "s3flash.csi", "mounter", "--socket",
+                        str(shared / "m.sock"), "--state-dir", str(tmp_path / "state")],
+                       capture_output=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path
+                                                                      if p)))
+    assert p.returncode == 1
+    assert "is not a private directory" in p.stderr.decode() and str(shared) in \
+        p.stderr.decode()
+    assert shared.stat().st_mode & 0o777 == 0o777 and not (shared / "m.sock").exists()
+
+
 @pytest.mark.parametrize("doc, why", [
     ({"flags": ["--cache", "/etc"]}, "names a host directory"),
     ({"flags": ["--log-file", "/etc/passwd"]}, "names a host file"),

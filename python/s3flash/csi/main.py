@@ -43,11 +43,13 @@ def _serve_grpc(endpoint, services):
     return server
 
 
-def _wait_for_signal(stop):
+def _wait_for_signal(stop, thread=None):
+    """Until SIGTERM or SIGINT, or `thread` ended."""
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
-    while not stop.wait(1):
-        pass
+    while not stop.wait(0.2 if thread else 1):
+        if thread and not thread.is_alive():
+            return
 
 
 def parser():
@@ -127,9 +129,9 @@ def main(argv=None):
                       if a.daemons_memory_limit else None)
         t = threading.Thread(target=mnt.serve, args=(stop,), daemon=True)
         t.start()
-        _wait_for_signal(stop)
+        _wait_for_signal(stop, t)
         t.join(5)
-        return 0
+        return 0 if stop.is_set() else 1  # else serve() failed (logged)
     from .node import Identity, Node
     if a.cmd == "node":
         node = Node(a.node_id, a.mounter_socket, a.state_dir, cache_root=a.cache_root,

@@ -524,9 +524,10 @@ class Mounter:
         except FileNotFoundError:
             pass
         run = os.path.dirname(os.path.abspath(self.sock_path))
-        try:  # a hostPath kubelet made (0755) is this driver's: closed to others
+        try:  # a hostPath kubelet made (0755), holding nothing else: closed to others
             st = os.lstat(run)
-            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            if (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                    and set(os.listdir(run)) <= {os.path.basename(self.sock_path)}):
                 os.chmod(run, 0o700)
         except FileNotFoundError:
             pass
