@@ -27,6 +27,7 @@ from conftest import faultproxy  # noqa: E402
 from csi_harness import pid_alive, running, tokens, wait_for  # noqa: E402
 from s3flash.csi.cgroups import HEADROOM_FIXED  # noqa: E402
 from s3flash.csi.proto import pb  # noqa: E402
+from test_csi import sts  # noqa: E402,F401  (its STS stand-in, a fixture)
 
 V1 = Path("/sys/fs/cgroup/memory")
 if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
@@ -92,20 +93,6 @@ def driver(tmp_path, groups):
                  mounter_args=["--daemon-cgroup", str(groups / "daemons"),
                                 "--daemons-memory-limit", "%dM" % (DAEMONS_LIMIT >> 20)]) as d:
         yield d
-
-
-@pytest.fixture
-def sts(rgw):
-    """test_csi.py's STS stand-in."""
-    from http.server import ThreadingHTTPServer
-
-    from test_csi import _STS
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _STS)
-    srv.token, srv.keys, srv.calls = "good-token", (rgw.other_access_key, rgw.other_secret_key), []
-    srv.expiration, srv.answers = "2099-01-01T00:00:00Z", []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
 
 
 @pytest.fixture
