@@ -186,11 +186,12 @@ struct s3f_client_options {
      * to 5 GiB, else s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Grown per object
      * when an object would need more than 10,000 parts. */
     uint64_t part_size_bytes;
-    /* 0: 512 MiB. Bound of the memory shared by all writers and readers of the client: the
+    /* 0: see below. Bound of the memory shared by all writers and readers of the client: the
      * buffer pool (the bytes they hold between the caller and the network) and, with
      * cache_dir, the block cache's insert queue (an eighth of the limit, at least two
      * cache blocks, at most 32 MiB; the pool gets the rest). Uploads from memory or a
-     * file and downloads to memory or a file use no pool memory. At least 16 MiB. */
+     * file and downloads to memory or a file use no pool memory. At least 16 MiB. 0: 512
+     * MiB, or a quarter of s3f_memory_available() (a container's cgroup limit) if less. */
     uint64_t memory_limit_bytes;
     /* 0: 60000 ms. A writer that waits for pool memory (all of it held) asks the readers
      * for their read-ahead first (idle readers give it back); when no memory came back for
@@ -318,6 +319,12 @@ S3F_API enum s3f_status s3f_client_new(const struct s3f_client_options *opts, st
  * failed uploads still pending (server away) get one last try of at most 3 s each, 5 s in
  * all; an upload id still left is named in a WARN log line. */
 S3F_API void s3f_client_free(struct s3f_client *client);
+
+/* The memory this process may use: the machine's RAM, or the memory limit of its cgroup (a
+ * container's: cgroup v2 memory.max, v1 memory.limit_in_bytes, the smallest up the
+ * hierarchy) where that is less. The defaults of memory_limit_bytes and of the mount's
+ * --memory-target are shares of it. */
+S3F_API uint64_t s3f_memory_available(void);
 
 /* The region and endpoint the client resolved (static for the client's lifetime). */
 S3F_API const char *s3f_client_region(const struct s3f_client *client);

@@ -152,7 +152,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"cache", 0, 1, OPT_CACHE, "DIR", "node-local block cache of object data, kept across mounts"},
     {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE", "bound of --cache (default 10G)"},
     {"memory-target", 0, 1, OPT_MEMORY_TARGET, "SIZE",
-     "memory the daemon stays within (default: 1/8 of RAM, 64M..8G)"},
+     "memory the daemon stays within (default: 1/8 of RAM or of the cgroup limit, 64M..8G)"},
     {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default: one per 16M of --memory-target, 4..16)"},
     {"prefetch-listed", 0, 1, OPT_PREFETCH_LISTED, "N", "mount: when listed files are opened in the listing's order, fetch the next N small ones ahead, 0..1024 (default 0: off)"},
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",

@@ -213,10 +213,10 @@ static int parent_wait(int fd, pid_t child) {
     return 1;
 }
 
+/* An eighth of the memory this process may use: the RAM, or its cgroup's limit (a
+ * container's) where that is less. */
 static uint64_t default_memory_target(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    uint64_t ram = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : (4ull << 30);
-    uint64_t t = ram / 8;
+    uint64_t t = s3f_memory_available() / 8;
     if (t < (64ull << 20))
         t = 64ull << 20;
     if (t > (8ull << 30))

@@ -14,6 +14,15 @@
 #define DEFAULT_PART_SIZE (8 * S3F__MIB)
 #define DEFAULT_MEMORY_LIMIT (512 * S3F__MIB)
 
+/* 512 MiB, or a quarter of the memory this process may use (its cgroup's limit, a
+ * container's, where that is less than the RAM) if that is less; at least 16 MiB. */
+static uint64_t default_memory_limit(void) {
+    uint64_t q = s3f_memory_available() / 4 / S3F__MIB * S3F__MIB;
+    if (q > DEFAULT_MEMORY_LIMIT)
+        return DEFAULT_MEMORY_LIMIT;
+    return q < 16 * S3F__MIB ? 16 * S3F__MIB : q;
+}
+
 /* ---- the engine's options and the client's composition -------------------------------- */
 
 /* Check and keep the engine's options (they resolve on the first transfer). */
@@ -189,7 +198,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     const struct s3f__xfer_engine *o = e;
     x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
     x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
-    x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
+    x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : default_memory_limit();
     x->data_connections = s3f__s3_data_connections(c);
     x->inflight_fixed = o->max_inflight_requests != 0;
     x->max_inflight = o->max_inflight_requests

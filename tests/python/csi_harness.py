@@ -105,11 +105,16 @@ def is_mount(path):
 class Driver:
     """node + mounter in `root` (sockets, state dir, logs)."""
 
-    def __init__(self, root, env=None, node_args=()):
+    def __init__(self, root, env=None, node_args=(), mounter_args=(), cgroups=None):
         self.root = Path(root)
         self.state = self.root / "state"
         self.csi_sock = self.root / "csi.sock"
-        self.mounter_sock = self.root / "mounter.sock"
+        # the mounter's socket in a directory of its own (mode 0700)
+        self.mounter_sock = self.root / "mounter-run" / "mounter.sock"
+        # {"node": DIR, "mounter": DIR}: each process in a cgroup of its own, as in a
+        # container (kill_container kills every process in it, as runc does)
+        self.cgroups = dict(cgroups or {})
+        self.mounter_args = list(mounter_args)
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         cli = s3flash_cli()
@@ -123,9 +128,13 @@ class Driver:
 
     def _spawn(self, name, args):
         log = open(self.root / ("%s.log" % name), "ab")
-        self.logs.append(self.root / ("%s.log" % name))
-        p = subprocess.Popen([sys.executable, "-m", "s3flash.csi", "--log-level", "DEBUG"]
-                             + args, env=self.env, stdout=log, stderr=log,
+        if self.root / ("%s.log" % name) not in self.logs:
+            self.logs.append(self.root / ("%s.log" % name))
+        argv = [sys.executable, "-m", "s3flash.csi", "--log-level", "DEBUG"] + args
+        if name in self.cgroups:  # joins its cgroup before it runs
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"',
+                    str(Path(self.cgroups[name]) / "cgroup.procs")] + argv
+        p = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log,
                              stdin=subprocess.DEVNULL)
         log.close()
         return p
@@ -134,7 +143,8 @@ class Driver:
         if self.mounter_sock.exists():
             self.mounter_sock.unlink()
         self.mounter = self._spawn("mounter", ["mounter", "--socket", str(self.mounter_sock),
-                                               "--state-dir", str(self.state)])
+                                               "--state-dir", str(self.state)]
+                                   + self.mounter_args)
         wait_mounter(self.mounter_sock, self.mounter, log=self.root / "mounter.log")
 
     def start_node(self):
@@ -158,6 +168,22 @@ class Driver:
         p = getattr(self, which)
         p.send_signal(sig)
         p.wait(20)
+
+    def kill_container(self, which):
+        """A container restart as runc does it: SIGKILL to every process in `which`'s
+        cgroup, until none is left."""
+        procs = Path(self.cgroups[which]) / "cgroup.procs"
+
+        def empty():
+            pids = [int(x) for x in procs.read_text().split()]
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return not pids
+        wait_for(empty, 30, "every process of the %s's cgroup to end" % which)
+        getattr(self, which).wait(20)
 
     @property
     def channel(self):

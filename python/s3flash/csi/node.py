@@ -210,7 +210,9 @@ class Node:
                                       "%s is published but its s3flash mount daemon is gone "
                                       "(%s): the pod must be restarted to mount it again"
                                       % (target, e.strerror))
-                if vol.auth == "pod":  # requiresRepublish: fresh token, fresh credentials
+                # requiresRepublish: fresh token (or Secret), fresh credentials; a mounter
+                # that restarted gets them back this way (they are in its memory only)
+                if vol.auth == "pod" or "key_id" in req.secrets:
                     c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube,
                               self.audience)
                     self._call({"op": "update_credentials", "key": rec["key"],

@@ -537,3 +537,41 @@ class Volume:
         if self.env:
             doc["env"] = self.env
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+# the flags a Volume adds from its attributes (FLAG_ATTRIBUTES' s3flash spellings)
+_ATTRIBUTE_FLAGS = {"region": _REGION, "endpoint-url": _URL, "force-path-style": None}
+
+
+def check_daemon_request(source, flags):
+    """The mounter's own check of what the node asks it to run (R10: it trusts no caller):
+    `source` is BUCKET or BUCKET/PREFIX/ as Volume.source makes it, `flags` only the
+    `s3flash mount` flags a Volume makes (FLAGS with values their patterns allow, none of
+    UNSAFE). VolumeError(INVALID_ARGUMENT) naming the first that is not."""
+    if not isinstance(source, str) or not isinstance(flags, list):
+        raise invalid("a mount request needs a source and a list of flags")
+    parts = split_bucket(source)
+    if parts is None or not (parts[0].startswith("arn:") or _BUCKET.match(parts[0])):
+        raise invalid("source %r is not a bucket name nor an access point ARN" % source)
+    prefix = parts[1]
+    if prefix and (not prefix.endswith("/") or "//" in prefix or ".." in prefix.split("/")):
+        raise invalid("source %r has an empty or '..' prefix component" % source)
+    i = 0
+    while i < len(flags):
+        tok = flags[i]
+        if not isinstance(tok, str) or not tok.startswith("--"):
+            raise invalid("mount flag %r is not --NAME" % (tok,))
+        name = tok[2:]
+        if name in UNSAFE:
+            raise invalid("mount flag --%s %s" % (name, UNSAFE[name]))
+        if name not in FLAGS and name not in _ATTRIBUTE_FLAGS:
+            raise invalid("mount flag --%s is not one a volume may set" % name)
+        pat = FLAGS.get(name, _ATTRIBUTE_FLAGS.get(name))
+        i += 1
+        if pat is None:
+            continue
+        value = flags[i] if i < len(flags) else None
+        if not isinstance(value, str) or not pat.match(value):
+            raise invalid("mount flag --%s needs a value like %s, not %r"
+                          % (name, pat.pattern, value))
+        i += 1
