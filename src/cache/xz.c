@@ -142,8 +142,12 @@ static size_t names_len(const struct s3f__cache_object *o) {
 bool s3f__xz_get(struct s3f__xz *z, struct s3f__cache_object *o, uint64_t index, void *dst) {
     uint64_t len = s3f__cache_block_len(o, index);
     char key[200];
-    if (!len || bypassed(z) || !block_key(z, o, index, key, sizeof(key)))
+    if (!len)
         return false;
+    if (bypassed(z) || !block_key(z, o, index, key, sizeof(key))) {
+        count(&z->n.misses, 1);
+        return false;
+    }
     size_t hlen = S3F__CACHE_HEADER_FIXED + names_len(o);
     char *head = malloc(hlen);
     if (!head)
