@@ -14,11 +14,11 @@ proxy's counts or of the mount's metrics.
 """
 import os
 import subprocess
-import time
 
 import pytest
 
 from faults import faultproxy_factory, s3_error  # noqa: F401 (fixture)
+from helpers import wait_for
 from metricsutil import URL_RE, parse, scrape, total
 from mountutil import Mount, mount_supported, stop_mounts
 from test_express import BUCKET, data, sink_cli, xsink  # noqa: F401 (fixtures)
@@ -79,16 +79,6 @@ def cache_gets(proxy):
     return requests(proxy, "GET", BLOCKS)
 
 
-def wait_for(what, cond, timeout=30):
-    end = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def metrics(m):
     with open(m.log_path, "rb") as f:
         url = URL_RE.search(f.read()).group(1).decode()
@@ -121,8 +111,9 @@ def fill(proxy, m, want, n_puts):
     cache bucket."""
     for name, body in want.items():
         assert read(m, name) == body, name
-    return wait_for(f"{n_puts} PUTs of blocks into {CACHE}",
-                    lambda: (p := cache_puts(proxy)) and len(p) >= n_puts and p)
+    wait_for(lambda: len(cache_puts(proxy)) >= n_puts, 30,
+             f"{n_puts} PUTs of blocks into {CACHE}")
+    return cache_puts(proxy)
 
 
 def test_second_node_reads_the_blocks_from_the_shared_cache(nodes, proxy, pcli, tmp_path):
@@ -181,7 +172,7 @@ def test_a_corrupt_or_planted_block_is_refused(nodes, proxy, pcli, tmp_path, how
     with open(b.log_path) as f:
         assert "is not block 0 of" in f.read()
     # b read x from the source and PUT the right block over the planted one
-    wait_for("the good block PUT back", lambda: cache_puts(proxy).get(kx) == 1)
+    wait_for(lambda: cache_puts(proxy).get(kx) == 1, 30, "the good block PUT back")
     assert pcli.ok("cat", f"s3://{kx.lstrip('/')}").out == bodies[kx]
     proxy.reset()
     c = nodes(f"bad-{how}", ["--cache-xz", CACHE])
@@ -221,7 +212,7 @@ def test_object_changed_at_the_source_old_blocks_unused(nodes, proxy, pcli):
     got = cache_gets(proxy)
     assert len(got) == 1 and not set(got) & set(old)  # the new version's name, not the old
     assert xz(b, "hits") == 0 and xz(b, "invalid") == 0
-    wait_for("the new version's block PUT", lambda: set(cache_puts(proxy)) == set(got))
+    wait_for(lambda: set(cache_puts(proxy)) == set(got), 30, "the new version's block PUT")
 
 
 def test_refused_before_mounting(cli_path, proxy, tmp_path, faultproxy_factory):  # noqa: F811
