@@ -120,7 +120,7 @@ def test_second_node_reads_the_blocks_from_the_shared_cache(nodes, proxy, pcli, 
     want = upload(pcli, "share", {**FILES, **LARGE})
     a = nodes("share", ["--cache-xz", CACHE, "--cache", str(tmp_path / "local-a")])
     puts = fill(proxy, a, want, len(FILES))
-    assert sorted(puts.values()) == [1] * len(FILES), puts  # one PUT each, the large none
+    assert len(puts) == len(FILES), puts  # a block object each small one, the large none
     assert xz(a, "put_bytes") == sum(FILES.values())
     proxy.reset()
     # node b: its own (empty) local cache, the same shared cache
@@ -172,7 +172,7 @@ def test_a_corrupt_or_planted_block_is_refused(nodes, proxy, pcli, tmp_path, how
     with open(b.log_path) as f:
         assert "is not block 0 of" in f.read()
     # b read x from the source and PUT the right block over the planted one
-    wait_for(lambda: cache_puts(proxy).get(kx) == 1, 30, "the good block PUT back")
+    wait_for(lambda: cache_puts(proxy).get(kx, 0) >= 1, 30, "the good block PUT back")
     assert pcli.ok("cat", f"s3://{kx.lstrip('/')}").out == bodies[kx]
     proxy.reset()
     c = nodes(f"bad-{how}", ["--cache-xz", CACHE])
