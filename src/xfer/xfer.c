@@ -194,10 +194,13 @@ static void open_xz(struct s3f_client *c, const struct s3f__xfer_engine *o,
                     struct s3f__xfer_shared *x) {
     if (!o->cache_xz_bucket)
         return;
+    /* half the local cache's share of what is left, and room for the blocks' headers (each
+     * body is a block, its names and 56 bytes: a queue of one 1 MiB block must take one) */
+    uint64_t q = s3f__cache_queue_bytes(x->memory_limit, S3F__CACHE_BLOCK_DEFAULT) / 2;
     struct s3f__xz_options zo = {
         .bucket = o->cache_xz_bucket,
         .scope = s3f_client_endpoint(c),
-        .queue_bytes = s3f__cache_queue_bytes(x->memory_limit, S3F__CACHE_BLOCK_DEFAULT) / 2,
+        .queue_bytes = q ? q + ((uint64_t)128 << 10) : 0,
         .logger = &c->logger,
         .ops = &xz_ops,
         .ops_ud = c,

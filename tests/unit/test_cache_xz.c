@@ -4,6 +4,7 @@
  * more than its bound and sends one PUT at a time. The wire (the express sink, the mount,
  * the proxy's counts) is tests/integration/test_mount_cache_xz.py's. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,11 +254,74 @@ static void test_queue_bounded(void) {
     free(data);
 }
 
+/* The PUT queue is inside the client's memory_limit_bytes, as the block cache's insert queue
+ * is (the pool gets the rest, in whole 1 MiB chunks), and the smallest one takes a 1 MiB
+ * block with its header. */
+static void test_queue_in_memory_limit(void) {
+    const uint64_t mib = 1 << 20;
+    struct {
+        bool local;
+        uint64_t limit, pool;
+    } cases[] = {
+        {false, 64 * mib, 59 * mib}, /* 64 - (8 / 2 + 1/8) */
+        {true, 64 * mib, 52 * mib},  /* 64 - 8 (local) - (7 / 2 + 1/8) */
+        {false, 16 * mib, 14 * mib}, /* 16 - (2 / 2 + 1/8): one block */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char dir[] = "/tmp/s3f-test-xz-XXXXXX";
+        CHECK(mkdtemp(dir) != NULL);
+        struct s3f_client_options o = {0};
+        o.endpoint_url = "http://127.0.0.1:9";
+        o.region = "us-east-1";
+        o.access_key_id = "AKIDEXAMPLE";
+        o.secret_access_key = "secret";
+        o.memory_limit_bytes = cases[i].limit;
+        o.cache_dir = cases[i].local ? dir : NULL;
+        o.cache_min_free_bytes = 1;
+        o.cache_xz_bucket = "c--use1-az4--x-s3";
+        o.log_level = S3F_LOG_ERROR;
+        struct s3f_client *cl = NULL;
+        CHECK_INT(s3f_client_new(&o, &cl, NULL), S3F_OK);
+        struct s3f_client_stats cs;
+        s3f_client_stats(cl, &cs, 0);
+        CHECK_INT(cs.pool_limit_bytes, cases[i].pool);
+        s3f_client_free(cl);
+        char cmd[100];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+    /* the smallest queue: one 1 MiB block and its header, held in the queue, not dropped */
+    reset_bucket();
+    struct s3f__xz *z = open_xz(mib + (128 << 10));
+    struct s3f__cache_object x;
+    char key[1025];
+    memset(key, 'k', 1024); /* the longest key S3 allows */
+    key[1024] = 0;
+    CHECK_INT(s3f__cache_object_init(&x, NULL, "src", key, "\"0123456789abcdef-99\"", mib),
+              S3F_OK);
+    char *data = calloc(1, mib);
+    b.hold = true;
+    s3f__xz_put(z, &x, 0, data);
+    struct s3f__xz_counters n;
+    s3f__xz_counters(z, &n);
+    CHECK_INT(n.put_dropped_bytes, 0);
+    CHECK(n.put_pending_bytes > mib);
+    pthread_mutex_lock(&b.mu);
+    b.hold = false;
+    pthread_cond_broadcast(&b.cv);
+    pthread_mutex_unlock(&b.mu);
+    s3f__xz_free(z);
+    CHECK_INT(b.puts, 1);
+    s3f__cache_object_cleanup(&x);
+    free(data);
+}
+
 int main(void) {
     RUN(test_roundtrip_and_checks);
     RUN(test_failure_bypasses);
     RUN(test_put_failure_counted);
     RUN(test_queue_bounded);
+    RUN(test_queue_in_memory_limit);
     reset_bucket();
     return test_summary();
 }
