@@ -133,6 +133,15 @@ def test_second_node_reads_the_blocks_from_the_shared_cache(nodes, proxy, pcli, 
     assert xz(b, "hits") == len(FILES) and xz(b, "hit_bytes") == sum(FILES.values())
     assert xz(b, "invalid") == 0 and xz(b, "errors") == 0
     assert cache_puts(proxy) == {}  # b PUT nothing: every block was there
+    # what b took from the shared cache went into its local cache too: a node on that local
+    # cache (b unmounted, its cache queue written) asks neither bucket for them
+    b.stop()
+    proxy.reset()
+    c = nodes("share", ["--cache-xz", CACHE, "--cache", str(tmp_path / "local-b")])
+    for name in FILES:
+        assert read(c, name) == want[name], name
+    assert requests(proxy, "GET", f"/{BUCKET}/share/") == {}
+    assert cache_gets(proxy) == {}
 
 
 def test_without_a_local_cache(nodes, proxy, pcli):
