@@ -160,7 +160,7 @@ def test_bad_input(driver, ctx, tmp_path, case):
     elif case == "unknown-option":
         flags, needle = ["allow-everything"], "allow-everything"
     elif case == "host-path-option":
-        flags, needle = ["cache=/etc"], "host directory"
+        flags, needle = ["log-directory=/etc"], "host directory"
     elif case == "log-file-option":
         flags, needle = ["--log-file /etc/passwd"], "host file"
     elif case == "no-such-bucket":

@@ -45,6 +45,19 @@ CONFIG_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFA
               "S3FLASH_TEST_CONNECT_TO")
 
 
+def volume_env(env):
+    """A volume's mountpointEnv variables for its daemon, checked again against Mountpoint's
+    allow-list; each also in lower case, which the client reads first (so the node's own
+    https_proxy never overrides the volume's)."""
+    from .options import USER_ENV
+    out = {}
+    for k, v in env.items():
+        if k not in USER_ENV or not isinstance(v, str) or not USER_ENV[k].fullmatch(v):
+            raise ValueError("mountpointEnv.%s is not allowed or not valid: refused" % k)
+        out[k] = out[k.lower()] = v
+    return out
+
+
 def find_s3flash():
     """$S3FLASH_CSI_S3FLASH, else the package's own CLI, else `s3flash` on PATH."""
     exe = os.environ.get("S3FLASH_CSI_S3FLASH")
@@ -147,6 +160,8 @@ class Mounter:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+        if m.doc.get("empty_dir"):  # cache: emptyDir ends with its daemon
+            shutil.rmtree(m.doc["empty_dir"], ignore_errors=True)
 
     def readopt(self):
         """Take over the daemons of the records in the state dir that are still running;
@@ -256,7 +271,16 @@ class Mounter:
                         % (key, m.pid)}
         cred = req.get("credentials") or {"kind": "driver"}
         flags = list(req.get("flags", []))
+        env = self._env(key, cred)
+        try:
+            env.update(volume_env(req.get("env") or {}))
+        except ValueError as e:
+            os.close(fd)
+            return {"ok": False, "error": str(e)}
+        empty_dir = req.get("cache") if req.get("empty_dir") else None
         if req.get("cache"):
+            if empty_dir:  # cache: emptyDir: the daemon's own, starting empty
+                shutil.rmtree(empty_dir, ignore_errors=True)
             err = private_dirs(req["cache"], depth=2)
             if err:
                 os.close(fd)
@@ -274,19 +298,21 @@ class Mounter:
         # the daemon's warnings (failed requests with their request ids) go to the
         # mounter's stderr, the container's log: a descriptor of its own for --log-file
         logfd = os.dup(2)
-        flags += ["--log-file", "/dev/fd/%d" % logfd]
+        if "--no-log" not in flags:
+            flags += ["--log-file", "/dev/fd/%d" % logfd]
         # its metrics on a loopback port of its own, which the node's /metrics scrapes
         # (csi/metrics.py): not in the record's flags, the port is learnt below
         argv = [self.s3flash, "mount", req["source"], "/dev/fd/%d" % fd] + flags + [
             "--metrics-listen", "127.0.0.1:0"]
         m = Mount(key, {"key": key, "source": req["source"], "flags": flags,
-                        "target": req.get("target", ""), "started": time.time()})
+                        "target": req.get("target", ""), "started": time.time(),
+                        "empty_dir": empty_dir})
         if cred.get("kind") == "pod":
             m.creds = {"values": cred["values"], "expiration": cred.get("expiration", "")}
             with self.lock:
                 self.mounts[key] = m  # credential_process runs before the daemon is found
         try:
-            p = subprocess.run(argv, env=self._env(key, cred), pass_fds=(fd, logfd),
+            p = subprocess.run(argv, env=env, pass_fds=(fd, logfd),
                                stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
                                start_new_session=True)
             out = (p.stderr + p.stdout).decode("utf-8", "replace").strip()

@@ -18,7 +18,7 @@ import threading
 import grpc
 
 from . import PLUGIN_NAME, creds, sysmount
-from .options import VolumeError, Volume, invalid
+from .options import EMPTY_DIR_ROOT, VolumeError, Volume, invalid
 from .proto import pb
 
 log = logging.getLogger("s3flash-csi.node")
@@ -270,12 +270,14 @@ class Node:
         fd = sysmount.fuse_mount(src, "s3flash:" + vol.source, vol.read_only, allow_other)
         try:
             cache = ""
-            if vol.cache_name:  # one directory per credentials: blocks never cross identities
+            if vol.empty_dir:  # the daemon's own, made empty and removed with it
+                cache = os.path.join(vol.cache_root, EMPTY_DIR_ROOT, key)
+            elif vol.cache_name:  # one directory per credentials: blocks never cross identities
                 cache = os.path.join(vol.cache_root, vol.cache_name,
                                      hashlib.sha256(c.identity.encode()).hexdigest()[:16])
             doc = {"op": "mount", "key": key, "source": vol.source,
                    "flags": vol.daemon_flags, "cache": cache, "target": target,
-                   "credentials": c.message()}
+                   "credentials": c.message(), "empty_dir": vol.empty_dir, "env": vol.env}
             if c.sse_c_key:
                 doc["sse_c_key"] = c.sse_c_key
             self._call(doc, [fd])
