@@ -73,7 +73,7 @@ uint64_t s3f__cache_block_bytes(const struct s3f__cache *c);
 /* One object version as the cache knows it (the identity of its blocks). Plain state, one
  * per reader or download; not shared between threads. `cache` NULL: no local cache (a
  * reader with the shared cache alone, xz.c): get and has miss, put does nothing, and the
- * blocks are S3F__CACHE_BLOCK_DEFAULT bytes. */
+ * blocks are S3F__CACHE_BLOCK_DEFAULT bytes (the caller may set block_bytes after init). */
 struct s3f__cache_object {
     struct s3f__cache *cache;
     char *bucket, *key, *etag;
@@ -250,6 +250,8 @@ struct s3f__xz_options {
     const char *bucket;           /* the directory bucket */
     const char *scope;            /* the endpoint URL ("" or NULL: AWS), as the local cache's */
     uint64_t max_object_bytes;    /* 0: S3F__XZ_MAX_OBJECT_DEFAULT */
+    uint64_t block_bytes;         /* blocks without a local cache (with one: its size, which
+                                     the client sets from the same option); 0: 1 MiB */
     uint64_t queue_bytes;         /* bound of the PUTs waiting (copies); 0: 8 MiB */
     const struct s3f__logger *logger; /* must outlive it; NULL: silent */
     const struct s3f__xz_ops *ops;
@@ -269,6 +271,8 @@ void s3f__xz_free(struct s3f__xz *z);
 void s3f__xz_flush(struct s3f__xz *z);
 /* Whether objects of this size are cached there. */
 bool s3f__xz_serves(const struct s3f__xz *z, uint64_t object_size);
+/* The block size of an object read without a local cache (s3f__cache_object's block_bytes). */
+uint64_t s3f__xz_block_bytes(const struct s3f__xz *z);
 /* Block `index` of `o` into dst from the shared cache: true when its object was there and
  * every check passed (its header names this block of this object version, the CRC32C of
  * its data matches). A missing, invalid or failed one is a miss (counted). */

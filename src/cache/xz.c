@@ -45,7 +45,7 @@ struct xz_job {
 struct s3f__xz {
     char *bucket;
     char *scope;
-    uint64_t max_object;
+    uint64_t max_object, block_bytes;
     const struct s3f__logger *logger;
     const struct s3f__xz_ops *ops;
     void *ops_ud;
@@ -101,6 +101,7 @@ enum s3f_status s3f__xz_open(const struct s3f__xz_options *o, struct s3f__xz **o
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "cache-xz", NULL, "out of memory");
     }
     z->max_object = o->max_object_bytes ? o->max_object_bytes : S3F__XZ_MAX_OBJECT_DEFAULT;
+    z->block_bytes = o->block_bytes ? o->block_bytes : S3F__CACHE_BLOCK_DEFAULT;
     z->logger = o->logger;
     z->ops = o->ops;
     z->ops_ud = o->ops_ud;
@@ -381,4 +382,8 @@ enum s3f_status s3f__xz_fetch(void *ud, void *dst, size_t len, uint64_t offset,
 
 bool s3f__xz_serves(const struct s3f__xz *z, uint64_t object_size) {
     return z && object_size <= z->max_object;
+}
+
+uint64_t s3f__xz_block_bytes(const struct s3f__xz *z) {
+    return z->block_bytes;
 }

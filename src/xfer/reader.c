@@ -614,6 +614,8 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
                                                rd->size)) {
             free(rd->cobj);
             rd->cobj = NULL;
+        } else if (rd->cobj && !x->cache) {
+            rd->cobj->block_bytes = s3f__xz_block_bytes(x->xz); /* cache_block_bytes */
         }
     }
     s3f__pool_lender_add(&x->pool, &rd->lender);

@@ -200,6 +200,7 @@ static void open_xz(struct s3f_client *c, const struct s3f__xfer_engine *o,
     struct s3f__xz_options zo = {
         .bucket = o->cache_xz_bucket,
         .scope = s3f_client_endpoint(c),
+        .block_bytes = o->cache_block_bytes,
         .queue_bytes = q ? q + ((uint64_t)128 << 10) : 0,
         .logger = &c->logger,
         .ops = &xz_ops,

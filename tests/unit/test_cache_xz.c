@@ -254,6 +254,80 @@ static void test_queue_bounded(void) {
     free(data);
 }
 
+/* The source of s3f__xz_fetch: the object's bytes (pattern 9), each call recorded. */
+static int src_calls;
+static uint64_t src_off[16], src_len[16];
+static enum s3f_status fake_source(void *ud, void *dst, size_t len, uint64_t offset,
+                                   struct s3f_error *err) {
+    (void)ud;
+    (void)err;
+    char *all = malloc(200000);
+    fill(all, 200000, 9);
+    memcpy(dst, all + offset, len);
+    free(all);
+    if (src_calls < 16) {
+        src_off[src_calls] = offset;
+        src_len[src_calls] = len;
+    }
+    src_calls++;
+    return S3F_OK;
+}
+
+/* Objects of several blocks (a 64 KiB block size): the runs a node lacks come from the source
+ * in one call each and are PUT block by block; the blocks the shared cache has are not read
+ * from the source. */
+static void test_fetch_in_blocks(void) {
+    reset_bucket();
+    struct s3f__xz_options zo = {.bucket = "c--use1-az4--x-s3", .block_bytes = 64 << 10,
+                                 .logger = &quiet, .ops = &ops};
+    struct s3f__xz *z = NULL;
+    CHECK_INT(s3f__xz_open(&zo, &z, NULL), S3F_OK);
+    CHECK_INT(s3f__xz_block_bytes(z), 64 << 10);
+    struct s3f__cache_object o;
+    CHECK_INT(s3f__cache_object_init(&o, NULL, "src", "k", "\"e\"", 200000), S3F_OK);
+    o.block_bytes = s3f__xz_block_bytes(z); /* as the reader sets it */
+    struct s3f__xz_source src = {z, &o, fake_source, NULL};
+    char *want = malloc(200000), *got = malloc(200000);
+    fill(want, 200000, 9);
+    src_calls = 0;
+    CHECK_INT(s3f__xz_fetch(&src, got, 200000, 0, NULL), S3F_OK);
+    CHECK(memcmp(got, want, 200000) == 0);
+    CHECK_INT(src_calls, 1); /* the four blocks (3 of 64 KiB, 3392 bytes) in one run */
+    s3f__xz_flush(z);
+    CHECK_INT(b.puts, 4);
+    /* another node: every block from the shared cache */
+    memset(got, 0, 200000);
+    src_calls = 0;
+    CHECK_INT(s3f__xz_fetch(&src, got, 200000, 0, NULL), S3F_OK);
+    CHECK(memcmp(got, want, 200000) == 0);
+    CHECK_INT(src_calls, 0);
+    /* block 1 gone: the source gives that block alone, blocks 0, 2 and 3 come from the cache */
+    int i1 = -1;
+    for (int i = 0; i < b.n; i++)
+        if (strstr(b.key[i], "/0000000001"))
+            i1 = i;
+    CHECK(i1 >= 0);
+    free(b.key[i1]);
+    b.key[i1] = strdup("gone");
+    memset(got, 0, 200000);
+    src_calls = 0;
+    CHECK_INT(s3f__xz_fetch(&src, got, 200000, 0, NULL), S3F_OK);
+    CHECK(memcmp(got, want, 200000) == 0);
+    CHECK_INT(src_calls, 1);
+    CHECK_INT(src_off[0], 65536);
+    CHECK_INT(src_len[0], 65536);
+    /* not whole blocks: the source as asked */
+    src_calls = 0;
+    CHECK_INT(s3f__xz_fetch(&src, got, 1000, 5, NULL), S3F_OK);
+    CHECK_INT(src_calls, 1);
+    CHECK(memcmp(got, want + 5, 1000) == 0);
+    s3f__xz_free(z);
+    CHECK_INT(b.puts, 5); /* block 1 PUT again */
+    s3f__cache_object_cleanup(&o);
+    free(want);
+    free(got);
+}
+
 /* The PUT queue is inside the client's memory_limit_bytes, as the block cache's insert queue
  * is (the pool gets the rest, in whole 1 MiB chunks), and the smallest one takes a 1 MiB
  * block with its header. */
@@ -322,6 +396,7 @@ int main(void) {
     RUN(test_put_failure_counted);
     RUN(test_queue_bounded);
     RUN(test_queue_in_memory_limit);
+    RUN(test_fetch_in_blocks);
     reset_bucket();
     return test_summary();
 }
