@@ -151,8 +151,10 @@ bool s3f__xz_get(struct s3f__xz *z, struct s3f__cache_object *o, uint64_t index,
     }
     size_t hlen = S3F__CACHE_HEADER_FIXED + names_len(o);
     char *head = malloc(hlen);
-    if (!head)
+    if (!head) {
+        count(&z->n.misses, 1);
         return false;
+    }
     struct s3f_error e;
     memset(&e, 0, sizeof(e));
     uint64_t got = 0;
