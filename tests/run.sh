@@ -129,7 +129,8 @@ tsan_mount() {
         S3FLASH_BUILD_DIR="$root/build-tsan" S3FLASH_CONCURRENT_SEEDS=1 python3 -m pytest -q \
         -p no:cacheprovider tests/integration/test_mount_deadlock.py \
         tests/integration/test_mount_concurrent.py \
-        tests/integration/test_mount_resources.py || rc=1
+        tests/integration/test_mount_resources.py \
+        tests/integration/test_mount_cache_xz.py || rc=1
     if compgen -G "$logs/tsan*" >/dev/null; then
         echo "ThreadSanitizer reports of s3flash mount:" >&2
         cat "$logs"/tsan* >&2

@@ -234,6 +234,16 @@ struct s3f_client_options {
      * s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Processes sharing a cache_dir
      * should use one block size (blocks of another size are never used). */
     uint64_t cache_block_bytes;
+    /* The shared block cache (docs/CACHE.md "The shared cache"; the mount's --cache-xz): an
+     * S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3) that every client reading
+     * with it shares. NULL: none. s3f_reader looks there for the blocks of an object of at
+     * most 1 MiB after cache_dir (with or without one), before the source; a block read
+     * from the source is PUT there in the background (one PUT at a time, a queue of copies
+     * inside memory_limit_bytes, dropped when full). A block read from it is used only when
+     * it names this bucket, key, ETag and offset and its CRC32C matches; a failed request is
+     * logged and counted and never fails a read. The whole-object downloads do not use it.
+     * The bucket is not checked here (s3flash mount checks it before it mounts). */
+    const char *cache_xz_bucket;
 
     /* ---- S3 Express One Zone directory buckets (NAME--ZONE-ID--x-s3; docs/CONFIGURATION.md)
      * are recognised from the name: their requests go to the zonal endpoint
@@ -369,6 +379,18 @@ struct s3f_client_stats {
     uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full, no room under
                                             the limits, or the write failed (an error) */
     uint64_t cache_evicted_bytes;        /* removed by this client's evictions */
+    /* The shared cache (cache_xz_bucket); all 0 without one. */
+    uint64_t cache_xz_hits;              /* blocks served from it */
+    uint64_t cache_xz_misses;            /* blocks looked up there and not served */
+    uint64_t cache_xz_hit_bytes;
+    uint64_t cache_xz_invalid;           /* blocks found there that failed their checks
+                                            (another block's, stale, corrupt; misses too) */
+    uint64_t cache_xz_errors;            /* GETs that failed (misses too) */
+    uint64_t cache_xz_puts;              /* blocks PUT there */
+    uint64_t cache_xz_put_bytes;
+    uint64_t cache_xz_put_errors;        /* PUTs that failed */
+    uint64_t cache_xz_put_dropped_bytes; /* not PUT: queue full, after a failure, or failed */
+    uint64_t cache_xz_put_pending_bytes; /* queued or being sent now */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */

@@ -50,7 +50,7 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
     const char *src = a->pos[0];
     if (strncasecmp(src, "s3://", 5) == 0)
         src += 5;
-    static char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX + 2];
+    static char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX + 2], cache_xz[CLI_BUCKET_MAX];
     const char *slash = strchr(src, '/');
     if (strncmp(src, "arn:", 4) == 0) { /* an ARN bucket runs to its access point's name */
         static char uri[CLI_BUCKET_MAX + CLI_KEY_MAX + 8], key[CLI_KEY_MAX + 1];
@@ -138,6 +138,27 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
                                "--negative-metadata-ttl must be seconds (0 or more), not '%s'",
                                a->value[OPT_NEGATIVE_METADATA_TTL]);
     o.cache_dir = a->value[OPT_CACHE];
+    if (a->value[OPT_CACHE_XZ]) {
+        /* a bucket name or s3://BUCKET, as Mountpoint takes it; no prefix */
+        const char *xz = a->value[OPT_CACHE_XZ];
+        if (strncasecmp(xz, "s3://", 5) == 0)
+            xz += 5;
+        size_t xn = strlen(xz);
+        if (xn && xz[xn - 1] == '/')
+            xn--;
+        if (!xn || xn >= sizeof(cache_xz) || memchr(xz, '/', xn))
+            return cli_usage_error(ctx->cmd, "--cache-xz takes a bucket (BUCKET or s3://BUCKET), "
+                                             "with no prefix, not '%s'",
+                                   a->value[OPT_CACHE_XZ]);
+        snprintf(cache_xz, sizeof(cache_xz), "%.*s", (int)xn, xz);
+        if (!s3f_bucket_is_directory(cache_xz))
+            return cli_usage_error(ctx->cmd,
+                                   "--cache-xz needs an S3 Express One Zone directory bucket "
+                                   "(NAME--ZONE-ID--x-s3, e.g. cache--usw2-az1--x-s3): '%s' is "
+                                   "a general purpose bucket's name",
+                                   cache_xz);
+        o.cache_xz_bucket = cache_xz;
+    }
     if (a->value[OPT_MAX_CACHE_SIZE]) {
         if (!o.cache_dir)
             return cli_usage_error(ctx->cmd, "--max-cache-size needs --cache DIR");

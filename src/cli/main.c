@@ -150,6 +150,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"negative-metadata-ttl", 0, 1, OPT_NEGATIVE_METADATA_TTL, "SECONDS",
      "keep 'no such file' this long (default 1)"},
     {"cache", 0, 1, OPT_CACHE, "DIR", "node-local block cache of object data, kept across mounts"},
+    {"cache-xz", 0, 1, OPT_CACHE_XZ, "BUCKET", "shared block cache of objects up to 1 MiB in an S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3), read by every node that mounts with it (docs/CACHE.md)"},
     {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE", "bound of --cache (default 10G)"},
     {"memory-target", 0, 1, OPT_MEMORY_TARGET, "SIZE",
      "memory the daemon stays within (default: 1/8 of RAM or of the cgroup limit, 64M..8G)"},

@@ -437,6 +437,7 @@ int mnt_run(const struct mnt_options *in) {
     o.client.log_level = o.debug ? S3F_LOG_DEBUG : S3F_LOG_WARN;
     o.client.cache_dir = o.cache_dir;
     o.client.cache_max_bytes = o.max_cache_size_bytes;
+    o.client.cache_xz_bucket = o.cache_xz_bucket;
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status s = s3f_client_new(&o.client, &client, &err);
@@ -444,6 +445,7 @@ int mnt_run(const struct mnt_options *in) {
         struct s3f_client_options wo = o.client;
         wo.cache_dir = NULL; /* the block cache is for reads */
         wo.cache_max_bytes = 0;
+        wo.cache_xz_bucket = NULL;
         s = s3f_client_new(&wo, &wclient, &err);
     }
     if (s != S3F_OK) {
@@ -465,6 +467,22 @@ int mnt_run(const struct mnt_options *in) {
         goto out;
     }
     s3f_list_page_free(page);
+    if (o.cache_xz_bucket) {
+        /* the shared cache must take a block, as Mountpoint checks it: one small PUT */
+        char note[600];
+        int n = snprintf(note, sizeof(note), "source_bucket=%s\nblock_size=%llu\n", o.bucket,
+                         1ull << 20);
+        s = s3f_put_object(client, o.cache_xz_bucket, "s3flash-v1/_s3flash_cache_metadata",
+                           note, n > 0 && (size_t)n < sizeof(note) ? (size_t)n : 0, NULL, NULL,
+                           &err);
+        if (s != S3F_OK) {
+            char buf[1600];
+            s3f_error_format(&err, buf, sizeof(buf));
+            fail("--cache-xz %s: the shared cache bucket does not take a block: %s",
+                 o.cache_xz_bucket, buf);
+            goto out;
+        }
+    }
 
     fs = mnt_fs_new(&o, client, wclient);
     if (!fs) {

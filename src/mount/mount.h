@@ -43,6 +43,7 @@ struct mnt_options {
     double metadata_ttl_s;
     double negative_ttl_s;
     const char *cache_dir;   /* NULL: no block cache */
+    const char *cache_xz_bucket; /* --cache-xz: the shared cache's directory bucket, NULL: none */
     uint64_t max_cache_size_bytes; /* 0: the library's default */
     uint64_t memory_target_bytes;  /* 0: an eighth of RAM or of the cgroup's
                                       limit if less, 64 MiB..8 GiB */
