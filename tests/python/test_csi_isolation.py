@@ -442,11 +442,12 @@ def test_the_mounter_refuses_a_socket_directory_open_to_others(tmp_path):
 
 
 @pytest.mark.parametrize("doc, why", [
-    ({"flags": ["--cache", "/etc"]}, "names a host directory"),
+    ({"flags": ["--log-directory", "/etc"]}, "names a host directory"),
+    ({"flags": ["--cache", "/etc"]}, "is not one a volume may set"),  # the request's cache field
     ({"flags": ["--log-file", "/etc/passwd"]}, "names a host file"),
     ({"flags": ["--sse-c-key", "fileb:///etc/shadow"]}, "names a host file"),
     ({"flags": ["--uid", "0;id"]}, "needs a value like"),
-    ({"flags": ["--foreground"]}, "is the mounter's to decide"),
+    ({"flags": ["--metrics-listen", "0.0.0.0:9"]}, "is the mounter's to decide"),
     ({"flags": ["--no-such-flag"]}, "is not one a volume may set"),
     ({"flags": ["/etc/passwd"]}, "is not --NAME"),
     ({"key": "../../../tmp/x"}, "is not a key the node makes"),
