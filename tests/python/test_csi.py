@@ -148,7 +148,7 @@ def test_volume_life(driver, ctx, s3, filled, tmp_path):
 @pytest.mark.parametrize("case", [
     "no-bucket", "unknown-option", "host-path-option", "log-file-option", "no-such-bucket",
     "target-is-file", "relative-target", "block", "no-capability", "bad-value",
-    "unknown-attribute", "cache-path"])
+    "unknown-attribute", "cache-path", "fs-ext4", "mount-group", "single-node-single-writer"])
 def test_bad_input(driver, ctx, tmp_path, case):
     target = tmp_path / "pod" / "mount"
     target.parent.mkdir()
@@ -177,12 +177,23 @@ def test_bad_input(driver, ctx, tmp_path, case):
         c["hostPath"], needle = "/etc", "hostPath"
     elif case == "cache-path":
         c["cache"], needle = "/var/lib", "not a path"
-    else:
-        needle = "capability" if case == "no-capability" else "mount volumes"
+    elif case == "no-capability":
+        needle = "capability"
+    else:  # beyond the driver's capabilities: the spec's FAILED_PRECONDITION
+        want = grpc.StatusCode.FAILED_PRECONDITION
+        needle = {"block": "mount volumes", "fs-ext4": "'ext4'",
+                  "mount-group": "volume_mount_group",
+                  "single-node-single-writer": "SINGLE_NODE_MULTI_WRITER"}[case]
     cap = capability(flags)
     if case == "block":
         cap = pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(),
                                   access_mode=M(mode=M.SINGLE_NODE_WRITER))
+    elif case == "fs-ext4":
+        cap.mount.fs_type = "ext4"
+    elif case == "mount-group":
+        cap.mount.volume_mount_group = "1000"
+    elif case == "single-node-single-writer":
+        cap.access_mode.mode = M.SINGLE_NODE_SINGLE_WRITER
     with pytest.raises(grpc.RpcError) as e:
         driver.stub("Node").NodePublishVolume(pb.NodePublishVolumeRequest(
             volume_capability=None if case == "no-capability" else cap, volume_context=c,
