@@ -25,12 +25,11 @@ import logging
 import os
 import re
 import secrets as pysecrets
-import threading
 import time
 
 import grpc
 
-from .node import _guard
+from .node import NamedLocks, _guard
 from .options import CONTEXT_KEYS, Volume, VolumeError, invalid, split_bucket
 from .proto import pb
 
@@ -104,12 +103,7 @@ class Controller:
         self.client_factory = client_factory or self._client
         # one CreateVolume/DeleteVolume at a time per prefix in this process (the provisioner
         # runs one controller, by leader election); the records settle it between processes
-        self._locks = {}
-        self._locks_lock = threading.Lock()
-
-    def _lock(self, bucket, prefix):
-        with self._locks_lock:
-            return self._locks.setdefault((bucket, prefix), threading.Lock())
+        self._locks = NamedLocks()
 
     @staticmethod
     def _client(params, secrets):
@@ -224,12 +218,11 @@ class Controller:
             raise invalid(why)
         client = self.client_factory(params, dict(req.secrets))
         from .. import _s3flash
-        with self._lock(bucket, prefix):
+        with self._locks.hold((bucket, prefix)):
             for _ in range(3):  # a record made meanwhile by another process: decide again
                 try:
                     rec = self._record(client, bucket, prefix)
-                    if rec is None:
-                        held = self._holder(client, bucket, prefix)
+                    held = self._holder(client, bucket, prefix) if rec is None else None
                 except VolumeError:
                     raise
                 except Exception as e:  # the bucket exists and the credentials may read it
@@ -312,7 +305,7 @@ class Controller:
             return rec is None
 
         n = 0
-        with self._lock(bucket, prefix):
+        with self._locks.hold((bucket, prefix)):
             try:
                 if not ours():
                     log.info("DeleteVolume %s: s3://%s/%s is not this volume's (deleted "
