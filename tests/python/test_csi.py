@@ -542,7 +542,8 @@ BESIDE = 30
 def test_stalled_volume_holds_up_no_other(driver, ctx, filled, endpoint, tmp_path):
     """R3: a publish whose endpoint accepts and never answers (the fault proxy stalls every
     response: `s3flash mount` waits at start-up) does not delay the publish, stats and
-    unpublish of another volume; once the endpoint answers, it completes."""
+    unpublish of another volume, and its retry answers ABORTED at once; once the endpoint
+    answers, it completes."""
     ta, tb = tmp_path / "a", tmp_path / "b"
     with faultproxy(endpoint) as proxy:
         proxy.set_faults([{"match": {}, "action": "stall", "seconds": 600}])
@@ -561,6 +562,11 @@ def test_stalled_volume_holds_up_no_other(driver, ctx, filled, endpoint, tmp_pat
             wait_for(lambda: proxy.stats()["requests_total"] >= 1, 60,
                      "the stalled volume's daemon to send its first request")
             t0 = time.monotonic()
+            # the same publish again (kubelet's retry) is not queued behind it: ABORTED
+            with pytest.raises(grpc.RpcError) as e:
+                publish(driver, "vol-stalled", ta, dict(ctx, endpointUrl=proxy.endpoint),
+                        timeout_s=BESIDE)
+            assert e.value.code() == grpc.StatusCode.ABORTED, e.value.details()
             publish(driver, "vol-b", tb, ctx, timeout_s=BESIDE)
             assert read(tb / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
             assert stats(driver, "vol-b", tb, timeout=BESIDE).usage

@@ -218,7 +218,8 @@ class Controller:
             raise invalid(why)
         client = self.client_factory(params, dict(req.secrets))
         from .. import _s3flash
-        with self._locks.hold((bucket, prefix)):
+        with self._locks.hold((bucket, prefix), "a CreateVolume or DeleteVolume of s3://%s/%s is "
+                              "in progress" % (bucket, prefix)):
             for _ in range(3):  # a record made meanwhile by another process: decide again
                 try:
                     rec = self._record(client, bucket, prefix)
@@ -305,7 +306,8 @@ class Controller:
             return rec is None
 
         n = 0
-        with self._locks.hold((bucket, prefix)):
+        with self._locks.hold((bucket, prefix), "a CreateVolume or DeleteVolume of s3://%s/%s "
+                              "is in progress" % (bucket, prefix)):
             try:
                 if not ours():
                     log.info("DeleteVolume %s: s3://%s/%s is not this volume's (deleted "

@@ -9,7 +9,8 @@ process stateless: a restarted node unpublishes what its predecessor published.
 
 Locks: one per target path (a publish or unpublish of it) and one per share key (the mount
 of a volume with its flags and credentials, held while it is made or released); none for the
-whole node. STS calls and the checks of a mount's liveness wait under a target's lock only,
+whole node. A publish or unpublish that finds its target's or its mount's lock taken answers
+ABORTED (the spec's "operation pending") rather than wait. STS calls and the checks of a mount's liveness wait under a target's lock only,
 `s3flash mount`'s start-up under its key's: a stalled endpoint holds up its own volume, never
 another. statfs/stat of a FUSE mount run in a thread with a deadline (bounded_stat): a hung
 daemon makes NodeGetVolumeStats answer UNAVAILABLE, not hang."""
@@ -46,13 +47,20 @@ class NamedLocks:
         self._locks = {}  # name -> [RLock, holders and waiters]
 
     @contextlib.contextmanager
-    def hold(self, name):
+    def hold(self, name, busy=None):
+        """Held for the block. With `busy` (a message), a lock another thread holds is not
+        waited for: ABORTED, the spec's "operation pending for volume" (the CO retries
+        later; a stalled call and its retries never pile up on the gRPC workers)."""
         with self._mu:
             entry = self._locks.setdefault(name, [threading.RLock(), 0])
             entry[1] += 1
         try:
-            with entry[0]:
+            if not entry[0].acquire(blocking=busy is None):
+                raise VolumeError(grpc.StatusCode.ABORTED, busy)
+            try:
                 yield
+            finally:
+                entry[0].release()
         finally:
             with self._mu:
                 entry[1] -= 1
@@ -267,7 +275,8 @@ class Node:
         # CSIDriver's requiresRepublish) carries a rotated Secret, which the running daemon
         # keeps using until the pod is mounted again
         digest = vol.digest(req.volume_id, target)
-        with self.target_locks.hold(target):
+        with self.target_locks.hold(target, "a publish or unpublish of %s is in progress"
+                                    % target):
             rec = self._load(target)
             if rec and sysmount.is_mounted(target):
                 if rec["digest"] != digest:
@@ -299,7 +308,10 @@ class Node:
             c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube,
                               self.audience)
             key = vol.share_key(req.volume_id, c.identity)
-            with self.key_locks.hold(key):  # the mount made, bound and recorded as one
+            # the mount made, bound and recorded as one
+            with self.key_locks.hold(key, "the mount of volume %s with these options and "
+                                     "credentials is being made or released"
+                                     % req.volume_id):
                 source = self._source(vol, key, c, target)
                 made = not os.path.exists(target)
                 os.makedirs(target, mode=0o750, exist_ok=True)
@@ -412,7 +424,8 @@ class Node:
         if not req.target_path:
             raise invalid("target_path is missing")
         target = _canonical(req.target_path)
-        with self.target_locks.hold(target):
+        with self.target_locks.hold(target, "a publish or unpublish of %s is in progress"
+                                    % target):
             rec = self._load(target)
             while sysmount.is_mounted(target):
                 if not rec and not any(m[0] == target and m[1] == "fuse.s3flash"
