@@ -28,5 +28,7 @@ tar -xzf "$tarball" -C "$out/src"
         GOPATH="$out/gopath" CGO_ENABLED=0 \
         go build -trimpath -o "$out/csi-sanity" ./cmd/csi-sanity >&2)
 echo "$sum" > "$out/csi-sanity.sha256"
-rm -rf "$out/src"
+# the source and Go's caches (140 MB) are of no use once the binary is there
+chmod -R u+w "$out/gocache" "$out/gopath" 2>/dev/null || true
+rm -rf "$out/src" "$out/gocache" "$out/gopath"
 echo "$out/csi-sanity"
