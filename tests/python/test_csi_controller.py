@@ -191,6 +191,21 @@ def test_late_delete_of_a_recreated_claim(controller, s3, bucket, endpoint):
     assert keys(s3, bucket, "") == []
 
 
+def test_delete_keeps_the_prefixes_of_other_volumes(controller, s3, bucket, endpoint):
+    """A volume of the earlier form (BUCKET/PREFIX/, no owner record: made before owner
+    records) whose prefix holds a newer volume's: its DeleteVolume deletes its own objects
+    and leaves the newer volume's prefix and record."""
+    ctl, _ = controller
+    inner = create(ctl, "inner", {"bucketName": bucket, "endpointUrl": endpoint,
+                                  "prefixTemplate": "old/${pv.name}/"})
+    s3.put_object(Bucket=bucket, Key="old/own.bin", Body=b"the old volume's")
+    s3.put_object(Bucket=bucket, Key="old/pvc-inner/data.bin", Body=b"the inner volume's")
+    ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=bucket + "/old/"), timeout=60)
+    assert keys(s3, bucket, "old/") == ["old/pvc-inner/data.bin"]
+    ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=inner.volume_id), timeout=60)
+    assert keys(s3, bucket, "") == []
+
+
 @pytest.mark.parametrize("params,code,needle", [
     ({}, grpc.StatusCode.INVALID_ARGUMENT, "bucketName"),
     ({"bucketName": "no-such-bucket-s3f-csi"}, grpc.StatusCode.NOT_FOUND, "NoSuchBucket"),
