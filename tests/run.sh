@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
-# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), builds
+# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0; among
+# them kubernetes-csi's csi-sanity against the CSI driver, built by tests/csi/build.sh), builds
 # the wheel and tests it as a user meets it (scripts/wheel-test.sh: libraries bundled, installed
 # into a clean Debian 12 root, the drop-in flow against the same RGW; the CSI driver's image
 # root, scripts/csi-image.sh), then runs the C tests again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
@@ -219,7 +220,17 @@ if [ $quick = 1 ]; then
     exit 0
 fi
 
-# the Python package: pip-installed (meson-python), tested against the same RGW
+# kubernetes-csi's csi-sanity (tests/csi/build.sh: Go, offline, from the vendored source kept
+# in tests/csi/; reused while that source is unchanged): the Python step runs it against the
+# CSI driver (tests/python/test_csi_sanity.py)
+build_csi_sanity() {
+    local bin
+    bin=$(bash tests/csi/build.sh) || return 1
+    export S3FLASH_CSI_SANITY=$bin
+}
+step csi-sanity-build build_csi_sanity
+# the Python package: pip-installed (meson-python), tested against the same RGW, the CSI
+# driver's csi-sanity among its tests
 step python bash tests/python/run.sh "${xdist[@]}"
 # many ranks on several hosts: torchrun (gloo) on two compute namespaces, 4 ranks saving and
 # loading through s3flash.dcp to an RGW of its own on a store namespace (docs/TESTING.md)

@@ -1,7 +1,7 @@
 """The `s3flash-csi` command (docs/KUBERNETES.md):
 
   s3flash-csi node --endpoint unix:///csi/csi.sock --node-id NODE --mounter-socket SOCK
-                   [--state-dir DIR] [--cache-root DIR] [--sts-endpoint URL]
+                   [--state-dir DIR] [--cache-root DIR] [--sts-endpoint URL] [--with-controller]
                    [--metrics-port PORT [--metrics-address IP]]
   s3flash-csi mounter --socket SOCK [--state-dir DIR] [--s3flash PATH] [--cache-root DIR]
                       [--daemon-cgroup DIR [--daemons-memory-limit SIZE] [--host-cgroup-ns]]
@@ -71,6 +71,9 @@ def parser():
                    help="the audience of the service-account token for STS (the CSIDriver's "
                         "tokenRequests)")
     n.add_argument("--max-volumes", type=int, default=0)
+    n.add_argument("--with-controller", action="store_true",
+                   help="the plugin's controller is deployed (dynamic provisioning): the "
+                        "node's Identity reports CONTROLLER_SERVICE, as the controller's does")
     n.add_argument("--metrics-port", type=int,
                    default=int(os.environ.get("S3FLASH_CSI_METRICS_PORT", "0") or 0),
                    help="serve every volume's metrics (Prometheus text, labelled volume_id) "
@@ -141,7 +144,8 @@ def main(argv=None):
             from . import metrics
             metrics.serve(metrics.Exporter(node.metrics_mounts), max(a.metrics_port, 0),
                           a.metrics_address)
-        server = _serve_grpc(a.endpoint, [("Identity", Identity()), ("Node", node)])
+        server = _serve_grpc(a.endpoint, [("Identity", Identity(controller=a.with_controller)),
+                                          ("Node", node)])
     else:
         from .controller import Controller
         server = _serve_grpc(a.endpoint, [("Identity", Identity(controller=True)),

@@ -1,7 +1,8 @@
 """A volume's settings from a NodePublishVolume request: volume_context keys (Mountpoint's
 driver's names where it has them), the PersistentVolume's mountOptions (mount_flags) checked
 against an allow-list of `s3flash mount` flags, the access mode and readonly. Everything here
-is validated before anything is mounted; a refusal is a VolumeError(INVALID_ARGUMENT, ...)."""
+is validated before anything is mounted; a refusal is a VolumeError(INVALID_ARGUMENT, ...),
+or FAILED_PRECONDITION for a capability beyond the driver's (check_capability)."""
 
 import hashlib
 import json
@@ -332,6 +333,34 @@ def parse_flag(raw):
     return m.group(1).lower(), (None if m.group(2) is None else m.group(2).strip())
 
 
+def check_capability(cap):
+    """A volume capability this driver serves, else a VolumeError: FAILED_PRECONDITION for
+    one beyond the driver's (the spec's "Exceeds capabilities": a block volume, another file
+    system, the access modes of the SINGLE_NODE_MULTI_WRITER node capability, which is not
+    advertised, a volume_mount_group without the VOLUME_MOUNT_GROUP one), INVALID_ARGUMENT for
+    one left out. The node (NodePublishVolume) and the controller (CreateVolume,
+    ValidateVolumeCapabilities, through Volume) refuse the same capabilities."""
+    beyond = lambda msg: VolumeError(grpc.StatusCode.FAILED_PRECONDITION, msg)  # noqa: E731
+    if cap.WhichOneof("access_type") is None:
+        raise invalid("volume_capability has no access_type (mount)")
+    if cap.WhichOneof("access_type") != "mount":
+        raise beyond("only mount volumes are served (access_type %s): an S3 prefix is a "
+                     "file system" % cap.WhichOneof("access_type"))
+    M = pb.VolumeCapability.AccessMode
+    mode = cap.access_mode.mode
+    if mode == M.UNKNOWN:
+        raise invalid("volume_capability.access_mode is missing")
+    if mode in (M.SINGLE_NODE_SINGLE_WRITER, M.SINGLE_NODE_MULTI_WRITER):
+        raise beyond("access mode %s needs the node capability SINGLE_NODE_MULTI_WRITER, "
+                     "which this driver does not advertise (use SINGLE_NODE_WRITER or a "
+                     "MULTI_NODE mode)" % M.Mode.Name(mode))
+    if cap.mount.fs_type not in ("", "fuse", "s3flash", "fuse.s3flash"):
+        raise beyond("fs_type %r: this driver mounts s3flash only" % cap.mount.fs_type)
+    if cap.mount.volume_mount_group:
+        raise beyond("volume_mount_group is not served (the node capability "
+                     "VOLUME_MOUNT_GROUP is not advertised): use the mount option gid")
+
+
 class Volume:
     """The validated settings of one publish. `daemon_flags` are the `s3flash mount` flags
     (no credentials, no host paths); `key_material` is everything that must match for two
@@ -349,16 +378,10 @@ class Volume:
         cap = req.volume_capability
         if not req.HasField("volume_capability"):
             raise invalid("volume_capability is missing")
-        if cap.WhichOneof("access_type") != "mount":
-            raise invalid("only mount volumes are served (access_type %s)"
-                          % cap.WhichOneof("access_type"))
-        mode = cap.access_mode.mode
+        check_capability(cap)
         M = pb.VolumeCapability.AccessMode
-        if mode == M.UNKNOWN:
-            raise invalid("volume_capability.access_mode is missing")
-        reader_only = mode in (M.SINGLE_NODE_READER_ONLY, M.MULTI_NODE_READER_ONLY)
-        if cap.mount.fs_type not in ("", "fuse", "s3flash", "fuse.s3flash"):
-            raise invalid("fs_type %r: this driver mounts s3flash only" % cap.mount.fs_type)
+        reader_only = cap.access_mode.mode in (M.SINGLE_NODE_READER_ONLY,
+                                               M.MULTI_NODE_READER_ONLY)
 
         self.bucket = ctx.get("bucketName", "")
         if not self.bucket:
