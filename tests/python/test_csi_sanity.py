@@ -28,7 +28,7 @@ PASSED, SKIPPED = 32, 60
 
 @pytest.fixture(scope="module")
 def csi_sanity():
-    """The binary: $S3FLASH_CSI_SANITY (tests/run.sh builds it in a step of its own), else
+    """The binary: $S3FLASH_CSI_SANITY (tests/run.sh builds it in the background before the Python step), else
     built here (about a minute on two cores, then reused)."""
     path = os.environ.get("S3FLASH_CSI_SANITY")
     if path:
