@@ -364,6 +364,18 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
      * which may reach the reader in any order */
     bool in_stream = !sequential && !rd->filling && rd->window_segs && len >= SEQ_LEN &&
                      pos + STREAM_BEHIND >= rd->seq_next && pos < window_end(rd);
+    /* the other half of a random read that the kernel split in two: a 1 MiB read at an
+     * offset not page-aligned reaches the mount as 1 MiB and the page past it, sent
+     * together and served in either order. That half is no stream (nor a jump): it
+     * fetches what it needs as a random miss, drops nothing and starts no read-ahead,
+     * which the next random read would only drop (a request cut off, its connection with
+     * it). The page past the read, or the read just before the page (ahead of it) */
+    bool pair = rd->after_jump && rd->jumps >= FILL_JUMPS && !rd->filling &&
+                ((pos == rd->seq_next && len < SEQ_LEN) ||
+                 (pos < rd->jump_start && pos + len == rd->jump_start));
+    if (pair)
+        sequential = in_stream = false;
+    uint64_t start = pos;
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
@@ -404,7 +416,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             /* a miss: merge with the window when just past it, else it is a jump */
             uint64_t wend = window_end(rd);
             bool merge = rd->window_segs && pos >= wend && pos - wend <= MERGE_GAP;
-            if (!merge && !sequential) {
+            if (!merge && !sequential && !pair) {
                 s3f__reader_drop_window(rd, NULL, 0);
                 rd->window = WINDOW_MIN;
                 /* a jump near the last read (the two first reads of a stream started
@@ -445,7 +457,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             uint32_t pk;
             plan_segments(rd, &pseg, &pk);
             uint64_t step = ramp_step(rd, f, pseg, pk < 2 ? 2 : pk);
-            if (!merge && !sequential && rd->jumps >= FILL_JUMPS)
+            if ((!merge && !sequential && rd->jumps >= FILL_JUMPS) || pair)
                 /* random (a second jump): about what it needs, no read-ahead. A first jump
                  * may start a stream (a reader of a shard: its first request is short
                  * where the page cache holds the pages before it), which needs the step */
@@ -504,9 +516,12 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     if (st == S3F_OK && !rd->filling) {
         if (sequential || pos == rd->seq_next)
             prefetch(rd, pos);
-        if (!in_stream || pos > rd->seq_next)
+        if ((!in_stream && !pair) || pos > rd->seq_next)
             rd->seq_next = pos;
     }
+    rd->after_jump = !sequential && !pair;
+    if (rd->after_jump)
+        rd->jump_start = start;
     rd->active--;
     rd->last_read_ns = s3f__now_ns();
     pthread_mutex_unlock(&rd->lock);

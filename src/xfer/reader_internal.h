@@ -95,6 +95,8 @@ struct s3f_reader {
     uint32_t jumps;                       /* random misses since the last fill or reclaim */
     uint64_t behind;                      /* reads came this far behind the stream's front */
     uint32_t streak;                      /* long sequential reads in a row */
+    bool after_jump;                      /* the last read call was a jump ... */
+    uint64_t jump_start;                  /* ... that started here */
     bool filling;                         /* the window is the whole object (fill) */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
