@@ -375,7 +375,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                  (pos < rd->jump_start && pos + len == rd->jump_start));
     if (pair)
         sequential = in_stream = false;
-    uint64_t start = pos;
+    uint64_t start = pos, front = rd->seq_next;
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
@@ -506,8 +506,14 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             continue; /* a fill's segments stay; a read of the tail (a zip's directory)
                        * passes no window segment: they stay for the reads that follow */
         /* segments read past are done with (those a read served out of order may still
-         * need, rd->behind, a little later) */
-        s3f__reader_drop_window(rd, ends_before, pos > rd->behind ? pos - rd->behind : 0);
+         * need, rd->behind, a little later). A read of the stream that came ahead of the
+         * front (the kernel's next request served before the one in front of it) read
+         * past none of the bytes between: the request for them comes next, so the segments
+         * from the front on stay (dropped, they were fetched a second time) */
+        uint64_t done_to = pos > rd->behind ? pos - rd->behind : 0;
+        if (in_stream && start > front && done_to > front)
+            done_to = front;
+        s3f__reader_drop_window(rd, ends_before, done_to);
         /* a long sequential read tops the read-ahead up as it consumes it, so that the
          * requests past its end are in flight before it returns */
         if (sequential && out < len)
