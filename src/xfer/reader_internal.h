@@ -97,6 +97,10 @@ struct s3f_reader {
     uint32_t streak;                      /* long sequential reads in a row */
     bool after_jump;                      /* the last read call was a jump ... */
     uint64_t jump_start;                  /* ... that started here */
+    uint64_t jump_len;                    /* ... and asked for this much */
+    bool pair_seen;                       /* the last jump's other half came */
+    uint64_t pair_long, pair_short;       /* the lengths of the longer and the shorter half
+                                           * of the last random read split in two */
     bool filling;                         /* the window is the whole object (fill) */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
