@@ -339,8 +339,10 @@ static bool fill_fits(struct s3f_reader *rd) {
  * likely get it again: a jump as long as the longer half fetches the page past it, one as
  * long as the shorter half the longer one before it, now, beside its own request, so that
  * the other half's bytes have arrived when it is asked for, instead of a second request's
- * round trip after the first half. One jump without it stops this until the next one
- * comes (a half that never comes costs its fetch once). [at, at + n), lock held. */
+ * round trip after the first half. Jumps without it stop this (pair_score: the page
+ * cache splits some reads otherwise, so one such jump does not), until one comes again (a
+ * half that never comes costs its fetch at most PAIR_SCORE_MAX times). [at, at + n), lock
+ * held. */
 static void fetch_pair(struct s3f_reader *rd, uint64_t at, uint64_t n) {
     S3F_ASSERT_HELD(&rd->lock);
     if (at >= rd->tail_start || find_seg(rd, at))
@@ -397,6 +399,9 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                  (pos < rd->jump_start && pos + len == rd->jump_start));
     if (pair) {
         sequential = in_stream = false;
+        if (!rd->pair_seen)
+            rd->pair_score = rd->pair_score + 2 < PAIR_SCORE_MAX ? rd->pair_score + 2
+                                                                 : PAIR_SCORE_MAX;
         rd->pair_seen = true;
         bool ahead = pos == rd->seq_next;
         rd->pair_long = ahead ? rd->jump_len : len;
@@ -455,7 +460,9 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                     s = find_seg(rd, pos);
                 }
                 if (!rd->filling && rd->jumps >= FILL_JUMPS) {
-                    bool predict = rd->pair_seen;
+                    if (!rd->pair_seen && rd->pair_score)
+                        rd->pair_score--;
+                    bool predict = rd->pair_score > 0;
                     rd->pair_seen = false;
                     if (predict && len == rd->pair_long)
                         fetch_pair(rd, pos + want, RANDOM_MIN); /* the page past it */
