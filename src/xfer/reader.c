@@ -408,6 +408,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         rd->pair_short = ahead ? len : rd->jump_len;
     }
     uint64_t start = pos, front = rd->seq_next;
+    bool kept_behind = false; /* fetch_pair fetches the other half, before this read */
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
@@ -466,8 +467,10 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                     rd->pair_seen = false;
                     if (predict && len == rd->pair_long)
                         fetch_pair(rd, pos + want, RANDOM_MIN); /* the page past it */
-                    else if (predict && len == rd->pair_short && pos >= rd->pair_long)
+                    else if (predict && len == rd->pair_short && pos >= rd->pair_long) {
                         fetch_pair(rd, pos - rd->pair_long, rd->pair_long); /* the read */
+                        kept_behind = true;
+                    }
                 }
             }
         }
@@ -556,9 +559,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
         uint64_t done_to = pos > rd->behind ? pos - rd->behind : 0;
         if (in_stream && start > front && done_to > front)
             done_to = front;
-        /* (a random read has no stream to drop behind: what it finds in the window is
-         * its own and its other half's, which may come next: fetch_pair) */
-        if (sequential || rd->jumps < FILL_JUMPS)
+        if (!kept_behind) /* (else the other half before it, which comes next) */
             s3f__reader_drop_window(rd, ends_before, done_to);
         /* a long sequential read tops the read-ahead up as it consumes it, so that the
          * requests past its end are in flight before it returns */
