@@ -246,10 +246,12 @@ SINK_DESC = "--s3-like: 80 MiB/s a connection, first byte 20 ms median, 100 ms p
 
 class Sink:
     """bench/s3flash-sink --s3-like --store, with the first --ls-keys count as --synth-list
-    keys under ls<N>/ of the bucket; the endpoint while in the `with` block."""
+    keys under ls<N>/ of the bucket; the endpoint while in the `with` block. With `limits`,
+    those options instead of --s3-like and no store (the pace-only sink)."""
 
-    def __init__(self, a):
+    def __init__(self, a, limits=None):
         self.a = a
+        self.limits = limits
 
     def __enter__(self):
         a = self.a
@@ -259,8 +261,9 @@ class Sink:
         port_file = os.path.join(self.dir, "port")
         n = a.ls_keys[0]
         self.proc = subprocess.Popen(
-            [exe, "--port", "0", "--port-file", port_file, "--threads", "4", "--s3-like",
-             "--store", "8G", "--synth-list", f"{a.sink_bucket}/ls{n}/:{n}"],
+            [exe, "--port", "0", "--port-file", port_file, "--threads", "4"]
+            + (self.limits if self.limits is not None else
+               ["--s3-like", "--store", "8G", "--synth-list", f"{a.sink_bucket}/ls{n}/:{n}"]),
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "wb"))
         deadline = time.monotonic() + 10
         while not os.path.exists(port_file):
@@ -273,6 +276,37 @@ class Sink:
         self.proc.terminate()
         self.proc.wait(30)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def pace_rows(a, tools, cell):
+    """Random 1 MiB reads against a sink that only paces each connection (--pace-rate, no
+    first-byte latency, issue 32): what a read costs when one connection's rate is all
+    there is. The object is a `size-N` key of the sink (no store), of --large-mib."""
+    nbytes = a.large_mib * MIB
+    row = (f"random 1 MiB reads, paced only ({a.pace_rate}B/s a connection, "
+           "no first byte)")
+    a.bucket = a.sink_bucket
+    work = tempfile.mkdtemp(prefix="s3flash-mountbench-pace-", dir="/var/tmp")
+    with Sink(a, ["--conn-rate", a.pace_rate]) as endpoint:
+        for tool in tools:
+            if tool == "rclone mount":   # looks names up by listing: the sink lists none
+                continue
+            try:
+                m = Tools(a, work).mount(tool, endpoint, tool.split()[0] + "-pace")
+            except Exception as e:
+                cell(row, tool, f"mount failed: {e}"[:80])
+                continue
+            try:
+                p = os.path.join(m.dir, f"random-size-{nbytes}")
+                os.stat(p)
+                t = timed(lambda: rand_reads(p, nbytes, a.rand1m, MIB, 3))[0]
+                cell(row, tool, f"{a.rand1m / t:,.1f} reads/s ({1000 * t / a.rand1m:.0f} ms "
+                     "a read)", a.rand1m / t)
+            except Exception as e:
+                cell(row, tool, f"error: {e}"[:60])
+            finally:
+                m.stop()
+    shutil.rmtree(work, ignore_errors=True)
 
 
 # ---- the table, the ratios and issue 19's targets ---------------------------------------------
@@ -629,6 +663,12 @@ def main():
     ap.add_argument("--servers", default="rgw,sink",
                     help="comma-separated: rgw (S3FLASH_TEST_*), sink (bench/s3flash-sink "
                     "--s3-like, started here)")
+    ap.add_argument("--pace-rate", default="50M",
+                    help="the pace-only row's sink: --conn-rate alone, no first-byte latency "
+                    "(random 1 MiB reads; empty: no such row)")
+    ap.add_argument("--pace-only", action="store_true",
+                    help="against the sink, only the pace-only row (no seeding, no S3-like "
+                    "rows)")
     ap.add_argument("--memory-target", type=int, default=512,
                     help="--memory-target of s3flash mount, MiB (the peak RSS target)")
     benchjson.add_argument(ap)
@@ -663,9 +703,20 @@ def main():
     results = []
     for server in servers:
         if server == "sink":
-            with Sink(a) as endpoint:
-                results.append((f"the sink in S3-like mode ({SINK_DESC})",
-                                run_server(a, tools, endpoint, server)))
+            rows, vals = {}, {}
+            if not a.pace_only:
+                with Sink(a) as endpoint:
+                    rows, vals = run_server(a, tools, endpoint, server)
+
+            def cell(row, col, text, value=None):
+                rows.setdefault(row, {})[col] = text
+                if value is not None:
+                    vals.setdefault(row, {})[col] = value
+                log(f"  [sink, paced only] {row} | {col}: {text}")
+            if a.pace_rate:
+                pace_rows(a, tools, cell)
+            results.append((f"the sink in S3-like mode ({SINK_DESC}); the paced-only row: "
+                            f"--conn-rate {a.pace_rate} alone", (rows, vals)))
         elif server == "rgw":
             results.append(("Ceph RGW (loopback)",
                             run_server(a, tools, a.rgw_endpoint, server)))

@@ -102,10 +102,10 @@ static void library_log(void *user, enum s3f_log_level level, const char *msg) {
 /* ---- the kernel's read-ahead ------------------------------------------------------------ */
 
 /* The kernel gives a FUSE mount the default read-ahead of a block device (128 KiB), and a
- * sequential read then reaches the daemon as 128 KiB requests, one at a time (reads are
- * synchronous, see op_init in fs.c): most of the time goes to the round trips. Raising the
- * mount's read_ahead_kb in sysfs to `kib` (fs.c's max_readahead, also max_write, so one
- * request carries up to 1 MiB) makes them 1 MiB. Only root can write sysfs: anyone else
+ * sequential read then reaches the daemon as 128 KiB requests: most of the time goes to
+ * the round trips. Raising the mount's read_ahead_kb in sysfs to `kib` (fs.c's
+ * max_readahead; max_write is 1 MiB, so one request carries up to 1 MiB) makes them 1 MiB,
+ * and a 1 MiB read at any offset one request (mount.h says why 2 MiB). Only root can write sysfs: anyone else
  * keeps the kernel's default, which works, only more slowly. The device number comes from
  * /proc/self/mountinfo (a stat of the mount point would wait for the session's loop, which
  * has not started yet). */

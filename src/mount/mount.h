@@ -87,9 +87,16 @@ struct s3f_metrics *mnt_fs_metrics(struct mnt_fs *fs);
 /* Stop the notifier, abort uploads still open (no object), close readers, free. */
 void mnt_fs_free(struct mnt_fs *fs);
 
-/* The kernel's read-ahead of the mount: fs.c's max_readahead (op_init, every mount) and
- * max_write, and what mount.c writes to sysfs when it may (root). */
-#define MNT_READ_AHEAD_KIB 1024u
+/* The kernel's read-ahead of the mount: fs.c's max_readahead (op_init, every mount), and
+ * what mount.c writes to sysfs when it may (root). Twice a FUSE request (max_write, 1 MiB):
+ * the kernel takes a read longer than its read-ahead for the start of a stream, and a
+ * 1 MiB read at an offset not page-aligned spans 257 pages. With 1 MiB that random read
+ * became three 1 MiB requests, one after the other (the read, the async read-ahead of the
+ * next 1 MiB, whose first page the read needs, and the one that page's read-ahead mark
+ * starts, which the next read waited behind): 3 MiB and three round trips a read. With
+ * 2 MiB it is one request of 1 MiB and one of 4 KiB, sent together; a sequential read
+ * still reaches the daemon as 1 MiB requests, two in flight. */
+#define MNT_READ_AHEAD_KIB 2048u
 
 /* Log through the daemon's sink (log file, syslog or stderr). */
 void mnt_log(enum s3f_log_level level, const char *fmt, ...)

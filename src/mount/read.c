@@ -376,8 +376,11 @@ void mnt_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_buf(req, buf, n);
         return;
     }
+    MNT_TRACE("read %s: %zu bytes at %lld", h->path, size, (long long)off);
     enum s3f_status st = s3f_reader_pread(h->r, buf, size, (uint64_t)off, &n, &err);
     pthread_mutex_unlock(&h->mu);
+    MNT_TRACE("read %s: %zu bytes at %lld: %zu bytes, status %d", h->path, size,
+              (long long)off, n, (int)st);
     if (st != S3F_OK) {
         mnt_log_error("read", h->path, &err);
         fuse_reply_err(req, mnt_errno_of(st, 1));

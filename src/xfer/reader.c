@@ -334,6 +334,27 @@ static bool fill_fits(struct s3f_reader *rd) {
     return rd->size <= free_bytes / 2;
 }
 
+/* A random read whose last jump came with its other half (read_at's `pair`: a 1 MiB read
+ * not page-aligned reaches the mount as 1 MiB and the page past it, in either order) will
+ * likely get it again: a jump as long as the longer half fetches the page past it, one as
+ * long as the shorter half the longer one before it, now, beside its own request, so that
+ * the other half's bytes have arrived when it is asked for, instead of a second request's
+ * round trip after the first half. Jumps without it stop this (pair_score: the page
+ * cache splits some reads otherwise, so one such jump does not), until one comes again (a
+ * half that never comes costs its fetch at most PAIR_SCORE_MAX times). [at, at + n), lock
+ * held. */
+static void fetch_pair(struct s3f_reader *rd, uint64_t at, uint64_t n) {
+    S3F_ASSERT_HELD(&rd->lock);
+    if (at >= rd->tail_start || find_seg(rd, at))
+        return;
+    uint64_t e = at + n, limit = next_start(rd, at);
+    struct seg *s = s3f__reader_seg_new(rd, at, e < limit ? e : limit, NULL);
+    if (!s)
+        return; /* the pool is full: optional, as read-ahead */
+    insert_seg(rd, s);
+    kick(rd, s3f__reader_seg_queue(rd, s));
+}
+
 static void unlink_seg(struct s3f_reader *rd, struct seg *s) {
     if (s == rd->tail) {
         rd->tail = NULL;
@@ -361,9 +382,33 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                       (pos > rd->seq_next && pos - rd->seq_next <= SEQ_GAP && len >= SEQ_LEN);
     /* ... or a long read in the stream's window, or a little behind its front: the kernel
      * sends the read-ahead of one file as several requests at once (FUSE's async reads),
-     * which may reach the reader in any order */
+     * which may reach the reader in any order. Not once reads are random, until a stream
+     * shows again: a random read a little behind the last one, below the segment that
+     * one's random miss or other half left, is no stream */
     bool in_stream = !sequential && !rd->filling && rd->window_segs && len >= SEQ_LEN &&
-                     pos + STREAM_BEHIND >= rd->seq_next && pos < window_end(rd);
+                     pos + STREAM_BEHIND >= rd->seq_next && pos < window_end(rd) &&
+                     (rd->streak || rd->jumps < FILL_JUMPS);
+    /* the other half of a random read that the kernel split in two: a 1 MiB read at an
+     * offset not page-aligned reaches the mount as 1 MiB and the page past it, sent
+     * together and served in either order. That half is no stream (nor a jump): it
+     * fetches what it needs as a random miss, drops nothing and starts no read-ahead,
+     * which the next random read would only drop (a request cut off, its connection with
+     * it). The page past the read, or the read just before the page (ahead of it) */
+    bool pair = rd->after_jump && rd->jumps >= FILL_JUMPS && !rd->filling &&
+                ((pos == rd->seq_next && len < SEQ_LEN) ||
+                 (pos < rd->jump_start && pos + len == rd->jump_start));
+    if (pair) {
+        sequential = in_stream = false;
+        if (!rd->pair_seen)
+            rd->pair_score = rd->pair_score + 2 < PAIR_SCORE_MAX ? rd->pair_score + 2
+                                                                 : PAIR_SCORE_MAX;
+        rd->pair_seen = true;
+        bool ahead = pos == rd->seq_next;
+        rd->pair_long = ahead ? rd->jump_len : len;
+        rd->pair_short = ahead ? len : rd->jump_len;
+    }
+    uint64_t start = pos, front = rd->seq_next;
+    bool kept_behind = false; /* fetch_pair fetches the other half, before this read */
     if (in_stream && pos < rd->seq_next && rd->seq_next - pos > rd->behind)
         rd->behind = rd->seq_next - pos; /* keep this much behind the front from now on */
     sequential = sequential || in_stream;
@@ -404,7 +449,7 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             /* a miss: merge with the window when just past it, else it is a jump */
             uint64_t wend = window_end(rd);
             bool merge = rd->window_segs && pos >= wend && pos - wend <= MERGE_GAP;
-            if (!merge && !sequential) {
+            if (!merge && !sequential && !pair) {
                 s3f__reader_drop_window(rd, NULL, 0);
                 rd->window = WINDOW_MIN;
                 /* a jump near the last read (the two first reads of a stream started
@@ -414,6 +459,18 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
                 if (d > STREAM_BEHIND && ++rd->jumps >= FILL_JUMPS && fill_fits(rd)) {
                     fill_start(rd, pos);
                     s = find_seg(rd, pos);
+                }
+                if (!rd->filling && rd->jumps >= FILL_JUMPS) {
+                    if (!rd->pair_seen && rd->pair_score)
+                        rd->pair_score--;
+                    bool predict = rd->pair_score > 0;
+                    rd->pair_seen = false;
+                    if (predict && len == rd->pair_long)
+                        fetch_pair(rd, pos + want, RANDOM_MIN); /* the page past it */
+                    else if (predict && len == rd->pair_short && pos >= rd->pair_long) {
+                        fetch_pair(rd, pos - rd->pair_long, rd->pair_long); /* the read */
+                        kept_behind = true;
+                    }
                 }
             }
         }
@@ -445,10 +502,11 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             uint32_t pk;
             plan_segments(rd, &pseg, &pk);
             uint64_t step = ramp_step(rd, f, pseg, pk < 2 ? 2 : pk);
-            if (!merge && !sequential && rd->jumps >= FILL_JUMPS)
-                /* random (a second jump): about what it needs, no read-ahead. A first jump
-                 * may start a stream (a reader of a shard: its first request is short
-                 * where the page cache holds the pages before it), which needs the step */
+            if ((!sequential && rd->jumps >= FILL_JUMPS) || pair)
+                /* random (a second jump): about what it needs, no read-ahead, also just
+                 * past the window (the other half fetch_pair fetched). A first jump may
+                 * start a stream (a reader of a shard: its first request is short where
+                 * the page cache holds the pages before it), which needs the step */
                 step = (need_end - pos + RANDOM_ROUND - 1) / RANDOM_ROUND * RANDOM_ROUND;
             if (step < RANDOM_MIN)
                 step = RANDOM_MIN;
@@ -494,8 +552,15 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
             continue; /* a fill's segments stay; a read of the tail (a zip's directory)
                        * passes no window segment: they stay for the reads that follow */
         /* segments read past are done with (those a read served out of order may still
-         * need, rd->behind, a little later) */
-        s3f__reader_drop_window(rd, ends_before, pos > rd->behind ? pos - rd->behind : 0);
+         * need, rd->behind, a little later). A read of the stream that came ahead of the
+         * front (the kernel's next request served before the one in front of it) read
+         * past none of the bytes between: the request for them comes next, so the segments
+         * from the front on stay (dropped, they were fetched a second time) */
+        uint64_t done_to = pos > rd->behind ? pos - rd->behind : 0;
+        if (in_stream && start > front && done_to > front)
+            done_to = front;
+        if (!kept_behind) /* (else the other half before it, which comes next) */
+            s3f__reader_drop_window(rd, ends_before, done_to);
         /* a long sequential read tops the read-ahead up as it consumes it, so that the
          * requests past its end are in flight before it returns */
         if (sequential && out < len)
@@ -504,8 +569,13 @@ static enum s3f_status read_at(struct s3f_reader *rd, char *buf, size_t len, uin
     if (st == S3F_OK && !rd->filling) {
         if (sequential || pos == rd->seq_next)
             prefetch(rd, pos);
-        if (!in_stream || pos > rd->seq_next)
+        if ((!in_stream && !pair) || pos > rd->seq_next)
             rd->seq_next = pos;
+    }
+    rd->after_jump = !sequential && !pair;
+    if (rd->after_jump) {
+        rd->jump_start = start;
+        rd->jump_len = len;
     }
     rd->active--;
     rd->last_read_ns = s3f__now_ns();

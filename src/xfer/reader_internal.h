@@ -30,6 +30,8 @@
                                            * of one handle served out of order) is in it */
 #define STREAM_OPEN (16u << 20)          /* a confirmed stream's window, at once */
 #define FILL_JUMPS 2                      /* random misses before an object is filled */
+#define PAIR_SCORE_MAX 4u                 /* jumps without their other half that it takes
+                                           * to stop fetching it (fetch_pair) */
 #define FILL_WAIT (1u << 20)              /* a read at most this far past a fill segment's
                                            * arrived bytes waits for them, else fetches */
 
@@ -95,6 +97,14 @@ struct s3f_reader {
     uint32_t jumps;                       /* random misses since the last fill or reclaim */
     uint64_t behind;                      /* reads came this far behind the stream's front */
     uint32_t streak;                      /* long sequential reads in a row */
+    bool after_jump;                      /* the last read call was a jump ... */
+    uint64_t jump_start;                  /* ... that started here */
+    uint64_t jump_len;                    /* ... and asked for this much */
+    bool pair_seen;                       /* the last jump's other half came */
+    uint32_t pair_score;                  /* + 2 a jump with its other half, - 1 one
+                                           * without (at most PAIR_SCORE_MAX) */
+    uint64_t pair_long, pair_short;       /* the lengths of the longer and the shorter half
+                                           * of the last random read split in two */
     bool filling;                         /* the window is the whole object (fill) */
     struct s3f__sched_entry entry;
     struct s3f__pool_lender lender;       /* the pool asks for the loans back */
