@@ -404,10 +404,9 @@ int mnt_run(const struct mnt_options *in) {
         free(mp);
         return 1;
     }
-    log_max = o.no_log      ? S3F_LOG_OFF
-              : o.debug     ? S3F_LOG_DEBUG
-              : o.debug_crt || o.log_metrics ? S3F_LOG_INFO
-                                             : S3F_LOG_WARN;
+    /* the mount's own lines: INFO as Mountpoint's default (its start and end), DEBUG with
+     * --debug; the clients' lines pass their own level (library_log) */
+    log_max = o.no_log ? S3F_LOG_OFF : o.debug ? S3F_LOG_DEBUG : S3F_LOG_INFO;
     /* with --debug, S3FLASH_LOG=trace adds the mount's state transitions (handles, the
      * readdir stream, the overwrite guard) */
     const char *lv = getenv("S3FLASH_LOG");
