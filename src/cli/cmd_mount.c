@@ -216,6 +216,9 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
     o.allow_other = a->set[OPT_ALLOW_OTHER] ? 1 : 0;
     o.allow_root = a->set[OPT_ALLOW_ROOT] ? 1 : 0;
     o.auto_unmount = a->set[OPT_AUTO_UNMOUNT] ? 1 : 0;
+    if (o.auto_unmount && strncmp(o.mountpoint, "/dev/fd/", 8) == 0)
+        return cli_usage_error(ctx->cmd, "--auto-unmount does nothing on a /dev/fd/N mount point: "
+                               "the process that mounted it unmounts it (as Mountpoint says)");
     o.infer_content_type = a->set[OPT_INFER_CONTENT_TYPE] ? 1 : 0;
     if (o.allow_other && o.allow_root)
         return cli_usage_error(ctx->cmd, "--allow-root and --allow-other exclude each other "

@@ -104,6 +104,13 @@ def test_refused_before_mounting(cli_path, tmp_path, flags, bucket_name, message
     assert not is_mounted(str(d))
 
 
+def test_auto_unmount_refused_on_a_fuse_fd(cli_path):
+    p = subprocess.run([str(cli_path), "mount", "--auto-unmount", "bkt", "/dev/fd/3"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--auto-unmount does nothing on a /dev/fd/N" in p.stderr, \
+        (p.returncode, p.stderr)
+
+
 def test_dual_stack_with_an_endpoint_from_the_environment(cli_path, rgw, tmp_path):
     """The endpoint is not on the command line (AWS_ENDPOINT_URL): the rules refuse it at
     the start-up LIST, before the mount: exit status 1, the rule named, nothing mounted."""
