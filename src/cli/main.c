@@ -140,7 +140,7 @@ static const struct cli_opt_spec mount_opts[] = {
      "log to a new file mountpoint-s3-TIMESTAMP.RANDOM.log in DIR (Mountpoint's naming)"},
     {"no-log", 0, 0, OPT_NO_LOG, NULL, "log nothing (start-up errors still go to stderr)"},
     {"debug-crt", 0, 0, OPT_DEBUG_CRT, NULL,
-     "log the transport's detail too: every request's headers, connections, retries (TRACE)"},
+     "log the transport's detail too: every request's headers, each attempt's outcome (TRACE)"},
     {"read-only", 0, 0, OPT_READ_ONLY, NULL, "refuse every change (EROFS)"},
     {"allow-delete", 0, 0, OPT_ALLOW_DELETE, NULL, "let unlink delete objects"},
     {"allow-overwrite", 0, 0, OPT_ALLOW_OVERWRITE, NULL,
@@ -159,7 +159,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"dir-mode", 0, 1, OPT_DIR_MODE, "MODE", "permissions of directories, octal (default 0755)"},
     {"file-mode", 0, 1, OPT_FILE_MODE, "MODE", "permissions of files, octal (default 0644)"},
     {"metadata-ttl", 0, 1, OPT_METADATA_TTL, "SECONDS",
-     "keep attributes and entries this long: SECONDS, minimal (1 s) or indefinite\n"
+     "keep attributes and entries this long: SECONDS, minimal (1 s) or indefinite "
      "(default: minimal, 60 with --cache; 0: ask S3 every time)"},
     {"negative-metadata-ttl", 0, 1, OPT_NEGATIVE_METADATA_TTL, "SECONDS",
      "keep 'no such file' this long: SECONDS, minimal or indefinite (default: --metadata-ttl)"},
@@ -193,7 +193,7 @@ static const struct cli_opt_spec mount_opts[] = {
     {"ca-bundle", 0, 1, OPT_CA_BUNDLE, "PATH",
      "CA certificates to verify HTTPS with (default: AWS_CA_BUNDLE, else the system's)"},
     {"bind", 0, 1, OPT_BIND, "IFACE",
-     "open connections through this network interface (SO_BINDTODEVICE); repeat to spread\n"
+     "open connections through this network interface (SO_BINDTODEVICE); repeat to spread "
      "them over several"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},
     {"user-agent-prefix", 0, 1, OPT_USER_AGENT_PREFIX, "TEXT",
