@@ -263,7 +263,7 @@ static int parent_wait(int fd, pid_t child) {
         if (r <= 0)
             break;
         n += (size_t)r;
-        if (n == sizeof(buf) - 1)
+        if (n == sizeof(buf) - 1 || buf[0] == '0') /* "0": mounted, nothing follows */
             break;
     }
     close(fd);
@@ -415,7 +415,10 @@ int mnt_run(const struct mnt_options *in) {
 
     if (!o.foreground) {
         int p[2];
-        if (pipe(p) != 0) {
+        /* close-on-exec: fusermount3, which libfuse runs to mount (and which stays as long
+         * as the mount with --auto-unmount), must not hold the write end, or the parent
+         * would wait for its end-of-file as long as the mount lives */
+        if (pipe2(p, O_CLOEXEC) != 0) {
             fprintf(stderr, "s3flash: pipe: %s\n", strerror(errno));
             free(cache_abs);
             free(mp);

@@ -407,6 +407,36 @@ def test_auto_unmount(mounts):
     force_unmount(plain.dir)
 
 
+def test_auto_unmount_in_the_background(cli_path, rgw, bucket, tmp_path):
+    """Without --foreground the command returns once the mount is up, with --auto-unmount
+    too (fusermount3, which stays beside the daemon for it, holds nothing of the start-up
+    pipe); SIGKILL of the daemon then unmounts."""
+    d = tmp_path / "m"
+    d.mkdir()
+    m = Mount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, f"{bucket}/aubg/", d,
+              ["--auto-unmount"], region=rgw.region)
+    argv = [a for a in m.argv() if a != "--foreground"]
+    try:
+        p = subprocess.run(argv, env=m.env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert is_mounted(str(d))
+        daemon = [pid for pid in os.listdir("/proc") if pid.isdigit() and
+                  _cmdline(pid)[:1] == [str(cli_path)] and str(d) in _cmdline(pid)]
+        assert len(daemon) == 1, daemon
+        os.kill(int(daemon[0]), signal.SIGKILL)
+        poll(lambda: not is_mounted(str(d)), "the mount point unmounted", timeout=20)
+    finally:
+        force_unmount(str(d))
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
 def run_as_nobody(path):
     """os.listdir(path) as uid/gid 65534: 'ok', or the errno's name."""
     p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
