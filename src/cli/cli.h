@@ -390,6 +390,13 @@ enum s3f_status cli_list_each(struct s3f_client *c, const char *bucket, const ch
 /* Value of --page-size (0 when not given); -1 after printing a usage error. */
 int cli_page_size(const struct cli_ctx *ctx);
 
+/* Mountpoint's fstab style (fstab.c): every "-o OPTIONS" of a mount command line replaced
+ * by the flags it spells ("allow-delete,uid=1000" -> --allow-delete --uid=1000; "ro" ->
+ * --read-only; mount(8)'s own options dropped). *out_argv is argv itself when there is
+ * none, else a new array (kept for the process's life). CLI_EXIT_OK, or CLI_EXIT_USAGE
+ * after printing what is wrong. */
+int cli_fstab_expand(int argc, char **argv, int *out_argc, char ***out_argv);
+
 /* Parse a size: a whole number of bytes with an optional suffix K, M, G or T (also written
  * Ki/Mi/Gi/Ti, KiB/MiB/GiB/TiB or KB/MB/GB/TB; any case), every one a power of 1024:
  * "8M" = "8MiB" = 8388608. 0 on success, -1 when malformed or over UINT64_MAX. */

@@ -281,7 +281,10 @@ static const struct cli_command commands[] = {
      "Reads any object (sequential and random); writes new files sequentially, uploaded\n"
      "while written and visible at close; deletes, overwrites and renames only when\n"
      "allowed. Unmount with 'fusermount3 -u DIR', SIGTERM or SIGINT. docs/SEMANTICS.md has\n"
-     "every operation and its errno; docs/CLI.md every option.",
+     "every operation and its errno; docs/CLI.md every option.\n"
+     "Every flag of Mountpoint's mount-s3 is taken, also in its fstab style:\n"
+     "'s3flash mount BUCKET DIR -o OPTIONS', OPTIONS the flags without their dashes,\n"
+     "comma-separated (allow-delete,uid=1000,ro; '\\,' for a comma in a value).",
      mount_opts, 2, 2, cli_cmd_mount},
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
@@ -370,7 +373,10 @@ int main(int argc, char **argv) {
 
     struct cli_args args;
     const struct cli_command *cmd = NULL;
-    int rc = cli_args_parse(argc, argv, commands, &args, &cmd);
+    int rc = cli_fstab_expand(argc, argv, &argc, &argv);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    rc = cli_args_parse(argc, argv, commands, &args, &cmd);
     if (rc != CLI_EXIT_OK)
         return rc;
     if (args.set[OPT_HELP]) {

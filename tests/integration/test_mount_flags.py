@@ -88,6 +88,12 @@ REFUSED = [
     (["--maximum-throughput-gbps", "0"], "b", "--maximum-throughput-gbps must be"),
     (["--max-cache-size", "10X", "--cache", "/tmp/c"], "b", "--max-cache-size must be MiB"),
     (["--memory-target", "16"], "b", "--memory-target must be MiB (at least 32)"),
+    # Mountpoint's fstab style
+    (["-o", "ro,rw"], "b", "mount -o: 'ro' and 'rw' exclude each other"),
+    (["-o", "allow-delete,foreground"], "b", "mount -o: 'foreground' is not taken"),
+    (["-o", "--uid=2"], "b", "mount -o: '--uid=2' is not taken"),
+    (["-o", 'cache="x"'], "b", "mount -o: unexpected '\"'"),
+    (["-o", "uid=2,typo"], "b", "unknown option '--typo'"),
 ]
 
 
@@ -243,6 +249,39 @@ def test_prefix(mounts, s3, bucket, cli_path, rgw, tmp_path, how):
         assert (d / "inside").read_bytes() == b"in"
     finally:
         m.stop()
+
+
+class FstabMount(Mount):
+    def argv(self):  # BUCKET DIR -o OPTIONS, as fstab's mount helper calls it
+        return [self.cli, "--endpoint-url", self.endpoint, "--force-path-style", "mount",
+                "--foreground", self.source, self.dir, "-o", ",".join(self.options)]
+
+
+def test_fstab_style(cli_path, rgw, bucket, s3, tmp_path):
+    """-o OPTIONS (mount-s3's fstab style): the flags without dashes, a comma escaped in a
+    value, mount(8)'s and systemd's own options dropped, ro for --read-only."""
+    s3.put_object(Bucket=bucket, Key="fs,tab/f", Body=b"fstab")
+    opts = ["allow-delete", "prefix=fs\\,tab/", "metadata-ttl=indefinite", "_netdev",
+            "nofail", "x-systemd.automount", "rw"]
+    m = FstabMount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key, bucket,
+                   tmp_path / "m", opts, region=rgw.region,
+                   log_path=str(tmp_path / "m.log")).start()
+    try:
+        assert os.listdir(m.dir) == ["f"]
+        os.unlink(Path(m.dir) / "f")  # allow-delete
+    finally:
+        m.stop()
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="fs,tab/")
+    s3.put_object(Bucket=bucket, Key="fs,tab/g", Body=b"g")
+    r = FstabMount(cli_path, rgw.endpoint, rgw.access_key, rgw.secret_key,
+                   f"{bucket}/fs,tab/", tmp_path / "r", ["ro"], region=rgw.region,
+                   log_path=str(tmp_path / "r.log")).start()
+    try:
+        with pytest.raises(OSError) as e:
+            os.unlink(Path(r.dir) / "g")
+        assert e.value.errno == 30  # EROFS: --read-only
+    finally:
+        r.stop()
 
 
 def test_bucket_type_directory(mounts, proxy, s3, bucket):
