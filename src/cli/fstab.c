@@ -69,6 +69,10 @@ static int next_option(const char **s, char **out, int *ro, int *rw) {
     return 0;
 }
 
+/* the expanded argv, reachable for the process's life (its strings are the options'
+ * values), so that a leak checker does not count it */
+static char **expanded;
+
 int cli_fstab_expand(int argc, char **argv, int *out_argc, char ***out_argv) {
     *out_argc = argc;
     *out_argv = argv;
@@ -83,7 +87,7 @@ int cli_fstab_expand(int argc, char **argv, int *out_argc, char ***out_argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
             cap += strlen(argv[i + 1]) + 1; /* at most one option per character */
-    char **nv = calloc(cap, sizeof(*nv)); /* kept for the process's life: argv's strings */
+    char **nv = expanded = calloc(cap, sizeof(*nv));
     if (!nv)
         return cli_usage_error(NULL, "out of memory");
     int nc = 0, ro = 0, rw = 0;
