@@ -32,9 +32,9 @@ S3Client(endpoint=ep).upload(bucket, "hello.txt", b"hello from the image\n")
 target = os.path.join(base, "pod", "mount")
 os.makedirs(os.path.dirname(target))
 try:
-    for args in (["mounter", "--socket", base + "/m.sock", "--state-dir", base + "/state"],
+    for args in (["mounter", "--socket", base + "/run/m.sock", "--state-dir", base + "/state"],
                  ["node", "--endpoint", "unix://%s/csi.sock" % base, "--node-id", "image",
-                  "--mounter-socket", base + "/m.sock", "--state-dir", base + "/state"]):
+                  "--mounter-socket", base + "/run/m.sock", "--state-dir", base + "/state"]):
         procs.append(subprocess.Popen(["s3flash-csi"] + args))
     wait(lambda: os.path.exists(base + "/csi.sock"), "the node's socket")
     node = Stub(grpc.insecure_channel("unix://%s/csi.sock" % base), "Node")

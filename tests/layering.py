@@ -70,7 +70,9 @@ PUBLIC_CALLS_ALLOWED = {
     # xfer/ is the engine directly above s3/ and composes whole S3 operations: the public
     # function is the operation itself (its argument checks and one executed request),
     # with no internal function behind it that would not repeat it.
-    "xfer": {"s3f_get_object",            # stream.c (stream GETs), xfer.c (the cache's origin)
+    "xfer": {"s3f_get_object",            # stream.c (stream GETs), xfer.c (the cache's origin,
+                                          # the shared cache's GET)
+             "s3f_put_object",            # xfer.c: the shared cache's PUT of a block
              "s3f_head_object",           # upload_known.c (a copy's source), xfer.c (origin)
              "s3f_list_multipart_uploads",  # upload_ctl.c: orphans of a key
              "s3f_abort_multipart_upload",  # upload_ctl.c

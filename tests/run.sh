@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds (warnings as errors), runs the unit
 # tests, starts a real Ceph RGW on loopback, runs the integration tests against it, installs
-# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0), builds
+# the Python package with pip and runs its tests (tests/python/run.sh, torch==2.13.0; among
+# them kubernetes-csi's csi-sanity against the CSI driver, built by tests/csi/build.sh), builds
 # the wheel and tests it as a user meets it (scripts/wheel-test.sh: libraries bundled, installed
 # into a clean Debian 12 root, the drop-in flow against the same RGW; the CSI driver's image
 # root, scripts/csi-image.sh), then runs the C tests again under ASan+UBSan (LeakSanitizer on) with the allocation-failure torture
@@ -129,7 +130,8 @@ tsan_mount() {
         S3FLASH_BUILD_DIR="$root/build-tsan" S3FLASH_CONCURRENT_SEEDS=1 python3 -m pytest -q \
         -p no:cacheprovider tests/integration/test_mount_deadlock.py \
         tests/integration/test_mount_concurrent.py \
-        tests/integration/test_mount_resources.py || rc=1
+        tests/integration/test_mount_resources.py \
+        tests/integration/test_mount_cache_xz.py || rc=1
     if compgen -G "$logs/tsan*" >/dev/null; then
         echo "ThreadSanitizer reports of s3flash mount:" >&2
         cat "$logs"/tsan* >&2
@@ -185,6 +187,12 @@ if [ $quick = 0 ] && [ "${S3FLASH_SKIP_WHEEL:-0}" != 1 ]; then
 fi
 
 step build build build
+# kubernetes-csi's csi-sanity (tests/csi/build.sh: Go, offline, from the vendored source kept
+# in tests/csi/; reused while that source is unchanged), built beside the unit and
+# integration steps (30-75 s of two cores' time) for the Python step
+if [ $quick = 0 ]; then
+    bg_start csi-sanity-build bash tests/csi/build.sh "$root/build/csi-sanity"
+fi
 step unit meson test -C build --suite unit --print-errorlogs
 
 start_rgw() { rgw_env=$(bash tests/servers/rgw.sh start "$rgw_dir"); }
@@ -218,7 +226,14 @@ if [ $quick = 1 ]; then
     exit 0
 fi
 
-# the Python package: pip-installed (meson-python), tested against the same RGW
+# kubernetes-csi's csi-sanity, built in the background since the build step (above): the
+# Python step runs it against the CSI driver (tests/python/test_csi_sanity.py)
+if [ "${bg_pid[csi-sanity-build]:-}" ]; then
+    bg_wait csi-sanity-build
+    export S3FLASH_CSI_SANITY="$root/build/csi-sanity/csi-sanity"
+fi
+# the Python package: pip-installed (meson-python), tested against the same RGW, the CSI
+# driver's csi-sanity among its tests
 step python bash tests/python/run.sh "${xdist[@]}"
 # many ranks on several hosts: torchrun (gloo) on two compute namespaces, 4 ranks saving and
 # loading through s3flash.dcp to an RGW of its own on a store namespace (docs/TESTING.md)

@@ -186,11 +186,12 @@ struct s3f_client_options {
      * to 5 GiB, else s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Grown per object
      * when an object would need more than 10,000 parts. */
     uint64_t part_size_bytes;
-    /* 0: 512 MiB. Bound of the memory shared by all writers and readers of the client: the
+    /* 0: see below. Bound of the memory shared by all writers and readers of the client: the
      * buffer pool (the bytes they hold between the caller and the network) and, with
      * cache_dir, the block cache's insert queue (an eighth of the limit, at least two
      * cache blocks, at most 32 MiB; the pool gets the rest). Uploads from memory or a
-     * file and downloads to memory or a file use no pool memory. At least 16 MiB. */
+     * file and downloads to memory or a file use no pool memory. At least 16 MiB. 0: 512
+     * MiB, or a quarter of s3f_memory_available() (a container's cgroup limit) if less. */
     uint64_t memory_limit_bytes;
     /* 0: 60000 ms. A writer that waits for pool memory (all of it held) asks the readers
      * for their read-ahead first (idle readers give it back); when no memory came back for
@@ -233,6 +234,16 @@ struct s3f_client_options {
      * s3f_client_new fails with S3F_ERR_INVALID_ARGUMENT. Processes sharing a cache_dir
      * should use one block size (blocks of another size are never used). */
     uint64_t cache_block_bytes;
+    /* The shared block cache (docs/CACHE.md "The shared cache"; the mount's --cache-xz): an
+     * S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3) that every client reading
+     * with it shares. NULL: none. s3f_reader looks there for the blocks of an object of at
+     * most 1 MiB after cache_dir (with or without one), before the source; a block read
+     * from the source is PUT there in the background (one PUT at a time, a queue of copies
+     * inside memory_limit_bytes, dropped when full). A block read from it is used only when
+     * it names this bucket, key, ETag and offset and its CRC32C matches; a failed request is
+     * logged and counted and never fails a read. The whole-object downloads do not use it.
+     * The bucket is not checked here (s3flash mount checks it before it mounts). */
+    const char *cache_xz_bucket;
 
     /* ---- S3 Express One Zone directory buckets (NAME--ZONE-ID--x-s3; docs/CONFIGURATION.md)
      * are recognised from the name: their requests go to the zonal endpoint
@@ -325,6 +336,12 @@ S3F_API enum s3f_status s3f_client_new(const struct s3f_client_options *opts, st
  * all; an upload id still left is named in a WARN log line. */
 S3F_API void s3f_client_free(struct s3f_client *client);
 
+/* The memory this process may use: the machine's RAM, or the memory limit of its cgroup (a
+ * container's: cgroup v2 memory.max, v1 memory.limit_in_bytes, the smallest up the
+ * hierarchy) where that is less. The defaults of memory_limit_bytes and of the mount's
+ * --memory-target are shares of it. */
+S3F_API uint64_t s3f_memory_available(void);
+
 /* The region and endpoint the client resolved (static for the client's lifetime). */
 S3F_API const char *s3f_client_region(const struct s3f_client *client);
 S3F_API const char *s3f_client_endpoint(const struct s3f_client *client); /* "" when AWS default */
@@ -368,6 +385,18 @@ struct s3f_client_stats {
     uint64_t cache_insert_dropped_bytes; /* not cached: the queue was full, no room under
                                             the limits, or the write failed (an error) */
     uint64_t cache_evicted_bytes;        /* removed by this client's evictions */
+    /* The shared cache (cache_xz_bucket); all 0 without one. */
+    uint64_t cache_xz_hits;              /* blocks served from it */
+    uint64_t cache_xz_misses;            /* blocks looked up there and not served */
+    uint64_t cache_xz_hit_bytes;
+    uint64_t cache_xz_invalid;           /* blocks found there that failed their checks
+                                            (another block's, stale, corrupt; misses too) */
+    uint64_t cache_xz_errors;            /* GETs that failed (misses too) */
+    uint64_t cache_xz_puts;              /* blocks PUT there */
+    uint64_t cache_xz_put_bytes;
+    uint64_t cache_xz_put_errors;        /* PUTs that failed */
+    uint64_t cache_xz_put_dropped_bytes; /* not PUT: queue full, after a failure, or failed */
+    uint64_t cache_xz_put_pending_bytes; /* queued or being sent now */
 };
 /* Thread-safe. `reset_high_water`: 1 to restart the high-water marks from the current
  * values after reading them. */

@@ -71,17 +71,20 @@ void s3f__cache_flush(struct s3f__cache *c);
 uint64_t s3f__cache_block_bytes(const struct s3f__cache *c);
 
 /* One object version as the cache knows it (the identity of its blocks). Plain state, one
- * per reader or download; not shared between threads. */
+ * per reader or download; not shared between threads. `cache` NULL: no local cache (a
+ * reader with the shared cache alone, xz.c): get and has miss, put does nothing, and the
+ * blocks are S3F__CACHE_BLOCK_DEFAULT bytes (the caller may set block_bytes after init). */
 struct s3f__cache_object {
     struct s3f__cache *cache;
     char *bucket, *key, *etag;
     uint64_t size;
+    uint64_t block_bytes;
     char *dir;                    /* <cache>/v1/<2 hex>/<64 hex>, malloc'ed (messages, tests) */
     char hex[65];                 /* the object directory's name */
     char *scratch;                /* one block, allocated on first need */
     uint64_t scratch_block;       /* the block scratch holds (checked), UINT64_MAX: none */
 };
-/* S3F_ERR_NO_MEMORY (o is then empty; cleanup is still safe). */
+/* S3F_ERR_NO_MEMORY (o is then empty; cleanup is still safe). c may be NULL (above). */
 enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__cache *c,
                                        const char *bucket, const char *key, const char *etag,
                                        uint64_t size);
@@ -161,6 +164,13 @@ struct s3f__cache_block_id {
  * CRC32C the data must have), else the reason. Reads only within buf[0, len). */
 const char *s3f__cache_header_check(const void *buf, size_t len, uint64_t file_size,
                                     const struct s3f__cache_block_id *want, uint32_t *crc32c);
+/* Write the fixed part of a block's header (S3F__CACHE_HEADER_FIXED bytes) into out: the
+ * names (bucket, key, ETag: at most 65535, 2^32-1 and 65535 bytes) and then the data follow
+ * it. The block files (store_writer.c) and the shared cache's block objects (xz.c) are both
+ * this header, the names and the data. */
+void s3f__cache_header_make(void *out, uint64_t object_size, uint64_t offset, uint64_t length,
+                            size_t bucket_len, size_t key_len, size_t etag_len,
+                            uint32_t crc32c);
 
 /* ---- users (io.c) ------------------------------------------------------------------- */
 
@@ -217,5 +227,86 @@ void s3f__cache_fill_iov(struct s3f__cache *c, const char *bucket, const char *k
                          size_t n_iov);
 void s3f__cache_fill_fd(struct s3f__cache *c, const char *bucket, const char *key,
                         const char *etag, uint64_t size, int fd);
+
+/* ---- the shared cache in an S3 Express One Zone directory bucket (xz.c) --------------- */
+
+/* Objects larger than this are not cached there (Mountpoint's limit: 1 MiB). */
+#define S3F__XZ_MAX_OBJECT_DEFAULT ((uint64_t)1 << 20)
+
+/* The requests of the shared cache, given by the engine (xfer.c), `ud` its client. */
+struct s3f__xz_ops {
+    /* GET the whole object `key` of `bucket`: its first hdr_len bytes into hdr, the next
+     * data_len into data; *got the body's length. S3F_ERR_NOT_FOUND: no such object;
+     * S3F_ERR_ABORTED: the body is longer than hdr_len + data_len; else S3 said why (err). */
+    enum s3f_status (*get)(void *ud, const char *bucket, const char *key, void *hdr,
+                           size_t hdr_len, void *data, size_t data_len, uint64_t *got,
+                           struct s3f_error *err);
+    /* PUT `len` bytes as object `key` of `bucket`. */
+    enum s3f_status (*put)(void *ud, const char *bucket, const char *key, const void *data,
+                           size_t len, struct s3f_error *err);
+};
+
+struct s3f__xz_options {
+    const char *bucket;           /* the directory bucket */
+    const char *scope;            /* the endpoint URL ("" or NULL: AWS), as the local cache's */
+    uint64_t max_object_bytes;    /* 0: S3F__XZ_MAX_OBJECT_DEFAULT */
+    uint64_t block_bytes;         /* blocks without a local cache (with one: its size, which
+                                     the client sets from the same option); 0: 1 MiB */
+    uint64_t queue_bytes;         /* bound of the PUTs waiting (copies); 0: 8 MiB */
+    const struct s3f__logger *logger; /* must outlive it; NULL: silent */
+    const struct s3f__xz_ops *ops;
+    void *ops_ud;
+};
+
+struct s3f__xz;
+/* S3F_ERR_NO_MEMORY only. No request is sent (the mount checks the bucket before it
+ * mounts). Thread-safe once open. */
+enum s3f_status s3f__xz_open(const struct s3f__xz_options *o, struct s3f__xz **out,
+                             struct s3f_error *err);
+/* Send what is queued and end the PUT thread: before the client's transport goes. NULL ok. */
+void s3f__xz_stop(struct s3f__xz *z);
+/* NULL ok; stops first. */
+void s3f__xz_free(struct s3f__xz *z);
+/* Wait until every PUT queued so far is sent (or dropped). */
+void s3f__xz_flush(struct s3f__xz *z);
+/* Whether objects of this size are cached there. */
+bool s3f__xz_serves(const struct s3f__xz *z, uint64_t object_size);
+/* The block size of an object read without a local cache (s3f__cache_object's block_bytes). */
+uint64_t s3f__xz_block_bytes(const struct s3f__xz *z);
+/* Block `index` of `o` into dst from the shared cache: true when its object was there and
+ * every check passed (its header names this block of this object version, the CRC32C of
+ * its data matches). A missing, invalid or failed one is a miss (counted). */
+bool s3f__xz_get(struct s3f__xz *z, struct s3f__cache_object *o, uint64_t index, void *dst);
+/* Queue block `index` of `o` (a copy) for a PUT; dropped (counted) when the queue is full,
+ * the object is too large, or the cache is bypassed after a failure. Never waits. */
+void s3f__xz_put(struct s3f__xz *z, struct s3f__cache_object *o, uint64_t index,
+                 const void *data);
+
+#define S3F__XZ_COUNTERS 10
+struct s3f__xz_counters {
+    uint64_t hits, misses, hit_bytes;
+    uint64_t invalid;            /* blocks found but refused by their checks (also misses) */
+    uint64_t errors;             /* GETs that failed (also misses) */
+    uint64_t puts, put_bytes;    /* blocks (and their data bytes) PUT */
+    uint64_t put_errors;         /* PUTs that failed (their bytes also dropped) */
+    uint64_t put_dropped_bytes;  /* not PUT: queue full, bypassed, or failed */
+    uint64_t put_pending_bytes;  /* queued or being sent now (bodies) */
+};
+_Static_assert(sizeof(struct s3f__xz_counters) == S3F__XZ_COUNTERS * sizeof(uint64_t),
+               "counters are read as an array");
+void s3f__xz_counters(struct s3f__xz *z, struct s3f__xz_counters *out);
+
+/* s3f__cache_pread's fetch with the shared cache in front of the source (ud: this struct):
+ * the whole blocks asked for come from the shared cache, the others from `fetch` (one call
+ * per run of missing blocks) and are queued for a PUT. A range of an object the shared
+ * cache does not serve, or not of whole blocks, goes to `fetch` as it is. */
+struct s3f__xz_source {
+    struct s3f__xz *xz;              /* NULL: fetch alone */
+    struct s3f__cache_object *object;
+    s3f__cache_fetch_fn fetch;
+    void *ud;
+};
+enum s3f_status s3f__xz_fetch(void *ud, void *dst, size_t len, uint64_t offset,
+                              struct s3f_error *err);
 
 #endif

@@ -16,7 +16,7 @@
 
 static char *scratch(struct s3f__cache_object *o) {
     if (!o->scratch)
-        o->scratch = malloc((size_t)s3f__cache_block_bytes(o->cache));
+        o->scratch = malloc((size_t)o->block_bytes);
     return o->scratch;
 }
 
@@ -27,7 +27,7 @@ enum s3f_status s3f__cache_pread(struct s3f__cache_object *o, void *buf, size_t 
     if (offset >= o->size || !len)
         return S3F_OK;
     uint64_t end = o->size - offset < len ? o->size : offset + len;
-    uint64_t bs = s3f__cache_block_bytes(o->cache);
+    uint64_t bs = o->block_bytes;
     char *out = buf;
     uint64_t pos = offset;
     enum s3f_status st = S3F_OK;

@@ -117,6 +117,24 @@ uint64_t s3f__cache_counts_total(const struct s3f__cache_counts *k) {
     return t;
 }
 
+void s3f__cache_header_make(void *out, uint64_t object_size, uint64_t offset, uint64_t length,
+                            size_t bucket_len, size_t key_len, size_t etag_len,
+                            uint32_t crc32c) {
+    struct hdr h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, MAGIC, 8);
+    h.version = VERSION;
+    h.hdr_len = (uint32_t)(HDR_FIXED + bucket_len + key_len + etag_len);
+    h.object_size = object_size;
+    h.offset = offset;
+    h.length = length;
+    h.crc32c = crc32c;
+    h.bucket_len = (uint16_t)bucket_len;
+    h.key_len = (uint32_t)key_len;
+    h.etag_len = (uint16_t)etag_len;
+    memcpy(out, &h, sizeof(h));
+}
+
 const char *s3f__cache_header_check(const void *buf, size_t len, uint64_t file_size,
                                     const struct s3f__cache_block_id *want, uint32_t *crc32c) {
     struct hdr h;
@@ -469,6 +487,20 @@ enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__
                                        const char *bucket, const char *key, const char *etag,
                                        uint64_t size) {
     memset(o, 0, sizeof(*o));
+    if (!c) { /* the shared cache alone (xz.c): the names, no directory */
+        o->bucket = s3f__strdup(bucket);
+        o->key = s3f__strdup(key);
+        o->etag = s3f__strdup(etag);
+        if (!o->bucket || !o->key || !o->etag || strlen(bucket) > UINT16_MAX ||
+            strlen(etag) > UINT16_MAX) {
+            s3f__cache_object_cleanup(o);
+            return S3F_ERR_NO_MEMORY;
+        }
+        o->block_bytes = S3F__CACHE_BLOCK_DEFAULT;
+        o->size = size;
+        o->scratch_block = UINT64_MAX;
+        return S3F_OK;
+    }
     struct s3f__buf id;
     s3f__buf_init(&id, (size_t)1 << 20);
     char num[32];
@@ -501,6 +533,7 @@ enum s3f_status s3f__cache_object_init(struct s3f__cache_object *o, struct s3f__
     }
     snprintf(o->dir, n, "%s/%.2s/%s", c->root, o->hex, o->hex);
     o->cache = c;
+    o->block_bytes = c->block_bytes;
     o->size = size;
     o->scratch_block = UINT64_MAX;
     return S3F_OK;
@@ -516,7 +549,7 @@ void s3f__cache_object_cleanup(struct s3f__cache_object *o) {
 }
 
 uint64_t s3f__cache_block_len(const struct s3f__cache_object *o, uint64_t index) {
-    uint64_t bs = o->cache->block_bytes;
+    uint64_t bs = o->block_bytes;
     if (index >= (o->size + bs - 1) / bs)
         return 0;
     uint64_t start = index * bs;
@@ -552,6 +585,8 @@ int s3f__store_write_full(int fd, const void *buf, size_t len) {
 }
 
 bool s3f__cache_has(struct s3f__cache_object *o, uint64_t index) {
+    if (!o->cache)
+        return false;
     int d3 = s3f__store_obj_dir(o->cache, o->hex, false, NULL);
     if (d3 < 0)
         return false;
@@ -581,6 +616,8 @@ static void drop_block(struct s3f__cache *c, const char *hex, int d3, const char
 
 bool s3f__cache_get(struct s3f__cache_object *o, uint64_t index, void *dst) {
     struct s3f__cache *c = o->cache;
+    if (!c)
+        return false;
     uint64_t len = s3f__cache_block_len(o, index);
     char name[24];
     snprintf(name, sizeof(name), "%" PRIu64, index);

@@ -265,19 +265,10 @@ static void no_room(struct s3f__cache *c) {
 /* The temporary file of a block, written whole; its name in tmp. -1: not written. */
 static int write_tmp(struct s3f__cache *c, const struct job *j, int *d3_out, char *tmp,
                      size_t tmp_len) {
-    struct hdr h;
-    memset(&h, 0, sizeof(h));
-    memcpy(h.magic, MAGIC, 8);
-    h.version = VERSION;
-    h.hdr_len = (uint32_t)(HDR_FIXED + j->bl + j->kl + j->el);
-    h.object_size = j->object_size;
-    h.offset = j->offset;
-    h.length = j->len;
+    unsigned char h[HDR_FIXED];
     const char *data = j->names + j->bl + j->kl + j->el;
-    h.crc32c = s3f__crc32c(0, data, (size_t)j->len);
-    h.bucket_len = (uint16_t)j->bl;
-    h.key_len = j->kl;
-    h.etag_len = (uint16_t)j->el;
+    s3f__cache_header_make(h, j->object_size, j->offset, j->len, j->bl, j->kl, j->el,
+                           s3f__crc32c(0, data, (size_t)j->len));
     uint64_t seq = __atomic_fetch_add(&c->seq, 1, __ATOMIC_RELAXED);
     snprintf(tmp, tmp_len, ".tmp.%ld.%" PRIu64, (long)getpid(), seq);
     int fd = -1, d3 = -1, e = 0;
@@ -307,7 +298,7 @@ static int write_tmp(struct s3f__cache *c, const struct job *j, int *d3_out, cha
                         strerror(e));
         return -1;
     }
-    if (s3f__store_write_full(fd, &h, sizeof(h)) || s3f__store_write_full(fd, j->names, j->bl + j->kl + j->el) ||
+    if (s3f__store_write_full(fd, h, sizeof(h)) || s3f__store_write_full(fd, j->names, j->bl + j->kl + j->el) ||
         s3f__store_write_full(fd, data, (size_t)j->len))
         e = errno ? errno : EIO;
     if (close(fd) != 0 && !e)
@@ -404,7 +395,7 @@ static bool on_its_way(const struct s3f__cache *c, const char *hex, uint64_t ind
 static void put(struct s3f__cache_object *o, uint64_t index, const void *data, bool wait) {
     struct s3f__cache *c = o->cache;
     uint64_t len = s3f__cache_block_len(o, index);
-    if (!len)
+    if (!len || !c)
         return;
     size_t bl = strlen(o->bucket), kl = strlen(o->key), el = strlen(o->etag);
     pthread_mutex_lock(&c->q_lock);

@@ -109,6 +109,7 @@ enum cli_opt_id {
     OPT_METADATA_TTL,
     OPT_NEGATIVE_METADATA_TTL,
     OPT_CACHE,            /* mount; cp, mv, sync: the block cache's directory */
+    OPT_CACHE_XZ,         /* mount: the shared cache's directory bucket */
     OPT_MAX_CACHE_SIZE,
     OPT_MEMORY_TARGET,
     OPT_MAX_THREADS,

@@ -149,7 +149,7 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
     const char *src = a->pos[0];
     if (strncasecmp(src, "s3://", 5) == 0)
         src += 5;
-    static char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX + 2];
+    static char bucket[CLI_BUCKET_MAX], prefix[CLI_KEY_MAX + 2], cache_xz[CLI_BUCKET_MAX];
     const char *slash = strchr(src, '/');
     if (strncmp(src, "arn:", 4) == 0) { /* an ARN bucket runs to its access point's name */
         static char uri[CLI_BUCKET_MAX + CLI_KEY_MAX + 8], key[CLI_KEY_MAX + 1];
@@ -272,6 +272,27 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
                                              "not '%s'", a->value[OPT_FILE_MODE]);
         o.file_mode = (mode_t)n;
     }
+    if (a->value[OPT_CACHE_XZ]) {
+        /* a bucket name or s3://BUCKET, as Mountpoint takes it; no prefix */
+        const char *xz = a->value[OPT_CACHE_XZ];
+        if (strncasecmp(xz, "s3://", 5) == 0)
+            xz += 5;
+        size_t xn = strlen(xz);
+        if (xn && xz[xn - 1] == '/')
+            xn--;
+        if (!xn || xn >= sizeof(cache_xz) || memchr(xz, '/', xn))
+            return cli_usage_error(ctx->cmd, "--cache-xz takes a bucket (BUCKET or s3://BUCKET), "
+                                             "with no prefix, not '%s'",
+                                   a->value[OPT_CACHE_XZ]);
+        snprintf(cache_xz, sizeof(cache_xz), "%.*s", (int)xn, xz);
+        if (!s3f_bucket_is_directory(cache_xz))
+            return cli_usage_error(ctx->cmd,
+                                   "--cache-xz needs an S3 Express One Zone directory bucket "
+                                   "(NAME--ZONE-ID--x-s3, e.g. cache--usw2-az1--x-s3): '%s' is "
+                                   "a general purpose bucket's name",
+                                   cache_xz);
+        o.cache_xz_bucket = cache_xz;
+    }
     /* the block cache: --cache DIR, --max-cache-size (cli_engine_parse: MiB; 0 turns the
      * cache off, as in Mountpoint) */
     o.cache_dir = ctx->engine.cache_dir;
@@ -281,12 +302,14 @@ int cli_cmd_mount(struct cli_ctx *ctx) {
             (n & (n - 1)) != 0)
             return cli_usage_error(ctx->cmd, "--cache-block-size must be KiB, a power of two "
                                    "from 64 to 65536, not '%s'", a->value[OPT_CACHE_BLOCK_SIZE]);
-        if (!a->value[OPT_CACHE])
-            return cli_usage_error(ctx->cmd, "--cache-block-size needs --cache DIR");
+        if (!a->value[OPT_CACHE] && !a->value[OPT_CACHE_XZ])
+            return cli_usage_error(ctx->cmd, "--cache-block-size needs --cache DIR or "
+                                   "--cache-xz BUCKET");
         o.client.cache_block_bytes = (uint64_t)n << 10;
     }
-    /* Mountpoint's defaults: minimal, 60 s with a data cache; the negative TTL follows */
-    o.metadata_ttl_s = a->value[OPT_CACHE] ? 60.0 : TTL_MINIMAL_S;
+    /* Mountpoint's defaults: minimal, 60 s with a data cache (--cache or --cache-xz); the
+     * negative TTL follows */
+    o.metadata_ttl_s = a->value[OPT_CACHE] || a->value[OPT_CACHE_XZ] ? 60.0 : TTL_MINIMAL_S;
     if (a->value[OPT_METADATA_TTL] && parse_ttl(a->value[OPT_METADATA_TTL], &o.metadata_ttl_s))
         return cli_usage_error(ctx->cmd, "--metadata-ttl must be seconds (0 or more), minimal "
                                "or indefinite, not '%s'", a->value[OPT_METADATA_TTL]);

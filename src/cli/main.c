@@ -164,13 +164,14 @@ static const struct cli_opt_spec mount_opts[] = {
     {"negative-metadata-ttl", 0, 1, OPT_NEGATIVE_METADATA_TTL, "SECONDS",
      "keep 'no such file' this long: SECONDS, minimal or indefinite (default: --metadata-ttl)"},
     {"cache", 0, 1, OPT_CACHE, "DIR", "node-local block cache of object data, kept across mounts"},
+    {"cache-xz", 0, 1, OPT_CACHE_XZ, "BUCKET", "shared block cache of objects up to 1 MiB in an S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3), read by every node that mounts with it (docs/CACHE.md)"},
     {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "MiB",
      "bound of --cache: MiB, or a size such as 10G (default 10G; 0: no cache)"},
     {"cache-block-size", 0, 1, OPT_CACHE_BLOCK_SIZE, "KiB",
      "block of --cache in KiB, 64..65536, a power of two (default 1024)"},
     {"memory-target", 0, 1, OPT_MEMORY_TARGET, "MiB",
-     "memory the daemon stays within: MiB, or a size such as 4G (default: 1/8 of RAM, "
-     "64M..8G)"},
+     "memory the daemon stays within: MiB, or a size such as 4G (default: 1/8 of RAM or of "
+     "the cgroup limit, 64M..8G)"},
     {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default: one per 16M of --memory-target, 4..16)"},
     {"prefetch-listed", 0, 1, OPT_PREFETCH_LISTED, "N", "mount: when listed files are opened in the listing's order, fetch the next N small ones ahead, 0..1024 (default 0: off)"},
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",

@@ -151,6 +151,11 @@ uint32_t s3f__crc32(uint32_t crc, const void *data, size_t len);
 void s3f__crc32_b64(uint32_t crc, char out[9]);
 
 /* ---- misc --------------------------------------------------------------------------- */
+/* The smallest memory limit of this process's cgroup and those above it (v2 memory.max, v1
+ * memory.limit_in_bytes; "max" or none: no limit), UINT64_MAX if none (s3f_memory_available
+ * is the smaller of it and the RAM). Test builds read the v2 files under
+ * $S3FLASH_TEST_CGROUP2_ROOT instead of the mounted tree. */
+uint64_t s3f__cgroup_memory_limit(void);
 /* Uniform random double in [0, 1), thread-safe. */
 double s3f__random_unit(void);
 /* Case-insensitive equality of ASCII strings. */

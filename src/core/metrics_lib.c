@@ -72,6 +72,22 @@ static const struct s3f_metric_def defs[S3F__M_COUNT] = {
     [S3F__M_CACHE_ERRORS] = {"s3flash_cache_errors_total",
                              "Block cache operations that failed and were bypassed", C, {NULL},
                              {NULL}},
+    [S3F__M_CACHE_XZ_HITS] = {"s3flash_cache_xz_hits_total",
+                              "Blocks served from the shared cache (--cache-xz)", C, {NULL},
+                              {NULL}},
+    [S3F__M_CACHE_XZ_MISSES] = {"s3flash_cache_xz_misses_total",
+                                "Blocks looked up in the shared cache and not served", C,
+                                {NULL}, {NULL}},
+    [S3F__M_CACHE_XZ_HIT_BYTES] = {"s3flash_cache_xz_hit_bytes_total",
+                                   "Bytes served from the shared cache", C, {NULL}, {NULL}},
+    [S3F__M_CACHE_XZ_INVALID] = {"s3flash_cache_xz_invalid_total",
+                                 "Shared cache blocks refused by their checks", C, {NULL},
+                                 {NULL}},
+    [S3F__M_CACHE_XZ_ERRORS] = {"s3flash_cache_xz_errors_total",
+                                "Shared cache GETs and PUTs that failed and were bypassed", C,
+                                {NULL}, {NULL}},
+    [S3F__M_CACHE_XZ_PUT_BYTES] = {"s3flash_cache_xz_put_bytes_total",
+                                   "Bytes PUT into the shared cache", C, {NULL}, {NULL}},
 };
 
 struct s3f_metrics *s3f__metrics_new_client(void) {

@@ -282,10 +282,10 @@ static int parent_wait(int fd, pid_t child) {
     return 1;
 }
 
+/* An eighth of the memory this process may use: the RAM, or its cgroup's limit (a
+ * container's) where that is less. */
 static uint64_t default_memory_target(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    uint64_t ram = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : (4ull << 30);
-    uint64_t t = ram / 8;
+    uint64_t t = s3f_memory_available() / 8;
     if (t < (64ull << 20))
         t = 64ull << 20;
     if (t > (8ull << 30))
@@ -506,6 +506,7 @@ int mnt_run(const struct mnt_options *in) {
                                        : S3F_LOG_WARN;
     o.client.cache_dir = o.cache_dir;
     o.client.cache_max_bytes = o.max_cache_size_bytes;
+    o.client.cache_xz_bucket = o.cache_xz_bucket;
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status s = s3f_client_new(&o.client, &client, &err);
@@ -513,6 +514,7 @@ int mnt_run(const struct mnt_options *in) {
         struct s3f_client_options wo = o.client;
         wo.cache_dir = NULL; /* the block cache is for reads */
         wo.cache_max_bytes = 0;
+        wo.cache_xz_bucket = NULL;
         wo.part_size_bytes = write_part;
         if (o.upload_checksum != S3F_CHECKSUM_DEFAULT)
             wo.checksum = o.upload_checksum;
@@ -537,6 +539,22 @@ int mnt_run(const struct mnt_options *in) {
         goto out;
     }
     s3f_list_page_free(page);
+    if (o.cache_xz_bucket) {
+        /* the shared cache must take a block, as Mountpoint checks it: one small PUT */
+        char note[600];
+        int n = snprintf(note, sizeof(note), "source_bucket=%s\nblock_size=%llu\n", o.bucket,
+                         1ull << 20);
+        s = s3f_put_object(client, o.cache_xz_bucket, "s3flash-v1/_s3flash_cache_metadata",
+                           note, n > 0 && (size_t)n < sizeof(note) ? (size_t)n : 0, NULL, NULL,
+                           &err);
+        if (s != S3F_OK) {
+            char buf[1600];
+            s3f_error_format(&err, buf, sizeof(buf));
+            fail("--cache-xz %s: the shared cache bucket does not take a block: %s",
+                 o.cache_xz_bucket, buf);
+            goto out;
+        }
+    }
 
     fs = mnt_fs_new(&o, client, wclient);
     if (!fs) {

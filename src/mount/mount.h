@@ -54,8 +54,10 @@ struct mnt_options {
     double metadata_ttl_s;
     double negative_ttl_s;
     const char *cache_dir;   /* NULL: no block cache */
+    const char *cache_xz_bucket; /* --cache-xz: the shared cache's directory bucket, NULL: none */
     uint64_t max_cache_size_bytes; /* 0: the library's default */
-    uint64_t memory_target_bytes;  /* 0: an eighth of RAM, 64 MiB..8 GiB */
+    uint64_t memory_target_bytes;  /* 0: an eighth of RAM or of the cgroup's
+                                      limit if less, 64 MiB..8 GiB */
     unsigned max_threads;    /* 0: one per 16 MiB of memory_target, 4..16 */
     uint64_t part_size_bytes; /* 0: the client's default (8 MiB) */
     uint64_t read_part_size_bytes;  /* 0: part_size_bytes (the readers' client) */

@@ -606,12 +606,16 @@ enum s3f_status s3f_reader_open(struct s3f_client *c, const char *bucket, const 
     rd->tail_start = rd->size > tail ? rd->size - tail : 0;
     if (tail == 0)
         rd->tail_start = rd->size;
-    if (x->cache && rd->etag) { /* without memory for it, no cache */
+    /* without memory for it, no cache; the shared cache alone only for the objects it
+     * serves (the others read as without a cache, not in blocks) */
+    if ((x->cache || s3f__xz_serves(x->xz, rd->size)) && rd->etag) {
         rd->cobj = malloc(sizeof(*rd->cobj));
         if (rd->cobj && s3f__cache_object_init(rd->cobj, x->cache, bucket, key, rd->etag,
                                                rd->size)) {
             free(rd->cobj);
             rd->cobj = NULL;
+        } else if (rd->cobj && !x->cache) {
+            rd->cobj->block_bytes = s3f__xz_block_bytes(x->xz); /* cache_block_bytes */
         }
     }
     s3f__pool_lender_add(&x->pool, &rd->lender);
@@ -642,6 +646,10 @@ enum s3f_status s3f_reader_pread(struct s3f_reader *r, void *buf, size_t len, ui
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "read", NULL, "reader is NULL");
     if (len && !buf)
         return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "read", NULL, "buf is NULL");
+    if (r->cobj && r->x->xz) { /* local cache, then the shared cache, then the source */
+        struct s3f__xz_source src = {r->x->xz, r->cobj, cache_fetch, r};
+        return s3f__cache_pread(r->cobj, buf, len, offset, s3f__xz_fetch, &src, n_read, err);
+    }
     if (r->cobj)
         return s3f__cache_pread(r->cobj, buf, len, offset, cache_fetch, r, n_read, err);
     return read_at(r, buf, len, offset, n_read, err);

@@ -14,6 +14,15 @@
 #define DEFAULT_PART_SIZE (8 * S3F__MIB)
 #define DEFAULT_MEMORY_LIMIT (512 * S3F__MIB)
 
+/* 512 MiB, or a quarter of the memory this process may use (its cgroup's limit, a
+ * container's, where that is less than the RAM) if that is less; at least 16 MiB. */
+static uint64_t default_memory_limit(void) {
+    uint64_t q = s3f_memory_available() / 4 / S3F__MIB * S3F__MIB;
+    if (q > DEFAULT_MEMORY_LIMIT)
+        return DEFAULT_MEMORY_LIMIT;
+    return q < 16 * S3F__MIB ? 16 * S3F__MIB : q;
+}
+
 /* ---- the engine's options and the client's composition -------------------------------- */
 
 /* Check and keep the engine's options (they resolve on the first transfer). */
@@ -55,6 +64,12 @@ static enum s3f_status engine_new(const struct s3f_client_options *opts,
         free(e);
         return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
     }
+    if (opts->cache_xz_bucket && opts->cache_xz_bucket[0] &&
+        !(e->cache_xz_bucket = strdup(opts->cache_xz_bucket))) {
+        free(e->cache_dir);
+        free(e);
+        return s3f__error_set(err, S3F_ERR_NO_MEMORY, "s3f_client_new", NULL, "out of memory");
+    }
     e->cache_max_bytes = opts->cache_max_bytes;
     e->cache_min_free_bytes = opts->cache_min_free_bytes;
     e->cache_block_bytes = opts->cache_block_bytes;
@@ -85,6 +100,7 @@ static void shared_free(struct s3f__xfer_shared *x) {
     s3f__bdp_cleanup(&x->bdp);
     s3f__pool_cleanup(&x->pool);
     s3f__cache_free(x->cache);
+    s3f__xz_free(x->xz);
     free(x);
 }
 
@@ -96,6 +112,7 @@ static void engine_free(struct s3f__xfer_engine *e) {
         shared_free(e->shared);
     pthread_mutex_destroy(&e->lock);
     free(e->cache_dir);
+    free(e->cache_xz_bucket);
     free(e);
 }
 
@@ -134,6 +151,83 @@ static enum s3f_status origin_get(void *ud, const char *bucket, const char *key,
 }
 
 const struct s3f__cache_origin s3f__xfer_cache_origin = {origin_head, origin_get};
+
+/* ---- the shared cache's requests (cache/xz.c calls no operation itself) ---- */
+
+struct split_sink {
+    char *hdr, *data;
+    uint64_t hdr_len, data_len, got;
+};
+
+/* The body's first hdr_len bytes into hdr, the next data_len into data; more: stop. */
+static int split_write(void *ud, const void *data, size_t len, uint64_t offset) {
+    struct split_sink *s = ud;
+    if (offset + len > s->hdr_len + s->data_len)
+        return 1;
+    const char *p = data;
+    for (uint64_t at = offset; at < offset + len;) {
+        uint64_t n;
+        if (at < s->hdr_len) {
+            n = s->hdr_len - at < offset + len - at ? s->hdr_len - at : offset + len - at;
+            memcpy(s->hdr + at, p + (at - offset), (size_t)n);
+        } else {
+            n = offset + len - at;
+            memcpy(s->data + (at - s->hdr_len), p + (at - offset), (size_t)n);
+        }
+        at += n;
+    }
+    if (offset + len > s->got)
+        s->got = offset + len;
+    return 0;
+}
+
+static enum s3f_status xz_get(void *ud, const char *bucket, const char *key, void *hdr,
+                              size_t hdr_len, void *data, size_t data_len, uint64_t *got,
+                              struct s3f_error *err) {
+    struct split_sink s = {hdr, data, hdr_len, data_len, 0};
+    enum s3f_status st = s3f_get_object(ud, bucket, key, NULL, split_write, &s, NULL, err);
+    *got = s.got;
+    return st;
+}
+
+static enum s3f_status xz_put(void *ud, const char *bucket, const char *key, const void *data,
+                              size_t len, struct s3f_error *err) {
+    return s3f_put_object(ud, bucket, key, data, len, NULL, NULL, err);
+}
+
+static const struct s3f__xz_ops xz_ops = {xz_get, xz_put};
+
+/* The shared cache (cache_xz_bucket), its PUT queue inside the memory limit as the block
+ * cache's is. Without memory for the queue it is not used (a WARN line). */
+static void open_xz(struct s3f_client *c, const struct s3f__xfer_engine *o,
+                    struct s3f__xfer_shared *x) {
+    if (!o->cache_xz_bucket)
+        return;
+    /* half the local cache's share of what is left, and room for the blocks' headers (each
+     * body is a block, its names and 56 bytes: a queue of one 1 MiB block must take one) */
+    uint64_t q = s3f__cache_queue_bytes(x->memory_limit, S3F__CACHE_BLOCK_DEFAULT) / 2;
+    struct s3f__xz_options zo = {
+        .bucket = o->cache_xz_bucket,
+        .scope = s3f_client_endpoint(c),
+        .block_bytes = o->cache_block_bytes,
+        .queue_bytes = q ? q + ((uint64_t)128 << 10) : 0,
+        .logger = &c->logger,
+        .ops = &xz_ops,
+        .ops_ud = c,
+    };
+    struct s3f_error zerr;
+    s3f_error_clear(&zerr);
+    if (!zo.queue_bytes)
+        s3f__log(&c->logger, S3F_LOG_WARN,
+                 "shared cache %s is not used: memory_limit_bytes (%llu MiB) leaves no room "
+                 "for its queue; raise memory_limit_bytes",
+                 o->cache_xz_bucket, (unsigned long long)(x->memory_limit >> 20));
+    else if (s3f__xz_open(&zo, &x->xz, &zerr))
+        s3f__log(&c->logger, S3F_LOG_WARN, "shared cache %s is not used: %s",
+                 o->cache_xz_bucket, zerr.message);
+    else
+        x->memory_limit -= zo.queue_bytes;
+}
 
 /* The block cache (cache_dir), its insert queue inside the memory limit: the queue takes
  * its share (s3f__cache_queue_bytes) off x->memory_limit, and the buffer pool gets the
@@ -189,7 +283,7 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
     const struct s3f__xfer_engine *o = e;
     x->target_gbps = o->throughput_target_gbps > 0 ? o->throughput_target_gbps : 10;
     x->part_size = o->part_size_bytes ? o->part_size_bytes : DEFAULT_PART_SIZE;
-    x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : DEFAULT_MEMORY_LIMIT;
+    x->memory_limit = o->memory_limit_bytes ? o->memory_limit_bytes : default_memory_limit();
     x->data_connections = s3f__s3_data_connections(c);
     x->inflight_fixed = o->max_inflight_requests != 0;
     x->max_inflight = o->max_inflight_requests
@@ -197,8 +291,10 @@ enum s3f_status s3f__xfer_shared_get(struct s3f_client *c, struct s3f__xfer_shar
                           : s3f__plan_inflight(x->target_gbps, x->data_connections);
     x->checksum = o->checksum == S3F_CHECKSUM_DEFAULT ? S3F_CHECKSUM_CRC32C : o->checksum;
     open_cache(c, o, x);
+    open_xz(c, o, x);
     if (s3f__pool_init(&x->pool, S3F__POOL_CHUNK, x->memory_limit)) {
         s3f__cache_free(x->cache);
+        s3f__xz_free(x->xz);
         free(x);
         st = s3f__error_set(err, S3F_ERR_NO_MEMORY, "transfer", NULL, "out of memory");
         goto out;
@@ -262,6 +358,12 @@ static void collect_metrics(struct s3f_metrics *m, void *ud) {
         {S3F__M_CACHE_DROPPED_BYTES, s.cache_insert_dropped_bytes},
         {S3F__M_CACHE_EVICTED_BYTES, s.cache_evicted_bytes},
         {S3F__M_CACHE_ERRORS, s.cache_errors},
+        {S3F__M_CACHE_XZ_HITS, s.cache_xz_hits},
+        {S3F__M_CACHE_XZ_MISSES, s.cache_xz_misses},
+        {S3F__M_CACHE_XZ_HIT_BYTES, s.cache_xz_hit_bytes},
+        {S3F__M_CACHE_XZ_INVALID, s.cache_xz_invalid},
+        {S3F__M_CACHE_XZ_ERRORS, s.cache_xz_errors + s.cache_xz_put_errors},
+        {S3F__M_CACHE_XZ_PUT_BYTES, s.cache_xz_put_bytes},
     };
     for (size_t i = 0; i < S3F_ARRAY_LEN(set); i++)
         s3f_metrics_set(m, set[i].id, 0, (int64_t)set[i].v);
@@ -301,8 +403,10 @@ void s3f_client_free(struct s3f_client *c) {
     struct s3f__xfer_engine *e = c->xfer;
     /* the janitor's last tries need the transport; the pool and scheduler outlive it (a
      * request's completion may still hand back buffers while the transport stops) */
-    if (e && e->shared)
+    if (e && e->shared) {
         s3f__janitor_stop(e->shared);
+        s3f__xz_stop(e->shared->xz); /* its queued PUTs need the transport too */
+    }
     s3f__s3_client_free(c);
     engine_free(e);
 }
@@ -364,9 +468,11 @@ void s3f_client_set_max_inflight_requests(struct s3f_client *c, uint32_t n) {
 
 void s3f_client_cache_flush(struct s3f_client *c) {
     struct s3f__xfer_shared *x = NULL;
-    if (!c || s3f__xfer_shared_get(c, &x, NULL) || !x->cache)
+    if (!c || s3f__xfer_shared_get(c, &x, NULL))
         return;
-    s3f__cache_flush(x->cache);
+    if (x->cache)
+        s3f__cache_flush(x->cache);
+    s3f__xz_flush(x->xz);
 }
 
 void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int reset_high_water) {
@@ -408,6 +514,20 @@ void s3f_client_stats(struct s3f_client *c, struct s3f_client_stats *out, int re
         out->cache_insert_pending_bytes = n.insert_pending_bytes;
         out->cache_insert_dropped_bytes = n.insert_dropped_bytes;
         out->cache_evicted_bytes = n.evicted_bytes;
+    }
+    if (x->xz) {
+        struct s3f__xz_counters z;
+        s3f__xz_counters(x->xz, &z);
+        out->cache_xz_hits = z.hits;
+        out->cache_xz_misses = z.misses;
+        out->cache_xz_hit_bytes = z.hit_bytes;
+        out->cache_xz_invalid = z.invalid;
+        out->cache_xz_errors = z.errors;
+        out->cache_xz_puts = z.puts;
+        out->cache_xz_put_bytes = z.put_bytes;
+        out->cache_xz_put_errors = z.put_errors;
+        out->cache_xz_put_dropped_bytes = z.put_dropped_bytes;
+        out->cache_xz_put_pending_bytes = z.put_pending_bytes;
     }
 }
 

@@ -26,6 +26,7 @@
 
 struct s3f_client;
 struct s3f__cache;
+struct s3f__xz;
 /* The block cache's origin (xfer.c): its HEAD and ranged GET, `ud` the client. */
 struct s3f__cache_origin;
 extern const struct s3f__cache_origin s3f__xfer_cache_origin;
@@ -254,6 +255,7 @@ struct s3f__xfer_shared {
     struct s3f__sched sched;
     struct s3f__janitor janitor;
     struct s3f__cache *cache;      /* the block cache (src/cache), NULL: none or unusable */
+    struct s3f__xz *xz;            /* the shared cache (cache/xz.c), NULL: none */
     struct s3f__bdp bdp;
 };
 
@@ -270,6 +272,7 @@ struct s3f__xfer_engine {
     enum s3f_checksum_algorithm checksum;
     char *cache_dir;              /* the block cache (src/cache), NULL: none */
     uint64_t cache_max_bytes, cache_min_free_bytes, cache_block_bytes;
+    char *cache_xz_bucket;        /* the shared cache's directory bucket, NULL: none */
     pthread_mutex_t lock;
     struct s3f__xfer_shared *shared; /* NULL until the first transfer; under `lock` */
 };

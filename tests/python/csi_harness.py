@@ -103,13 +103,25 @@ def is_mount(path):
 
 
 class Driver:
-    """node + mounter in `root` (sockets, state dir, logs)."""
+    """node + mounter in `root` (sockets, state dir, logs), and the controller where
+    `controller_env` is given (the store's AWS_ENDPOINT_URL: DeleteVolume gets no
+    StorageClass parameters)."""
 
-    def __init__(self, root, env=None, node_args=()):
+    def __init__(self, root, env=None, node_args=(), mounter_args=(), cgroups=None,
+                 controller_env=None):
         self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
         self.state = self.root / "state"
         self.csi_sock = self.root / "csi.sock"
-        self.mounter_sock = self.root / "mounter.sock"
+        # the mounter's socket in a directory of its own (mode 0700)
+        self.mounter_sock = self.root / "mounter-run" / "mounter.sock"
+        # {"node": DIR, "mounter": DIR}: each process in a cgroup of its own, as in a
+        # container (kill_container kills every process in it, as runc does)
+        self.cgroups = dict(cgroups or {})
+        self.mounter_args = list(mounter_args)
+        self.controller_sock = self.root / "controller.sock"
+        self.controller_env = controller_env
+        self.controller = self._controller_channel = None
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         cli = s3flash_cli()
@@ -121,11 +133,15 @@ class Driver:
         self._channel = None
         self.logs = []
 
-    def _spawn(self, name, args):
+    def _spawn(self, name, args, env=None):
         log = open(self.root / ("%s.log" % name), "ab")
-        self.logs.append(self.root / ("%s.log" % name))
-        p = subprocess.Popen([sys.executable, "-m", "s3flash.csi", "--log-level", "DEBUG"]
-                             + args, env=self.env, stdout=log, stderr=log,
+        if self.root / ("%s.log" % name) not in self.logs:
+            self.logs.append(self.root / ("%s.log" % name))
+        argv = [sys.executable, "-m", "s3flash.csi", "--log-level", "DEBUG"] + args
+        if name in self.cgroups:  # joins its cgroup before it runs
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"',
+                    str(Path(self.cgroups[name]) / "cgroup.procs")] + argv
+        p = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=log,
                              stdin=subprocess.DEVNULL)
         log.close()
         return p
@@ -134,7 +150,8 @@ class Driver:
         if self.mounter_sock.exists():
             self.mounter_sock.unlink()
         self.mounter = self._spawn("mounter", ["mounter", "--socket", str(self.mounter_sock),
-                                               "--state-dir", str(self.state)])
+                                               "--state-dir", str(self.state)]
+                                   + self.mounter_args)
         wait_mounter(self.mounter_sock, self.mounter, log=self.root / "mounter.log")
 
     def start_node(self):
@@ -143,21 +160,51 @@ class Driver:
         self.node = self._spawn("node", ["node", "--endpoint", "unix://%s" % self.csi_sock,
                                          "--node-id", "test-node", "--mounter-socket",
                                          str(self.mounter_sock), "--state-dir",
-                                         str(self.state)] + self.node_args)
+                                         str(self.state)] + self.node_args
+                                + (["--with-controller"] if self.controller_env is not None
+                                   else []))
         if self._channel is not None:
             self._channel.close()
         self._channel = wait_served("unix://%s" % self.csi_sock, self.node, "the node",
                                     log=self.root / "node.log")
 
+    def start_controller(self):
+        if self.controller_sock.exists():
+            self.controller_sock.unlink()
+        self.controller = self._spawn("controller", ["controller", "--endpoint", "unix://%s"
+                                                     % self.controller_sock],
+                                      env=dict(self.env, **self.controller_env))
+        self._controller_channel = wait_served("unix://%s" % self.controller_sock,
+                                               self.controller, "the controller",
+                                               log=self.root / "controller.log")
+
     def start(self):
         self.start_mounter()
         self.start_node()
+        if self.controller_env is not None:
+            self.start_controller()
         return self
 
     def kill(self, which, sig=signal.SIGKILL):
         p = getattr(self, which)
         p.send_signal(sig)
         p.wait(20)
+
+    def kill_container(self, which):
+        """A container restart as runc does it: SIGKILL to every process in `which`'s
+        cgroup, until none is left."""
+        procs = Path(self.cgroups[which]) / "cgroup.procs"
+
+        def empty():
+            pids = [int(x) for x in procs.read_text().split()]
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return not pids
+        wait_for(empty, 30, "every process of the %s's cgroup to end" % which)
+        getattr(self, which).wait(20)
 
     @property
     def channel(self):
@@ -168,7 +215,8 @@ class Driver:
 
     def stub(self, service):
         from s3flash.csi.proto import Stub
-        return Stub(self.channel, service)
+        return Stub(self._controller_channel if service == "Controller" else self.channel,
+                    service)
 
     def mounter_call(self, doc):
         from s3flash.csi import sysmount
@@ -186,9 +234,10 @@ class Driver:
                 pass
 
     def stop(self):
-        if self._channel is not None:
-            self._channel.close()
-        for p in (self.node, self.mounter):
+        for ch in (self._channel, self._controller_channel):
+            if ch is not None:
+                ch.close()
+        for p in (self.controller, self.node, self.mounter):
             if p and p.poll() is None:
                 p.terminate()
                 try:

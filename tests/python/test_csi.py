@@ -36,15 +36,15 @@ def capability(flags=(), mode=M.SINGLE_NODE_WRITER):
 
 
 def publish(driver, vid, target, ctx, flags=(), readonly=False, secrets=None,
-            mode=M.SINGLE_NODE_WRITER):
+            mode=M.SINGLE_NODE_WRITER, timeout_s=60):
     return driver.stub("Node").NodePublishVolume(pb.NodePublishVolumeRequest(
         volume_id=vid, target_path=str(target), volume_capability=capability(flags, mode),
-        readonly=readonly, secrets=secrets or {}, volume_context=ctx), timeout=60)
+        readonly=readonly, secrets=secrets or {}, volume_context=ctx), timeout=timeout_s)
 
 
-def unpublish(driver, vid, target):
+def unpublish(driver, vid, target, timeout_s=60):
     return driver.stub("Node").NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(
-        volume_id=vid, target_path=str(target)), timeout=60)
+        volume_id=vid, target_path=str(target)), timeout=timeout_s)
 
 
 def read(path):
@@ -148,7 +148,7 @@ def test_volume_life(driver, ctx, s3, filled, tmp_path):
 @pytest.mark.parametrize("case", [
     "no-bucket", "unknown-option", "host-path-option", "log-file-option", "no-such-bucket",
     "target-is-file", "relative-target", "block", "no-capability", "bad-value",
-    "unknown-attribute", "cache-path"])
+    "unknown-attribute", "cache-path", "fs-ext4", "mount-group", "single-node-single-writer"])
 def test_bad_input(driver, ctx, tmp_path, case):
     target = tmp_path / "pod" / "mount"
     target.parent.mkdir()
@@ -160,7 +160,7 @@ def test_bad_input(driver, ctx, tmp_path, case):
     elif case == "unknown-option":
         flags, needle = ["allow-everything"], "allow-everything"
     elif case == "host-path-option":
-        flags, needle = ["cache=/etc"], "host directory"
+        flags, needle = ["log-directory=/etc"], "host directory"
     elif case == "log-file-option":
         flags, needle = ["--log-file /etc/passwd"], "host file"
     elif case == "no-such-bucket":
@@ -177,12 +177,23 @@ def test_bad_input(driver, ctx, tmp_path, case):
         c["hostPath"], needle = "/etc", "hostPath"
     elif case == "cache-path":
         c["cache"], needle = "/var/lib", "not a path"
-    else:
-        needle = "capability" if case == "no-capability" else "mount volumes"
+    elif case == "no-capability":
+        needle = "capability"
+    else:  # beyond the driver's capabilities: the spec's FAILED_PRECONDITION
+        want = grpc.StatusCode.FAILED_PRECONDITION
+        needle = {"block": "mount volumes", "fs-ext4": "'ext4'",
+                  "mount-group": "volume_mount_group",
+                  "single-node-single-writer": "SINGLE_NODE_MULTI_WRITER"}[case]
     cap = capability(flags)
     if case == "block":
         cap = pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(),
                                   access_mode=M(mode=M.SINGLE_NODE_WRITER))
+    elif case == "fs-ext4":
+        cap.mount.fs_type = "ext4"
+    elif case == "mount-group":
+        cap.mount.volume_mount_group = "1000"
+    elif case == "single-node-single-writer":
+        cap.access_mode.mode = M.SINGLE_NODE_SINGLE_WRITER
     with pytest.raises(grpc.RpcError) as e:
         driver.stub("Node").NodePublishVolume(pb.NodePublishVolumeRequest(
             volume_capability=None if case == "no-capability" else cap, volume_context=c,
@@ -516,3 +527,91 @@ def test_target_through_a_symlink(driver, ctx, tmp_path):
     publish(driver, "vol-l", t, ctx)  # the same publish: found
     unpublish(driver, "vol-l", t)
     assert not is_mount(tmp_path / "real" / "vol")
+
+
+def stats(driver, vid, target, timeout=60):
+    return driver.stub("Node").NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+        volume_id=vid, volume_path=str(target)), timeout=timeout)
+
+
+# how long a publish, stats and unpublish of a healthy volume may take beside a stalled one
+# (each takes well under a second; the stalled one is held until the test lets it go)
+BESIDE = 30
+
+
+def test_stalled_volume_holds_up_no_other(driver, ctx, filled, endpoint, tmp_path):
+    """R3: a publish whose endpoint accepts and never answers (the fault proxy stalls every
+    response: `s3flash mount` waits at start-up) does not delay the publish, stats and
+    unpublish of another volume, and its retry answers ABORTED at once; once the endpoint
+    answers, it completes."""
+    ta, tb = tmp_path / "a", tmp_path / "b"
+    with faultproxy(endpoint) as proxy:
+        proxy.set_faults([{"match": {}, "action": "stall", "seconds": 600}])
+        done = {}
+
+        def publish_a():
+            try:
+                publish(driver, "vol-stalled", ta, dict(ctx, endpointUrl=proxy.endpoint),
+                        timeout_s=300)
+                done["ok"] = True
+            except grpc.RpcError as e:
+                done["error"] = e
+        a = threading.Thread(target=publish_a)
+        a.start()
+        try:
+            wait_for(lambda: proxy.stats()["requests_total"] >= 1, 60,
+                     "the stalled volume's daemon to send its first request")
+            t0 = time.monotonic()
+            # the same publish again (kubelet's retry) is not queued behind it: ABORTED
+            with pytest.raises(grpc.RpcError) as e:
+                publish(driver, "vol-stalled", ta, dict(ctx, endpointUrl=proxy.endpoint),
+                        timeout_s=BESIDE)
+            assert e.value.code() == grpc.StatusCode.ABORTED, e.value.details()
+            publish(driver, "vol-b", tb, ctx, timeout_s=BESIDE)
+            assert read(tb / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+            assert stats(driver, "vol-b", tb, timeout=BESIDE).usage
+            unpublish(driver, "vol-b", tb, timeout_s=BESIDE)
+            assert time.monotonic() - t0 < BESIDE
+            assert a.is_alive() and not done, "the stalled publish ended first: %s" % done
+        finally:
+            proxy.release()
+            a.join(300)
+        assert done.get("ok"), done
+        assert read(ta / "dir" / "b.txt") == OBJECTS["dir/b.txt"]
+        unpublish(driver, "vol-stalled", ta)
+
+
+def stopped(pid, tid):
+    try:
+        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "tT"
+    except FileNotFoundError:  # a thread that ended
+        return True
+
+
+def test_stats_of_a_hung_mount(driver, ctx, tmp_path):
+    """R3: NodeGetVolumeStats of a mount whose daemon does not answer (stopped: SIGSTOP)
+    answers UNAVAILABLE within the node's deadline (node.STAT_DEADLINE, 10 s), again at
+    once-bounded cost, while other volumes publish; the mount answers again once its daemon
+    runs."""
+    ta, tb = tmp_path / "a", tmp_path / "b"
+    publish(driver, "vol-hung", ta, ctx)
+    (pid,) = driver.daemons().values()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: all(stopped(pid, t) for t in os.listdir("/proc/%d/task" % pid)), 20,
+                 "every thread of the daemon to stop")
+        for _ in range(2):
+            t0 = time.monotonic()
+            with pytest.raises(grpc.RpcError) as e:
+                stats(driver, "vol-hung", ta, timeout=BESIDE)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value.details()
+            assert "hung or stopped" in e.value.details()
+            assert time.monotonic() - t0 < BESIDE
+        publish(driver, "vol-b", tb, ctx, timeout_s=BESIDE)
+        assert stats(driver, "vol-b", tb, timeout=BESIDE).usage
+        unpublish(driver, "vol-b", tb, timeout_s=BESIDE)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert stats(driver, "vol-hung", ta).usage
+    unpublish(driver, "vol-hung", ta)

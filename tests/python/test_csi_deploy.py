@@ -92,6 +92,19 @@ def test_node_daemonset(rendered):
         assert not c[name].get("securityContext", {}).get("privileged")
         assert c[name]["securityContext"]["allowPrivilegeEscalation"] is False
     assert mounter["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # the daemons outlive the pod: the host's PID namespace, a cgroup of their own each
+    # (docs/KUBERNETES.md, "Upgrade and restarts"); SYS_ADMIN to enter the host's cgroup ns
+    assert pod["hostPID"] is True
+    assert mounter["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN"]
+    assert m.daemon_cgroup == "/host/sys/fs/cgroup/s3flash-csi" and m.host_cgroup_ns
+    assert m.cache_root == n.cache_root
+    # the mounter's socket: in a directory of the node's and the mounter's alone
+    sock_dir = os.path.dirname(n.mounter_socket)
+    for name, cc in c.items():
+        paths = {v["mountPath"] for v in cc.get("volumeMounts", [])}
+        assert (sock_dir in paths) == (name in ("s3flash-csi-node", "s3flash-csi-mounter")), name
+        assert not any(sock_dir.startswith(p.rstrip("/") + "/") for p in paths
+                       if name not in ("s3flash-csi-node",)), (name, paths)
     mounts = {v["name"]: v for v in node["volumeMounts"]}
     assert mounts["kubelet-dir"]["mountPath"] == "/var/lib/kubelet"
     assert mounts["kubelet-dir"]["mountPropagation"] == "Bidirectional"
@@ -101,7 +114,10 @@ def test_node_daemonset(rendered):
     assert vols["dev-fuse"]["hostPath"] == {"path": "/dev/fuse", "type": "CharDevice"}
     assert vols["registration-dir"]["hostPath"]["path"] == "/var/lib/kubelet/plugins_registry"
     assert vols["plugin-dir"]["hostPath"]["path"] == n.state_dir
-    assert {v["mountPath"] for v in mounter["volumeMounts"]} == {n.state_dir, n.cache_root}
+    assert {v["mountPath"] for v in mounter["volumeMounts"]} == {
+        n.state_dir, n.cache_root, sock_dir, "/host/sys/fs/cgroup"}
+    assert vols["mounter-run"]["hostPath"]["path"] == sock_dir
+    assert vols["host-cgroup"]["hostPath"]["path"] == "/sys/fs/cgroup"
     assert pod["serviceAccountName"] == "s3flash-csi-node"
     assert pod["tolerations"] == [{"operator": "Exists"}]
 

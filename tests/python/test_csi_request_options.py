@@ -334,12 +334,15 @@ def test_controller_provisions_and_deletes_on_an_access_point_arn(tmp_path, aws_
             name="pv-1", volume_capabilities=[cap],
             parameters={"bucketName": AP_ARN, "prefixTemplate": "claims/${pv.name}/"}),
             timeout=60).volume
-        assert vol.volume_id == AP_ARN + "/claims/pv-1/"
+        assert vol.volume_id.startswith(AP_ARN + "/claims/pv-1/#")
         assert vol.volume_context["bucketName"] == AP_ARN
         handler.seen.clear()
         ctl.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vol.volume_id), timeout=60)
         seen = [(m, p.split("?")[0]) for m, p, h, _ in handler.seen]
-        assert ("DELETE", "/claims/pv-1/a.bin") in seen, seen   # the listed object
+        # the listed object (in one DeleteObjects), then the owner record
+        assert [b for m, _, _, b in handler.seen if m == "POST" and
+                b"<Key>claims/pv-1/a.bin</Key>" in b], seen
+        assert ("DELETE", "/.s3flash-csi/volumes/claims/pv-1/.volume") in seen, seen
         assert all(h["host"] == AP_HOST for _, _, h, _ in handler.seen)
         assert f"CONNECT {AP_HOST}:443" in proxy.seen()
         ch.close()

@@ -45,6 +45,7 @@ def sigv4a_private_key(akid, secret):
 class Recorder(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen = []
+    stored = {}
 
     def log_message(self, *a):
         pass
@@ -55,10 +56,26 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         h = {k.lower(): v for k, v in self.headers.items()}
         type(self).seen.append((self.command, self.path, h, body))
         out = PAYLOAD if self.command in ("GET", "HEAD") else b""
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query,
+                                      keep_blank_values=True)
+        path = urllib.parse.urlsplit(self.path).path
+        status = 200
         if self.command == "GET" and "list-type" in query:
             out = self.listing(query.get("prefix", [""])[0], "encoding-type" in query)
-        self.send_response(200)
+        elif self.command == "POST" and "delete" in query:  # DeleteObjects: every key deleted
+            out = (b'<?xml version="1.0" encoding="UTF-8"?><DeleteResult xmlns='
+                   b'"http://s3.amazonaws.com/doc/2006-03-01/"></DeleteResult>')
+        elif "/.s3flash-csi/" in path:  # the CSI controller's owner records: kept as written
+            if self.command == "PUT":
+                type(self).stored[path] = body
+            elif self.command == "DELETE":
+                type(self).stored.pop(path, None)
+            elif path in type(self).stored:
+                out = type(self).stored[path]
+            else:
+                status, out = 404, (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>'
+                                    b'NoSuchKey</Code><Message>no such key</Message></Error>')
+        self.send_response(status)
         self.send_header("Content-Length", str(len(out)))
         self.send_header("Last-Modified", "Sun, 06 Dec 2026 12:00:00 GMT")
         self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
@@ -79,7 +96,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
                 '<ETag>"0123456789abcdef0123456789abcdef"</ETag><Size>7</Size>'
                 '<StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>').encode()
 
-    do_GET = do_PUT = do_HEAD = do_DELETE = handle_any
+    do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = handle_any
 
 
 @contextlib.contextmanager
@@ -90,7 +107,7 @@ def serve(tmp_path, hosts):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", f"/CN={hosts[0]}", "-addext", f"subjectAltName={san}",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    handler = type("H", (Recorder,), {"seen": []})
+    handler = type("H", (Recorder,), {"seen": [], "stored": {}})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(cert), str(key))

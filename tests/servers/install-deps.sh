@@ -24,6 +24,7 @@ APT_PACKAGES=(
     s3fs rclone             # bench/mount.py: s3fs-fuse and rclone mount, side by side
     stress-ng               # tests/run.sh --under-load: the CPU hog beside the gate
     prometheus              # tests/integration/test_metrics.py: a real server scrapes s3flash
+    golang-go               # tests/csi/build.sh: kubernetes-csi's csi-sanity, built offline
 )
 PIP_PACKAGES=(meson ninja pytest pytest-xdist 'moto[server]' crc32c awscrt grpcio grpcio-tools pyyaml
               matplotlib)

@@ -1,9 +1,11 @@
 """The `s3flash-csi` command (docs/KUBERNETES.md):
 
   s3flash-csi node --endpoint unix:///csi/csi.sock --node-id NODE --mounter-socket SOCK
-                   [--state-dir DIR] [--cache-root DIR] [--sts-endpoint URL]
+                   [--state-dir DIR] [--cache-root DIR] [--sts-endpoint URL] [--with-controller]
                    [--metrics-port PORT [--metrics-address IP]]
-  s3flash-csi mounter --socket SOCK [--state-dir DIR] [--s3flash PATH]
+  s3flash-csi mounter --socket SOCK [--state-dir DIR] [--s3flash PATH] [--cache-root DIR]
+                      [--daemon-cgroup DIR [--daemons-memory-limit SIZE] [--host-cgroup-ns]]
+                      [--node-uid UID]
   s3flash-csi controller --endpoint unix:///csi/csi.sock
   s3flash-csi credentials --socket SOCK --mount KEY     (the daemons' credential_process)
 """
@@ -41,11 +43,13 @@ def _serve_grpc(endpoint, services):
     return server
 
 
-def _wait_for_signal(stop):
+def _wait_for_signal(stop, thread=None):
+    """Until SIGTERM or SIGINT, or `thread` ended."""
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.set())
-    while not stop.wait(1):
-        pass
+    while not stop.wait(0.2 if thread else 1):
+        if thread and not thread.is_alive():
+            return
 
 
 def parser():
@@ -67,6 +71,9 @@ def parser():
                    help="the audience of the service-account token for STS (the CSIDriver's "
                         "tokenRequests)")
     n.add_argument("--max-volumes", type=int, default=0)
+    n.add_argument("--with-controller", action="store_true",
+                   help="the plugin's controller is deployed (dynamic provisioning): the "
+                        "node's Identity reports CONTROLLER_SERVICE, as the controller's does")
     n.add_argument("--metrics-port", type=int,
                    default=int(os.environ.get("S3FLASH_CSI_METRICS_PORT", "0") or 0),
                    help="serve every volume's metrics (Prometheus text, labelled volume_id) "
@@ -77,6 +84,23 @@ def parser():
     m = sub.add_parser("mounter", help="runs the s3flash mount daemons")
     m.add_argument("--socket", required=True)
     m.add_argument("--state-dir", default=DEFAULT_STATE)
+    m.add_argument("--cache-root", default=None,
+                   help="the node's --cache-root: a volume's cache must be under it (default "
+                        "STATE/cache)")
+    m.add_argument("--daemon-cgroup", default=None,
+                   help="run each daemon in a cgroup of its own under this directory (of a "
+                        "cgroup v2 or v1 memory hierarchy, outside the mounter container's "
+                        "cgroup), limited to its memory target plus headroom: a restart of "
+                        "the mounter's container ends no mount (docs/KUBERNETES.md)")
+    m.add_argument("--daemons-memory-limit", default=None,
+                   help="the memory limit of --daemon-cgroup itself, SIZE: what all the "
+                        "daemons together may use (default: what is set there, else RAM)")
+    m.add_argument("--host-cgroup-ns", action="store_true",
+                   help="enter the cgroup namespace of PID 1 (hostPID) first, so that "
+                        "--daemon-cgroup may be outside the container's (cgroup v2)")
+    m.add_argument("--node-uid", type=int, default=None,
+                   help="the node process's uid, if not the mounter's: the one other caller "
+                        "the socket accepts")
     m.add_argument("--s3flash", default=None,
                    help="the s3flash CLI (default $S3FLASH_CSI_S3FLASH, the package's own, "
                         "else s3flash on PATH)")
@@ -98,13 +122,19 @@ def main(argv=None):
         from .mounter import credentials_main
         return credentials_main(a.socket, a.mount)
     if a.cmd == "mounter":
-        from .mounter import Mounter
-        mnt = Mounter(a.socket, a.state_dir, s3flash=a.s3flash)
+        from .cgroups import parse_size
+        from .mounter import Mounter, enter_host_cgroup_ns
+        if a.host_cgroup_ns:
+            enter_host_cgroup_ns()  # before any thread: setns() is per thread
+        mnt = Mounter(a.socket, a.state_dir, s3flash=a.s3flash, cache_root=a.cache_root,
+                      daemon_cgroup=a.daemon_cgroup, node_uid=a.node_uid,
+                      daemons_limit=parse_size(a.daemons_memory_limit)
+                      if a.daemons_memory_limit else None)
         t = threading.Thread(target=mnt.serve, args=(stop,), daemon=True)
         t.start()
-        _wait_for_signal(stop)
+        _wait_for_signal(stop, t)
         t.join(5)
-        return 0
+        return 0 if stop.is_set() else 1  # else serve() failed (logged)
     from .node import Identity, Node
     if a.cmd == "node":
         node = Node(a.node_id, a.mounter_socket, a.state_dir, cache_root=a.cache_root,
@@ -114,7 +144,8 @@ def main(argv=None):
             from . import metrics
             metrics.serve(metrics.Exporter(node.metrics_mounts), max(a.metrics_port, 0),
                           a.metrics_address)
-        server = _serve_grpc(a.endpoint, [("Identity", Identity()), ("Node", node)])
+        server = _serve_grpc(a.endpoint, [("Identity", Identity(controller=a.with_controller)),
+                                          ("Node", node)])
     else:
         from .controller import Controller
         server = _serve_grpc(a.endpoint, [("Identity", Identity(controller=True)),

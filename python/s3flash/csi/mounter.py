@@ -1,6 +1,15 @@
 """`s3flash-csi mounter`: runs one `s3flash mount BUCKET /dev/fd/N` daemon per mount on the
 FUSE descriptor the node process hands over (SCM_RIGHTS on --socket), and keeps each pod-level
-mount's current credentials in memory for its daemon (served through credential_process).
+mount's current credentials in memory for its daemon (served through credential_process:
+pod-level and nodePublishSecretRef keys alike, never the daemon's environment).
+
+With --daemon-cgroup each daemon runs in a cgroup of its own outside the mounter container's
+(cgroups.py): a restart or upgrade of the mounter's container, which kills every process of
+that container's cgroup, ends no mount, and each daemon's memory limit is its volume's.
+
+Only the node process's user may call the socket (SO_PEERCRED), which lives in a directory of
+its own (mode 0700), and every request is checked again here (options.check_daemon_request):
+the mounter trusts no caller.
 
 The mounter is a child subreaper: a daemon, once its starting parent has exited, is the
 mounter's child, found by the S3FLASH_CSI_MOUNT variable in its environment. A record per
@@ -25,12 +34,16 @@ import threading
 import time
 
 from . import sysmount
+from .cgroups import DaemonCgroups, default_target, headroom, parse_size
+from .options import VolumeError, check_daemon_request
 
 log = logging.getLogger("s3flash-csi.mounter")
 MARKER = "S3FLASH_CSI_MOUNT"
 PR_SET_CHILD_SUBREAPER = 36
 # a mount's SSE-C key while its daemon starts (it reads the file before it serves)
 SSE_C_SUFFIX = ".sse-c-key"
+# a mount key (options.Volume.share_key): it names files and a cgroup
+KEY = re.compile(r"^[0-9a-f]{32}$")
 # the daemon's start-up line naming its metrics endpoint (--metrics-listen 127.0.0.1:0)
 METRICS_LINE = re.compile(r"^s3flash: metrics at http://127\.0\.0\.1:([0-9]{1,5})/metrics$", re.M)
 # the mounter's own variables that a daemon may see whatever its credentials (no secrets)
@@ -43,6 +56,19 @@ CONFIG_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFA
               "all_proxy", "NO_PROXY", "no_proxy", "S3FLASH_PROXY_CA_BUNDLE",
               # where a test build connects AWS hosts (ignored by other builds)
               "S3FLASH_TEST_CONNECT_TO")
+
+
+def volume_env(env):
+    """A volume's mountpointEnv variables for its daemon, checked again against Mountpoint's
+    allow-list; each also in lower case, which the client reads first (so the node's own
+    https_proxy never overrides the volume's)."""
+    from .options import USER_ENV
+    out = {}
+    for k, v in env.items():
+        if k not in USER_ENV or not isinstance(v, str) or not USER_ENV[k].fullmatch(v):
+            raise ValueError("mountpointEnv.%s is not allowed or not valid: refused" % k)
+        out[k] = out[k.lower()] = v
+    return out
 
 
 def find_s3flash():
@@ -65,10 +91,11 @@ def _environ(pid):
         return None
 
 
-def _daemon_pid(key):
-    """The running daemon whose environment carries MARKER=key, or None."""
+def _daemon_pid(key, candidates=None):
+    """The running daemon whose environment carries MARKER=key (among `candidates`, else
+    every process), or None."""
     want = key.encode()
-    for name in os.listdir("/proc"):
+    for name in (map(str, candidates) if candidates is not None else os.listdir("/proc")):
         if name.isdigit():
             env = _environ(int(name))
             if env and env.get(MARKER.encode()) == want:
@@ -120,12 +147,17 @@ class Mount:
 
 
 class Mounter:
-    def __init__(self, sock_path, state_dir, s3flash=None, cache_root=None):
+    def __init__(self, sock_path, state_dir, s3flash=None, cache_root=None, daemon_cgroup=None,
+                 daemons_limit=None, node_uid=None):
         self.sock_path = sock_path
         self.dir = os.path.join(state_dir, "mounter")
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         self.s3flash = s3flash or find_s3flash()
-        self.cache_root = cache_root
+        self.cache_root = cache_root or os.path.join(state_dir, "cache")
+        self.cache_roots = {os.path.normpath(self.cache_root), os.path.realpath(self.cache_root)}
+        self.cgroups = DaemonCgroups(daemon_cgroup, daemons_limit) if daemon_cgroup else None
+        # who may call: the node process (and the daemons' credential_process), by uid
+        self.uids = {os.geteuid()} | ({node_uid} if node_uid is not None else set())
         self.lock = threading.Lock()
         self.mounts = {}
         self.lost = {}
@@ -140,6 +172,9 @@ class Mounter:
             json.dump(m.doc, f)
         os.replace(tmp, self._record_path(m.key))
 
+    def _find(self, key):
+        return _daemon_pid(key, self.cgroups.pids(key) if self.cgroups else None)
+
     def _drop(self, m):
         for p in (self._record_path(m.key), self._record_path(m.key) + ".config",
                   os.path.join(self.dir, m.key + SSE_C_SUFFIX)):
@@ -147,6 +182,10 @@ class Mounter:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+        if m.doc.get("empty_dir"):  # cache: emptyDir ends with its daemon
+            shutil.rmtree(m.doc["empty_dir"], ignore_errors=True)
+        if self.cgroups:
+            self.cgroups.remove(m.key)
 
     def readopt(self):
         """Take over the daemons of the records in the state dir that are still running;
@@ -164,7 +203,7 @@ class Mounter:
                 log.error("mount record %s unreadable (%s): dropped", name, e)
                 continue
             m = Mount(key, doc)
-            pid = _daemon_pid(key)
+            pid = self._find(key)
             if pid:
                 m.pid = doc["pid"] = pid
                 self.mounts[key] = m
@@ -193,6 +232,12 @@ class Mounter:
                 _, status = os.waitpid(m.pid, 0)
             except ChildProcessError:
                 pass
+            if self.cgroups and self.cgroups.oom_kills(m.key):
+                log.error("the daemon of s3://%s (pid %d, mount %s) was killed by the OOM "
+                          "killer: it reached its cgroup's memory limit (%s bytes; raise the "
+                          "volume's memory-target). Its targets answer ENOTCONN until "
+                          "unpublished; the other volumes are not affected",
+                          m.doc.get("source"), m.pid, m.key, self.cgroups.limit(m.key))
             with self.lock:
                 if self.mounts.get(m.key) is m:
                     del self.mounts[m.key]
@@ -217,10 +262,9 @@ class Mounter:
             # not the node's AWS files: names that do not exist
             env["AWS_SHARED_CREDENTIALS_FILE"] = os.path.join(self.dir, "no-credentials-file")
             env["AWS_CONFIG_FILE"] = os.path.join(self.dir, "no-config-file")
-        if kind == "static":
-            env.update(cred["values"])
-        elif kind == "pod":
-            # credential_process: asks this mounter for the mount's current credentials
+        if kind in ("static", "pod"):
+            # credential_process: asks this mounter for the mount's current credentials (the
+            # keys are never in the daemon's environment, /proc/PID/environ)
             cfg = self._record_path(key) + ".config"
             cmd = "%s -m s3flash.csi credentials --socket %s --mount %s" % (
                 sys.executable, self.sock_path, key)
@@ -247,7 +291,55 @@ class Mounter:
             os.close(fd)
         return path
 
+    def _check(self, req):
+        """The request as the mounter checks it itself: None, or why it is refused."""
+        key = req.get("key")
+        if not isinstance(key, str) or not KEY.match(key):
+            return "mount key %r is not a key the node makes" % (key,)
+        try:
+            check_daemon_request(req.get("source"), req.get("flags"))
+        except VolumeError as e:
+            return e.message
+        cache = req.get("cache") or ""
+        if cache:
+            ok = isinstance(cache, str) and os.path.isabs(cache) and any(
+                len(r.split("/")) == 2 and not r.startswith("..")
+                for r in (os.path.relpath(os.path.normpath(cache), root)
+                          for root in self.cache_roots))
+            if not ok:
+                return ("cache %r is not NAME/IDENTITY under the cache root %s"
+                        % (cache, self.cache_root))
+        cred = req.get("credentials") or {"kind": "driver"}
+        if cred.get("kind") not in ("driver", "static", "pod") or (
+                cred["kind"] != "driver" and not isinstance(cred.get("values"), dict)):
+            return "credentials of kind %r are not driver, static or pod" % cred.get("kind")
+        return None
+
+    def _memory(self, key, flags):
+        """The daemon's memory target (its volume's memory-target, else the mount's default
+        share of what the daemons may use) and its cgroup's limit: (target, limit) or an
+        error. The flags get the target (the daemon's own default would be an eighth of its
+        cgroup's limit, not of the node's share)."""
+        avail = self.cgroups.available()
+        if "--memory-target" in flags:
+            target = parse_size(flags[flags.index("--memory-target") + 1])
+        else:
+            target = default_target(avail)
+            flags += ["--memory-target", "%dM" % (target >> 20)]
+        if target + headroom(target) > avail:
+            return None, ("memory-target %d MiB (plus %d MiB for the process) does not fit "
+                          "what the daemons may use (%d MiB, %s): lower the volume's "
+                          "memory-target or raise the limit"
+                          % (target >> 20, headroom(target) >> 20, avail >> 20,
+                             self.cgroups.root))
+        return target, target + headroom(target)
+
     def start(self, req, fd):
+        why = self._check(req)
+        if why:
+            os.close(fd)
+            log.warning("mount request refused: %s", why)
+            return {"ok": False, "error": "refused by the mounter: " + why}
         key = req["key"]
         with self.lock:
             m = self.mounts.get(key)
@@ -256,7 +348,16 @@ class Mounter:
                         % (key, m.pid)}
         cred = req.get("credentials") or {"kind": "driver"}
         flags = list(req.get("flags", []))
+        env = self._env(key, cred)
+        try:
+            env.update(volume_env(req.get("env") or {}))
+        except ValueError as e:
+            os.close(fd)
+            return {"ok": False, "error": str(e)}
+        empty_dir = req.get("cache") if req.get("empty_dir") else None
         if req.get("cache"):
+            if empty_dir:  # cache: emptyDir: the daemon's own, starting empty
+                shutil.rmtree(empty_dir, ignore_errors=True)
             err = private_dirs(req["cache"], depth=2)
             if err:
                 os.close(fd)
@@ -271,22 +372,42 @@ class Mounter:
                 return {"ok": False, "error": "the SSE-C key file of mount %s: %s"
                         % (key, e.strerror)}
             flags += ["--sse-c-key", "fileb://" + key_file]
+        procs = None
+        if self.cgroups:
+            target, limit = self._memory(key, flags)
+            if target is None:
+                os.close(fd)
+                if key_file:
+                    os.unlink(key_file)
+                return {"ok": False, "error": limit}
+            try:
+                procs = self.cgroups.create(key, limit)
+            except OSError as e:
+                os.close(fd)
+                if key_file:
+                    os.unlink(key_file)
+                return {"ok": False, "error": "the cgroup of mount %s (%s): %s"
+                        % (key, self.cgroups.leaf(key), e)}
         # the daemon's warnings (failed requests with their request ids) go to the
         # mounter's stderr, the container's log: a descriptor of its own for --log-file
         logfd = os.dup(2)
-        flags += ["--log-file", "/dev/fd/%d" % logfd]
+        if "--no-log" not in flags:
+            flags += ["--log-file", "/dev/fd/%d" % logfd]
         # its metrics on a loopback port of its own, which the node's /metrics scrapes
         # (csi/metrics.py): not in the record's flags, the port is learnt below
         argv = [self.s3flash, "mount", req["source"], "/dev/fd/%d" % fd] + flags + [
             "--metrics-listen", "127.0.0.1:0"]
         m = Mount(key, {"key": key, "source": req["source"], "flags": flags,
-                        "target": req.get("target", ""), "started": time.time()})
-        if cred.get("kind") == "pod":
+                        "target": req.get("target", ""), "started": time.time(),
+                        "empty_dir": empty_dir})
+        if cred.get("kind") in ("pod", "static"):
             m.creds = {"values": cred["values"], "expiration": cred.get("expiration", "")}
             with self.lock:
                 self.mounts[key] = m  # credential_process runs before the daemon is found
+        if procs:  # it joins its own cgroup before s3flash runs: nothing is charged elsewhere
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs] + argv
         try:
-            p = subprocess.run(argv, env=self._env(key, cred), pass_fds=(fd, logfd),
+            p = subprocess.run(argv, env=env, pass_fds=(fd, logfd),
                                stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
                                start_new_session=True)
             out = (p.stderr + p.stdout).decode("utf-8", "replace").strip()
@@ -297,7 +418,7 @@ class Mounter:
             os.close(logfd)
             if key_file:  # read by now (or never to be): not kept on disk
                 os.unlink(key_file)
-        pid = _daemon_pid(key) if p is not None and p.returncode == 0 else None
+        pid = self._find(key) if p is not None and p.returncode == 0 else None
         if not pid:
             with self.lock:
                 if self.mounts.get(key) is m:
@@ -344,7 +465,18 @@ class Mounter:
             if req is None:
                 return
             op = req.get("op")
-            if op == "mount":
+            pid, uid, _gid = sysmount.peer_cred(conn)
+            if uid not in self.uids:
+                for fd in fds:
+                    os.close(fd)
+                log.warning("%r from pid %d (uid %d) refused: only uid %s may call the mounter",
+                            op, pid, uid, ", ".join(map(str, sorted(self.uids))))
+                sysmount.send(conn, {"ok": False, "error": "refused: uid %d may not call the "
+                                     "mounter" % uid})
+                return
+            if not isinstance(req, dict):
+                reply = {"ok": False, "error": "a request is a JSON object"}
+            elif op == "mount":
                 if len(fds) != 1:
                     for fd in fds:
                         os.close(fd)
@@ -369,7 +501,9 @@ class Mounter:
         if op == "list":
             with self.lock:
                 return {"ok": True, "mounts": {k: {"pid": m.pid, "source": m.doc.get("source"),
-                                                   "metrics_port": m.doc.get("metrics_port")}
+                                                   "metrics_port": m.doc.get("metrics_port"),
+                                                   "cgroup": self.cgroups.leaf(k)
+                                                   if self.cgroups else None}
                                                for k, m in self.mounts.items()},
                         "lost": self.lost}
         if op == "release":
@@ -392,15 +526,17 @@ class Mounter:
             m = self.mounts.get(key)
         if not m or not m.creds:
             return {"ok": False, "error": "no credentials for mount %s" % key}
-        # the asker descends from a process this mounter started (the daemon, or while it
-        # starts, its parent) that carries the mount's marker
+        # the asker descends from the mount's daemon (which a mounter before this one may
+        # have started), or from a process this mounter started for it (the daemon's parent
+        # while it starts), that carries the mount's marker
         pid, ok = peer, False
         for _ in range(5):
             pid = _ppid(pid)
             if pid <= 1:
                 break
             env = _environ(pid)
-            if env and env.get(MARKER.encode()) == key.encode() and _ppid(pid) == os.getpid():
+            if env and env.get(MARKER.encode()) == key.encode() and (
+                    pid == m.pid or _ppid(pid) == os.getpid()):
                 ok = True
                 break
         if not ok:
@@ -417,7 +553,17 @@ class Mounter:
             os.unlink(self.sock_path)
         except FileNotFoundError:
             pass
-        os.makedirs(os.path.dirname(self.sock_path) or ".", exist_ok=True)
+        run = os.path.dirname(os.path.abspath(self.sock_path))
+        try:  # a hostPath kubelet made (0755), holding nothing else: closed to others
+            st = os.lstat(run)
+            if (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                    and set(os.listdir(run)) <= {os.path.basename(self.sock_path)}):
+                os.chmod(run, 0o700)
+        except FileNotFoundError:
+            pass
+        err = private_dirs(run, depth=1)
+        if err:
+            raise OSError("the mounter socket's directory: " + err)
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         old = os.umask(0o077)
         srv.bind(self.sock_path)
@@ -433,6 +579,22 @@ class Mounter:
             conn.settimeout(None)
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
         srv.close()
+
+
+def enter_host_cgroup_ns():
+    """setns(2) into PID 1's cgroup namespace (the host's, with hostPID): under cgroup v2 a
+    process may move another into a cgroup only inside its own cgroup namespace, and the
+    daemons' cgroups are outside the container's."""
+    CLONE_NEWCGROUP = 0x02000000
+    fd = os.open("/proc/1/ns/cgroup", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWCGROUP) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "setns into the host's cgroup namespace (needs hostPID and "
+                          "CAP_SYS_ADMIN): %s" % os.strerror(e))
+    finally:
+        os.close(fd)
 
 
 def credentials_main(sock, key):

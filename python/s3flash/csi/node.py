@@ -5,7 +5,18 @@ reuse the mount of a publish with the same share key (same volume, flags, creden
 make one: mount a fresh /dev/fuse connection on STATE/node/sources/KEY and hand the
 descriptor to the mounter, which starts the daemon. The target is a bind mount of that
 source (read-only when the publish is). Records in STATE/node/targets/ (no secrets) make the
-process stateless: a restarted node unpublishes what its predecessor published."""
+process stateless: a restarted node unpublishes what its predecessor published.
+
+Locks: one per target path (a publish or unpublish of it) and one per share key (the mount
+of a volume with its flags and credentials, held while it is made or released); none for the
+whole node. A publish or unpublish that finds its target's or its mount's lock taken answers
+ABORTED (the spec's "operation pending") rather than wait. STS calls and the checks of a mount's liveness wait under a target's lock only,
+`s3flash mount`'s start-up under its key's: a stalled endpoint holds up its own volume, never
+another. statfs/stat of a FUSE mount run in a thread with a deadline (bounded_stat): a hung
+daemon makes NodeGetVolumeStats answer UNAVAILABLE, not hang."""
+
+import concurrent.futures
+import contextlib
 
 import errno
 import hashlib
@@ -18,11 +29,77 @@ import threading
 import grpc
 
 from . import PLUGIN_NAME, creds, sysmount
-from .options import VolumeError, Volume, invalid
+from .options import EMPTY_DIR_ROOT, VolumeError, Volume, invalid
 from .proto import pb
 
 log = logging.getLogger("s3flash-csi.node")
 VERSION = "0.1.0"
+# how long a stat or statfs of a FUSE mount may take (its daemon answers them from memory)
+STAT_DEADLINE = 10.0
+
+
+class NamedLocks:
+    """A reentrant lock per name, made on first use and dropped when nobody holds or awaits
+    it."""
+
+    def __init__(self):
+        self._mu = threading.Lock()
+        self._locks = {}  # name -> [RLock, holders and waiters]
+
+    @contextlib.contextmanager
+    def hold(self, name, busy=None):
+        """Held for the block. With `busy` (a message), a lock another thread holds is not
+        waited for: ABORTED, the spec's "operation pending for volume" (the CO retries
+        later; a stalled call and its retries never pile up on the gRPC workers)."""
+        with self._mu:
+            entry = self._locks.setdefault(name, [threading.RLock(), 0])
+            entry[1] += 1
+        try:
+            if not entry[0].acquire(blocking=busy is None):
+                raise VolumeError(grpc.StatusCode.ABORTED, busy)
+            try:
+                yield
+            finally:
+                entry[0].release()
+        finally:
+            with self._mu:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[name]
+
+
+class BoundedStat:
+    """fn(path) (os.stat, os.statvfs) of a FUSE mount in a thread of its own, waited for
+    `deadline` seconds: a hung daemon costs its caller that long, and one stuck thread per
+    path and function (a later caller waits on the same call, no second thread)."""
+
+    def __init__(self):
+        self._mu = threading.Lock()
+        self._pending = {}  # (fn, path) -> Future
+
+    def __call__(self, fn, path, deadline=STAT_DEADLINE):
+        with self._mu:
+            fut = self._pending.get((fn, path))
+            if fut is None:
+                fut = self._pending[(fn, path)] = concurrent.futures.Future()
+                threading.Thread(target=self._run, args=(fn, path, fut), daemon=True,
+                                 name="stat %s" % path).start()
+        try:
+            return fut.result(timeout=deadline)
+        except concurrent.futures.TimeoutError:
+            raise VolumeError(grpc.StatusCode.UNAVAILABLE,
+                              "%s of %s did not answer in %g s: its s3flash mount daemon is "
+                              "hung or stopped" % (fn.__name__, path, deadline)) from None
+
+    def _run(self, fn, path, fut):
+        try:
+            fut.set_result(fn(path))
+        except BaseException as e:
+            fut.set_exception(e)
+        finally:
+            with self._mu:
+                if self._pending.get((fn, path)) is fut:
+                    del self._pending[(fn, path)]
 
 
 def error_code(text):
@@ -97,7 +174,9 @@ class Node:
         self.max_volumes = max_volumes
         self.audience = token_audience
         self.kube = creds.Kube()
-        self.lock = threading.Lock()
+        self.target_locks = NamedLocks()  # a publish or unpublish of a target path
+        self.key_locks = NamedLocks()     # a share key's mount made, used or released
+        self.stat = BoundedStat()
         self.salt = self._salt()
         self._sweep()
 
@@ -172,7 +251,7 @@ class Node:
         if not rec or rec["volume_id"] != req.volume_id:
             raise VolumeError(grpc.StatusCode.NOT_FOUND, "volume %s is not published at %s"
                               % (req.volume_id, req.volume_path))
-        st = os.statvfs(req.volume_path)
+        st = self.stat(os.statvfs, req.volume_path)
         U = pb.VolumeUsage
         return pb.NodeGetVolumeStatsResponse(usage=[
             U(unit=U.BYTES, total=st.f_blocks * st.f_frsize,
@@ -196,7 +275,8 @@ class Node:
         # CSIDriver's requiresRepublish) carries a rotated Secret, which the running daemon
         # keeps using until the pod is mounted again
         digest = vol.digest(req.volume_id, target)
-        with self.lock:
+        with self.target_locks.hold(target, "a publish or unpublish of %s is in progress"
+                                    % target):
             rec = self._load(target)
             if rec and sysmount.is_mounted(target):
                 if rec["digest"] != digest:
@@ -204,13 +284,15 @@ class Node:
                                       "%s is published already with other arguments (volume "
                                       "%s)" % (target, rec["volume_id"]))
                 try:
-                    os.stat(target)
+                    self.stat(os.stat, target)
                 except OSError as e:  # ENOTCONN: its daemon ended (the mounter restarted)
                     raise VolumeError(grpc.StatusCode.FAILED_PRECONDITION,
                                       "%s is published but its s3flash mount daemon is gone "
                                       "(%s): the pod must be restarted to mount it again"
                                       % (target, e.strerror))
-                if vol.auth == "pod":  # requiresRepublish: fresh token, fresh credentials
+                # requiresRepublish: fresh token (or Secret), fresh credentials; a mounter
+                # that restarted gets them back this way (they are in its memory only)
+                if vol.auth == "pod" or "key_id" in req.secrets:
                     c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube,
                               self.audience)
                     self._call({"op": "update_credentials", "key": rec["key"],
@@ -228,19 +310,23 @@ class Node:
             c = creds.resolve(vol, req.secrets, self.salt, self.sts_endpoint, self.kube,
                               self.audience)
             key = vol.share_key(req.volume_id, c.identity)
-            source = self._source(vol, key, c, target)
-            made = not os.path.exists(target)
-            os.makedirs(target, mode=0o750, exist_ok=True)
-            try:
-                sysmount.bind(source, target, vol.read_only)
-            except OSError:
-                if made:
-                    os.rmdir(target)
-                self._release_if_unused(key)
-                raise
-            self._store({"target": target, "volume_id": req.volume_id, "key": key,
-                         "digest": digest, "source": vol.source, "read_only": vol.read_only,
-                         "made_target": made})
+            # the mount made, bound and recorded as one
+            with self.key_locks.hold(key, "the mount of volume %s with these options and "
+                                     "credentials is being made or released"
+                                     % req.volume_id):
+                source = self._source(vol, key, c, target)
+                made = not os.path.exists(target)
+                os.makedirs(target, mode=0o750, exist_ok=True)
+                try:
+                    sysmount.bind(source, target, vol.read_only)
+                except OSError:
+                    if made:
+                        os.rmdir(target)
+                    self._release_if_unused(key)
+                    raise
+                self._store({"target": target, "volume_id": req.volume_id, "key": key,
+                             "digest": digest, "source": vol.source,
+                             "read_only": vol.read_only, "made_target": made})
             log.info("published %s (s3://%s, mount %s) at %s%s", req.volume_id, vol.source,
                      key, target, " read-only" if vol.read_only else "")
             return pb.NodePublishVolumeResponse()
@@ -260,7 +346,7 @@ class Node:
         src = os.path.join(self.sources_dir, key)
         if sysmount.is_mounted(src):
             try:
-                os.stat(src)
+                self.stat(os.stat, src)
                 return src
             except OSError as e:  # its daemon is gone (ENOTCONN): mount a fresh one
                 log.warning("mount %s is dead (%s): mounting again", key, e)
@@ -270,12 +356,14 @@ class Node:
         fd = sysmount.fuse_mount(src, "s3flash:" + vol.source, vol.read_only, allow_other)
         try:
             cache = ""
-            if vol.cache_name:  # one directory per credentials: blocks never cross identities
+            if vol.empty_dir:  # the daemon's own, made empty and removed with it
+                cache = os.path.join(vol.cache_root, EMPTY_DIR_ROOT, key)
+            elif vol.cache_name:  # one directory per credentials: blocks never cross identities
                 cache = os.path.join(vol.cache_root, vol.cache_name,
                                      hashlib.sha256(c.identity.encode()).hexdigest()[:16])
             doc = {"op": "mount", "key": key, "source": vol.source,
                    "flags": vol.daemon_flags, "cache": cache, "target": target,
-                   "credentials": c.message()}
+                   "credentials": c.message(), "empty_dir": vol.empty_dir, "env": vol.env}
             if c.sse_c_key:
                 doc["sse_c_key"] = c.sse_c_key
             self._call(doc, [fd])
@@ -303,6 +391,10 @@ class Node:
                 for k, m in sorted(r.get("mounts", {}).items())]
 
     def _release_if_unused(self, key, stop_daemon=True):
+        with self.key_locks.hold(key):
+            self._release_locked(key, stop_daemon)
+
+    def _release_locked(self, key, stop_daemon):
         if any(r["key"] == key for r in self._records()):
             return
         src = os.path.join(self.sources_dir, key)
@@ -336,7 +428,8 @@ class Node:
         if not req.target_path:
             raise invalid("target_path is missing")
         target = _canonical(req.target_path)
-        with self.lock:
+        with self.target_locks.hold(target, "a publish or unpublish of %s is in progress"
+                                    % target):
             rec = self._load(target)
             while sysmount.is_mounted(target):
                 if not rec and not any(m[0] == target and m[1] == "fuse.s3flash"

@@ -134,7 +134,13 @@ def call(path, doc, fds=(), timeout=120):
         s.close()
 
 
-def peer_pid(sock):
+def peer_cred(sock):
+    """(pid, uid, gid) of the process at the other end of a unix socket (SO_PEERCRED: as it
+    was when it connected)."""
     import struct
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[0]
+    return struct.unpack("3i", creds)
+
+
+def peer_pid(sock):
+    return peer_cred(sock)[0]
