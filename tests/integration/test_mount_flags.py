@@ -7,6 +7,7 @@ on the file system, in the log file or in the kernel's mount table. A flag that 
 takes (or not this one) is refused before anything is mounted."""
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -369,7 +370,7 @@ def test_bind_elsewhere(cli_path, rgw, proxy, bucket, tmp_path):
 
 # ---- the file system ------------------------------------------------------------------------
 
-def test_metadata_ttl_values(mounts, s3, bucket):
+def test_metadata_ttl_values(mounts, s3, bucket, tmp_path):
     """minimal (and the default) sees an object replaced behind the mount within about a
     second; indefinite keeps what it saw; --cache without --metadata-ttl keeps it 60 s
     (Mountpoint's default with a data cache)."""
@@ -377,7 +378,7 @@ def test_metadata_ttl_values(mounts, s3, bucket):
     minimal = mounts("ttl/", "--metadata-ttl", "minimal")
     default = mounts("ttl/")
     forever = mounts("ttl/", "--metadata-ttl", "indefinite")
-    cached = mounts("ttl/", "--cache", str(Path(tempfile.mkdtemp()) / "c"))
+    cached = mounts("ttl/", "--cache", str(tmp_path / "c"))
     for m in (minimal, default, forever, cached):
         assert os.stat(Path(m.dir) / "f").st_size == 5
     s3.put_object(Bucket=bucket, Key="ttl/f", Body=b"1234567890")
@@ -508,6 +509,7 @@ def test_allow_root_and_other(cli_path, rgw, bucket, s3, flag, nobody):
         assert ("allow_other" in line) == (flag is not None), line
     finally:
         m.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 LOG_NAME = re.compile(r"^mountpoint-s3-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ\.[A-Za-z0-9]{6}\.log$")
