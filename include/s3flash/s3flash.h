@@ -315,6 +315,12 @@ struct s3f_client_options {
     /* Put before the User-Agent of S3 requests ("PREFIX s3flash/VERSION[ EXTRA]", the
      * meaning of Mountpoint's --user-agent-prefix); printable ASCII, at most 256 bytes. */
     const char *user_agent_prefix;
+    /* Network interfaces the connections go out through (SO_BINDTODEVICE; Mountpoint's
+     * --bind), comma-separated ("eth0,eth1"), each new connection on the next one in turn.
+     * A name that is not an interface of the machine fails s3f_client_new with
+     * S3F_ERR_INVALID_ARGUMENT; binding needs Linux 5.7 or CAP_NET_RAW. NULL: the routing
+     * table decides. */
+    const char *network_interfaces;
 };
 
 /* Create a client. Resolves region, endpoint and the credentials provider (credentials

@@ -44,7 +44,7 @@ const struct cli_opt_spec cli_global_opts[] = {
      "appended to the User-Agent of every request"},
     {"aws-max-attempts", 0, 1, OPT_MAX_ATTEMPTS, "N",
      "attempts per request, 1 to 100 (default: AWS_MAX_ATTEMPTS, the profile, else 3)"},
-    {"debug", 0, 0, OPT_DEBUG, NULL, "log every request and response to stderr"},
+    {"debug", 'd', 0, OPT_DEBUG, NULL, "log every request and response to stderr"},
     {"quiet", 'q', 0, OPT_QUIET, NULL, "do not print what is being done"},
     {"help", 'h', 0, OPT_HELP, NULL, "show help and exit"},
     {"version", 0, 0, OPT_VERSION, NULL, "show the version and exit"},
@@ -103,7 +103,18 @@ static int record(struct cli_args *out, const struct cli_opt_spec *spec, const c
         out->value[spec->id] = value;
     if (spec->id == OPT_EXCLUDE || spec->id == OPT_INCLUDE)
         return cli_filter_add(&out->filter, spec->id == OPT_INCLUDE, value);
+    if (spec->id == OPT_BIND) {
+        if (out->n_bind >= CLI_BIND_MAX)
+            return -1;
+        out->bind[out->n_bind++] = value;
+    }
     return 0;
+}
+
+static int too_many(const struct cli_command *cmd, const struct cli_opt_spec *spec) {
+    if (spec->id == OPT_BIND)
+        return cli_usage_error(cmd, "too many --bind (at most %d)", CLI_BIND_MAX);
+    return cli_usage_error(cmd, "too many --exclude/--include (at most %d)", CLI_FILTER_MAX);
 }
 
 int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
@@ -144,8 +155,7 @@ int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
                 return cli_usage_error(*cmd, "option '--%s' takes no value", spec->long_name);
             }
             if (record(out, spec, value) != 0)
-                return cli_usage_error(*cmd, "too many --exclude/--include (at most %d)",
-                                       CLI_FILTER_MAX);
+                return too_many(*cmd, spec);
             continue;
         }
         if (!end_of_opts && a[0] == '-' && a[1] != '\0') {
@@ -168,8 +178,7 @@ int cli_args_parse(int argc, char **argv, const struct cli_command *commands,
                                                spec->value_name);
                     }
                     if (record(out, spec, value) != 0)
-                        return cli_usage_error(*cmd, "too many --exclude/--include (at most %d)",
-                                               CLI_FILTER_MAX);
+                        return too_many(*cmd, spec);
                     break;
                 }
                 record(out, spec, NULL);

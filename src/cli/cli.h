@@ -115,6 +115,26 @@ enum cli_opt_id {
     OPT_MAX_THREADS,
     OPT_PREFETCH_LISTED,
     OPT_USER_AGENT_PREFIX, /* mount */
+    /* mount: Mountpoint's (mount-s3) flags s3flash had no spelling of (docs/CLI.md,
+     * "mount-s3 compatibility") */
+    OPT_ALLOW_ROOT,
+    OPT_AUTO_UNMOUNT,
+    OPT_BIND,              /* repeated: kept in order in cli_args.bind */
+    OPT_BUCKET_TYPE,
+    OPT_CA_BUNDLE,
+    OPT_CACHE_BLOCK_SIZE,
+    OPT_DEBUG_CRT,
+    OPT_DUAL_STACK,
+    OPT_INFER_CONTENT_TYPE,
+    OPT_LOG_DIRECTORY,
+    OPT_MAX_THROUGHPUT,
+    OPT_NO_LOG,
+    OPT_PREFIX,
+    OPT_READ_PART_SIZE,
+    OPT_REQUESTER_PAYS,
+    OPT_TRANSFER_ACCELERATION,
+    OPT_UPLOAD_CHECKSUMS,
+    OPT_WRITE_PART_SIZE,
     OPT_METRICS_LISTEN,    /* cp, mv, sync, bench, mount: the metrics exporter (metrics.c) */
     OPT_METRICS_ALLOW_REMOTE,
     OPT_LOG_METRICS,
@@ -134,6 +154,7 @@ struct cli_opt_spec {
 };
 
 #define CLI_MAX_POSITIONALS 16
+#define CLI_BIND_MAX 16
 
 /* The parsed command line. Strings point into argv (nothing is allocated). */
 struct cli_args {
@@ -143,6 +164,8 @@ struct cli_args {
     const char *pos[CLI_MAX_POSITIONALS];    /* positional arguments after the command */
     size_t n_pos;
     struct cli_filter filter;                /* --exclude/--include, in command-line order */
+    const char *bind[CLI_BIND_MAX];          /* mount --bind IFACE, in command-line order */
+    size_t n_bind;
 };
 
 struct cli_command;
@@ -368,10 +391,21 @@ enum s3f_status cli_list_each(struct s3f_client *c, const char *bucket, const ch
 /* Value of --page-size (0 when not given); -1 after printing a usage error. */
 int cli_page_size(const struct cli_ctx *ctx);
 
+/* Mountpoint's fstab style (fstab.c): every "-o OPTIONS" of a mount command line replaced
+ * by the flags it spells ("allow-delete,uid=1000" -> --allow-delete --uid=1000; "ro" ->
+ * --read-only; mount(8)'s own options dropped). *out_argv is argv itself when there is
+ * none, else a new array (kept for the process's life). CLI_EXIT_OK, or CLI_EXIT_USAGE
+ * after printing what is wrong. */
+int cli_fstab_expand(int argc, char **argv, int *out_argc, char ***out_argv);
+
 /* Parse a size: a whole number of bytes with an optional suffix K, M, G or T (also written
  * Ki/Mi/Gi/Ti, KiB/MiB/GiB/TiB or KB/MB/GB/TB; any case), every one a power of 1024:
  * "8M" = "8MiB" = 8388608. 0 on success, -1 when malformed or over UINT64_MAX. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* cli_parse_size for the sizes Mountpoint reads in MiB (--max-cache-size, --memory-target):
+ * a bare number is MiB ("1024" = 1 GiB), a number with a suffix is read as cli_parse_size
+ * reads it ("10G"). 0 on success, -1 when malformed or too large. */
+int cli_parse_size_mib(const char *s, uint64_t *out);
 
 /* Parse --part-size, --concurrency, --memory-limit and --checksum into ctx->engine (before
  * the client is created). Returns CLI_EXIT_OK, or CLI_EXIT_USAGE after printing what is

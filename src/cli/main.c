@@ -129,8 +129,18 @@ static const struct cli_opt_spec bench_opts[] = {
 
 static const struct cli_opt_spec mount_opts[] = {
     {"foreground", 'f', 0, OPT_FOREGROUND, NULL, "stay attached (default: background once mounted)"},
+    {"prefix", 0, 1, OPT_PREFIX, "PREFIX",
+     "prefix inside the bucket to mount, ending in '/' (or BUCKET/PREFIX/ as the source)"},
+    {"bucket-type", 0, 1, OPT_BUCKET_TYPE, "TYPE",
+     "general-purpose or directory (default: from the name, NAME--ZONE--x-s3 is a directory "
+     "bucket)"},
     {"log-file", 0, 1, OPT_LOG_FILE, "PATH",
      "log here (default: stderr in the foreground, syslog in the background)"},
+    {"log-directory", 'l', 1, OPT_LOG_DIRECTORY, "DIR",
+     "log to a new file mountpoint-s3-TIMESTAMP.RANDOM.log in DIR (Mountpoint's naming)"},
+    {"no-log", 0, 0, OPT_NO_LOG, NULL, "log nothing (start-up errors still go to stderr)"},
+    {"debug-crt", 0, 0, OPT_DEBUG_CRT, NULL,
+     "log the transport's detail too: every request's headers, each attempt's outcome (TRACE)"},
     {"read-only", 0, 0, OPT_READ_ONLY, NULL, "refuse every change (EROFS)"},
     {"allow-delete", 0, 0, OPT_ALLOW_DELETE, NULL, "let unlink delete objects"},
     {"allow-overwrite", 0, 0, OPT_ALLOW_OVERWRITE, NULL,
@@ -141,23 +151,51 @@ static const struct cli_opt_spec mount_opts[] = {
     {"incremental-upload", 0, 0, OPT_INCREMENTAL_UPLOAD, NULL,
      "directory buckets: open(O_APPEND) of an existing file appends to its object"},
     {"allow-other", 0, 0, OPT_ALLOW_OTHER, NULL, "let other users use the mount"},
+    {"allow-root", 0, 0, OPT_ALLOW_ROOT, NULL, "let root use the mount too (FUSE allow_root)"},
+    {"auto-unmount", 0, 0, OPT_AUTO_UNMOUNT, NULL,
+     "unmount when the daemon ends, even when killed (FUSE auto_unmount)"},
     {"uid", 0, 1, OPT_UID, "UID", "owner of every file and directory (default: yours)"},
     {"gid", 0, 1, OPT_GID, "GID", "group of every file and directory (default: yours)"},
     {"dir-mode", 0, 1, OPT_DIR_MODE, "MODE", "permissions of directories, octal (default 0755)"},
     {"file-mode", 0, 1, OPT_FILE_MODE, "MODE", "permissions of files, octal (default 0644)"},
     {"metadata-ttl", 0, 1, OPT_METADATA_TTL, "SECONDS",
-     "keep attributes and entries this long (default 1; 0: ask S3 every time)"},
+     "keep attributes and entries this long: SECONDS, minimal (1 s) or indefinite "
+     "(default: minimal, 60 with --cache; 0: ask S3 every time)"},
     {"negative-metadata-ttl", 0, 1, OPT_NEGATIVE_METADATA_TTL, "SECONDS",
-     "keep 'no such file' this long (default 1)"},
+     "keep 'no such file' this long: SECONDS, minimal or indefinite (default: --metadata-ttl)"},
     {"cache", 0, 1, OPT_CACHE, "DIR", "node-local block cache of object data, kept across mounts"},
     {"cache-xz", 0, 1, OPT_CACHE_XZ, "BUCKET", "shared block cache of objects up to 1 MiB in an S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3), read by every node that mounts with it (docs/CACHE.md)"},
-    {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "SIZE", "bound of --cache (default 10G)"},
-    {"memory-target", 0, 1, OPT_MEMORY_TARGET, "SIZE",
-     "memory the daemon stays within (default: 1/8 of RAM or of the cgroup limit, 64M..8G)"},
+    {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "MiB",
+     "bound of --cache: MiB, or a size such as 10G (default 10G; 0: no cache)"},
+    {"cache-block-size", 0, 1, OPT_CACHE_BLOCK_SIZE, "KiB",
+     "block of --cache in KiB, 64..65536, a power of two (default 1024)"},
+    {"memory-target", 0, 1, OPT_MEMORY_TARGET, "MiB",
+     "memory the daemon stays within: MiB, or a size such as 4G (default: 1/8 of RAM or of "
+     "the cgroup limit, 64M..8G)"},
     {"max-threads", 0, 1, OPT_MAX_THREADS, "N", "FUSE worker threads, 1..1024 (default: one per 16M of --memory-target, 4..16)"},
     {"prefetch-listed", 0, 1, OPT_PREFETCH_LISTED, "N", "mount: when listed files are opened in the listing's order, fetch the next N small ones ahead, 0..1024 (default 0: off)"},
     {"part-size", 0, 1, OPT_PART_SIZE, "SIZE",
      "part of multipart uploads and ranged GETs, 5M..5G (default 8M)"},
+    {"read-part-size", 0, 1, OPT_READ_PART_SIZE, "SIZE",
+     "part of ranged GETs, 5M..5G (default: --part-size)"},
+    {"write-part-size", 0, 1, OPT_WRITE_PART_SIZE, "SIZE",
+     "part of multipart uploads, 5M..5G (default: --part-size)"},
+    {"maximum-throughput-gbps", 0, 1, OPT_MAX_THROUGHPUT, "N",
+     "throughput the requests in flight are sized for, Gbit/s (default 10)"},
+    {"upload-checksums", 0, 1, OPT_UPLOAD_CHECKSUMS, "ALG",
+     "checksum sent with uploads: crc32c (default), crc64nvme or off"},
+    {"infer-content-type", 0, 0, OPT_INFER_CONTENT_TYPE, NULL,
+     "Content-Type of new objects from the file name's extension (default "
+     "application/octet-stream)"},
+    {"requester-pays", 0, 0, OPT_REQUESTER_PAYS, NULL, "= --request-payer requester"},
+    {"transfer-acceleration", 0, 0, OPT_TRANSFER_ACCELERATION, NULL,
+     "use S3 Transfer Acceleration (BUCKET.s3-accelerate.amazonaws.com)"},
+    {"dual-stack", 0, 0, OPT_DUAL_STACK, NULL, "use the dual-stack (IPv4/IPv6) AWS endpoints"},
+    {"ca-bundle", 0, 1, OPT_CA_BUNDLE, "PATH",
+     "CA certificates to verify HTTPS with (default: AWS_CA_BUNDLE, else the system's)"},
+    {"bind", 0, 1, OPT_BIND, "IFACE",
+     "open connections through this network interface (SO_BINDTODEVICE); repeat to spread "
+     "them over several"},
     {"page-size", 0, 1, OPT_PAGE_SIZE, "N", "keys per listing request, 1..1000 (default 1000)"},
     {"user-agent-prefix", 0, 1, OPT_USER_AGENT_PREFIX, "TEXT",
      "put before the User-Agent of every request (Mountpoint's option)"},
@@ -244,7 +282,10 @@ static const struct cli_command commands[] = {
      "Reads any object (sequential and random); writes new files sequentially, uploaded\n"
      "while written and visible at close; deletes, overwrites and renames only when\n"
      "allowed. Unmount with 'fusermount3 -u DIR', SIGTERM or SIGINT. docs/SEMANTICS.md has\n"
-     "every operation and its errno; docs/CLI.md every option.",
+     "every operation and its errno; docs/CLI.md every option.\n"
+     "Every flag of Mountpoint's mount-s3 is taken, also in its fstab style:\n"
+     "'s3flash mount BUCKET DIR -o OPTIONS', OPTIONS the flags without their dashes,\n"
+     "comma-separated (allow-delete,uid=1000,ro; '\\,' for a comma in a value).",
      mount_opts, 2, 2, cli_cmd_mount},
     {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL},
 };
@@ -276,7 +317,9 @@ void cli_client_options(const struct cli_ctx *ctx, struct s3f_client_options *op
     opts->region = a->value[OPT_REGION];
     opts->profile = a->value[OPT_PROFILE];
     opts->anonymous = a->set[OPT_NO_SIGN_REQUEST] ? 1 : 0;
-    opts->requester_pays = a->value[OPT_REQUEST_PAYER] ? 1 : 0; /* "requester", checked */
+    /* "requester", checked; mount's --requester-pays is Mountpoint's spelling */
+    opts->requester_pays = a->value[OPT_REQUEST_PAYER] || a->set[OPT_REQUESTER_PAYS] ? 1 : 0;
+    opts->ca_bundle = a->value[OPT_CA_BUNDLE];
     const char *fps = getenv("S3FLASH_FORCE_PATH_STYLE");
     opts->force_path_style =
         (a->set[OPT_FORCE_PATH_STYLE] || (fps && (strcmp(fps, "1") == 0 ||
@@ -331,7 +374,10 @@ int main(int argc, char **argv) {
 
     struct cli_args args;
     const struct cli_command *cmd = NULL;
-    int rc = cli_args_parse(argc, argv, commands, &args, &cmd);
+    int rc = cli_fstab_expand(argc, argv, &argc, &argv);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    rc = cli_args_parse(argc, argv, commands, &args, &cmd);
     if (rc != CLI_EXIT_OK)
         return rc;
     if (args.set[OPT_HELP]) {

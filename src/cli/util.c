@@ -353,6 +353,20 @@ int cli_parse_size(const char *s, uint64_t *out) {
     return 0;
 }
 
+int cli_parse_size_mib(const char *s, uint64_t *out) {
+    uint64_t v;
+    if (cli_parse_size(s, &v) != 0)
+        return -1;
+    size_t n = strlen(s);
+    if (s[n - 1] >= '0' && s[n - 1] <= '9') { /* no suffix: MiB */
+        if (v > (UINT64_MAX >> 20))
+            return -1;
+        v <<= 20;
+    }
+    *out = v;
+    return 0;
+}
+
 const char *cli_checksum_name(enum s3f_checksum_algorithm alg) {
     switch (alg) {
     case S3F_CHECKSUM_DEFAULT:
@@ -394,13 +408,18 @@ int cli_engine_parse(struct cli_ctx *ctx) {
                                    v);
     }
     e->cache_dir = a->value[OPT_CACHE];
+    /* MiB as Mountpoint reads it (1024 = 1 GiB), or a size with its unit (10G); 0: no
+     * cache at all (Mountpoint's "fall back to no data cache") */
     if ((v = a->value[OPT_MAX_CACHE_SIZE])) {
-        if (cli_parse_size(v, &e->cache_max_bytes) != 0 || e->cache_max_bytes == 0)
+        if (cli_parse_size_mib(v, &e->cache_max_bytes) != 0)
             return cli_usage_error(ctx->cmd,
-                                   "--max-cache-size must be a size (e.g. 10G, 500M), not '%s'",
+                                   "--max-cache-size must be MiB (e.g. 1024) or a size with "
+                                   "its unit (e.g. 10G, 500M), not '%s'",
                                    v);
         if (!e->cache_dir)
             return cli_usage_error(ctx->cmd, "--max-cache-size needs --cache DIR");
+        if (e->cache_max_bytes == 0)
+            e->cache_dir = NULL;
     }
     if ((v = a->value[OPT_CONCURRENCY])) {
         char *end = NULL;

@@ -15,6 +15,7 @@
 #include "core/metrics.h"
 #include "http/http.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <linux/sockios.h>
 #include <stdatomic.h>
@@ -61,6 +62,9 @@ struct s3f__http_pool {
     /* test builds: CURLOPT_CONNECT_TO "::HOST:PORT" from S3FLASH_TEST_CONNECT_TO=HOST:PORT,
      * every host reached at a loopback server while URLs, Host and TLS names stay AWS's */
     struct curl_slist *connect_to;
+    char *ifaces, *iface[16];     /* opts.interfaces copied and split; the next one to use */
+    uint32_t n_iface;
+    _Atomic uint32_t next_iface;
     CURLSH *share;
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
     struct io_thread *threads;
@@ -148,6 +152,16 @@ static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_
     struct io_thread *t = ud;
     (void)purpose;
     curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    struct s3f__http_pool *p = t->pool;
+    if (fd != CURL_SOCKET_BAD && p->n_iface) {
+        const char *name = p->iface[atomic_fetch_add(&p->next_iface, 1) % p->n_iface];
+        if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, name, (socklen_t)strlen(name) + 1)) {
+            s3f__log(p->opts.logger, S3F_LOG_WARN, "http: bind to interface %s: %s", name,
+                     strerror(errno));
+            close(fd);
+            return CURL_SOCKET_BAD;
+        }
+    }
     if (fd != CURL_SOCKET_BAD) {
         S3F__METRIC_ADD(t->pool->opts.metrics, S3F__M_CONNECTIONS, 0, 1);
         S3F__METRIC_ADD(t->pool->opts.metrics, S3F__M_CONNECTIONS_OPENED, 0, 1);
@@ -652,6 +666,7 @@ static void free_strings(struct s3f__http_pool *pool) {
     free(pool->https_proxy);
     free(pool->no_proxy);
     free(pool->proxy_ca_bundle);
+    free(pool->ifaces);
 }
 
 static void pool_destroy(struct s3f__http_pool *pool, uint32_t started) {
@@ -708,8 +723,13 @@ enum s3f_status s3f__http_pool_new(const struct s3f__http_pool_options *opts,
         !copy_string(&pool->http_proxy, opts->http_proxy) ||
         !copy_string(&pool->https_proxy, opts->https_proxy) ||
         !copy_string(&pool->no_proxy, opts->no_proxy) ||
-        !copy_string(&pool->proxy_ca_bundle, opts->proxy_ca_bundle))
+        !copy_string(&pool->proxy_ca_bundle, opts->proxy_ca_bundle) ||
+        !copy_string(&pool->ifaces, opts->interfaces))
         goto oom;
+    pool->opts.interfaces = NULL;
+    for (char *sv, *n = pool->ifaces ? strtok_r(pool->ifaces, ",", &sv) : NULL;
+         n && pool->n_iface < S3F_ARRAY_LEN(pool->iface); n = strtok_r(NULL, ",", &sv))
+        pool->iface[pool->n_iface++] = n;
 #ifdef S3F_TEST_HOOKS
     const char *ct = getenv("S3FLASH_TEST_CONNECT_TO"); /* test builds only */
     if (ct && *ct) {

@@ -43,6 +43,7 @@ struct s3f__http_pool_options {
      * resolved it): for http:// and https:// URLs (NULL: none), the hosts reached directly
      * (CURLOPT_NOPROXY; NULL: none), the CA bundle of an https:// proxy (NULL: ca_bundle). */
     const char *http_proxy, *https_proxy, *no_proxy, *proxy_ca_bundle;
+    const char *interfaces;       /* SO_BINDTODEVICE, comma-separated, in turn; NULL: none */
     const struct s3f__logger *logger; /* must outlive the pool */
     struct s3f_metrics *metrics;      /* connections (core/metrics.h); must outlive the pool */
 };

@@ -482,7 +482,8 @@ struct mnt_fs *mnt_fs_new(const struct mnt_options *opts, struct s3f_client *cli
     mnt_cond_init(&fs->released);
     fs->mem_budget = opts->metadata_budget_bytes ? opts->metadata_budget_bytes : 8u << 20;
     fs->bucket = strdup(opts->bucket);
-    fs->directory_bucket = s3f_bucket_is_directory(opts->bucket);
+    fs->directory_bucket = opts->bucket_type ? opts->bucket_type == MNT_BUCKET_DIRECTORY
+                                             : s3f_bucket_is_directory(opts->bucket);
     fs->prefix = strdup(opts->prefix ? opts->prefix : "");
     int bad = !fs->bucket || !fs->prefix;
     if (!bad) {

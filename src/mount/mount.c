@@ -51,9 +51,8 @@ static const char *level_name(enum s3f_log_level l) {
     }
 }
 
-static void log_line(enum s3f_log_level level, const char *msg) {
-    if (level > log_max || level == S3F_LOG_OFF)
-        return;
+/* Write a line that passed its level's test. */
+static void log_write(enum s3f_log_level level, const char *msg) {
     if (log_syslog) {
         int prio = level == S3F_LOG_ERROR ? LOG_ERR
                    : level == S3F_LOG_WARN ? LOG_WARNING
@@ -76,6 +75,11 @@ static void log_line(enum s3f_log_level level, const char *msg) {
     pthread_mutex_unlock(&log_mu);
 }
 
+static void log_line(enum s3f_log_level level, const char *msg) {
+    if (level <= log_max && level != S3F_LOG_OFF)
+        log_write(level, msg);
+}
+
 int mnt_log_on(enum s3f_log_level level) {
     return level <= log_max && level != S3F_LOG_OFF;
 }
@@ -95,8 +99,73 @@ void mnt_log_error(const char *what, const char *path, const struct s3f_error *e
     mnt_log(S3F_LOG_WARN, "%s %s: %s", what, path ? path : "(unlinked)", buf);
 }
 
+/* The clients' lines: their own level decides (--debug: DEBUG, --debug-crt: TRACE) */
 static void library_log(void *user, enum s3f_log_level level, const char *msg) {
-    log_line(level, msg);
+    (void)user;
+    if (log_max != S3F_LOG_OFF && level != S3F_LOG_OFF)
+        log_write(level, msg);
+}
+
+/* --log-file PATH, or --log-directory DIR: a new file there named as Mountpoint names its
+ * logs, mountpoint-s3-YYYY-MM-DDTHH-MM-SSZ.XXXXXX.log (UTC; six random letters and
+ * digits), the directory created 0750 and the file 0640 as Mountpoint does. A new log file
+ * of --log-file is the owner's alone (0600, whatever the umask): the log names paths and
+ * keys; an existing one (or a /dev/fd/N) keeps its mode and owner. NULL after printing why. */
+static FILE *open_log(const struct mnt_options *o) {
+    char path[4096];
+    const char *name = o->log_file, *opt = "--log-file";
+    mode_t mode = 0600;
+    if (o->log_directory) {
+        opt = "--log-directory";
+        mode = 0640;
+        char dir[4096];
+        snprintf(dir, sizeof(dir), "%s", o->log_directory);
+        for (char *q = dir + 1; *q; q++) /* mkdir -p, 0750 */
+            if (*q == '/') {
+                *q = 0;
+                if (mkdir(dir, 0750) != 0 && errno != EEXIST)
+                    break;
+                *q = '/';
+            }
+        if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+            fprintf(stderr, "s3flash: --log-directory %s: %s\n", dir, strerror(errno));
+            return NULL;
+        }
+        static const char an[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        unsigned char rnd[6];
+        int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (rfd < 0 || read(rfd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) {
+            struct timespec ts; /* no /dev/urandom: the clock and the pid */
+            clock_gettime(CLOCK_REALTIME, &ts);
+            for (size_t i = 0; i < sizeof(rnd); i++)
+                rnd[i] = (unsigned char)((ts.tv_nsec >> (i * 5)) ^ (getpid() >> i));
+        }
+        if (rfd >= 0)
+            close(rfd);
+        char suffix[7];
+        for (size_t i = 0; i < 6; i++)
+            suffix[i] = an[rnd[i] % (sizeof(an) - 1)];
+        suffix[6] = 0;
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H-%M-%SZ", &tm);
+        snprintf(path, sizeof(path), "%s/mountpoint-s3-%s.%s.log", o->log_directory, stamp,
+                 suffix);
+        name = path;
+    }
+    int lfd = open(name, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, mode);
+    if (lfd >= 0 && o->log_directory)
+        fchmod(lfd, mode); /* Mountpoint's mode whatever the umask */
+    FILE *fp = lfd >= 0 ? fdopen(lfd, "a") : NULL;
+    if (!fp) {
+        int e = errno;
+        if (lfd >= 0)
+            close(lfd);
+        fprintf(stderr, "s3flash: %s %s: %s\n", opt, name, strerror(e));
+    }
+    return fp;
 }
 
 /* ---- the kernel's read-ahead ------------------------------------------------------------ */
@@ -194,7 +263,7 @@ static int parent_wait(int fd, pid_t child) {
         if (r <= 0)
             break;
         n += (size_t)r;
-        if (n == sizeof(buf) - 1)
+        if (n == sizeof(buf) - 1 || buf[0] == '0') /* "0": mounted, nothing follows */
             break;
     }
     close(fd);
@@ -330,24 +399,14 @@ int mnt_run(const struct mnt_options *in) {
         }
         o.cache_dir = cache_abs;
     }
-    if (o.log_file) {
-        /* a new log file is the owner's alone (0600, whatever the umask): the log names
-         * paths and keys; an existing one (or a /dev/fd/N) keeps its mode and owner */
-        int lfd = open(o.log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-        log_fp = lfd >= 0 ? fdopen(lfd, "a") : NULL;
-        if (!log_fp && lfd >= 0) {
-            int e = errno;
-            close(lfd);
-            errno = e;
-        }
-        if (!log_fp) {
-            fprintf(stderr, "s3flash: --log-file %s: %s\n", o.log_file, strerror(errno));
-            free(cache_abs);
-            free(mp);
-            return 1;
-        }
+    if ((o.log_file || o.log_directory) && !(log_fp = open_log(&o))) {
+        free(cache_abs);
+        free(mp);
+        return 1;
     }
-    log_max = o.debug ? S3F_LOG_DEBUG : o.log_metrics ? S3F_LOG_INFO : S3F_LOG_WARN;
+    /* the mount's own lines: INFO as Mountpoint's default (its start and end), DEBUG with
+     * --debug; the clients' lines pass their own level (library_log) */
+    log_max = o.no_log ? S3F_LOG_OFF : o.debug ? S3F_LOG_DEBUG : S3F_LOG_INFO;
     /* with --debug, S3FLASH_LOG=trace adds the mount's state transitions (handles, the
      * readdir stream, the overwrite guard) */
     const char *lv = getenv("S3FLASH_LOG");
@@ -356,7 +415,10 @@ int mnt_run(const struct mnt_options *in) {
 
     if (!o.foreground) {
         int p[2];
-        if (pipe(p) != 0) {
+        /* close-on-exec: fusermount3, which libfuse runs to mount (and which stays as long
+         * as the mount with --auto-unmount), must not hold the write end, or the parent
+         * would wait for its end-of-file as long as the mount lives */
+        if (pipe2(p, O_CLOEXEC) != 0) {
             fprintf(stderr, "s3flash: pipe: %s\n", strerror(errno));
             free(cache_abs);
             free(mp);
@@ -379,11 +441,11 @@ int mnt_run(const struct mnt_options *in) {
         close(p[0]);
         report_fd = p[1];
         setsid();
-        if (!log_fp) {
+        if (!log_fp && !o.no_log) {
             openlog("s3flash-mount", LOG_PID, LOG_DAEMON);
             log_syslog = 1;
         }
-    } else if (!log_fp) {
+    } else if (!log_fp && !o.no_log) {
         log_fp = stderr;
     }
 
@@ -430,11 +492,18 @@ int mnt_run(const struct mnt_options *in) {
     o.client.memory_limit_bytes = rest / 16 * 7;
     if (o.client.memory_limit_bytes < (16ull << 20))
         o.client.memory_limit_bytes = 16ull << 20;
-    if (o.part_size_bytes)
-        o.client.part_size_bytes = o.part_size_bytes;
+    /* --read-part-size for the readers' client, --write-part-size for the writers' (and
+     * fs's write buffers); each falls back to --part-size */
+    uint64_t read_part = o.read_part_size_bytes ? o.read_part_size_bytes : o.part_size_bytes;
+    uint64_t write_part = o.write_part_size_bytes ? o.write_part_size_bytes : o.part_size_bytes;
+    o.client.part_size_bytes = read_part;
+    o.part_size_bytes = write_part;
     o.client.log_fn = library_log;
     o.client.log_user_data = NULL;
-    o.client.log_level = o.debug ? S3F_LOG_DEBUG : S3F_LOG_WARN;
+    o.client.log_level = o.no_log      ? S3F_LOG_ERROR /* 0 would read S3FLASH_LOG */
+                         : o.debug_crt ? S3F_LOG_TRACE
+                         : o.debug     ? S3F_LOG_DEBUG
+                                       : S3F_LOG_WARN;
     o.client.cache_dir = o.cache_dir;
     o.client.cache_max_bytes = o.max_cache_size_bytes;
     o.client.cache_xz_bucket = o.cache_xz_bucket;
@@ -446,6 +515,9 @@ int mnt_run(const struct mnt_options *in) {
         wo.cache_dir = NULL; /* the block cache is for reads */
         wo.cache_max_bytes = 0;
         wo.cache_xz_bucket = NULL;
+        wo.part_size_bytes = write_part;
+        if (o.upload_checksum != S3F_CHECKSUM_DEFAULT)
+            wo.checksum = o.upload_checksum;
         s = s3f_client_new(&wo, &wclient, &err);
     }
     if (s != S3F_OK) {
@@ -495,9 +567,11 @@ int mnt_run(const struct mnt_options *in) {
     for (char *q = shown; *q; q++)
         if (*q == ',' || *q == '\\')
             *q = '_';
-    char fsopt[600];
-    snprintf(fsopt, sizeof(fsopt), "fsname=s3flash:%s,subtype=s3flash,default_permissions%s%s",
-             shown, o.allow_other ? ",allow_other" : "", o.read_only ? ",ro" : "");
+    char fsopt[700];
+    snprintf(fsopt, sizeof(fsopt),
+             "fsname=s3flash:%s,subtype=s3flash,default_permissions%s%s%s%s", shown,
+             o.allow_other ? ",allow_other" : "", o.allow_root ? ",allow_root" : "",
+             o.auto_unmount ? ",auto_unmount" : "", o.read_only ? ",ro" : "");
     char *argv[] = {"s3flash", "-o", fsopt, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
     if (start_metrics(&o, client, wclient, fs, &exporter) != 0)

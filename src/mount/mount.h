@@ -19,6 +19,8 @@
 
 #include <s3flash/s3flash.h>
 
+enum { MNT_BUCKET_GENERAL_PURPOSE = 1, MNT_BUCKET_DIRECTORY = 2 };
+
 struct mnt_options {
     struct s3f_client_options client; /* endpoint, credentials...; memory_limit_bytes is
                                          set from memory_target by mnt_run (7/16 of what
@@ -29,13 +31,22 @@ struct mnt_options {
     const char *mountpoint;
     int foreground;
     int debug;
+    int debug_crt;           /* --debug-crt: the library's TRACE lines (request headers) */
+    int no_log;              /* --no-log: no log at all */
     const char *log_file;    /* NULL: stderr in the foreground, syslog in the background */
+    const char *log_directory; /* --log-directory: a new file mountpoint-s3-TIME.RAND.log
+                                  there (Mountpoint's name); excludes log_file */
     int read_only;
     int allow_delete;
     int allow_overwrite;
     int allow_rename;
     int incremental_upload;  /* directory buckets: open(O_APPEND) appends (write.c) */
     int allow_other;
+    int allow_root;          /* FUSE allow_root: the owner and root */
+    int auto_unmount;        /* FUSE auto_unmount: unmounted when the daemon dies */
+    int infer_content_type;  /* Content-Type of new objects from the extension */
+    int bucket_type;         /* MNT_BUCKET_*: 0 from the name (s3f_bucket_is_directory) */
+    enum s3f_checksum_algorithm upload_checksum; /* DEFAULT: the client's (CRC32C) */
     uid_t uid;
     gid_t gid;
     mode_t dir_mode;
@@ -49,6 +60,8 @@ struct mnt_options {
                                       limit if less, 64 MiB..8 GiB */
     unsigned max_threads;    /* 0: one per 16 MiB of memory_target, 4..16 */
     uint64_t part_size_bytes; /* 0: the client's default (8 MiB) */
+    uint64_t read_part_size_bytes;  /* 0: part_size_bytes (the readers' client) */
+    uint64_t write_part_size_bytes; /* 0: part_size_bytes (the writers' client, uploads) */
     unsigned prefetch_listed; /* --prefetch-listed N: 0 off (prefetch.c) */
     int page_size;           /* keys per LIST page, 0: 1000 (tests use small pages) */
     uint64_t metadata_budget_bytes; /* the inode table, metadata and listing caches: set
@@ -106,6 +119,10 @@ void mnt_log(enum s3f_log_level level, const char *fmt, ...)
     ;
 /* Would mnt_log write a line at `level`? (tested before a TRACE line is built) */
 int mnt_log_on(enum s3f_log_level level);
+/* Content-Type of a new object named `key`, from its extension (--infer-content-type), or
+ * NULL when the extension is not known (content_type.c). */
+const char *mnt_content_type(const char *key);
+
 /* Log an s3flash error at WARN with its context ("read a/b: <formatted error>"). */
 void mnt_log_error(const char *what, const char *path, const struct s3f_error *err);
 

@@ -181,7 +181,9 @@ static int writer_open(fuse_req_t req, struct mnt_fs *fs, struct inode *in, cons
         mnt_fh_free(fs, h);
         return -ENOMEM;
     }
-    struct s3f_upload_options uo = {.part_size_bytes = fs->o.part_size_bytes};
+    struct s3f_upload_options uo = {
+        .part_size_bytes = fs->o.part_size_bytes,
+        .content_type = fs->o.infer_content_type ? mnt_content_type(h->key) : NULL};
     struct s3f_error err;
     s3f_error_clear(&err);
     enum s3f_status st = S3F_OK;

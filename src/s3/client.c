@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <net/if.h>
 
 #include <curl/curl.h>
 
@@ -68,6 +69,28 @@ static enum s3f_status parse_attempts(const char *v, const char *where, int *out
 }
 
 /* The snapshot's collector of the s3 layer: the credentials provider's fetches. */
+/* network_interfaces: each name an interface of this machine (at most 16). */
+static enum s3f_status check_interfaces(const char *list, struct s3f_error *err) {
+    size_t n = 0;
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        char name[IF_NAMESIZE];
+        if (len == 0 || len >= sizeof(name) || ++n > 16)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "client", NULL,
+                                  "network_interfaces '%.200s': at most 16 names, "
+                                  "comma-separated, each shorter than %d bytes",
+                                  list, IF_NAMESIZE);
+        memcpy(name, p, len);
+        name[len] = 0;
+        if (if_nametoindex(name) == 0)
+            return s3f__error_set(err, S3F_ERR_INVALID_ARGUMENT, "client", NULL,
+                                  "network interface '%s': no such interface on this machine",
+                                  name);
+        p += len + (p[len] == ',');
+    }
+    return S3F_OK;
+}
+
 static void collect_metrics(struct s3f_metrics *m, void *ud) {
     struct s3f_client *c = ud;
     if (c->creds)
@@ -216,6 +239,8 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
             goto fail;
     }
 
+    if ((st = check_interfaces(opts->network_interfaces, err)))
+        goto fail;
     struct s3f__proxy_config proxy;
     if ((st = s3f__proxy_resolve(opts, cfg_get(c, "proxy_ca_bundle"), &proxy, err)))
         goto fail;
@@ -230,6 +255,7 @@ enum s3f_status s3f__s3_client_new(const struct s3f_client_options *opts,
         .https_proxy = proxy.https_proxy,
         .no_proxy = proxy.no_proxy,
         .proxy_ca_bundle = proxy.ca_bundle,
+        .interfaces = opts->network_interfaces,
         .logger = &c->logger,
         .metrics = c->metrics,
     };

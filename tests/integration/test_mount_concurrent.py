@@ -616,7 +616,8 @@ def test_concurrent_creat_trunc_is_never_eexist(race_mount, s3, bucket, overwrit
     EPERM (without). Never EEXIST: POSIX gives that only to O_EXCL (issue 28 R12: an
     8-process stress saw it 2 times in 442)."""
     base = RACE_OPTS if overwrite else [o for o in RACE_OPTS if o != "--allow-overwrite"]
-    m, wd, _, pfx = race_mount({}, ["--metadata-ttl", "0"], base)
+    m, wd, _, pfx = race_mount({}, ["--metadata-ttl", "0", "--negative-metadata-ttl", "1"],
+                               base)
     op = wd.py(CREAT_TRUNC, f"{m.dir}/f", what="8 processes creat(f) with O_TRUNC, 60 each",
                timeout=120)
     got = json.loads(op.out)

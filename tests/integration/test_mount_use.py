@@ -509,7 +509,8 @@ def test_cache_eviction_respects_the_limit(s3, bucket, prefix, mounts, tmp_path)
     bodies = {f"e{i}": data(3 * MIB, 40 + i) for i in range(4)}
     for k, v in bodies.items():
         put(s3, bucket, prefix + k, v)
-    m = mounts(prefix, "--cache", cache, "--max-cache-size", str(limit))
+    # MiB, Mountpoint's unit (a bare number of bytes would be read as that many MiB)
+    m = mounts(prefix, "--cache", cache, "--max-cache-size", str(limit // MIB))
     for k, v in bodies.items():
         with open(os.path.join(m.dir, k), "rb") as f:
             assert sha(f.read()) == sha(v)

@@ -89,8 +89,8 @@ request (one fault per request: the later ones do not fire on it). Actions:
 Every log entry also carries "done", when its response was relayed in full (CLOCK_MONOTONIC;
 absent for one cut short), and the request's Range header ("range", or null) and its
 x-amz-request-payer header ("request_payer", or null), and the access key id it is signed with
-("access_key", from SigV4's Authorization header, or null), and its x-amz-* headers and
-User-Agent ("headers": {lower-case name: value}).
+("access_key", from SigV4's Authorization header, or null), and its x-amz-* headers,
+User-Agent, Range, Content-Type and Content-Length ("headers": {lower-case name: value}).
 "random" offsets are uniform within the body, drawn from the rule's seed ("seed", default 0).
 An offset past the end of a body is clamped to its last byte, so the fault lands mid-body.
 
@@ -116,6 +116,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_HEAD = 64 * 1024          # request or response head
+_NOTED = ("user-agent", "range", "content-type", "content-length")  # beside x-amz-*
 MAX_LINE = 8 * 1024           # chunk-size line, trailer line
 IO_CHUNK = 64 * 1024
 CLIENT_IDLE_S = 600           # an idle keep-alive client connection is closed after this
@@ -583,11 +584,12 @@ class Proxy:
             entry["access_key"] = m.group(1) if m else None
 
     def note_headers(self, entry, headers):
-        """The request's x-amz-* headers and its User-Agent ("headers": {lower-case name:
-        value}), so that a test sees which request carried which option (never the
-        Authorization header)."""
+        """The request's x-amz-* headers, its User-Agent, Range, Content-Type and
+        Content-Length ("headers": {lower-case name: value}), so that a test sees which
+        request carried which option and what it asked for (never the Authorization
+        header)."""
         kept = {k.lower(): v for k, v in headers
-                if k.lower().startswith("x-amz-") or k.lower() == "user-agent"}
+                if k.lower().startswith("x-amz-") or k.lower() in _NOTED}
         with self.lock:
             entry["headers"] = kept
 
