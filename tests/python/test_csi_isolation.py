@@ -208,7 +208,8 @@ def test_volumes_outlive_node_and_mounter_restarts(driver, ctx, s3, bucket, grou
 
 def test_each_daemon_has_its_volumes_memory_limit(driver, ctx, groups, tmp_path):
     ta, tb = tmp_path / "a", tmp_path / "b"
-    publish(driver, "vol-a", ta, dict(ctx, prefix="iso-a/"), ["memory-target=128M"])
+    # Mountpoint's unit: a bare memory-target is MiB
+    publish(driver, "vol-a", ta, dict(ctx, prefix="iso-a/"), ["memory-target=128"])
     publish(driver, "vol-b", tb, dict(ctx, prefix="iso-b/"))
     mounts = driver.mounter_call({"op": "list"})["mounts"]
     by_vol = {}
@@ -271,6 +272,19 @@ def test_a_daemon_over_its_limit_takes_no_other_volume(driver, ctx, s3, bucket, 
     unpublish(driver, "vol-a", ta)
     unpublish(driver, "vol-b", tb)
     s3.delete_object(Bucket=bucket, Key="iso-a/big.bin")
+
+
+def test_sizes_read_as_the_cli_reads_them():
+    """The mounter's and the node's sizes (a daemon's --memory-target, --daemons-memory-limit,
+    max-cache-size against an emptyDir's limit) in the CLI's units: a bare number is MiB."""
+    from s3flash.csi import cgroups, options
+    assert cgroups.parse_size("128") == 128 * MIB
+    assert cgroups.parse_size("128M") == 128 * MIB
+    assert cgroups.parse_size("2G") == 2048 * MIB
+    assert cgroups.parse_size("512K") == 512 << 10
+    assert options.size_bytes("64") == 64 * MIB
+    with pytest.raises(ValueError):
+        cgroups.parse_size("1.5G")
 
 
 def test_cgroup_v2_limits(tmp_path, monkeypatch):

@@ -21,11 +21,12 @@ _SIZE = re.compile(r"^([0-9]{1,12})([KMGT]?)$")
 
 
 def parse_size(text):
-    """'512M' -> bytes (the s3flash CLI's sizes: a number, K M G T in powers of 1024)."""
+    """'512M' -> bytes, as the s3flash CLI reads --memory-target and --max-cache-size: K M G T
+    in powers of 1024, and a bare number in MiB (Mountpoint's unit: '512' is 512 MiB)."""
     m = _SIZE.match(text)
     if not m:
         raise ValueError("%r is not a size like 512M" % text)
-    return int(m.group(1)) << (10 * " KMGT".index(m.group(2) or " "))
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2) or "M"))
 
 
 def default_target(available):

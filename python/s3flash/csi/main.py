@@ -93,7 +93,8 @@ def parser():
                         "cgroup), limited to its memory target plus headroom: a restart of "
                         "the mounter's container ends no mount (docs/KUBERNETES.md)")
     m.add_argument("--daemons-memory-limit", default=None,
-                   help="the memory limit of --daemon-cgroup itself, SIZE: what all the "
+                   help="the memory limit of --daemon-cgroup itself, SIZE (512M, 8G; a bare "
+                        "number is MiB, as --memory-target's): what all the "
                         "daemons together may use (default: what is set there, else RAM)")
     m.add_argument("--host-cgroup-ns", action="store_true",
                    help="enter the cgroup namespace of PID 1 (hostPID) first, so that "

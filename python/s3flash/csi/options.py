@@ -11,6 +11,7 @@ import re
 import grpc
 
 from .proto import pb
+from .cgroups import parse_size
 
 # kubelet's keys in volume_context (podInfoOnMount, tokenRequests): per pod, never part of
 # what makes two publishes "the same arguments"
@@ -202,9 +203,9 @@ def quantity(v, what):
 
 
 def size_bytes(v):
-    """Bytes of a value of a size flag, as the CLI's size parser reads it (N, NK, NM...)."""
-    m = re.match(r"^([0-9]+)([KMGT]?)$", v)
-    return int(m.group(1)) << (10 * " KMGT".index(m.group(2) or " "))
+    """Bytes of a max-cache-size or memory-target value, as the CLI reads them (NK, NM, NG,
+    NT; a bare N is MiB)."""
+    return parse_size(v)
 
 
 def user_env(ctx):
