@@ -469,6 +469,9 @@ def test_the_mounter_refuses_a_socket_directory_open_to_others(tmp_path):
     ({"source": "bucket/../other/"}, "'..' prefix component"),
     ({"cache": "/etc/ssl"}, "is not NAME/IDENTITY under the cache root"),
     ({"credentials": {"kind": "env"}}, "are not driver, static or pod"),
+    # an emptyDir cache is wiped: never a named cache of another volume
+    ({"cache": "CACHE_ROOT/named/" + "cd" * 16, "empty_dir": True}, "an emptyDir cache is"),
+    ({"empty_dir": True}, "an emptyDir cache is"),
 ])
 def test_the_mounter_checks_every_flag_itself(driver, doc, why):
     """Bad requests sent straight to the mounter socket (a compromised or buggy node)."""
@@ -476,6 +479,8 @@ def test_the_mounter_checks_every_flag_itself(driver, doc, why):
     req = {"op": "mount", "key": "ab" * 16, "source": "bucket", "flags": [],
            "target": "/tmp/x"}
     req.update(doc)
+    if "cache" in req:
+        req["cache"] = req["cache"].replace("CACHE_ROOT", str(driver.state / "cache"))
     fd = os.open("/dev/null", os.O_RDONLY)
     try:
         r = sysmount.call(str(driver.mounter_sock), req, [fd])

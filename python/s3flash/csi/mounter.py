@@ -35,7 +35,7 @@ import time
 
 from . import sysmount
 from .cgroups import DaemonCgroups, default_target, headroom, parse_size
-from .options import VolumeError, check_daemon_request
+from .options import EMPTY_DIR_ROOT, VolumeError, check_daemon_request
 
 log = logging.getLogger("s3flash-csi.mounter")
 MARKER = "S3FLASH_CSI_MOUNT"
@@ -309,6 +309,13 @@ class Mounter:
             if not ok:
                 return ("cache %r is not NAME/IDENTITY under the cache root %s"
                         % (cache, self.cache_root))
+        # an emptyDir cache is wiped at start and end: only the mount's own directory,
+        # never a named cache another volume keeps
+        if req.get("empty_dir") and not any(
+                os.path.normpath(cache) == os.path.join(root, EMPTY_DIR_ROOT, key)
+                for root in self.cache_roots):
+            return ("an emptyDir cache is %s, not %r"
+                    % (os.path.join(self.cache_root, EMPTY_DIR_ROOT, key), cache))
         cred = req.get("credentials") or {"kind": "driver"}
         if cred.get("kind") not in ("driver", "static", "pod") or (
                 cred["kind"] != "driver" and not isinstance(cred.get("values"), dict)):
