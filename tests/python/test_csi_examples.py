@@ -179,8 +179,12 @@ def unpublish(driver, vid, target):
 def as_user(uid, gid, cwd, script, *args):
     """Run a shell script as uid:gid (a pod's runAsUser/runAsGroup) in cwd (entered before
     the user changes: the test's directories above it are root's alone)."""
-    return subprocess.run(["/bin/sh", "-c", script, "sh", *args], user=uid, group=gid,
-                          extra_groups=[], env={"PATH": "/usr/bin:/bin"}, cwd=str(cwd),
+    # setpriv (util-linux) changes the user after the exec: subprocess's own user= and group=
+    # make it fork() instead of vfork(), and a fork of this process (gRPC's and other
+    # extensions' threads and atfork handlers) now and then died of SIGSEGV in the child
+    return subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % gid, "--clear-groups",
+                           "/bin/sh", "-c", script, "sh", *args],
+                          env={"PATH": "/usr/bin:/bin"}, cwd=str(cwd),
                           capture_output=True, timeout=60)
 
 
