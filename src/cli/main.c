@@ -164,7 +164,9 @@ static const struct cli_opt_spec mount_opts[] = {
     {"negative-metadata-ttl", 0, 1, OPT_NEGATIVE_METADATA_TTL, "SECONDS",
      "keep 'no such file' this long: SECONDS, minimal or indefinite (default: --metadata-ttl)"},
     {"cache", 0, 1, OPT_CACHE, "DIR", "node-local block cache of object data, kept across mounts"},
-    {"cache-xz", 0, 1, OPT_CACHE_XZ, "BUCKET", "shared block cache of objects up to 1 MiB in an S3 Express One Zone directory bucket (NAME--ZONE-ID--x-s3), read by every node that mounts with it (docs/CACHE.md)"},
+    {"cache-xz", 0, 1, OPT_CACHE_XZ, "BUCKET",
+     "shared block cache of objects up to 1 MiB in an S3 Express One Zone directory bucket "
+     "(NAME--ZONE-ID--x-s3), read by every node that mounts with it (docs/CACHE.md)"},
     {"max-cache-size", 0, 1, OPT_MAX_CACHE_SIZE, "MiB",
      "bound of --cache: MiB, or a size such as 10G (default 10G; 0: no cache)"},
     {"cache-block-size", 0, 1, OPT_CACHE_BLOCK_SIZE, "KiB",

@@ -282,7 +282,7 @@ def test_sizes_read_as_the_cli_reads_them():
     assert cgroups.parse_size("128M") == 128 * MIB
     assert cgroups.parse_size("2G") == 2048 * MIB
     assert cgroups.parse_size("512K") == 512 << 10
-    assert options.size_bytes("64") == 64 * MIB
+    assert options.parse_size("64") == 64 * MIB  # the node's checks use the same parser
     with pytest.raises(ValueError):
         cgroups.parse_size("1.5G")
 

@@ -202,12 +202,6 @@ def quantity(v, what):
     return n
 
 
-def size_bytes(v):
-    """Bytes of a max-cache-size or memory-target value, as the CLI reads them (NK, NM, NG,
-    NT; a bare N is MiB)."""
-    return parse_size(v)
-
-
 def user_env(ctx):
     """The volume's mountpointEnv.NAME attributes: {NAME: value}, Mountpoint's allow-list."""
     env = {}
@@ -264,7 +258,7 @@ def _empty_dir_limit(ctx, flags):
         raise invalid("cacheEmptyDirSizeLimit %s leaves no room for a cache (95%% of it is "
                       "under 1 MiB)" % limit)
     if "max-cache-size" in flags:
-        asked = size_bytes(flags["max-cache-size"])
+        asked = parse_size(flags["max-cache-size"])
         if asked > (n // MIB) * MIB:
             raise invalid("max-cache-size (%d MiB) exceeds cacheEmptyDirSizeLimit (%s = %d "
                           "MiB). Reduce max-cache-size or increase cacheEmptyDirSizeLimit."
@@ -293,7 +287,7 @@ def _resources(ctx, flags):
     n = quantity(limit, "mountpointContainerResourcesLimitsMemory")
     target = int(n * MEMORY_TARGET_SHARE) // MIB
     if "memory-target" in flags:
-        if size_bytes(flags["memory-target"]) > n:
+        if parse_size(flags["memory-target"]) > n:
             raise invalid("memory-target %s exceeds mountpointContainerResourcesLimitsMemory %s"
                           % (flags["memory-target"], limit))
     elif target < 32:
